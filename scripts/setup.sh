@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Create .venv with the CPU build of torch (pinned: an unpinned torch pulls a multi-GB CUDA build)
+# and install v2 with its test extras. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install --quiet "torch==2.13.0"
+.venv/bin/python -m pip install --quiet -e ".[test]"

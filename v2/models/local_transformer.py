@@ -1,0 +1,134 @@
+"""The local (depth) transformer: GPT-J-style pre-LN blocks over one frame's 13 positions.
+
+Owns: the block arithmetic (LayerNorm with bias, fused c_attn, interleaved RoPE, biased MLP), a full
+causal pass for teacher forcing, and a batched `step(x, position, kv)` over a per-frame `LocalKV`.
+Must not know: codebooks, heads, sampling, the backbone, requests.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from v2.models.config import LocalConfig
+from v2.models.qwen3 import rope_inv_freq
+
+FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)
+
+_ACT = {
+    "silu": F.silu,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+def interleaved_cos_sin(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
+    """cos/sin [T, head_dim] for interleaved (GPT-J) RoPE at positions [T]; each value repeated per pair."""
+    freqs = positions.float()[:, None] * rope_inv_freq(head_dim, base, positions.device)  # [T, D/2]
+    return freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
+
+
+def apply_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [B, heads, T, D]; pairs (x0, x1) rotate as (x0 cos - x1 sin, x1 cos + x0 sin)."""
+    rotated = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)  # [-x1, x0, -x3, x2, ...]
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+@dataclass
+class LocalKV:
+    """Per-frame keys/values for a batch: k, v are [layers, B, heads, 13, head_dim]."""
+
+    k: Tensor
+    v: Tensor
+
+    @classmethod
+    def allocate(cls, cfg: LocalConfig, batch: int, *, dtype: torch.dtype, device: torch.device | str) -> "LocalKV":
+        shape = (cfg.num_layers, batch, cfg.num_heads, FRAME_POSITIONS, cfg.head_dim)
+        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+
+
+class LocalAttention(nn.Module):
+    def __init__(self, cfg: LocalConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.c_attn = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.c_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def _qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        b, t, h = x.shape
+        heads, d = self.cfg.num_heads, self.cfg.head_dim
+        q, k, v = self.c_attn(x).split(h, dim=-1)
+        q, k, v = (z.view(b, t, heads, d).transpose(1, 2) for z in (q, k, v))  # [B, heads, T, D]
+        return apply_interleaved(q, cos, sin), apply_interleaved(k, cos, sin), v
+
+    def _out(self, attn: Tensor) -> Tensor:
+        b, _, t, _ = attn.shape
+        return self.c_proj(attn.transpose(1, 2).reshape(b, t, self.cfg.hidden_size))  # [B, T, H]
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        q, k, v = self._qkv(x, cos, sin)
+        scale = 1.0 / math.sqrt(self.cfg.head_dim)
+        return self._out(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale))
+
+    def step(self, x: Tensor, cos: Tensor, sin: Tensor, position: int, k_cache: Tensor, v_cache: Tensor) -> Tensor:
+        """x [B, 1, H] at `position`; k_cache/v_cache [B, heads, 13, D] are written at `position`."""
+        q, k, v = self._qkv(x, cos, sin)
+        k_cache[:, :, position : position + 1] = k.to(k_cache.dtype)
+        v_cache[:, :, position : position + 1] = v.to(v_cache.dtype)
+        keys, values = k_cache[:, :, : position + 1].to(q.dtype), v_cache[:, :, : position + 1].to(q.dtype)
+        scale = 1.0 / math.sqrt(self.cfg.head_dim)
+        return self._out(F.scaled_dot_product_attention(q, keys, values, scale=scale))
+
+
+class LocalMLP(nn.Module):
+    def __init__(self, cfg: LocalConfig) -> None:
+        super().__init__()
+        self.fc_in = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.fc_out = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.act = _ACT[cfg.activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc_out(self.act(self.fc_in(x)))
+
+
+class LocalBlock(nn.Module):
+    def __init__(self, cfg: LocalConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.attn = LocalAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.mlp = LocalMLP(cfg)
+
+
+class LocalTransformer(nn.Module):
+    """Blocks `h.{j}` and final LayerNorm `ln_f` (release prefix `local_transformer.`)."""
+
+    def __init__(self, cfg: LocalConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.h = nn.ModuleList(LocalBlock(cfg) for _ in range(cfg.num_layers))
+        self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """One causal pass over x [B, T, H] (T <= 13) from position 0; returns ln_f output [B, T, H]."""
+        cos, sin = interleaved_cos_sin(torch.arange(x.shape[1], device=x.device), self.cfg.head_dim, self.cfg.rope_base)
+        for block in self.h:
+            x = x + block.attn(block.ln_1(x), cos, sin)
+            x = x + block.mlp(block.ln_2(x))
+        return self.ln_f(x)
+
+    def step(self, x: Tensor, position: int, kv: LocalKV) -> Tensor:
+        """Advance every row by one position: x [B, H] at `position` (same for all rows) -> [B, H]."""
+        pos = torch.tensor([position], device=x.device)
+        cos, sin = interleaved_cos_sin(pos, self.cfg.head_dim, self.cfg.rope_base)
+        h = x[:, None]  # [B, 1, H]
+        for j, block in enumerate(self.h):
+            h = h + block.attn.step(block.ln_1(h), cos, sin, position, kv.k[j], kv.v[j])
+            h = h + block.mlp(block.ln_2(h))
+        return self.ln_f(h)[:, 0]

@@ -1,0 +1,172 @@
+"""MOSS-TTS-Local: row embeddings, the Qwen3 backbone, and the batched 13-channel frame decode.
+
+Owns: the module tree under the release's weight names (`transformer.*`, `audio_embeddings.*`,
+`local_transformer.*`, `local_text_lm_head`), row embedding (pad codes add nothing), teacher-forced
+frame logits, and `decode_frame`: stop decision + 12 codebooks + the next backbone input for a batch,
+every per-row setting held in tensors.
+Must not know: files (see loader.py), prompts and text, requests, scheduling.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from v2.models.config import MossTTSLocalConfig
+from v2.models.local_transformer import LocalKV, LocalTransformer
+from v2.models.qwen3 import KVCache, Qwen3Backbone
+from v2.models.sampling import SamplingSettings, SamplingTensors, apply_repetition_penalty, frame_noise, sample
+
+
+@dataclass
+class FrameOutput:
+    """One decoded frame for a batch of B rows."""
+
+    stop: Tensor        # [B] bool: the row chose to stop (its codes are then discarded)
+    codes: Tensor       # [B, 12] int64
+    logprobs: Tensor    # [B, 13] float32, channel 0 = stop decision, under the processed distributions
+    next_embed: Tensor  # [B, H] backbone input for the next step: row [assistant_slot, codes]
+    stop_logits: Tensor | None = None  # [B, 2] raw, when asked for
+    code_logits: Tensor | None = None  # [B, 12, V] raw (before penalty), when asked for
+
+
+class MossTTSLocal(nn.Module):
+    def __init__(self, cfg: MossTTSLocalConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h = cfg.hidden_size
+        self.transformer = Qwen3Backbone(cfg.backbone)
+        self.audio_embeddings = nn.ModuleList(nn.Embedding(cfg.codebook_size, h) for _ in range(cfg.n_vq))
+        self.local_transformer = LocalTransformer(cfg.local)
+        self.local_text_lm_head = nn.Linear(h, 2, bias=False)
+
+    # ----- loading -------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
+                        device: torch.device | str = "cpu") -> "MossTTSLocal":
+        """Load a release checkpoint directory (config.json + safetensors)."""
+        from v2.models.loader import load_checkpoint
+
+        return load_checkpoint(cls, Path(path), dtype=dtype, device=device)
+
+    @classmethod
+    def from_seed(cls, config: dict, seed: int, *, dtype: torch.dtype = torch.float32,
+                  device: torch.device | str = "cpu") -> "MossTTSLocal":
+        """Build from a config dict with weights drawn from a fixed seed (no files)."""
+        from v2.models.loader import init_seeded
+
+        return init_seeded(cls, config, seed, dtype=dtype, device=device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.local_text_lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.local_text_lm_head.weight.dtype
+
+    def allocate_kv(self, num_slots: int, max_len: int) -> KVCache:
+        return KVCache.allocate(self.cfg.backbone, num_slots, max_len, dtype=self.dtype, device=self.device)
+
+    # ----- embeddings ----------------------------------------------------------------------------
+    def embed_codes(self, codes: Tensor) -> Tensor:
+        """codes [..., 12] -> [..., H]: sum over codebooks, pad codes contributing exactly zero."""
+        pad = codes == self.cfg.audio_pad_code
+        safe = codes.masked_fill(pad, 0)
+        out = None
+        for c, table in enumerate(self.audio_embeddings):
+            e = table(safe[..., c]).masked_fill(pad[..., c, None], 0.0)
+            out = e if out is None else out + e
+        assert out is not None
+        return out
+
+    def embed_rows(self, rows: Tensor) -> Tensor:
+        """rows [..., 13] -> [..., H] = embed_tokens[ch0] + sum_c audio_embeddings[c][code_c]."""
+        return self.transformer.embed_tokens(rows[..., 0]) + self.embed_codes(rows[..., 1:])
+
+    @torch.no_grad()
+    def prompt_hidden(self, rows: Tensor) -> Tensor:
+        """rows [T, 13] -> backbone output after the final norm at every position [T, H] (no cache)."""
+        return self.transformer(self.embed_rows(rows.to(self.device))[None])[0]
+
+    def codebook_weights(self) -> Tensor:
+        """The tied codebook heads stacked: [12, V, H]."""
+        return torch.stack([t.weight for t in self.audio_embeddings])
+
+    # ----- frame decode --------------------------------------------------------------------------
+    def frame_logits(self, hidden: Tensor, codes: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher-forced local decode: hidden [B, H], codes [B, 12] -> (stop [B, 2], codes [B, 12, V]).
+
+        Differentiable (one causal pass, no cache); codebook c's logits see codes 0..c-1.
+        """
+        fed = torch.stack([table(codes[:, c]) for c, table in enumerate(self.audio_embeddings[:-1])], dim=1)
+        x = torch.cat([hidden[:, None], fed], dim=1)  # [B, 12, H]
+        out = self.local_transformer(x)  # [B, 12, H]
+        stop_logits = self.local_text_lm_head(out[:, 0]).float()
+        code_logits = torch.einsum("bch,cvh->bcv", out, self.codebook_weights()).float()  # [B, 12, V]
+        return stop_logits, code_logits
+
+    def decode_frame(self, hidden: Tensor, sampling: SamplingTensors, steps: Tensor, *,
+                     presence: Tensor | None = None, allow_stop: Tensor | None = None,
+                     return_logits: bool = False) -> FrameOutput:
+        """Decode one frame for every row.
+
+        hidden [B, H]: backbone state; sampling: per-row settings; steps [B] int64: each row's frame
+        index (keys the noise); presence [B, 12, V] bool: codes seen in earlier frames (repetition
+        penalty); allow_stop [B] bool: False forces "continue" (the stop logit is masked out, so the
+        processed distribution, and its logprob, say so).
+        """
+        b = hidden.shape[0]
+        kv = LocalKV.allocate(self.cfg.local, b, dtype=self.dtype, device=hidden.device)
+        out = self.local_transformer.step(hidden, 0, kv)  # [B, H]
+        stop_logits = self.local_text_lm_head(out).float()  # [B, 2]
+        masked = stop_logits
+        if allow_stop is not None:
+            masked = torch.stack([stop_logits[:, 0], stop_logits[:, 1].masked_fill(~allow_stop, -math.inf)], dim=1)
+        s = sampling
+        noise = frame_noise(s.seed, steps, self.cfg.codebook_size)  # [B, 13, V]
+        stop_id, stop_lp = sample(masked, s.temperature[:, 0], s.top_k[:, 0], s.top_p[:, 0], noise[:, 0])
+        codes, logprobs, raw = [], [stop_lp], []
+        for c, table in enumerate(self.audio_embeddings):
+            logits = (out @ table.weight.T).float()  # [B, V]
+            raw.append(logits)
+            if presence is not None:
+                logits = apply_repetition_penalty(logits, presence[:, c], s.penalty[:, 1 + c])
+            ch = 1 + c
+            code, lp = sample(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], noise[:, ch])
+            codes.append(code)
+            logprobs.append(lp)
+            if c + 1 < self.cfg.n_vq:
+                out = self.local_transformer.step(table(code), c + 1, kv)
+        code_t = torch.stack(codes, dim=1)  # [B, 12]
+        slot = torch.full((b,), self.cfg.ids.audio_assistant_slot, dtype=torch.long, device=hidden.device)
+        next_embed = self.transformer.embed_tokens(slot) + self.embed_codes(code_t)
+        return FrameOutput(
+            stop=stop_id == 1,
+            codes=code_t,
+            logprobs=torch.stack(logprobs, dim=1),
+            next_embed=next_embed,
+            stop_logits=stop_logits if return_logits else None,
+            code_logits=torch.stack(raw, dim=1) if return_logits else None,
+        )
+
+    # ----- the simple reference loop -------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, rows: Tensor, *, max_frames: int, min_frames: int = 0,
+                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                 repetition_penalty: float = 1.0, seed: int = 0,
+                 sampling: SamplingSettings | None = None) -> Tensor:
+        """Generate frames for one prompt rows [T, 13] -> codes [F, 12] (eager, with KV cache).
+
+        A single temperature/top_k/top_p overrides both heads; otherwise `sampling` (or the release
+        defaults) applies. The stop decision is ignored before `min_frames` frames.
+        """
+        from v2.models.generate import generate_batch, resolve_settings
+
+        settings = resolve_settings(sampling, temperature, top_k, top_p, repetition_penalty)
+        out = generate_batch(self, [rows], [settings], [seed], max_frames=max_frames, min_frames=min_frames)
+        return out[0].codes

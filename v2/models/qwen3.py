@@ -1,0 +1,216 @@
+"""The Qwen3 backbone: decoder layers over row embeddings, and the slot-indexed KV cache it writes.
+
+Owns: RMSNorm, rotate-half RoPE, grouped-query attention with q/k norms, SwiGLU, the layer stack, and
+`KVCache` (one preallocated tensor per K and V for every layer, indexed by slot, plus one dummy slot
+that padded rows write into). One entry point serves prefill and decode: rows of several requests, each
+at its own positions, each reading and writing only its own slot.
+Must not know: rows/codebooks, sampling, requests, the scheduler. The cache is always passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from v2.models.config import BackboneConfig
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in float32 (as the reference does), cast back to the input dtype."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def rope_inv_freq(head_dim: int, base: float, device: torch.device) -> Tensor:
+    """[head_dim / 2] float32 inverse frequencies base^(-2j/head_dim)."""
+    exponent = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
+    return 1.0 / (base ** exponent)
+
+
+def rotate_half_cos_sin(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
+    """cos/sin [B, T, head_dim] for rotate-half RoPE at integer positions [B, T]."""
+    freqs = positions.float()[..., None] * rope_inv_freq(head_dim, base, positions.device)  # [B, T, D/2]
+    emb = torch.cat([freqs, freqs], dim=-1)  # [B, T, D]
+    return emb.cos(), emb.sin()
+
+
+def apply_rotate_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [B, heads, T, D]; cos/sin [B, T, D] (float32)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)  # [B, 1, T, D]
+    return x * cos + rotated * sin
+
+
+@dataclass
+class KVCache:
+    """Backbone K/V for every layer: k, v are [layers, num_slots + 1, kv_heads, max_len, head_dim].
+
+    Slot `dummy_slot` (the last) belongs to nobody: padded rows write there so that real slots are
+    never touched by them.
+    """
+
+    k: Tensor
+    v: Tensor
+
+    @classmethod
+    def allocate(cls, cfg: BackboneConfig, num_slots: int, max_len: int, *,
+                 dtype: torch.dtype, device: torch.device | str) -> "KVCache":
+        if num_slots < 1 or max_len < 1:
+            raise ValueError(f"KVCache needs num_slots >= 1 and max_len >= 1, got {num_slots}, {max_len}")
+        shape = (cfg.num_layers, num_slots + 1, cfg.num_kv_heads, max_len, cfg.head_dim)
+        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+
+    @property
+    def num_slots(self) -> int:
+        return self.k.shape[1] - 1
+
+    @property
+    def dummy_slot(self) -> int:
+        return self.k.shape[1] - 1
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[3]
+
+    def copy_slot(self, src: int, dst: int, length: int) -> None:
+        """Copy the first `length` positions of slot `src` into slot `dst` (a shared prompt prefix)."""
+        self.k[:, dst, :, :length] = self.k[:, src, :, :length]
+        self.v[:, dst, :, :length] = self.v[:, src, :, :length]
+
+
+@dataclass
+class CacheView:
+    """Where one batched call reads and writes: per-row slot, per-token write target, context bound."""
+
+    cache: KVCache
+    slots: Tensor        # [B] the slot each row reads
+    write_slots: Tensor  # [B, T] slot each token writes (dummy slot for padding)
+    write_pos: Tensor    # [B, T] position each token writes (0 for padding)
+    context_len: int     # keys read per row: positions 0 .. context_len - 1
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, cfg: BackboneConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+        self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, layer: int,
+                view: CacheView | None) -> Tensor:
+        cfg = self.cfg
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, cfg.num_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hq, T, D]
+        k = self.k_norm(self.k_proj(x).view(b, t, cfg.num_kv_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hkv, T, D]
+        v = self.v_proj(x).view(b, t, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        q, k = apply_rotate_half(q, cos, sin), apply_rotate_half(k, cos, sin)
+        if view is not None:
+            kc, vc = view.cache.k[layer], view.cache.v[layer]  # [S + 1, Hkv, L, D]
+            # advanced indices around a slice: indexed dims lead, so the target is [B, T, Hkv, D]
+            kc[view.write_slots, :, view.write_pos] = k.transpose(1, 2).to(kc.dtype)
+            vc[view.write_slots, :, view.write_pos] = v.transpose(1, 2).to(vc.dtype)
+            k = kc[view.slots, :, : view.context_len].to(q.dtype)  # [B, Hkv, C, D]
+            v = vc[view.slots, :, : view.context_len].to(q.dtype)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, T, D]
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim))
+
+
+class Qwen3MLP(nn.Module):
+    def __init__(self, cfg: BackboneConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Qwen3Layer(nn.Module):
+    def __init__(self, cfg: BackboneConfig) -> None:
+        super().__init__()
+        self.self_attn = Qwen3Attention(cfg)
+        self.mlp = Qwen3MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, layer: int,
+                view: CacheView | None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, layer, view)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Qwen3Backbone(nn.Module):
+    """Embedding table, decoder layers and final norm (release prefix `transformer.`)."""
+
+    def __init__(self, cfg: BackboneConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Qwen3Layer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: Tensor, *, valid: Tensor | None = None, layer_inputs: list[Tensor] | None = None) -> Tensor:
+        """Full causal pass with no cache. x [B, T, H]; valid [B, T] marks real (right-padded) rows.
+
+        Returns the final-norm output [B, T, H]. `layer_inputs`, when given, collects the residual
+        stream entering each layer.
+        """
+        b, t, _ = x.shape
+        positions = torch.arange(t, device=x.device).expand(b, t)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()[None, None]  # [1, 1, T, T]
+        if valid is not None:
+            mask = mask & valid[:, None, None, :]
+        return self._run(x, positions, mask, None, layer_inputs)
+
+    def forward_cached(self, x: Tensor, cache: KVCache, slots: Tensor, positions: Tensor,
+                       valid: Tensor | None = None, context_len: int | None = None) -> Tensor:
+        """Prefill or decode through the slot cache.
+
+        x [B, T, H]: row b's tokens sit at positions[b] ([B, T], consecutive) of slot slots[b] ([B]).
+        valid [B, T] (default all) marks real tokens; padding writes to the dummy slot.
+        context_len bounds the keys read (must exceed every valid position; default: the whole cache).
+        Returns the final-norm output [B, T, H]; outputs at padded tokens are meaningless.
+        """
+        b, t, _ = x.shape
+        if valid is None:
+            valid = torch.ones(b, t, dtype=torch.bool, device=x.device)
+        positions = torch.where(valid, positions, torch.zeros_like(positions))
+        ctx = cache.max_len if context_len is None else context_len
+        view = CacheView(
+            cache=cache,
+            slots=slots,
+            write_slots=torch.where(valid, slots[:, None].expand(b, t), torch.full_like(positions, cache.dummy_slot)),
+            write_pos=positions,
+            context_len=ctx,
+        )
+        keys = torch.arange(ctx, device=x.device)
+        mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, C]
+        return self._run(x, positions, mask, view, None)
+
+    def _run(self, x: Tensor, positions: Tensor, mask: Tensor, view: CacheView | None,
+             layer_inputs: list[Tensor] | None) -> Tensor:
+        cos, sin = rotate_half_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)
+        for i, layer in enumerate(self.layers):
+            if layer_inputs is not None:
+                layer_inputs.append(x)
+            x = layer(x, cos, sin, mask, i, view)
+        return self.norm(x)

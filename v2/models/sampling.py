@@ -1,0 +1,185 @@
+"""Batch-independent seeded sampling with exact logprobs, for the stop head and the 12 codebooks.
+
+Owns: the per-head settings (plain data), their per-row tensor form, repetition penalty, the
+temperature / top-k / top-p pipeline that defines the *processed* distribution, and Gumbel-max with
+noise from a counter-based hash of (seed, counter, token), counter = step * 13 + channel.
+Channel 0 is the stop decision, channel 1 + c is codebook c. A row's draw depends only on its own
+logits, seed and counter, never on its batch. No Python loop over rows.
+Must not know: the model, requests, the runtime.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+CHANNELS = 13  # stop decision + 12 codebooks
+_M32 = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class HeadSampling:
+    """Sampling settings of one head. temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k!r}")
+        if not (0 < self.top_p <= 1):
+            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Settings for one request: the stop head, the audio codebooks, and the codebook repetition penalty."""
+
+    stop: HeadSampling = field(default_factory=lambda: HeadSampling(1.0, 50, 1.0))
+    audio: HeadSampling = field(default_factory=lambda: HeadSampling(1.7, 25, 0.8))
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise ValueError(f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty!r}")
+
+    @classmethod
+    def uniform(cls, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                repetition_penalty: float = 1.0) -> "SamplingSettings":
+        """One setting for both heads (a single user-given temperature/top_k/top_p overrides both)."""
+        head = HeadSampling(temperature, top_k, top_p)
+        return cls(stop=head, audio=head, repetition_penalty=repetition_penalty)
+
+
+@dataclass
+class SamplingTensors:
+    """Per-row, per-channel settings of a batch: every field is [B, 13] except seed [B]."""
+
+    temperature: Tensor  # float32
+    top_k: Tensor        # int64, 0 = off
+    top_p: Tensor        # float32, 1 = off
+    penalty: Tensor      # float32, 1 = off (always 1 on channel 0)
+    seed: Tensor         # int64 [B]
+
+    @classmethod
+    def build(cls, settings: list[SamplingSettings], seeds: list[int], device: torch.device | str = "cpu") -> "SamplingTensors":
+        if len(settings) != len(seeds):
+            raise ValueError(f"{len(settings)} settings for {len(seeds)} seeds")
+
+        def per_channel(get_stop: object, get_audio: object) -> list[list[float]]:
+            return [[get_stop(s)] + [get_audio(s)] * (CHANNELS - 1) for s in settings]  # type: ignore[operator]
+
+        f32, i64 = torch.float32, torch.int64
+        return cls(
+            temperature=torch.tensor(per_channel(lambda s: s.stop.temperature, lambda s: s.audio.temperature), dtype=f32, device=device),
+            top_k=torch.tensor(per_channel(lambda s: s.stop.top_k, lambda s: s.audio.top_k), dtype=i64, device=device),
+            top_p=torch.tensor(per_channel(lambda s: s.stop.top_p, lambda s: s.audio.top_p), dtype=f32, device=device),
+            penalty=torch.tensor(per_channel(lambda s: 1.0, lambda s: s.repetition_penalty), dtype=f32, device=device),
+            seed=torch.tensor(seeds, dtype=i64, device=device),
+        )
+
+    def rows(self, index: Tensor) -> "SamplingTensors":
+        """The settings of rows `index` ([B'] long), e.g. to pad or reorder a batch."""
+        return SamplingTensors(self.temperature[index], self.top_k[index], self.top_p[index],
+                               self.penalty[index], self.seed[index])
+
+
+def apply_repetition_penalty(logits: Tensor, presence: Tensor, penalty: Tensor) -> Tensor:
+    """logits [B, V]; presence [B, V] bool (token seen before); penalty [B]. Seen logits: x<0 ? x*p : x/p."""
+    p = penalty[:, None]
+    penalized = torch.where(logits < 0, logits * p, logits / p)
+    return torch.where(presence, penalized, logits)
+
+
+def process_logits(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor) -> Tensor:
+    """The processed distribution as logits [B, V] (-inf where a token cannot be drawn).
+
+    logits [B, V] float32 (after any penalty); temperature/top_k/top_p [B]. Greedy rows
+    (temperature 0) become a point mass on the first argmax. Otherwise: divide by temperature,
+    keep the top-k values (ties at the k-th value kept), then keep the smallest prefix of the
+    sorted distribution whose mass reaches top_p (the most likely token is always kept).
+    """
+    v = logits.shape[-1]
+    greedy = temperature <= 0
+    z = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    sorted_z, order = torch.sort(z, dim=-1, descending=True, stable=True)  # [B, V]
+    use_k = (top_k > 0) & (top_k < v)
+    kth = sorted_z.gather(1, (top_k.clamp(1, v) - 1)[:, None])  # [B, 1]
+    kth = torch.where(use_k[:, None], kth, torch.full_like(kth, -math.inf))
+    z = z.masked_fill(z < kth, -math.inf)
+    sorted_z = sorted_z.masked_fill(sorted_z < kth, -math.inf)
+    probs = torch.softmax(sorted_z, dim=-1)
+    mass_before = torch.cumsum(probs, dim=-1) - probs  # [B, V] mass of strictly more likely tokens
+    keep_sorted = (mass_before < top_p[:, None]) | (top_p[:, None] >= 1)
+    keep_sorted[:, 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(1, order, keep_sorted)
+    z = z.masked_fill(~keep, -math.inf)
+    argmax = logits.argmax(dim=-1, keepdim=True)
+    point = torch.full_like(z, -math.inf).scatter(1, argmax, 0.0)
+    return torch.where(greedy[:, None], point, z)
+
+
+def _mul32(x: Tensor, c: int) -> Tensor:
+    """(x * c) mod 2^32 for x in [0, 2^32), without int64 overflow."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
+
+
+def _rotl32(x: Tensor, r: int) -> Tensor:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix(h: Tensor, word: Tensor) -> Tensor:
+    """One MurmurHash3 body round: fold a 32-bit word into the state h."""
+    k = _mul32(_rotl32(_mul32(word & _M32, 0xCC9E2D51), 15), 0x1B873593)
+    return (_mul32(_rotl32(h ^ k, 13), 5) + 0xE6546B64) & _M32
+
+
+def _finish(h: Tensor, n_words: int) -> Tensor:
+    h = h ^ (4 * n_words)
+    h = _mul32(h ^ (h >> 16), 0x85EBCA6B)
+    h = _mul32(h ^ (h >> 13), 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def hash_u32(words: list[Tensor]) -> Tensor:
+    """MurmurHash3 (x86, 32-bit, seed 0) of a sequence of 32-bit words, elementwise over broadcast tensors."""
+    h = torch.zeros_like(words[0])
+    for w in words:
+        h = _mix(h, w)
+    return _finish(h, len(words))
+
+
+def gumbel_noise(seed: Tensor, counter: Tensor, vocab: int) -> Tensor:
+    """Gumbel(0, 1) noise keyed by hash(seed lo, seed hi, counter, token id).
+
+    seed [B]; counter [B] or [B, C] -> noise [B, V] or [B, C, V]. The seed and counter words are folded
+    in before broadcasting over tokens, so the per-token work is one round and the finaliser.
+    """
+    h = _mix(_mix(torch.zeros_like(seed), seed & _M32), (seed >> 32) & _M32)  # [B]
+    h = _mix(h.view(-1, *([1] * (counter.dim() - 1))), counter)  # [B] or [B, C]
+    tokens = torch.arange(vocab, device=seed.device, dtype=torch.int64)
+    h = _finish(_mix(h[..., None], tokens), 4)  # [..., V]
+    u = ((h >> 8).float() + 0.5) * (1.0 / (1 << 24))  # in (0, 1), exact in float32
+    return -torch.log(-torch.log(u))
+
+
+def frame_noise(seed: Tensor, steps: Tensor, vocab: int) -> Tensor:
+    """Noise for all 13 channels of one frame: [B, 13, V], channel ch keyed by counter steps * 13 + ch."""
+    counters = steps[:, None] * CHANNELS + torch.arange(CHANNELS, device=steps.device)  # [B, 13]
+    return gumbel_noise(seed, counters, vocab)
+
+
+def sample(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+    """Draw one token per row by Gumbel-max: ids [B] and their logprobs [B] under the processed
+    distribution. noise [B, >= V] comes from `gumbel_noise` / `frame_noise` (token id = column)."""
+    z = process_logits(logits.float(), temperature, top_k, top_p)
+    ids = (z + noise[:, : z.shape[-1]]).argmax(dim=-1)
+    logprobs = torch.log_softmax(z, dim=-1).gather(1, ids[:, None])[:, 0]
+    return ids, logprobs
