@@ -46,3 +46,26 @@ def tiny_model(tiny_card):
     from v2.card import build_model
 
     return build_model(tiny_card)
+
+
+CODEC_DIR = FIXTURES / "moss_codec_tiny"
+
+
+@pytest.fixture(scope="session")
+def codec_ref() -> dict[str, np.ndarray]:
+    with np.load(CODEC_DIR / "reference.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+@pytest.fixture(scope="session")
+def ref_codec():
+    from v2.models.codec import MossAudioDecoder
+
+    return MossAudioDecoder.from_pretrained(CODEC_DIR / "checkpoint")
+
+
+@pytest.fixture(scope="session")
+def tiny_codec(tiny_card):
+    from v2.card import build_codec
+
+    return build_codec(tiny_card)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from v2.models.sampling import HeadSampling, SamplingSettings
 
@@ -21,6 +21,7 @@ CARDS_DIR = Path(__file__).resolve().parent.parent / "cards"
 DEFAULT_CARD = "moss_tts_local_tiny"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MODEL_CLASSES = ("MossTTSLocal",)
+CODEC_CLASSES = ("MossAudioDecoder",)
 
 
 class CardError(ValueError):
@@ -36,16 +37,33 @@ class SeededWeights(_Frozen):
     config: dict[str, Any]
 
 
-class ModelSection(_Frozen):
-    class_: Literal[MODEL_CLASSES] = Field(alias="class")  # type: ignore[valid-type]
+class _Weights(_Frozen):
+    """Where an expert's weights come from: a checkpoint directory, or a seed and an inline config."""
+
     checkpoint: str = ""
     dtype: Literal["float32", "bfloat16", "float16"]
-    tokenizer: Literal["bytes", "json"]
     seeded: SeededWeights | None = None
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "_Weights":
+        if not self.checkpoint and self.seeded is None:
+            raise ValueError("needs 'checkpoint' or a 'seeded' table")
+        if self.checkpoint and self.seeded is not None:
+            raise ValueError("has both 'checkpoint' and a 'seeded' table; keep one")
+        return self
+
+
+class ModelSection(_Weights):
+    class_: Literal[MODEL_CLASSES] = Field(alias="class")  # type: ignore[valid-type]
+    tokenizer: Literal["bytes", "json"]
+
+
+class CodecSection(_Weights):
+    class_: Literal[CODEC_CLASSES] = Field(alias="class")  # type: ignore[valid-type]
 
 
 class HeadDefaults(_Frozen):
@@ -76,17 +94,9 @@ class ModelCard(_Frozen):
     name: str
     description: str = ""
     model: ModelSection
+    codec: CodecSection
     sampling: SamplingSection
     limits: LimitsSection
-
-    @field_validator("model")
-    @classmethod
-    def _weights_source(cls, model: ModelSection) -> ModelSection:
-        if not model.checkpoint and model.seeded is None:
-            raise ValueError("needs 'checkpoint' or a [model.seeded] table")
-        if model.checkpoint and model.seeded is not None:
-            raise ValueError("has both 'checkpoint' and [model.seeded]; keep one")
-        return model
 
 
 def card_path(name_or_path: str | Path) -> Path:
@@ -126,6 +136,19 @@ def build_model(card: ModelCard, *, checkpoint: str | Path | None = None, dtype:
     if checkpoint is None and card.model.seeded is not None:
         return cls.from_seed(card.model.seeded.config, card.model.seeded.seed, dtype=dtype, device=device)
     return cls.from_pretrained(Path(checkpoint or card.model.checkpoint), dtype=dtype, device=device)
+
+
+def build_codec(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: torch.dtype | None = None,
+                device: torch.device | str = "cpu") -> torch.nn.Module:
+    """Instantiate the card's codec decoder from its checkpoint (or `checkpoint`) or seeded config."""
+    from v2.models.codec import MossAudioDecoder
+
+    classes = {"MossAudioDecoder": MossAudioDecoder}
+    cls = classes[card.codec.class_]
+    dtype = dtype or card.codec.torch_dtype
+    if checkpoint is None and card.codec.seeded is not None:
+        return cls.from_seed(card.codec.seeded.config, card.codec.seeded.seed, dtype=dtype, device=device)
+    return cls.from_pretrained(Path(checkpoint or card.codec.checkpoint), dtype=dtype, device=device)
 
 
 def build_tokenizer(card: ModelCard, checkpoint: str | Path | None = None):  # type: ignore[no-untyped-def]

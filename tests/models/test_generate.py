@@ -39,7 +39,7 @@ def test_generate_is_deterministic_and_honours_min_and_max_frames(tiny_model):
     for seed in range(6):
         codes = tiny_model.generate(p, max_frames=9, min_frames=9, seed=seed)
         assert codes.shape == (9, 12)
-    lengths = {tiny_model.generate(p, max_frames=80, seed=s).shape[0] for s in range(8)}
+    lengths = {tiny_model.generate(p, max_frames=40, seed=s).shape[0] for s in range(4)}
     assert len(lengths) > 1  # the stop head is sampled, not forced
 
 

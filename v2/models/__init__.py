@@ -1,7 +1,7 @@
 """The model family: MOSS-TTS-Local (Qwen3 backbone + local transformer) and its parts."""
 
 from v2.models.config import ConfigError, MossTTSLocalConfig
-from v2.models.loader import CheckpointError
+from v2.models.weights import CheckpointError
 from v2.models.moss_tts_local import FrameOutput, MossTTSLocal
 from v2.models.qwen3 import KVCache
 from v2.models.sampling import HeadSampling, SamplingSettings, SamplingTensors

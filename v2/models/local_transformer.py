@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from v2.models.config import LocalConfig
-from v2.models.qwen3 import rope_inv_freq
+from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
 FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)
 
@@ -26,18 +26,6 @@ _ACT = {
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
-
-
-def interleaved_cos_sin(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
-    """cos/sin [T, head_dim] for interleaved (GPT-J) RoPE at positions [T]; each value repeated per pair."""
-    freqs = positions.float()[:, None] * rope_inv_freq(head_dim, base, positions.device)  # [T, D/2]
-    return freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
-
-
-def apply_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x [B, heads, T, D]; pairs (x0, x1) rotate as (x0 cos - x1 sin, x1 cos + x0 sin)."""
-    rotated = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)  # [-x1, x0, -x3, x2, ...]
-    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
 @dataclass

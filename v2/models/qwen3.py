@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from v2.models.config import BackboneConfig
+from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
 
 
 class RMSNorm(nn.Module):
@@ -31,27 +32,6 @@ class RMSNorm(nn.Module):
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(dtype)
-
-
-def rope_inv_freq(head_dim: int, base: float, device: torch.device) -> Tensor:
-    """[head_dim / 2] float32 inverse frequencies base^(-2j/head_dim)."""
-    exponent = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
-    return 1.0 / (base ** exponent)
-
-
-def rotate_half_cos_sin(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
-    """cos/sin [B, T, head_dim] for rotate-half RoPE at integer positions [B, T]."""
-    freqs = positions.float()[..., None] * rope_inv_freq(head_dim, base, positions.device)  # [B, T, D/2]
-    emb = torch.cat([freqs, freqs], dim=-1)  # [B, T, D]
-    return emb.cos(), emb.sin()
-
-
-def apply_rotate_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x [B, heads, T, D]; cos/sin [B, T, D] (float32)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)  # [B, 1, T, D]
-    return x * cos + rotated * sin
 
 
 @dataclass

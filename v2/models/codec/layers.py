@@ -1,0 +1,159 @@
+"""The codec decoder's building blocks, written so that streaming equals whole decoding bit for bit.
+
+Owns: `StableLinear` (a Linear whose per-row result does not depend on how many rows it is given),
+causal local-window attention over an explicit per-query key window, the transformer layer and stage
+(release names: `input_proj`, `transformer.layers.{j}.{norm1, self_attn, layer_scale_1, norm2, ffn,
+layer_scale_2}`, `output_proj`), and the decode-direction patch up-sampler.
+
+Why: a chunk of n frames must produce exactly the samples the whole utterance produces. Every op
+here is per position, with the same reduction order whatever the chunk: linears pad small row
+counts (the BLAS picks other kernels below ~12 rows on CPU), and each query attends over exactly its
+own `window` keys (an unfold of history + new keys), reduced with elementwise products and sums, not a
+batched matmul whose kernel choice varies with the batch count.
+Must not know: checkpoints, stream slots' allocation, the runtime.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from v2.models.codec.config import StageConfig
+from v2.models.rope import apply_interleaved, interleaved_cos_sin
+
+MIN_ROWS = 16      # row counts below this are zero-padded up to it before a matmul
+QUERY_BLOCK = 256  # queries per attention block (bounds the [.., D, window] products)
+
+
+def stable_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """F.linear whose result for a row is the same for any number of rows in the call."""
+    rows = x.reshape(-1, x.shape[-1])  # [N, in]
+    n = rows.shape[0]
+    if n < MIN_ROWS:
+        rows = torch.cat([rows, rows.new_zeros(MIN_ROWS - n, rows.shape[1])])
+    return F.linear(rows, weight, bias)[:n].reshape(*x.shape[:-1], weight.shape[0])
+
+
+class StableLinear(nn.Linear):
+    """nn.Linear computed by `stable_linear`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return stable_linear(x, self.weight, self.bias)
+
+
+def window_attention(q: Tensor, keys: Tensor, values: Tensor, first_pos: Tensor, window: int) -> Tensor:
+    """Causal local attention for n new queries per row.
+
+    q [B, H, n, D] sits at positions first_pos[b] + i. keys/values [B, H, window - 1 + n, D] hold
+    positions first_pos - window + 1 ... first_pos + n - 1 (history, then the new keys). A query at p sees
+    keys p - window + 1 .. p; keys at negative positions (before the stream began) are masked.
+    Returns [B, H, n, D].
+    """
+    b, h, n, d = q.shape
+    key_win = keys.unfold(2, window, 1)  # [B, H, n, D, window]: query i's keys, oldest first
+    val_win = values.unfold(2, window, 1)  # [B, H, n, D, window]
+    offsets = torch.arange(n, device=q.device)[:, None] - window + 1 + torch.arange(window, device=q.device)
+    masked = (first_pos[:, None, None] + offsets[None]) < 0  # [B, n, window]
+    q = q * (1.0 / math.sqrt(d))
+    out = torch.empty_like(q)
+    for s in range(0, n, QUERY_BLOCK):
+        e = min(n, s + QUERY_BLOCK)
+        scores = (q[:, :, s:e, :, None] * key_win[:, :, s:e]).sum(dim=-2)  # [B, H, q, window]
+        scores = scores.masked_fill(masked[:, None, s:e], -math.inf)
+        probs = torch.softmax(scores, dim=-1)
+        out[:, :, s:e] = (probs[:, :, :, None, :] * val_win[:, :, s:e]).sum(dim=-1)  # [B, H, q, D]
+    return out
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.scale
+
+
+class WindowSelfAttention(nn.Module):
+    def __init__(self, cfg: StageConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.in_proj = StableLinear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.out_proj = StableLinear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x: Tensor, positions: Tensor, k_hist: Tensor, v_hist: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x [B, n, d] at positions [B, n]; k_hist/v_hist [B, H, window - 1, D] the previous keys/values.
+
+        Returns the output [B, n, d] and the keys/values [B, H, window - 1 + n, D] (history + new).
+        """
+        cfg = self.cfg
+        b, n, _ = x.shape
+        q, k, v = self.in_proj(x).view(b, n, 3, cfg.num_heads, cfg.head_dim).permute(2, 0, 3, 1, 4)  # 3 x [B, H, n, D]
+        cos, sin = interleaved_cos_sin(positions, cfg.head_dim, cfg.max_period)  # [B, n, D]
+        q, k = apply_interleaved(q, cos[:, None], sin[:, None]), apply_interleaved(k, cos[:, None], sin[:, None])
+        keys, values = torch.cat([k_hist.to(k.dtype), k], dim=2), torch.cat([v_hist.to(v.dtype), v], dim=2)
+        out = window_attention(q, keys, values, positions[:, 0], cfg.window)  # [B, H, n, D]
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, cfg.d_model)), keys, values
+
+
+class CodecLayer(nn.Module):
+    def __init__(self, cfg: StageConfig) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(cfg.d_model, eps=1e-5)
+        self.self_attn = WindowSelfAttention(cfg)
+        self.layer_scale_1 = LayerScale(cfg.d_model)
+        self.norm2 = nn.LayerNorm(cfg.d_model, eps=1e-5)
+        self.ffn = nn.Sequential(StableLinear(cfg.d_model, cfg.ffn_dim, bias=False), nn.GELU(),
+                                 StableLinear(cfg.ffn_dim, cfg.d_model, bias=False))
+        self.layer_scale_2 = LayerScale(cfg.d_model)
+
+
+class CodecTransformer(nn.Module):
+    def __init__(self, cfg: StageConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(CodecLayer(cfg) for _ in range(cfg.num_layers))
+
+
+class CodecStage(nn.Module):
+    """input_proj -> causal local-window layers -> output_proj, on [B, n, C] (time-major)."""
+
+    def __init__(self, cfg: StageConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.input_proj = StableLinear(cfg.input_dim, cfg.d_model, bias=False)
+        self.transformer = CodecTransformer(cfg)
+        self.output_proj = StableLinear(cfg.d_model, cfg.output_dim, bias=False)
+
+    def forward(self, x: Tensor, first_pos: Tensor, history: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """x [B, n, C_in]; first_pos [B] this stage's position of x[:, 0]; history per layer (k, v)
+        [B, H, window - 1, D]. Returns [B, n, C_out] and each layer's history for the next chunk."""
+        n = x.shape[1]
+        positions = first_pos[:, None] + torch.arange(n, device=x.device)  # [B, n]
+        keep = self.cfg.window - 1
+        h = self.input_proj(x)
+        new_history = []
+        for layer, (k_hist, v_hist) in zip(self.transformer.layers, history):
+            attn, keys, values = layer.self_attn(layer.norm1(h), positions, k_hist, v_hist)
+            h = h + layer.layer_scale_1(attn)
+            h = h + layer.layer_scale_2(layer.ffn(layer.norm2(h)))
+            new_history.append((keys[:, :, keys.shape[2] - keep :], values[:, :, values.shape[2] - keep :]))
+        return self.output_proj(h), new_history
+
+
+class PatchUpsample(nn.Module):
+    """Decode-direction PatchedPretransform in time-major layout: [B, L, C] -> [B, L * patch, C / patch].
+
+    Channel group g, member j of step t becomes output step t * patch + j of channel g.
+    """
+
+    def __init__(self, patch: int) -> None:
+        super().__init__()
+        self.patch = patch
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, length, c = x.shape
+        # [B, L, C/p, p] -> [B, L, p, C/p] -> [B, L * p, C/p]
+        return x.view(b, length, c // self.patch, self.patch).transpose(2, 3).reshape(b, length * self.patch, c // self.patch)
