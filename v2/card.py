@@ -125,30 +125,33 @@ def load_card(name_or_path: str | Path = DEFAULT_CARD) -> ModelCard:
         raise CardError(f"card {path.name}: {fields}") from None
 
 
-def build_model(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: torch.dtype | None = None,
-                device: torch.device | str = "cpu") -> torch.nn.Module:
-    """Instantiate the card's model class from its checkpoint (or `checkpoint`) or seeded config."""
+def _registry() -> dict[str, Any]:
+    """The fixed set of classes a card may name (imported lazily: cards load without torch models)."""
+    from v2.models.codec import MossAudioDecoder
     from v2.models.moss_tts_local import MossTTSLocal
 
-    classes = {"MossTTSLocal": MossTTSLocal}
-    cls = classes[card.model.class_]
-    dtype = dtype or card.model.torch_dtype
-    if checkpoint is None and card.model.seeded is not None:
-        return cls.from_seed(card.model.seeded.config, card.model.seeded.seed, dtype=dtype, device=device)
-    return cls.from_pretrained(Path(checkpoint or card.model.checkpoint), dtype=dtype, device=device)
+    return {"MossTTSLocal": MossTTSLocal, "MossAudioDecoder": MossAudioDecoder}
+
+
+def _build(section: ModelSection | CodecSection, checkpoint: str | Path | None, dtype: torch.dtype | None,
+           device: torch.device | str) -> Any:
+    cls = _registry()[section.class_]
+    dtype = dtype or section.torch_dtype
+    if checkpoint is None and section.seeded is not None:
+        return cls.from_seed(section.seeded.config, section.seeded.seed, dtype=dtype, device=device)
+    return cls.from_pretrained(Path(checkpoint or section.checkpoint), dtype=dtype, device=device)
+
+
+def build_model(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: torch.dtype | None = None,
+                device: torch.device | str = "cpu") -> Any:
+    """The card's TTS model (a `MossTTSLocal`), from its checkpoint (or `checkpoint`) or seeded config."""
+    return _build(card.model, checkpoint, dtype, device)
 
 
 def build_codec(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: torch.dtype | None = None,
-                device: torch.device | str = "cpu") -> torch.nn.Module:
-    """Instantiate the card's codec decoder from its checkpoint (or `checkpoint`) or seeded config."""
-    from v2.models.codec import MossAudioDecoder
-
-    classes = {"MossAudioDecoder": MossAudioDecoder}
-    cls = classes[card.codec.class_]
-    dtype = dtype or card.codec.torch_dtype
-    if checkpoint is None and card.codec.seeded is not None:
-        return cls.from_seed(card.codec.seeded.config, card.codec.seeded.seed, dtype=dtype, device=device)
-    return cls.from_pretrained(Path(checkpoint or card.codec.checkpoint), dtype=dtype, device=device)
+                device: torch.device | str = "cpu") -> Any:
+    """The card's codec decoder (a `MossAudioDecoder`), from its checkpoint (or `checkpoint`) or seeded config."""
+    return _build(card.codec, checkpoint, dtype, device)
 
 
 def build_tokenizer(card: ModelCard, checkpoint: str | Path | None = None):  # type: ignore[no-untyped-def]
