@@ -87,3 +87,20 @@ def test_batched_decode_equals_each_alone(tiny_codec):
     batch = tiny_codec.decode(codes, lengths)
     assert torch.equal(batch[0:1], tiny_codec.decode(codes[0:1]))
     assert torch.equal(batch[1:2, :, : 17 * 3840], tiny_codec.decode(codes[1:2, :, :17]))
+
+
+def test_rows_with_fewer_real_frames_than_the_chunk(tiny_codec):
+    """Chunks of different lengths share one call, padded to a common n; each stream stays exact."""
+    a, b = codes_for(40), codes_for(41)
+    state = tiny_codec.allocate_state(2)
+    out_a, out_b = [], []
+    for (sa, na), (sb, nb) in [((0, 3), (0, 1)), ((3, 8), (1, 8)), ((11, 13), (9, 15))]:
+        n = max(na, nb) + 2  # padding frames past both
+        codes = torch.zeros(2, 12, n, dtype=torch.long)
+        codes[0, :, :na], codes[1, :, :nb] = a[0, :, sa : sa + na], b[0, :, sb : sb + nb]
+        codes[:, :, max(na, nb):] = 7
+        out = tiny_codec.decode_chunk(torch.tensor([0, 1]), codes, state=state, lengths=torch.tensor([na, nb]))
+        out_a.append(out[0:1, :, : na * 3840]), out_b.append(out[1:2, :, : nb * 3840])
+    assert state.frames[:2].tolist() == [FRAMES, FRAMES]
+    assert torch.equal(torch.cat(out_a, -1), tiny_codec.decode(a))
+    assert torch.equal(torch.cat(out_b, -1), tiny_codec.decode(b))

@@ -122,9 +122,11 @@ class MossAudioDecoder(nn.Module):
         return CodecState(ks, vs, torch.zeros(num_slots + 1, dtype=torch.long, device=self.device))
 
     @torch.no_grad()
-    def decode_chunk(self, slots: Tensor, codes: Tensor, *, state: CodecState) -> Tensor:
-        """Advance B streams by n frames each: slots [B] (the dummy slot for padding rows, real slots
-        distinct), codes [B, 12, n] in [0, codebook_size) -> audio [B, channels, n * hop]."""
+    def decode_chunk(self, slots: Tensor, codes: Tensor, *, state: CodecState, lengths: Tensor | None = None) -> Tensor:
+        """Advance B streams: slots [B] (the dummy slot for padding rows, real slots distinct), codes
+        [B, 12, n] in [0, codebook_size); lengths [B] (default n) frames of each row that are real, the rest
+        padding up to a shared n. Returns audio [B, channels, n * hop]; row b's first lengths[b] * hop
+        samples are its audio, and its stream advances by lengths[b] frames."""
         b, _, n = codes.shape
         frames = state.frames[slots]  # [B]
         x = self.quantizer(codes)  # [B, n, latent]
@@ -133,14 +135,15 @@ class MossAudioDecoder(nn.Module):
             if isinstance(module, CodecStage):
                 count = spec.num_layers  # type: ignore[union-attr]
                 history = [(state.k[i][slots], state.v[i][slots]) for i in range(layer, layer + count)]
-                x, history = module(x, frames * module.cfg.upsample, history)
+                up = module.cfg.upsample
+                x, history = module(x, frames * up, history, None if lengths is None else lengths * up)
                 for i, (k, v) in enumerate(history, start=layer):
                     state.k[i][slots] = k.to(state.k[i].dtype)
                     state.v[i][slots] = v.to(state.v[i].dtype)
                 layer += count
             else:
                 x = module(x)
-        state.frames[slots] = frames + n
+        state.frames[slots] = frames + (n if lengths is None else lengths)
         # [B, n * hop * channels, 1] interleaved L R L R ... -> [B, channels, n * hop]
         return x.reshape(b, n * self.cfg.hop, self.cfg.channels).transpose(1, 2)
 

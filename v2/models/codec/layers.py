@@ -127,9 +127,12 @@ class CodecStage(nn.Module):
         self.transformer = CodecTransformer(cfg)
         self.output_proj = StableLinear(cfg.d_model, cfg.output_dim, bias=False)
 
-    def forward(self, x: Tensor, first_pos: Tensor, history: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+    def forward(self, x: Tensor, first_pos: Tensor, history: list[tuple[Tensor, Tensor]],
+                valid: Tensor | None = None) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
         """x [B, n, C_in]; first_pos [B] this stage's position of x[:, 0]; history per layer (k, v)
-        [B, H, window - 1, D]. Returns [B, n, C_out] and each layer's history for the next chunk."""
+        [B, H, window - 1, D]; valid [B] tokens of each row that are real (default all n: later ones are
+        padding, computed but never kept). Returns [B, n, C_out] and each layer's history for the next chunk:
+        the window - 1 keys/values ending at the row's last valid token."""
         n = x.shape[1]
         positions = first_pos[:, None] + torch.arange(n, device=x.device)  # [B, n]
         keep = self.cfg.window - 1
@@ -139,8 +142,17 @@ class CodecStage(nn.Module):
             attn, keys, values = layer.self_attn(layer.norm1(h), positions, k_hist, v_hist)
             h = h + layer.layer_scale_1(attn)
             h = h + layer.layer_scale_2(layer.ffn(layer.norm2(h)))
-            new_history.append((keys[:, :, keys.shape[2] - keep :], values[:, :, values.shape[2] - keep :]))
+            new_history.append((_last_keys(keys, keep, valid), _last_keys(values, keep, valid)))
         return self.output_proj(h), new_history
+
+
+def _last_keys(seq: Tensor, keep: int, valid: Tensor | None) -> Tensor:
+    """seq [B, H, keep + n, D] -> the `keep` entries before position keep + valid[b] of each row."""
+    if valid is None:
+        return seq[:, :, seq.shape[2] - keep :]
+    b, h, _, d = seq.shape
+    index = (valid[:, None] + torch.arange(keep, device=seq.device))[:, None, :, None]  # [B, 1, keep, 1]
+    return seq.gather(2, index.expand(b, h, keep, d))
 
 
 class PatchUpsample(nn.Module):
