@@ -1,8 +1,9 @@
 """Model cards: the data files in `cards/` validated into frozen models, and building what they name.
 
-Owns: the card schema (model class from a fixed registry, checkpoint or seeded config, dtype,
-tokenizer, sampling defaults, limits), finding a card by name or path, and refusing a card with a
-missing, unknown or invalid field (the error names it). No code is ever imported from a card.
+Owns: the card schema (experts `backbone`, `local_transformer`, `vocoder` with class, checkpoint and
+dtype; seeded weight sources; loops `ar_decode`, `vocoder` with their settings), finding a card by name
+or path, refusing a bad card with the field named, and instantiating experts from a fixed registry.
+No code is ever imported from a card.
 Must not know: the runtime, requests, scheduling.
 """
 
@@ -12,16 +13,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from v2.models.sampling import HeadSampling, SamplingSettings
 
 CARDS_DIR = Path(__file__).resolve().parent.parent / "cards"
 DEFAULT_CARD = "moss_tts_local_tiny"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-MODEL_CLASSES = ("MossTTSLocal",)
-CODEC_CLASSES = ("MossAudioDecoder",)
+SEED_PREFIX = "seed:"
+DType = Literal["float32", "bfloat16", "float16"]
 
 
 class CardError(ValueError):
@@ -29,41 +28,40 @@ class CardError(ValueError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
 class SeededWeights(_Frozen):
+    """Weights drawn from `seed` for a model built from `config` (a config.json in the release schema)."""
+
     seed: int
     config: dict[str, Any]
 
 
-class _Weights(_Frozen):
-    """Where an expert's weights come from: a checkpoint directory, or a seed and an inline config."""
+class Expert(_Frozen):
+    """checkpoint: a directory (relative paths from the working directory) or `seed:NAME` ([seeded.NAME])."""
 
-    checkpoint: str = ""
-    dtype: Literal["float32", "bfloat16", "float16"]
-    seeded: SeededWeights | None = None
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "_Weights":
-        if not self.checkpoint and self.seeded is None:
-            raise ValueError("needs 'checkpoint' or a 'seeded' table")
-        if self.checkpoint and self.seeded is not None:
-            raise ValueError("has both 'checkpoint' and a 'seeded' table; keep one")
-        return self
+    checkpoint: str = Field(min_length=1)
+    dtype: DType
 
 
-class ModelSection(_Weights):
-    class_: Literal[MODEL_CLASSES] = Field(alias="class")  # type: ignore[valid-type]
+class BackboneExpert(Expert):
+    class_: Literal["Qwen3Backbone"] = Field(alias="class")
     tokenizer: Literal["bytes", "json"]
 
 
-class CodecSection(_Weights):
-    class_: Literal[CODEC_CLASSES] = Field(alias="class")  # type: ignore[valid-type]
+class LocalTransformerExpert(Expert):
+    class_: Literal["MossLocalTransformer"] = Field(alias="class")
+
+
+class VocoderExpert(Expert):
+    class_: Literal["MossAudioDecoder"] = Field(alias="class")
+
+
+class Experts(_Frozen):
+    backbone: BackboneExpert
+    local_transformer: LocalTransformerExpert
+    vocoder: VocoderExpert
 
 
 class HeadDefaults(_Frozen):
@@ -72,7 +70,7 @@ class HeadDefaults(_Frozen):
     top_p: float = Field(gt=0, le=1)
 
 
-class SamplingSection(_Frozen):
+class SamplingDefaults(_Frozen):
     stop: HeadDefaults
     audio: HeadDefaults
     repetition_penalty: float = Field(gt=0, allow_inf_nan=False)
@@ -85,18 +83,74 @@ class SamplingSection(_Frozen):
         )
 
 
-class LimitsSection(_Frozen):
-    max_frames: int = Field(ge=1)
-    max_prompt_rows: int = Field(ge=1)
+def _check_buckets(buckets: list[int]) -> list[int]:
+    if not buckets or any(b < 1 for b in buckets) or buckets != sorted(set(buckets)):
+        raise ValueError("must be a non-empty, strictly increasing list of positive integers")
+    return buckets
+
+
+class ARDecodeSettings(_Frozen):
+    class_: Literal["ARDecodeLoop"] = Field(alias="class")
+    max_frames: int = Field(ge=1)          # cap on a request's frames
+    max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
+    max_running: int = Field(ge=1)         # KV slots: requests decoding at once
+    prefill_chunk_rows: int = Field(ge=1)  # prompt rows prefilled per engine step, all requests together
+    batch_buckets: list[int]               # AR_FRAME batches are padded up to one of these
+    sampling: SamplingDefaults
+
+    _buckets = field_validator("batch_buckets")(_check_buckets)
+
+    @model_validator(mode="after")
+    def _fits(self) -> "ARDecodeSettings":
+        if self.max_running > self.batch_buckets[-1]:
+            raise ValueError(f"max_running ({self.max_running}) exceeds the largest batch bucket")
+        return self
+
+
+class VocoderSettings(_Frozen):
+    class_: Literal["VocoderLoop"] = Field(alias="class")
+    first_chunk_frames: int = Field(ge=1)  # frames in a stream's first audio chunk
+    chunk_frames: int = Field(ge=1)        # frames in every later chunk (the last may be shorter)
+    max_streams: int = Field(ge=1)         # codec state slots
+    batch_buckets: list[int]               # AUDIO_CHUNK batches are padded up to one of these
+    frame_buckets: list[int]               # a batch's chunk length is padded up to one of these
+
+    _buckets = field_validator("batch_buckets", "frame_buckets")(_check_buckets)
+
+    @model_validator(mode="after")
+    def _fits(self) -> "VocoderSettings":
+        if max(self.first_chunk_frames, self.chunk_frames) > self.frame_buckets[-1]:
+            raise ValueError("chunk frames exceed the largest frame bucket")
+        if self.max_streams > self.batch_buckets[-1]:
+            raise ValueError(f"max_streams ({self.max_streams}) exceeds the largest batch bucket")
+        return self
+
+
+class Loops(_Frozen):
+    ar_decode: ARDecodeSettings
+    vocoder: VocoderSettings
 
 
 class ModelCard(_Frozen):
     name: str
     description: str = ""
-    model: ModelSection
-    codec: CodecSection
-    sampling: SamplingSection
-    limits: LimitsSection
+    experts: Experts
+    loops: Loops
+    seeded: dict[str, SeededWeights] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ModelCard":
+        e = self.experts
+        for name in ("backbone", "local_transformer", "vocoder"):
+            ckpt = getattr(e, name).checkpoint
+            if ckpt.startswith(SEED_PREFIX) and ckpt[len(SEED_PREFIX):] not in self.seeded:
+                raise ValueError(f"experts.{name}.checkpoint: {ckpt!r} names no [seeded.{ckpt[len(SEED_PREFIX):]}] table")
+        if (e.local_transformer.checkpoint, e.local_transformer.dtype) != (e.backbone.checkpoint, e.backbone.dtype):
+            raise ValueError("experts.local_transformer: checkpoint and dtype must equal the backbone's "
+                             "(one release checkpoint holds both)")
+        if self.loops.vocoder.max_streams < self.loops.ar_decode.max_running:
+            raise ValueError("loops.vocoder.max_streams must be >= loops.ar_decode.max_running")
+        return self
 
 
 def card_path(name_or_path: str | Path) -> Path:
@@ -126,36 +180,41 @@ def load_card(name_or_path: str | Path = DEFAULT_CARD) -> ModelCard:
 
 
 def _registry() -> dict[str, Any]:
-    """The fixed set of classes a card may name (imported lazily: cards load without torch models)."""
+    """The fixed set of weight classes a card's experts resolve to (imported lazily)."""
     from v2.models.codec import MossAudioDecoder
     from v2.models.moss_tts_local import MossTTSLocal
 
-    return {"MossTTSLocal": MossTTSLocal, "MossAudioDecoder": MossAudioDecoder}
+    # the backbone and the local transformer are two experts of one release checkpoint
+    return {"Qwen3Backbone": MossTTSLocal, "MossLocalTransformer": MossTTSLocal, "MossAudioDecoder": MossAudioDecoder}
 
 
-def _build(section: ModelSection | CodecSection, checkpoint: str | Path | None, dtype: torch.dtype | None,
-           device: torch.device | str) -> Any:
-    cls = _registry()[section.class_]
-    dtype = dtype or section.torch_dtype
-    if checkpoint is None and section.seeded is not None:
-        return cls.from_seed(section.seeded.config, section.seeded.seed, dtype=dtype, device=device)
-    return cls.from_pretrained(Path(checkpoint or section.checkpoint), dtype=dtype, device=device)
+def _build(card: ModelCard, expert: Expert, class_: str, checkpoint: str | Path | None, dtype: Any,
+           device: Any) -> Any:
+    import torch
+
+    cls = _registry()[class_]
+    dtype = dtype or getattr(torch, expert.dtype)
+    source = str(checkpoint) if checkpoint is not None else expert.checkpoint
+    if source.startswith(SEED_PREFIX):
+        seeded = card.seeded[source[len(SEED_PREFIX):]]
+        return cls.from_seed(seeded.config, seeded.seed, dtype=dtype, device=device)
+    return cls.from_pretrained(Path(source), dtype=dtype, device=device)
 
 
-def build_model(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: torch.dtype | None = None,
-                device: torch.device | str = "cpu") -> Any:
-    """The card's TTS model (a `MossTTSLocal`), from its checkpoint (or `checkpoint`) or seeded config."""
-    return _build(card.model, checkpoint, dtype, device)
+def build_model(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: Any = None,
+                device: Any = "cpu") -> Any:
+    """The backbone + local-transformer experts (one `MossTTSLocal`), from the card or `checkpoint`."""
+    return _build(card, card.experts.backbone, card.experts.backbone.class_, checkpoint, dtype, device)
 
 
-def build_codec(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: torch.dtype | None = None,
-                device: torch.device | str = "cpu") -> Any:
-    """The card's codec decoder (a `MossAudioDecoder`), from its checkpoint (or `checkpoint`) or seeded config."""
-    return _build(card.codec, checkpoint, dtype, device)
+def build_codec(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: Any = None,
+                device: Any = "cpu") -> Any:
+    """The vocoder expert (a `MossAudioDecoder`), from the card or `checkpoint`."""
+    return _build(card, card.experts.vocoder, card.experts.vocoder.class_, checkpoint, dtype, device)
 
 
-def build_tokenizer(card: ModelCard, checkpoint: str | Path | None = None):  # type: ignore[no-untyped-def]
+def build_tokenizer(card: ModelCard, checkpoint: str | Path | None = None) -> Any:
     from v2.models.tokenizer import load_tokenizer
 
-    ckpt = checkpoint or card.model.checkpoint or None
-    return load_tokenizer(card.model.tokenizer, Path(ckpt) if ckpt else None)
+    source = str(checkpoint) if checkpoint is not None else card.experts.backbone.checkpoint
+    return load_tokenizer(card.experts.backbone.tokenizer, None if source.startswith(SEED_PREFIX) else Path(source))

@@ -1,7 +1,8 @@
-"""Command line: `python -m v2 synth ...` synthesises speech for a text on a card's model and codec.
+"""Command line: `python -m v2 synth "text" -o out.wav` speaks a text through the runtime.
 
-Owns: argument parsing, card/model/tokenizer set-up for one job, writing the result.
-Must not know: model internals beyond the public entry points.
+Owns: argument parsing, one runtime for the job, a progress bar on stderr fed by the stream's chunks,
+and writing the wav (16-bit PCM; with --stream, written chunk by chunk as the audio arrives).
+Must not know: model internals, scheduling.
 """
 
 from __future__ import annotations
@@ -13,67 +14,103 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
-
 import soundfile as sf
 
-from v2.card import DEFAULT_CARD, build_codec, build_model, build_tokenizer, load_card
-from v2.models.prompt import build_prompt
+from v2.card import DEFAULT_CARD
+from v2.loops.vocoder import AudioChunk
+from v2.request import RequestError
+from v2.runtime import Runtime
+
+DEFAULT_TEXT = "Hello from v2, a runtime for dual autoregressive speech models."
+
+
+class Progress:
+    """A one-line bar: seconds of audio made so far against the request's frame budget."""
+
+    def __init__(self, budget_seconds: float, enabled: bool) -> None:
+        self.budget, self.enabled, self.made = budget_seconds, enabled, 0.0
+        self.start = time.perf_counter()
+
+    def update(self, chunk: AudioChunk) -> None:
+        self.made += chunk.audio.shape[1] / chunk.sample_rate
+        if self.enabled:
+            width = 30
+            filled = min(width, int(width * self.made / self.budget)) if self.budget else width
+            bar = "#" * filled + "." * (width - filled)
+            sys.stderr.write(f"\r[{bar}] {self.made:6.2f} s of audio, {time.perf_counter() - self.start:6.2f} s")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
 
 
 def _synth(args: argparse.Namespace) -> int:
-    card = load_card(args.card)
-    model = build_model(card, checkpoint=args.checkpoint, device=args.device)
-    codec = build_codec(card, checkpoint=args.codec_checkpoint, device=args.device)
-    tokenizer = build_tokenizer(card, args.checkpoint)
-    rows = build_prompt(tokenizer, model.cfg, args.text, language=args.language, instruction=args.instruction)
-    if len(rows) > card.limits.max_prompt_rows:
-        raise SystemExit(f"text: prompt of {len(rows)} rows exceeds the card's max_prompt_rows "
-                         f"({card.limits.max_prompt_rows})")
-    max_frames = args.max_frames or card.limits.max_frames
-    if not 1 <= max_frames <= card.limits.max_frames:
-        raise SystemExit(f"max_frames: must lie in [1, {card.limits.max_frames}], got {max_frames}")
-    if not 0 <= args.min_frames <= max_frames:
-        raise SystemExit(f"min_frames: must lie in [0, max_frames = {max_frames}], got {args.min_frames}")
-    start = time.perf_counter()
-    codes = model.generate(rows, max_frames=max_frames, min_frames=args.min_frames, seed=args.seed,
-                           sampling=card.sampling.settings())
-    generated = time.perf_counter()
-    if len(codes):
-        audio = codec.decode(codes.T[None])[0]  # [channels, samples]
-    else:
-        audio = torch.zeros(codec.cfg.channels, 0)
-    decoded = time.perf_counter()
+    runtime = Runtime.from_card(args.card, checkpoint=args.checkpoint, codec_checkpoint=args.codec_checkpoint,
+                                device=args.device)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    sf.write(out, audio.clamp(-1, 1).T.float().cpu().numpy(), codec.sample_rate, subtype="PCM_16")
-    if args.codes_out:
-        np.save(args.codes_out, codes.cpu().numpy())
-    seconds = audio.shape[1] / codec.sample_rate
-    print(json.dumps({"card": card.name, "out": str(out), "frames": len(codes), "audio_seconds": seconds,
-                      "channels": audio.shape[0], "sample_rate": codec.sample_rate, "prompt_rows": len(rows),
-                      "generate_seconds": round(generated - start, 3), "decode_seconds": round(decoded - generated, 3)}))
-    return 0
+    try:
+        request = {"text": args.text, "seed": args.seed, "min_frames": args.min_frames, "stream": True,
+                   "language": args.language, "instruction": args.instruction}
+        if args.max_frames:
+            request["max_frames"] = args.max_frames
+        try:
+            handle = runtime.submit(request)
+        except RequestError as e:
+            raise SystemExit(str(e)) from None
+        budget = (args.max_frames or runtime.card.loops.ar_decode.max_frames) * runtime.codec.cfg.hop / runtime.codec.sample_rate
+        progress = Progress(budget, enabled=not args.quiet)
+        channels, rate = runtime.codec.cfg.channels, runtime.codec.sample_rate
+        with sf.SoundFile(out, "w", samplerate=rate, channels=channels, subtype="PCM_16") if args.stream else _Nothing() as wav:
+            for chunk in handle:
+                progress.update(chunk)
+                if wav is not None:
+                    wav.write(np.clip(chunk.audio, -1, 1).T)
+        progress.close()
+        result = handle.result()
+        if not args.stream:
+            sf.write(out, np.clip(result.audio, -1, 1).T, rate, subtype="PCM_16")
+        if args.codes_out:
+            np.save(args.codes_out, result.codes)
+        m = result.metrics
+        print(json.dumps({"card": runtime.card.name, "out": str(out), "finish_reason": result.finish_reason,
+                          "frames": m.frames, "audio_seconds": round(m.audio_seconds, 3), "channels": channels,
+                          "sample_rate": rate, "prompt_rows": m.prompt_rows,
+                          "ttfa_s": None if m.ttfa_s is None else round(m.ttfa_s, 4), "total_s": round(m.total_s, 3),
+                          "rtf": None if m.rtf is None else round(m.rtf, 4)}))
+        return 0 if result.finish_reason in ("stop", "length") else 1
+    finally:
+        runtime.close()
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m v2", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    synth = sub.add_parser("synth", help="synthesise one text")
+    synth = sub.add_parser("synth", help="speak one text into a wav file")
+    synth.add_argument("text", nargs="?", default=DEFAULT_TEXT)
+    synth.add_argument("-o", "--out", default="out/speech.wav", help="the wav to write (16-bit PCM)")
     synth.add_argument("--card", default=DEFAULT_CARD, help="card name in cards/ or a path to a card file")
     synth.add_argument("--checkpoint", default=None, help="model checkpoint directory (overrides the card's)")
     synth.add_argument("--codec-checkpoint", default=None, help="codec checkpoint directory (overrides the card's)")
-    synth.add_argument("--text", default="Hello from v2, a runtime for dual autoregressive speech models.")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--stream", action="store_true", help="write the wav chunk by chunk as audio arrives")
+    synth.add_argument("--max-frames", type=int, default=0, help="0: the card's limit (12.5 frames per second)")
+    synth.add_argument("--min-frames", type=int, default=0, help="ignore the stop decision before this many frames")
     synth.add_argument("--language", default=None)
     synth.add_argument("--instruction", default=None)
-    synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--max-frames", type=int, default=0, help="0: the card's limit")
-    synth.add_argument("--min-frames", type=int, default=0, help="ignore the stop decision before this many frames")
-    synth.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    synth.add_argument("--out", default="out/speech.wav", help="where to write the audio (16-bit PCM wav)")
+    synth.add_argument("--device", default=None, help="default: cuda when present, else cpu")
     synth.add_argument("--codes-out", default=None, help="also write the codes [F, 12] as .npy")
-    args = parser.parse_args(argv)
-    return _synth(args)
+    synth.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    return _synth(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ def prompts(model, n: int) -> list[torch.Tensor]:
 
 def test_seeded_request_is_identical_alone_and_among_16(tiny_model, tiny_card):
     ps = prompts(tiny_model, 16)
-    sampling = [tiny_card.sampling.settings(), SamplingSettings.uniform(1.0, 20, 0.9, 1.3)] * 8
+    sampling = [tiny_card.loops.ar_decode.sampling.settings(), SamplingSettings.uniform(1.0, 20, 0.9, 1.3)] * 8
     seeds = [1000 + i for i in range(16)]
     together = generate_batch(tiny_model, ps, sampling, seeds, max_frames=24, min_frames=2)
     for i in (0, 5, 11):

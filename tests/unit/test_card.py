@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from v2.card import CARDS_DIR, CardError, build_model, load_card
+from v2.card import CARDS_DIR, CardError, build_codec, build_model, load_card
 
 TINY = (CARDS_DIR / "moss_tts_local_tiny.toml").read_text()
 
@@ -21,35 +21,51 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_shipped_cards_validate():
     tiny = load_card("moss_tts_local_tiny")
     real = load_card("moss_tts_local_v1_5")
-    assert tiny.model.seeded is not None and tiny.model.tokenizer == "bytes"
-    assert real.model.checkpoint and real.model.dtype == "bfloat16" and real.model.seeded is None
-    assert real.limits.max_frames == 4096
-    assert real.sampling.settings().audio.temperature == 1.7
+    assert tiny.experts.backbone.checkpoint == "seed:tts" and tiny.experts.backbone.tokenizer == "bytes"
+    assert set(tiny.seeded) == {"tts", "codec"}
+    assert real.experts.backbone.checkpoint == real.experts.local_transformer.checkpoint
+    assert real.experts.backbone.dtype == "bfloat16" and not real.seeded
+    assert real.loops.ar_decode.max_frames == 4096
+    assert real.loops.ar_decode.sampling.settings().audio.temperature == 1.7
+    assert (real.loops.vocoder.first_chunk_frames, real.loops.vocoder.chunk_frames) == (3, 25)
 
 
 def test_tiny_card_loads_fast_and_is_deterministic():
     card = load_card()
     start = time.perf_counter()
-    a = build_model(card)
+    a, codec = build_model(card), build_codec(card)
     assert time.perf_counter() - start < 2.0
     b = build_model(card)
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert x.equal(y), name
+    assert codec.sample_rate == 48000 and codec.cfg.hop == 3840
 
 
 @pytest.mark.parametrize("old,new,field", [
-    ('class = "MossTTSLocal"', 'class = "os.system"', "model.class"),
-    ('top_k = 25\n', '', "sampling.audio.top_k"),
-    ('max_frames = 600 ', 'max_frames = 0 ', "limits.max_frames"),
-    ('dtype = "float32"', 'dtype = "float64"', "model.dtype"),
-    ('[limits]', '[limits]\nsurprise = 1', "limits.surprise"),
-    ('top_p = 0.8', 'top_p = 1.5', "sampling.audio.top_p"),
-    ('checkpoint = ""', 'checkpoint = "somewhere"', "model"),
+    ('class = "Qwen3Backbone"', 'class = "os.system"', "experts.backbone.class"),
+    ('class = "VocoderLoop"', 'class = "MyLoop"', "loops.vocoder.class"),
+    ('top_k = 25\n', '', "loops.ar_decode.sampling.audio.top_k"),
+    ('max_frames = 600 ', 'max_frames = 0 ', "loops.ar_decode.max_frames"),
+    ('dtype = "float32"', 'dtype = "float64"', "experts.backbone.dtype"),
+    ('[loops.vocoder]', '[loops.vocoder]\nsurprise = 1', "loops.vocoder.surprise"),
+    ('top_p = 0.8', 'top_p = 1.5', "loops.ar_decode.sampling.audio.top_p"),
+    ('checkpoint = "seed:codec"', 'checkpoint = "seed:nothing"', "experts.vocoder.checkpoint"),
+    ('checkpoint = "seed:tts"        #', 'checkpoint = "elsewhere"        #', "experts.local_transformer"),
+    ('frame_buckets = [1, 2, 4, 8, 16, 32]', 'frame_buckets = [1, 2, 4]', "chunk frames"),
+    ('batch_buckets = [1, 2, 4, 8, 16, 32, 64]\n\n[loops.ar_decode.sampling]',
+     'batch_buckets = [4, 2]\n\n[loops.ar_decode.sampling]', "loops.ar_decode.batch_buckets"),
 ])
 def test_bad_card_is_refused_naming_the_field(tmp_path, old, new, field):
     assert old in TINY
     with pytest.raises(CardError, match=field.replace(".", r"\.")):
         load_card(write(tmp_path, TINY.replace(old, new, 1)))
+
+
+def test_missing_section_is_named(tmp_path):
+    start = TINY.index("[experts.vocoder]")
+    end = TINY.index("[loops.ar_decode]")
+    with pytest.raises(CardError, match=r"experts\.vocoder"):
+        load_card(write(tmp_path, TINY[:start] + TINY[end:]))
 
 
 def test_unknown_card_lists_the_known_ones(tmp_path):

@@ -1,4 +1,4 @@
-"""The main job on the embedded default card writes a wav file (and the codes it came from)."""
+"""The main job on the embedded default card writes a wav file through the runtime."""
 
 from __future__ import annotations
 
@@ -11,22 +11,25 @@ import soundfile as sf
 from v2.cli import main
 
 
-def test_synth_writes_a_stereo_wav_and_codes(tmp_path, capsys):
+@pytest.mark.parametrize("stream", [False, True])
+def test_synth_writes_a_stereo_wav_and_codes(tmp_path, capsys, stream):
     out, codes_out = tmp_path / "speech.wav", tmp_path / "codes.npy"
-    argv = ["synth", "--text", "Testing one two.", "--max-frames", "20", "--min-frames", "5", "--seed", "4",
-            "--out", str(out), "--codes-out", str(codes_out)]
+    argv = ["synth", "Testing one two.", "-o", str(out), "--max-frames", "20", "--min-frames", "5", "--seed", "4",
+            "--codes-out", str(codes_out)] + (["--stream"] if stream else [])
     assert main(argv) == 0
-    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out.strip().splitlines()[-1])
     codes = np.load(codes_out)
     assert codes.shape == (report["frames"], 12) and 5 <= report["frames"] <= 20
-    assert codes.dtype == np.int64 and (codes >= 0).all() and (codes < 1024).all()
+    assert report["finish_reason"] in ("stop", "length") and report["ttfa_s"] > 0
     audio, rate = sf.read(out)
     assert rate == 48000 and audio.shape == (report["frames"] * 3840, 2)
     assert np.abs(audio).max() > 0
+    assert "s of audio" in captured.err  # the progress bar
 
 
 @pytest.mark.parametrize("args,field", [(["--max-frames", "100000"], "max_frames"),
                                         (["--max-frames", "10", "--min-frames", "11"], "min_frames")])
 def test_synth_refuses_out_of_range_frames(tmp_path, args, field):
     with pytest.raises(SystemExit, match=field):
-        main(["synth", *args, "--out", str(tmp_path / "s.wav")])
+        main(["synth", *args, "-o", str(tmp_path / "s.wav")])

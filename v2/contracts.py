@@ -1,0 +1,104 @@
+"""The contract between driven loops and the runtime: plain data, no torch.
+
+Owns: the kinds of work and loops, execution profiles, the batch key (`ShapeSignature`), what a loop
+needs to be admitted (`ResourceRequest`), what it asks for one step (`WorkPlan`), what comes back
+(`StepResult`), and how it ends (`Done`, `LoopResult`). `LoopState` is the base of every per-request
+loop state: loops themselves hold none.
+Must not know: tensors, models, devices, threads.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class WorkUnitKind(enum.Enum):
+    PREFILL = "prefill"          # prompt rows through the backbone into a request's KV slot
+    AR_FRAME = "ar_frame"        # one frame: backbone decode step + local decode + 13 samplings
+    AUDIO_CHUNK = "audio_chunk"  # N frames of a stream through the codec decoder
+
+
+class LoopKind(enum.Enum):
+    AR_DECODE = "ar_decode"
+    VOCODER = "vocoder"
+
+
+class ExecutionProfile(enum.Enum):
+    SERVE = "serve"      # audio out
+    ROLLOUT = "rollout"  # serve + a trajectory with per-codebook logprobs
+
+
+class FinishReason(enum.Enum):
+    STOP = "stop"      # the stop head chose to stop
+    LENGTH = "length"  # max_frames reached
+    ABORT = "abort"    # cancelled, timed out, or the runtime closed
+    ERROR = "error"    # a failure inside this request's work
+
+
+@dataclass(frozen=True)
+class ShapeSignature:
+    """What a plan's batch looks like. Plans run in one batched call exactly when their keys are equal.
+
+    `bucket` is a bucketed size (prefill rows, chunk frames), never an exact sequence length; 0 when
+    the kind has none (every AR_FRAME batches with every other).
+    """
+
+    kind: WorkUnitKind
+    expert: str
+    bucket: int = 0
+
+    @property
+    def batch_key(self) -> tuple[WorkUnitKind, str, int]:
+        return (self.kind, self.expert, self.bucket)
+
+
+@dataclass(frozen=True)
+class ResourceRequest:
+    """What a request holds from admission to its end."""
+
+    kv_rows: int        # backbone KV positions: prompt rows + frames
+    codec_stream: bool  # a codec state slot
+
+
+@dataclass(frozen=True)
+class WorkPlan:
+    """One step of one request's loop; `payload` is the loop's own plain data for the executor."""
+
+    request_id: int
+    loop: LoopKind
+    signature: ShapeSignature
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one row of a batched call produced, scattered back to the plan's loop."""
+
+    plan: WorkPlan
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """`next()` has nothing more to run."""
+
+    reason: FinishReason
+
+
+@dataclass
+class LoopState:
+    """Per-request mutable state of one loop (subclassed by each loop)."""
+
+    request_id: int
+    finish: FinishReason | None = None
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    """What `finalize()` hands to the request's result."""
+
+    loop: LoopKind
+    finish: FinishReason
+    outputs: dict[str, Any] = field(default_factory=dict)

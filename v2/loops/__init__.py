@@ -1,0 +1,7 @@
+"""Driven loops: stateless objects that turn per-request state into work plans and take results back."""
+
+from v2.loops.ar_decode import ARDecodeLoop, ARState, FramePlan, FrameRow, PrefillPlan
+from v2.loops.vocoder import AudioChunk, ChunkPlan, VocoderLoop, VocoderState
+
+__all__ = ["ARDecodeLoop", "ARState", "AudioChunk", "ChunkPlan", "FramePlan", "FrameRow", "PrefillPlan",
+           "VocoderLoop", "VocoderState"]

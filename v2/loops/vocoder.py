@@ -1,0 +1,101 @@
+"""The vocoder loop of one request: turn its frames into audio chunks as they arrive.
+
+Owns: `VocoderState` (frames received and not yet decoded, chunks made, its codec slot) and
+`VocoderLoop`, a stateless driven loop: `feed` (frames from the AR loop), `next` (an AUDIO_CHUNK plan
+when a chunk is due, or Done; no kernel), `advance` (make the chunk from the decoded audio), `finalize`.
+Chunking: a first chunk of `first_chunk_frames`, then `chunk_frames` each, the rest at the end. A chunk is
+cut once a frame beyond it exists or the utterance has ended, so the last chunk is always marked final.
+Must not know: tensors on a device, batching, other requests, the TTS model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from v2.card import VocoderSettings
+from v2.contracts import Done, FinishReason, LoopKind, LoopResult, LoopState, ShapeSignature, StepResult, WorkPlan, WorkUnitKind
+
+EXPERT = "vocoder"
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """A piece of a stream: `audio` float32 [channels, n] (numpy), made from `frames` decoded frames."""
+
+    seq: int
+    audio: Any
+    sample_rate: int
+    frames: int
+    final: bool
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    slot: int
+    codes: tuple[tuple[int, ...], ...]  # the chunk's frames, 12 codes each
+    final: bool                         # no frame follows this chunk
+
+
+@dataclass
+class VocoderState(LoopState):
+    sample_rate: int = 0
+    slot: int = -1                          # codec slot, set at admission
+    pending: list[tuple[int, ...]] = field(default_factory=list)  # frames not yet decoded
+    upstream: FinishReason | None = None    # how the AR loop ended, once it has
+    chunks: list[AudioChunk] = field(default_factory=list)
+    fresh: list[AudioChunk] = field(default_factory=list)  # made by the last advance
+
+
+def bucket_for(n: int, buckets: list[int]) -> int:
+    """The smallest bucket >= n (n must not exceed the largest)."""
+    for b in buckets:
+        if b >= n:
+            return b
+    raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
+
+
+class VocoderLoop:
+    kind = LoopKind.VOCODER
+
+    def __init__(self, settings: VocoderSettings) -> None:
+        self.settings = settings
+
+    def init(self, request_id: int, *, sample_rate: int) -> VocoderState:
+        return VocoderState(request_id=request_id, sample_rate=sample_rate)
+
+    def feed(self, state: VocoderState, frames: list[tuple[int, ...]], upstream: FinishReason | None) -> None:
+        state.pending.extend(frames)
+        if upstream is not None:
+            state.upstream = upstream
+            if not state.pending:  # nothing left to decode (e.g. it stopped right after a chunk)
+                state.finish = upstream
+
+    def next(self, state: VocoderState) -> WorkPlan | Done | None:
+        """A due chunk's plan, Done, or None (waiting for frames)."""
+        if state.finish is not None:
+            return Done(state.finish)
+        due = self.settings.first_chunk_frames if not state.chunks else self.settings.chunk_frames
+        if len(state.pending) > due:
+            n, final = due, False
+        elif state.upstream is not None and state.pending:
+            n = min(due, len(state.pending))
+            final = n == len(state.pending)
+        else:
+            return None
+        plan = ChunkPlan(state.slot, tuple(state.pending[:n]), final)
+        signature = ShapeSignature(WorkUnitKind.AUDIO_CHUNK, EXPERT, bucket_for(n, self.settings.frame_buckets))
+        return WorkPlan(state.request_id, self.kind, signature, plan)
+
+    def advance(self, state: VocoderState, result: StepResult) -> None:
+        plan: ChunkPlan = result.plan.payload
+        n = len(plan.codes)
+        del state.pending[:n]
+        chunk = AudioChunk(len(state.chunks), result.data, state.sample_rate, n, plan.final)
+        state.chunks.append(chunk)
+        state.fresh = [chunk]
+        if plan.final:
+            state.finish = state.upstream
+
+    def finalize(self, state: VocoderState) -> LoopResult:
+        return LoopResult(self.kind, state.finish or FinishReason.ABORT, {"chunks": list(state.chunks)})

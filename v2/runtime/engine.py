@@ -1,0 +1,288 @@
+"""The runtime: `submit()` from any thread, one engine thread that runs every request's work as batched steps.
+
+Owns: the request lifecycle (waiting -> admitted with a KV slot and a codec slot -> running -> finished,
+cancelled or failed, every slot released exactly once), the engine step (admit; collect every running
+request's plans; schedule; run each batch as one call; one device-to-host copy; scatter rows back into
+the loops; deliver chunks; finish), containment of failures to the requests they touch, and `stats()`.
+Must not know: model internals (executors.py), batching policy (scheduler.py), loop logic (loops/).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_model, build_tokenizer, load_card
+from v2.contracts import ExecutionProfile, FinishReason, StepResult, WorkPlan, WorkUnitKind
+from v2.loops.ar_decode import ARDecodeLoop, ARState, FrameRow
+from v2.loops.vocoder import AudioChunk, VocoderLoop, VocoderState
+from v2.models.sampling import SamplingSettings
+from v2.request import SpeechRequest, parse_request, prepare
+from v2.runtime.executors import ARExecutor, CodecExecutor, to_host
+from v2.runtime.scheduler import Batch, schedule
+from v2.runtime.slots import SlotPool
+from v2.runtime.streams import Metrics, SpeechHandle, SpeechResult, Trajectory
+
+
+@dataclass
+class _Request:
+    id: int
+    handle: SpeechHandle
+    request: SpeechRequest
+    rows: torch.Tensor
+    sampling: SamplingSettings
+    max_frames: int
+    submitted: float
+    ar: ARState | None = None
+    voc: VocoderState | None = None
+    admitted: float | None = None
+    first_audio: float | None = None
+    error: str | None = None
+    ended: bool = False
+    slots: dict[str, int] = field(default_factory=dict)  # pool name -> slot held
+
+
+class Runtime:
+    def __init__(self, card: ModelCard, model: Any, codec: Any, tokenizer: Any) -> None:
+        ar, voc = card.loops.ar_decode, card.loops.vocoder
+        self.card, self.model, self.codec, self.tokenizer = card, model, codec, tokenizer
+        self.ar_loop, self.voc_loop = ARDecodeLoop(ar), VocoderLoop(voc)
+        self.ar_exec = ARExecutor(model, num_slots=ar.max_running, max_len=ar.max_prompt_rows + ar.max_frames)
+        self.codec_exec = CodecExecutor(codec, num_slots=voc.max_streams)
+        self.pools = {"kv": SlotPool("kv", ar.max_running), "codec": SlotPool("codec", voc.max_streams)}
+        self._buckets = {WorkUnitKind.AR_FRAME: ar.batch_buckets, WorkUnitKind.AUDIO_CHUNK: voc.batch_buckets}
+        self._cond = threading.Condition()
+        self._waiting: deque[_Request] = deque()
+        self._running: dict[int, _Request] = {}
+        self._cancels: set[int] = set()
+        self._ids = itertools.count()
+        self._closed = False
+        self._drain = False
+        self._counters = {k: {"calls": 0, "rows": 0, "padded_rows": 0} for k in WorkUnitKind}
+        self._steps = 0
+        self._thread = threading.Thread(target=self._serve, name="v2-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_card(cls, card: str | ModelCard = DEFAULT_CARD, *, checkpoint: str | None = None,
+                  codec_checkpoint: str | None = None, device: str | None = None, dtype: torch.dtype | None = None) -> "Runtime":
+        """`card`: a card name in cards/, a path, or a loaded card. Default device: CUDA when present."""
+        card = card if isinstance(card, ModelCard) else load_card(card)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model = build_model(card, checkpoint=checkpoint, dtype=dtype, device=device)
+        codec = build_codec(card, checkpoint=codec_checkpoint, dtype=dtype, device=device)
+        return cls(card, model, codec, build_tokenizer(card, checkpoint))
+
+    # ----- caller side -----------------------------------------------------------------------------
+    def submit(self, request: SpeechRequest | dict[str, Any]) -> SpeechHandle:
+        """Validate (errors name the field), queue, and return a handle at once."""
+        req = parse_request(request)
+        rows, sampling, max_frames = prepare(req, self.card, self.model.cfg, self.tokenizer)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the runtime is closed")
+            rid = next(self._ids)
+            handle = SpeechHandle(rid, self._request_cancel)
+            self._waiting.append(_Request(rid, handle, req, rows, sampling, max_frames, time.perf_counter()))
+            self._cond.notify_all()
+        return handle
+
+    def stats(self) -> dict[str, Any]:
+        with self._cond:
+            kinds = {k.value: dict(c, mean_batch=(c["rows"] / c["calls"] if c["calls"] else 0.0))
+                     for k, c in self._counters.items()}
+            return {"steps": self._steps, "kinds": kinds, "waiting": len(self._waiting), "running": len(self._running),
+                    "kv_slots_in_use": self.pools["kv"].in_use, "codec_slots_in_use": self.pools["codec"].in_use}
+
+    def close(self, *, drain: bool = False, timeout: float | None = None) -> None:
+        """Stop taking requests; finish the ones in flight (`drain`) or abort them; free everything."""
+        with self._cond:
+            self._closed, self._drain = True, drain
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request_cancel(self, rid: int) -> None:
+        with self._cond:
+            self._cancels.add(rid)
+            self._cond.notify_all()
+
+    # ----- engine thread ---------------------------------------------------------------------------
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._waiting or self._running or self._cancels)
+                if self._closed and not self._drain:
+                    self._cancels.update(r.id for r in (*self._waiting, *self._running.values()))
+                idle = not (self._waiting or self._running or self._cancels)
+            if self._closed and idle:
+                return
+            self._step()
+
+    def _step(self) -> None:
+        self._apply_cancels()
+        self._admit()
+        plans: list[WorkPlan] = []
+        for req in list(self._running.values()):
+            self._guard(req, lambda r=req: plans.extend(self._plans_of(r)))
+        prefill_rows = {p.request_id: int(p.payload.rows.shape[0]) for p in plans
+                        if p.signature.kind is WorkUnitKind.PREFILL}
+        batches = schedule(plans, prefill_budget=self.card.loops.ar_decode.prefill_chunk_rows,
+                           prefill_rows=prefill_rows, buckets=self._buckets)
+        ran: list[tuple[Batch, torch.Tensor | None]] = []
+        for batch in batches:
+            try:
+                ran.append((batch, self._execute(batch)))
+            except Exception as e:  # a failing batched call fails only its requests
+                for plan in batch.plans:
+                    self._fail(plan.request_id, f"{batch.kind.value} failed: {type(e).__name__}: {e}")
+        outputs = iter(to_host([t for _, t in ran if t is not None]))
+        for batch, tensor in ran:
+            host = next(outputs) if tensor is not None else None
+            for i, plan in enumerate(batch.plans):
+                req = self._running.get(plan.request_id)
+                if req is not None:
+                    self._guard(req, lambda r=req, p=plan, i=i: self._advance(r, p, host, i))
+        for req in list(self._running.values()):
+            self._guard(req, lambda r=req: self._settle(r))
+        with self._cond:
+            self._steps += 1
+
+    def _plans_of(self, req: _Request) -> list[WorkPlan]:
+        assert req.ar is not None and req.voc is not None
+        plans = [self.ar_loop.next(req.ar), self.voc_loop.next(req.voc)]
+        return [p for p in plans if isinstance(p, WorkPlan)]
+
+    def _execute(self, batch: Batch) -> torch.Tensor | None:
+        payloads = [p.payload for p in batch.plans]
+        with self._cond:
+            counter = self._counters[batch.kind]
+            counter["calls"] += 1
+            counter["rows"] += len(payloads)
+            counter["padded_rows"] += batch.bucket
+        if batch.kind is WorkUnitKind.PREFILL:
+            self.ar_exec.prefill(payloads)
+            return None
+        if batch.kind is WorkUnitKind.AR_FRAME:
+            return self.ar_exec.frame(payloads, batch.bucket)
+        return self.codec_exec.chunk(payloads, batch.bucket, batch.plans[0].signature.bucket)
+
+    def _advance(self, req: _Request, plan: WorkPlan, host: np.ndarray | None, i: int) -> None:
+        assert req.ar is not None and req.voc is not None
+        kind = plan.signature.kind
+        if kind is WorkUnitKind.PREFILL:
+            self.ar_loop.advance(req.ar, StepResult(plan))
+        elif kind is WorkUnitKind.AR_FRAME:
+            row = host[i]  # type: ignore[index]
+            data = FrameRow(bool(row[0] > 0.5), tuple(int(c) for c in row[1:13]), tuple(float(x) for x in row[13:]))
+            self.ar_loop.advance(req.ar, StepResult(plan, data))
+            self.voc_loop.feed(req.voc, req.ar.fresh, req.ar.finish)
+        else:
+            frames = len(plan.payload.codes)
+            audio = np.ascontiguousarray(host[i][:, : frames * self.codec.cfg.hop])  # type: ignore[index]
+            self.voc_loop.advance(req.voc, StepResult(plan, audio))
+            if req.first_audio is None:
+                req.first_audio = time.perf_counter()
+            if req.request.stream:
+                req.handle.deliver(req.voc.fresh)
+
+    def _settle(self, req: _Request) -> None:
+        """Release the KV slot as soon as the AR loop ends; finish the request when the vocoder has too."""
+        assert req.ar is not None and req.voc is not None
+        if req.ar.finish is not None:
+            self._release(req, "kv")
+        if req.voc.finish is not None:
+            self._finish(req, req.voc.finish)
+
+    # ----- lifecycle -------------------------------------------------------------------------------
+    def _admit(self) -> None:
+        while True:
+            with self._cond:
+                if not (self._waiting and self.pools["kv"].can_allocate() and self.pools["codec"].can_allocate()):
+                    return
+                req = self._waiting.popleft()
+            self._running[req.id] = req
+            req.admitted = time.perf_counter()
+            self._guard(req, lambda r=req: self._start(r))
+
+    def _start(self, req: _Request) -> None:
+        req.ar = self.ar_loop.init(req.id, req.rows, max_frames=req.max_frames, min_frames=req.request.min_frames)
+        req.voc = self.voc_loop.init(req.id, sample_rate=self.codec.sample_rate)
+        need = self.ar_loop.resources(req.ar)
+        if need.kv_rows > self.ar_exec.kv.max_len:
+            raise RuntimeError(f"needs {need.kv_rows} KV rows; slots hold {self.ar_exec.kv.max_len}")
+        with self._cond:
+            req.ar.slot = req.slots["kv"] = self.pools["kv"].allocate(req.id)
+            if need.codec_stream:
+                req.voc.slot = req.slots["codec"] = self.pools["codec"].allocate(req.id)
+        self.ar_exec.admit(req.ar.slot, req.sampling, req.request.seed)
+        if need.codec_stream:
+            self.codec_exec.admit(req.voc.slot)
+
+    def _apply_cancels(self) -> None:
+        with self._cond:
+            cancels, self._cancels = self._cancels, set()
+            waiting = [r for r in self._waiting if r.id in cancels]
+            for r in waiting:
+                self._waiting.remove(r)
+        for req in waiting:
+            self._finish(req, FinishReason.ABORT)
+        for rid in cancels:
+            if rid in self._running:
+                self._finish(self._running[rid], FinishReason.ABORT)
+
+    def _guard(self, req: _Request, work: Any) -> None:
+        """Run one request's loop code; an exception fails that request alone."""
+        try:
+            work()
+        except Exception as e:
+            self._fail(req.id, f"{type(e).__name__}: {e}")
+
+    def _fail(self, rid: int, message: str) -> None:
+        req = self._running.get(rid)
+        if req is not None:
+            req.error = message
+            self._finish(req, FinishReason.ERROR)
+
+    def _release(self, req: _Request, pool: str) -> None:
+        slot = req.slots.pop(pool, None)
+        if slot is not None:
+            with self._cond:
+                self.pools[pool].release(slot, req.id)
+
+    def _finish(self, req: _Request, reason: FinishReason) -> None:
+        """End a request exactly once: free its slots, build its result, wake its consumers."""
+        if req.ended:
+            return
+        req.ended = True
+        self._running.pop(req.id, None)
+        for pool in list(req.slots):
+            self._release(req, pool)
+        now = time.perf_counter()
+        chunks: list[AudioChunk] = list(req.voc.chunks) if req.voc else []
+        channels = self.codec.cfg.channels
+        audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((channels, 0), np.float32)
+        codes = np.array(req.ar.codes if req.ar else [], dtype=np.int64).reshape(-1, 12)
+        if not req.request.stream and chunks:
+            req.handle.deliver([AudioChunk(0, audio, self.codec.sample_rate, len(codes), True)])
+        metrics = Metrics(
+            prompt_rows=int(req.rows.shape[0]), frames=len(codes), audio_seconds=audio.shape[1] / self.codec.sample_rate,
+            ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,
+            queue_s=(req.admitted or now) - req.submitted)
+        trajectory = None
+        if req.request.profile is ExecutionProfile.ROLLOUT and req.ar is not None:
+            trajectory = Trajectory(req.id, req.request.seed, req.rows.numpy(), codes,
+                                    np.array(req.ar.logprobs, dtype=np.float32).reshape(-1, 13), req.sampling, reason.value)
+        req.handle.finish(SpeechResult(audio, self.codec.sample_rate, codes, reason.value, metrics, trajectory, req.error))
