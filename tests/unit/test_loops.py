@@ -1,0 +1,75 @@
+"""The driven loops on hand-made results: plans, chunking, stop and length, no model."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from v2.card import load_card
+from v2.contracts import Done, FinishReason, StepResult, WorkPlan, WorkUnitKind
+from v2.loops import ARDecodeLoop, FrameRow, VocoderLoop
+
+CARD = load_card("moss_tts_local_tiny")
+AR = CARD.loops.ar_decode.model_copy(update={"prefill_chunk_rows": 4})
+VOC = CARD.loops.vocoder.model_copy(update={"first_chunk_frames": 2, "chunk_frames": 3})
+FRAME = tuple(range(12))
+
+
+def frame_result(plan: WorkPlan, stop: bool = False) -> StepResult:
+    return StepResult(plan, FrameRow(stop, FRAME, tuple([-0.5] * 13)))
+
+
+def test_ar_loop_prefills_in_chunks_then_decodes_frames_until_stop():
+    loop = ARDecodeLoop(AR)
+    state = loop.init(7, torch.zeros(10, 13, dtype=torch.long), max_frames=5, min_frames=2)
+    state.slot = 3
+    starts = []
+    while (p := loop.next(state)).signature.kind is WorkUnitKind.PREFILL:
+        starts.append((p.payload.start, int(p.payload.rows.shape[0]), p.payload.last))
+        loop.advance(state, StepResult(p))
+    assert starts == [(0, 4, False), (4, 4, False), (8, 2, True)]
+    assert (p.payload.slot, p.payload.position, p.payload.step, p.payload.allow_stop) == (3, 10, 0, False)
+    loop.advance(state, frame_result(p))
+    assert state.fresh == [FRAME]
+    p = loop.next(state)
+    loop.advance(state, frame_result(p))
+    p = loop.next(state)
+    assert (p.payload.position, p.payload.step, p.payload.allow_stop) == (12, 2, True)
+    loop.advance(state, frame_result(p, stop=True))
+    assert state.finish is FinishReason.STOP and state.fresh == [] and loop.next(state) == Done(FinishReason.STOP)
+    result = loop.finalize(state)
+    assert len(result.outputs["codes"]) == 2 and len(result.outputs["logprobs"]) == 3
+
+
+def test_ar_loop_ends_at_max_frames():
+    loop = ARDecodeLoop(AR)
+    state = loop.init(1, torch.zeros(2, 13, dtype=torch.long), max_frames=2, min_frames=0)
+    loop.advance(state, StepResult(loop.next(state)))
+    for _ in range(2):
+        loop.advance(state, frame_result(loop.next(state)))
+    assert state.finish is FinishReason.LENGTH and isinstance(loop.next(state), Done)
+    assert loop.resources(state).kv_rows == 4
+
+
+def run_vocoder(total: int, end: FinishReason = FinishReason.STOP) -> list[tuple[int, bool]]:
+    loop = VocoderLoop(VOC)
+    state = loop.init(1, sample_rate=48000)
+    made = []
+    for i in range(total + 1):
+        last = i == total
+        loop.feed(state, [] if last else [FRAME], end if last else None)
+        while isinstance(p := loop.next(state), WorkPlan):
+            n = len(p.payload.codes)
+            assert p.signature.bucket >= n
+            loop.advance(state, StepResult(p, np.zeros((2, n * 3840), np.float32)))
+            made.append((n, p.payload.final))
+    assert isinstance(loop.next(state), Done)
+    assert [c.seq for c in state.chunks] == list(range(len(made)))
+    return made
+
+
+def test_vocoder_chunks_first_small_then_steady_and_marks_the_last_final():
+    assert run_vocoder(10) == [(2, False), (3, False), (3, False), (2, True)]
+    assert run_vocoder(8) == [(2, False), (3, False), (3, True)]  # cut only once a frame beyond it exists
+    assert run_vocoder(1, FinishReason.LENGTH) == [(1, True)]
+    assert run_vocoder(0) == []
