@@ -65,7 +65,7 @@ class Runtime:
         self._ids = itertools.count()
         self._closed = False
         self._drain = False
-        self._counters = {k: {"calls": 0, "rows": 0, "padded_rows": 0} for k in WorkUnitKind}
+        self._counters = {k: {"calls": 0, "rows": 0, "padded_rows": 0, "seconds": 0.0} for k in WorkUnitKind}
         self._steps = 0
         self._thread = threading.Thread(target=self._serve, name="v2-engine", daemon=True)
         self._thread.start()
@@ -143,11 +143,14 @@ class Runtime:
                            prefill_rows=prefill_rows, buckets=self._buckets)
         ran: list[tuple[Batch, torch.Tensor | None]] = []
         for batch in batches:
+            start = time.perf_counter()
             try:
                 ran.append((batch, self._execute(batch)))
             except Exception as e:  # a failing batched call fails only its requests
                 for plan in batch.plans:
                     self._fail(plan.request_id, f"{batch.kind.value} failed: {type(e).__name__}: {e}")
+            with self._cond:  # host time of the call (on a GPU: launch time; the step's sync comes later)
+                self._counters[batch.kind]["seconds"] += time.perf_counter() - start
         outputs = iter(to_host([t for _, t in ran if t is not None]))
         for batch, tensor in ran:
             host = next(outputs) if tensor is not None else None
