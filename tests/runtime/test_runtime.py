@@ -227,3 +227,23 @@ def test_close_aborts_what_runs_and_frees_everything():
     with pytest.raises(RuntimeError, match="closed"):
         rt.submit(req(0))
     assert not any(t.name == "v2-engine" and t.is_alive() for t in threading.enumerate() if t is rt._thread)
+
+
+def test_one_device_to_host_copy_per_step(runtime, monkeypatch):
+    import v2.runtime.engine as engine
+
+    copies = {"calls": 0, "tensors": 0}
+    real = engine.to_host
+
+    def counting(tensors):
+        copies["calls"] += 1
+        copies["tensors"] += len(tensors)
+        return real(tensors)
+
+    monkeypatch.setattr(engine, "to_host", counting)
+    steps = runtime.stats()["steps"]
+    handles = [runtime.submit(req(i, max_frames=12, min_frames=12, stream=True)) for i in range(4)]
+    [h.result(60) for h in handles]
+    wait_idle(runtime)
+    ran = runtime.stats()["steps"] - steps
+    assert copies["calls"] == ran and copies["tensors"] > ran  # one transfer per step, several results in it

@@ -216,7 +216,7 @@ class Runtime:
                 if not (self._waiting and self.pools["kv"].can_allocate() and self.pools["codec"].can_allocate()):
                     return
                 req = self._waiting.popleft()
-            self._running[req.id] = req
+                self._running[req.id] = req
             req.admitted = time.perf_counter()
             self._guard(req, lambda r=req: self._start(r))
 
@@ -270,7 +270,8 @@ class Runtime:
         if req.ended:
             return
         req.ended = True
-        self._running.pop(req.id, None)
+        with self._cond:
+            self._running.pop(req.id, None)
         for pool in list(req.slots):
             self._release(req, pool)
         now = time.perf_counter()
