@@ -15,7 +15,8 @@ from v2.models.codec.loader import fold_weight_norm
 from v2.models.config import ConfigError
 from v2.models.weights import CheckpointError, empty_model
 
-from conftest import CODEC_DIR, FIXTURES
+from conftest import CODEC_DIR
+from v2.bench.shapes import SHAPES
 
 SRC = CODEC_DIR / "checkpoint"
 CONFIG = json.loads((SRC / "config.json").read_text())
@@ -98,7 +99,7 @@ def test_config_errors_name_the_field(edit, field):
 
 
 def test_release_shapes_give_the_published_windows_and_size():
-    cfg = CodecConfig.from_dict(json.loads((FIXTURES / "release_shapes" / "codec_config.json").read_text()))
+    cfg = CodecConfig.from_dict(json.loads(SHAPES.joinpath("moss_audio_tokenizer_v2.json").read_text()))
     assert [s.window for s in cfg.stages] == [125, 250, 400, 400, 400, 400]
     assert cfg.hop == 3840 and cfg.frame_rate == 12.5
     params = sum(p.numel() for p in empty_model(MossAudioDecoder, cfg).parameters())

@@ -10,7 +10,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from v2.models.sampling import (
-    HeadSampling, SamplingSettings, SamplingTensors, apply_repetition_penalty, frame_noise, gumbel_noise, hash_u32,
+    SORT_WIDTH, HeadSampling, SamplingSettings, SamplingTensors, apply_repetition_penalty, fast_rows, frame_noise,
+    gumbel_noise, hash_u32, processed,
     process_logits, sample,
 )
 
@@ -165,3 +166,45 @@ def test_invalid_head_settings_are_refused(bad):
         HeadSampling(**args)
     with pytest.raises(ValueError, match="repetition_penalty"):
         SamplingSettings(repetition_penalty=0.0)
+
+
+def _both_paths(logits, t, k, p):
+    x = torch.tensor(logits)
+    n = x.shape[0]
+    args = (torch.full((n,), t), torch.full((n,), k, dtype=torch.long), torch.full((n,), p))
+    return process_logits(x, *args, width=SORT_WIDTH), process_logits(x, *args)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(-6, 6), min_size=200, max_size=200), min_size=1, max_size=3),
+       st.integers(1, SORT_WIDTH), st.floats(0.3, 3.0))
+def test_top_width_path_keeps_every_tie_at_the_kth_value(grid, k, t):
+    """Coarse integer logits make big tie groups, reaching past the sorted prefix."""
+    fast, full = _both_paths([[float(v) for v in row] for row in grid], t, k, 1.0)
+    assert torch.equal(torch.isfinite(fast), torch.isfinite(full))
+    torch.testing.assert_close(fast[torch.isfinite(fast)], full[torch.isfinite(full)], atol=0, rtol=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, SORT_WIDTH), st.floats(0.3, 3.0), st.floats(0.05, 1.0), st.booleans())
+def test_top_width_path_equals_the_full_sort(seed, k, t, p, ties):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 300, generator=g) * 3
+    if ties:  # ties inside the sorted prefix
+        x = (x * 2).round() / 2
+    fast, full = _both_paths(x.tolist(), t, k, p)
+    assert torch.equal(fast, full)
+
+
+def test_rows_choose_their_own_path_whatever_the_batch():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 1024, generator=g)
+    temperature, top_p = torch.tensor([1.0, 1.0, 0.0]), torch.tensor([0.9, 0.7, 1.0])
+    top_k = torch.tensor([25, 0, 0])  # a fast row, a full-sort row, a greedy row
+    assert fast_rows(temperature, top_k, 1024).tolist() == [True, False, True]
+    mixed = processed(x, temperature, top_k, top_p)
+    for i in range(3):
+        alone = processed(x[i : i + 1], temperature[i : i + 1], top_k[i : i + 1], top_p[i : i + 1])
+        assert torch.equal(alone[0], mixed[i])
+    only_fast = processed(x[[0, 2]], temperature[[0, 2]], top_k[[0, 2]], top_p[[0, 2]], full=False)
+    assert torch.equal(only_fast, mixed[[0, 2]])

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from v2.models.moss_tts_local import MossTTSLocal
-from v2.models.sampling import HeadSampling, SamplingSettings, SamplingTensors
+from v2.models.sampling import HeadSampling, SamplingSettings, SamplingTensors, needs_full_sort
 
 
 @dataclass
@@ -74,7 +74,8 @@ def generate_batch(model: MossTTSLocal, prompts: list[Tensor], settings: list[Sa
     for step in range(max_frames):
         steps = torch.full((b,), step, dtype=torch.long, device=dev)
         allow = torch.full((b,), step >= min_frames, dtype=torch.bool, device=dev)
-        frame = model.decode_frame(hidden, sampling, steps, presence=presence, allow_stop=allow, return_logits=True)
+        frame = model.decode_frame(hidden, sampling, steps, presence=presence, allow_stop=allow,
+                                   full_sort=any(map(needs_full_sort, settings)), return_logits=True)
         for i in range(b):
             if active[i]:
                 record[i].append((frame.codes[i], frame.logprobs[i], hidden[i], frame.stop_logits[i], frame.code_logits[i]))

@@ -86,15 +86,15 @@ def load_checkpoint(cls: type[M], path: Path, *, dtype: torch.dtype, device: tor
     return model.eval()
 
 
-def init_seeded(cls: type[M], config: dict, seed: int, *, dtype: torch.dtype,
-                device: torch.device | str) -> M:
+def init_seeded(cls: type[M], config: dict, seed: int, *, dtype: torch.dtype, device: torch.device | str,
+                init_device: torch.device | str = "cpu") -> M:
     """Build `cls(config)` with weights drawn from `seed` on CPU (identical on every machine).
 
     Values from `fill_seeded` with gain 0.5. The final local LayerNorm's bias is leaned towards the stop head's "continue" row so that
     a seeded model speaks for tens of frames instead of stopping after one or two.
     """
     model = empty_model(cls, MossTTSLocalConfig.from_dict(config))
-    fill_seeded(model, seed, gain=0.5)
+    fill_seeded(model, seed, gain=0.5, device=init_device)
     head = model.get_parameter("local_text_lm_head.weight")
     lean = head[0] - head[1]
     bias = model.get_parameter("local_transformer.ln_f.bias")

@@ -55,11 +55,11 @@ class MossTTSLocal(nn.Module):
 
     @classmethod
     def from_seed(cls, config: dict, seed: int, *, dtype: torch.dtype = torch.float32,
-                  device: torch.device | str = "cpu") -> "MossTTSLocal":
+                  device: torch.device | str = "cpu", init_device: torch.device | str = "cpu") -> "MossTTSLocal":
         """Build from a config dict with weights drawn from a fixed seed (no files)."""
         from v2.models.loader import init_seeded
 
-        return init_seeded(cls, config, seed, dtype=dtype, device=device)
+        return init_seeded(cls, config, seed, dtype=dtype, device=device, init_device=init_device)
 
     @property
     def device(self) -> torch.device:
@@ -112,13 +112,14 @@ class MossTTSLocal(nn.Module):
 
     def decode_frame(self, hidden: Tensor, sampling: SamplingTensors, steps: Tensor, *,
                      presence: Tensor | None = None, allow_stop: Tensor | None = None,
-                     return_logits: bool = False) -> FrameOutput:
+                     full_sort: bool = True, return_logits: bool = False) -> FrameOutput:
         """Decode one frame for every row.
 
         hidden [B, H]: backbone state; sampling: per-row settings; steps [B] int64: each row's frame
         index (keys the noise); presence [B, 12, V] bool: codes seen in earlier frames (repetition
         penalty); allow_stop [B] bool: False forces "continue" (the stop logit is masked out, so the
-        processed distribution, and its logprob, say so).
+        processed distribution, and its logprob, say so); full_sort=False promises that no row's codebook
+        settings need the full sort (`needs_full_sort`), which skips it.
         """
         b = hidden.shape[0]
         kv = LocalKV.allocate(self.cfg.local, b, dtype=self.dtype, device=hidden.device)
@@ -137,7 +138,7 @@ class MossTTSLocal(nn.Module):
             if presence is not None:
                 logits = apply_repetition_penalty(logits, presence[:, c], s.penalty[:, 1 + c])
             ch = 1 + c
-            code, lp = sample(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], noise[:, ch])
+            code, lp = sample(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], noise[:, ch], full=full_sort)
             codes.append(code)
             logprobs.append(lp)
             if c + 1 < self.cfg.n_vq:

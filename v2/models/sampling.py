@@ -97,28 +97,71 @@ def apply_repetition_penalty(logits: Tensor, presence: Tensor, penalty: Tensor) 
     return torch.where(presence, penalized, logits)
 
 
-def process_logits(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor) -> Tensor:
+SORT_WIDTH = 64  # rows with 1 <= top_k <= SORT_WIDTH sort only their top SORT_WIDTH values
+
+
+def needs_full_sort(settings: SamplingSettings) -> bool:
+    """Host-side: whether this request's codebook draws need the full sort (see `fast_rows`)."""
+    a = settings.audio
+    return a.temperature > 0 and not 1 <= a.top_k <= SORT_WIDTH
+
+
+def fast_rows(temperature: Tensor, top_k: Tensor, vocab: int) -> Tensor:
+    """[B] bool: rows whose processed distribution `process_logits(..., width=SORT_WIDTH)` computes exactly."""
+    return (vocab > SORT_WIDTH) & (((top_k >= 1) & (top_k <= SORT_WIDTH)) | (temperature <= 0))
+
+
+def _stable_top(z: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """The first `width` entries of the stable descending sort of z [B, V]: values and token ids [B, width].
+
+    topk finds the width-th largest value; the members are every larger value plus the lowest-index
+    ties at it (as a stable sort would order them); a small stable sort then orders the members.
+    """
+    edge = torch.topk(z, width, dim=-1).values[:, -1:]  # [B, 1]
+    above, tie = z > edge, z == edge
+    member = above | (tie & (torch.cumsum(tie, dim=-1) <= width - above.sum(-1, keepdim=True)))
+    ids = torch.topk(torch.where(member, z, -math.inf), width, dim=-1).indices.sort(dim=-1).values  # [B, W]
+    values = z.gather(1, ids)
+    order = torch.sort(values, dim=-1, descending=True, stable=True).indices
+    return values.gather(1, order), ids.gather(1, order)
+
+
+def process_logits(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, *,
+                   width: int | None = None) -> Tensor:
     """The processed distribution as logits [B, V] (-inf where a token cannot be drawn).
 
     logits [B, V] float32 (after any penalty); temperature/top_k/top_p [B]. Greedy rows
     (temperature 0) become a point mass on the first argmax. Otherwise: divide by temperature,
     keep the top-k values (ties at the k-th value kept), then keep the smallest prefix of the
-    sorted distribution whose mass reaches top_p (the most likely token is always kept).
+    stable-sorted distribution whose mass reaches top_p (the most likely token is always kept).
+    `width`: sort only the top `width` values, exact for the rows `fast_rows` marks (the others get
+    garbage); None sorts everything. Both give the same distribution up to float rounding of the
+    top-p mass sums.
     """
     v = logits.shape[-1]
     greedy = temperature <= 0
     z = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
-    sorted_z, order = torch.sort(z, dim=-1, descending=True, stable=True)  # [B, V]
+    if width is None or width >= v:
+        sorted_z, order = torch.sort(z, dim=-1, descending=True, stable=True)  # [B, V]
+    else:
+        sorted_z, order = _stable_top(z, width)  # [B, W]
     use_k = (top_k > 0) & (top_k < v)
-    kth = sorted_z.gather(1, (top_k.clamp(1, v) - 1)[:, None])  # [B, 1]
+    kth = sorted_z.gather(1, (top_k.clamp(1, sorted_z.shape[1]) - 1)[:, None])  # [B, 1]
     kth = torch.where(use_k[:, None], kth, torch.full_like(kth, -math.inf))
     z = z.masked_fill(z < kth, -math.inf)
-    sorted_z = sorted_z.masked_fill(sorted_z < kth, -math.inf)
-    probs = torch.softmax(sorted_z, dim=-1)
-    mass_before = torch.cumsum(probs, dim=-1) - probs  # [B, V] mass of strictly more likely tokens
-    keep_sorted = (mass_before < top_p[:, None]) | (top_p[:, None] >= 1)
+    probs = torch.softmax(z, dim=-1)  # the top-k distribution [B, V]
+    sorted_p = probs.gather(1, order)
+    before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass of the tokens ahead in stable order
+    keep_sorted = (before < top_p[:, None]) | (top_p[:, None] >= 1)
     keep_sorted[:, 0] = True
-    keep = torch.zeros_like(keep_sorted).scatter(1, order, keep_sorted)
+    keep = torch.zeros_like(z, dtype=torch.bool).scatter(1, order, keep_sorted)
+    if sorted_z.shape[1] < v:
+        # ties at the k-th value beyond the sorted prefix follow it in index order, all with the same mass
+        listed = torch.zeros_like(keep).scatter(1, order, True)
+        rest = torch.isfinite(z) & ~listed
+        rank = torch.cumsum(rest, dim=-1) - rest.long()
+        rest_before = sorted_p.sum(-1, keepdim=True) + rank * probs
+        keep |= rest & ((rest_before < top_p[:, None]) | (top_p[:, None] >= 1))
     z = z.masked_fill(~keep, -math.inf)
     argmax = logits.argmax(dim=-1, keepdim=True)
     point = torch.full_like(z, -math.inf).scatter(1, argmax, 0.0)
@@ -176,10 +219,29 @@ def frame_noise(seed: Tensor, steps: Tensor, vocab: int) -> Tensor:
     return gumbel_noise(seed, counters, vocab)
 
 
-def sample(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+def processed(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, *, full: bool = True) -> Tensor:
+    """`process_logits` choosing per row: the top-`SORT_WIDTH` path where it is exact, the full sort elsewhere.
+
+    `full=False` promises that every row is a `fast_rows` row (the caller knows the settings), which
+    skips the full sort. A row's result depends only on its own logits and settings, never on its batch.
+    """
+    logits = logits.float()
+    v = logits.shape[-1]
+    if v <= SORT_WIDTH:
+        return process_logits(logits, temperature, top_k, top_p)
+    fast = process_logits(logits, temperature, top_k, top_p, width=SORT_WIDTH)
+    if not full:
+        return fast
+    slow = process_logits(logits, temperature, top_k, top_p)
+    return torch.where(fast_rows(temperature, top_k, v)[:, None], fast, slow)
+
+
+def sample(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, noise: Tensor, *,
+           full: bool = True) -> tuple[Tensor, Tensor]:
     """Draw one token per row by Gumbel-max: ids [B] and their logprobs [B] under the processed
-    distribution. noise [B, >= V] comes from `gumbel_noise` / `frame_noise` (token id = column)."""
-    z = process_logits(logits.float(), temperature, top_k, top_p)
+    distribution. noise [B, >= V] comes from `gumbel_noise` / `frame_noise` (token id = column);
+    `full` as in `processed`."""
+    z = processed(logits, temperature, top_k, top_p, full=full)
     ids = (z + noise[:, : z.shape[-1]]).argmax(dim=-1)
     logprobs = torch.log_softmax(z, dim=-1).gather(1, ids[:, None])[:, 0]
     return ids, logprobs

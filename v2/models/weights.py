@@ -129,16 +129,19 @@ def read_tensor(f, key: str, file: Path) -> Tensor:  # type: ignore[no-untyped-d
         raise CheckpointError(f"{file}: cannot read tensor '{key}' ({e})") from e
 
 
-def fill_seeded(model: nn.Module, seed: int, *, gain: float) -> None:
-    """Give every parameter of a (meta) model a value drawn on CPU from `seed`, in name order:
-    matrices ~ N(0, gain / sqrt(fan_in)), biases ~ N(0, 0.02), other vectors (norms, scales) ~ 1 + N(0, 0.02)."""
-    gen = torch.Generator().manual_seed(seed)
+def fill_seeded(model: nn.Module, seed: int, *, gain: float, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32) -> None:
+    """Give every parameter of a (meta) model a value drawn from `seed` on `device`, in name order:
+    matrices ~ N(0, gain / sqrt(fan_in)), biases ~ N(0, 0.02), other vectors (norms, scales) ~ 1 + N(0, 0.02).
+    The same seed gives the same values on every machine for a given `device` type (CPU: everywhere)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     for name, p in sorted(model.named_parameters()):
         shape = tuple(p.shape)
+        value = torch.randn(shape, generator=gen, device=device)
         if len(shape) == 2:
-            value = torch.randn(shape, generator=gen) * (gain / shape[-1] ** 0.5)
+            value *= gain / shape[-1] ** 0.5
         elif name.endswith("bias"):
-            value = torch.randn(shape, generator=gen) * 0.02
+            value *= 0.02
         else:
-            value = 1.0 + torch.randn(shape, generator=gen) * 0.02
-        set_tensor(model, name, value)
+            value = value.mul_(0.02).add_(1.0)
+        set_tensor(model, name, value.to(dtype))

@@ -20,7 +20,7 @@ from v2.loops.ar_decode import FramePlan, PrefillPlan
 from v2.loops.vocoder import ChunkPlan
 from v2.models.codec import MossAudioDecoder
 from v2.models.moss_tts_local import MossTTSLocal
-from v2.models.sampling import CHANNELS, SamplingSettings, SamplingTensors
+from v2.models.sampling import CHANNELS, SamplingSettings, SamplingTensors, needs_full_sort
 
 FRAME_FIELDS = 1 + 12 + CHANNELS  # packed AR_FRAME row: stop, 12 codes, 13 logprobs
 
@@ -36,6 +36,7 @@ class ARExecutor:
         self.hidden = torch.zeros(s, cfg.hidden_size, dtype=model.dtype, device=dev)
         self.sampling = SamplingTensors.build([SamplingSettings()] * s, [0] * s, dev)
         self.presence = torch.zeros(s, cfg.n_vq, cfg.codebook_size, dtype=torch.bool, device=dev)
+        self.full_sort: set[int] = set()  # slots whose codebook settings need the full sort (host side)
 
     @property
     def dummy_slot(self) -> int:
@@ -49,6 +50,9 @@ class ARExecutor:
                          (s.penalty, row.penalty), (s.seed, row.seed)):
             dst[slot] = src[0]
         self.presence[slot] = False
+        self.full_sort.discard(slot)
+        if needs_full_sort(settings):
+            self.full_sort.add(slot)
 
     @torch.no_grad()
     def prefill(self, plans: Sequence[PrefillPlan]) -> None:
@@ -86,7 +90,8 @@ class ARExecutor:
         valid = torch.tensor([True] * n + [False] * pad, device=dev)
         context = max(p.position for p in plans) + 1
         frame = self.model.decode_frame(self.hidden[slots], self.sampling.rows(slots), steps,
-                                        presence=self.presence[slots], allow_stop=allow)
+                                        presence=self.presence[slots], allow_stop=allow,
+                                        full_sort=any(p.slot in self.full_sort for p in plans))
         self.presence[slots[:n, None], torch.arange(frame.codes.shape[1], device=dev), frame.codes[:n]] = True
         out = self.model.transformer.forward_cached(frame.next_embed[:, None], self.kv, slots, positions[:, None],
                                                     valid[:, None], context)  # [bucket, 1, H]

@@ -68,7 +68,7 @@ class SpeechHandle:
         self._cond = threading.Condition()
         self._chunks: list[AudioChunk] = []
         self._subscribers: list[Callable[[AudioChunk], None]] = []
-        self._on_finish: list[Callable[[], Any]] = []
+        self._done_callbacks: list[Callable[[SpeechResult], None]] = []
         self._result: SpeechResult | None = None
         self.callback_errors: list[str] = []
 
@@ -97,6 +97,18 @@ class SpeechHandle:
                 self._call(callback, chunk)
             self._subscribers.append(callback)
 
+    def on_done(self, callback: Callable[[SpeechResult], None]) -> None:
+        """Call `callback(result)` once the request has ended: at once if it has, else on the engine thread."""
+        with self._cond:
+            if self._result is None:
+                self._done_callbacks.append(callback)
+                return
+            result = self._result
+        try:
+            callback(result)
+        except Exception as e:
+            self.callback_errors.append(f"{type(e).__name__}: {e}")
+
     def __iter__(self) -> Iterator[AudioChunk]:
         seen = 0
         while True:
@@ -116,7 +128,7 @@ class SpeechHandle:
             finished = self._result is not None
             if not finished:
                 self._subscribers.append(lambda c: loop.call_soon_threadsafe(queue.put_nowait, c))
-                self._on_finish.append(lambda: loop.call_soon_threadsafe(queue.put_nowait, _END))
+                self._done_callbacks.append(lambda _: loop.call_soon_threadsafe(queue.put_nowait, _END))
         for chunk in backlog:
             yield chunk
         if finished:
@@ -136,10 +148,13 @@ class SpeechHandle:
     def finish(self, result: SpeechResult) -> None:
         with self._cond:
             self._result = result
-            for fire in self._on_finish:
-                fire()
+            for callback in self._done_callbacks:
+                try:
+                    callback(result)
+                except Exception as e:  # a callback's bug must not reach the engine
+                    self.callback_errors.append(f"{type(e).__name__}: {e}")
             self._subscribers.clear()
-            self._on_finish.clear()
+            self._done_callbacks.clear()
             self._cond.notify_all()
 
     def _call(self, callback: Callable[[AudioChunk], None], chunk: AudioChunk) -> None:

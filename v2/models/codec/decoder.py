@@ -92,10 +92,10 @@ class MossAudioDecoder(nn.Module):
 
     @classmethod
     def from_seed(cls, config: dict, seed: int, *, dtype: torch.dtype = torch.float32,
-                  device: torch.device | str = "cpu") -> "MossAudioDecoder":
+                  device: torch.device | str = "cpu", init_device: torch.device | str = "cpu") -> "MossAudioDecoder":
         from v2.models.codec.loader import seeded_codec
 
-        return seeded_codec(cls, config, seed, dtype=dtype, device=device)
+        return seeded_codec(cls, config, seed, dtype=dtype, device=device, init_device=init_device)
 
     @property
     def device(self) -> torch.device:

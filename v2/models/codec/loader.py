@@ -85,12 +85,13 @@ def load_codec(cls: type[M], path: Path, *, dtype: torch.dtype, device: torch.de
     return model.eval()
 
 
-def seeded_codec(cls: type[M], config: dict, seed: int, *, dtype: torch.dtype, device: torch.device | str) -> M:
+def seeded_codec(cls: type[M], config: dict, seed: int, *, dtype: torch.dtype, device: torch.device | str,
+                 init_device: torch.device | str = "cpu") -> M:
     """The decoder with weights drawn from `seed` on CPU (matrices ~ N(0, 1 / sqrt(fan_in))); the last
     stage's output projection is scaled down so the waveform sits at speech-like levels (|x| mostly < 1)."""
     cfg = CodecConfig.from_dict(config)
     model = empty_model(cls, cfg)
-    fill_seeded(model, seed, gain=1.0)
+    fill_seeded(model, seed, gain=1.0, device=init_device)
     last = f"decoder.{cfg.stages[-1].index}.output_proj.weight"
     set_tensor(model, last, model.get_parameter(last) * 0.05)
     return model.to(device=device, dtype=dtype).eval()

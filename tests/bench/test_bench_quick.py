@@ -1,0 +1,30 @@
+"""`python -m v2.bench --quick` runs on the tiny card and its last line is JSON with every figure."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from v2.bench.__main__ import main
+
+SCENARIO_FIELDS = {"concurrency", "stream", "requests", "wall_s", "audio_s", "audio_s_per_s", "requests_per_s",
+                   "ttfa_p50_s", "ttfa_p99_s", "rtf_p50", "rtf_mean", "mean_ar_batch", "ar_calls", "underruns",
+                   "finish_reasons", "codes_match_baseline", "speedup_vs_baseline", "peak_memory_mb"}
+
+
+def test_quick_bench_prints_a_table_then_one_json_line(capsys):
+    assert main(["--quick", "--no-progress", "--requests", "6", "--max-frames", "16"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert any("RTF" in line and "lower is better" in line for line in out)
+    report = json.loads(out[-1])
+    assert report["card"] == "moss_tts_local_tiny" and report["quick"] is True
+    assert {"torch", "git_commit", "platform", "cpus", "device"} <= set(report["machine"])
+    assert {"wall_s", "audio_s", "audio_s_per_s", "requests_per_s"} <= set(report["baseline"])
+    assert [(s["concurrency"], s["stream"]) for s in report["scenarios"]] == [(1, True), (1, False), (4, True), (4, False)]
+    for s in report["scenarios"]:
+        assert SCENARIO_FIELDS <= set(s), SCENARIO_FIELDS - set(s)
+        assert s["codes_match_baseline"] is True  # batched == alone, against the sequential loop
+        assert s["audio_s"] == report["baseline"]["audio_s"] and s["audio_s_per_s"] > 0
+        assert math.isfinite(s["ttfa_p50_s"]) and s["ttfa_p50_s"] <= s["ttfa_p99_s"]
+    assert [o["rows"] for o in report["engine_overhead"]] == [1, 16, 64]
+    assert all(o["us_per_step"] > 0 and o["us_per_row"] > 0 for o in report["engine_overhead"])
