@@ -208,3 +208,15 @@ def test_rows_choose_their_own_path_whatever_the_batch():
         assert torch.equal(alone[0], mixed[i])
     only_fast = processed(x[[0, 2]], temperature[[0, 2]], top_k[[0, 2]], top_p[[0, 2]], full=False)
     assert torch.equal(only_fast, mixed[[0, 2]])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31))
+def test_both_ways_of_listing_the_top_members_agree(seed):
+    from v2.models.sampling import _stable_top
+
+    x = (torch.randn(3, 500, generator=torch.Generator().manual_seed(seed)) * 2).round()  # many ties
+    a, b = _stable_top(x, SORT_WIDTH, by_topk=False), _stable_top(x, SORT_WIDTH, by_topk=True)
+    full_values, full_ids = torch.sort(x, dim=-1, descending=True, stable=True)
+    for got in (a, b):
+        assert torch.equal(got[0], full_values[:, :SORT_WIDTH]) and torch.equal(got[1], full_ids[:, :SORT_WIDTH])

@@ -111,16 +111,21 @@ def fast_rows(temperature: Tensor, top_k: Tensor, vocab: int) -> Tensor:
     return (vocab > SORT_WIDTH) & (((top_k >= 1) & (top_k <= SORT_WIDTH)) | (temperature <= 0))
 
 
-def _stable_top(z: Tensor, width: int) -> tuple[Tensor, Tensor]:
+def _stable_top(z: Tensor, width: int, by_topk: bool | None = None) -> tuple[Tensor, Tensor]:
     """The first `width` entries of the stable descending sort of z [B, V]: values and token ids [B, width].
 
     topk finds the width-th largest value; the members are every larger value plus the lowest-index
-    ties at it (as a stable sort would order them); a small stable sort then orders the members.
+    ties at it (as a stable sort would order them); a small stable sort then orders the members. The
+    members' ids come from `nonzero_static` on CPU and from a second topk elsewhere (`by_topk` forces one).
     """
-    edge = torch.topk(z, width, dim=-1).values[:, -1:]  # [B, 1]
+    b = z.shape[0]
+    edge = torch.topk(z, width, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)  # [B, 1]
     above, tie = z > edge, z == edge
-    member = above | (tie & (torch.cumsum(tie, dim=-1) <= width - above.sum(-1, keepdim=True)))
-    ids = torch.topk(torch.where(member, z, -math.inf), width, dim=-1).indices.sort(dim=-1).values  # [B, W]
+    member = above | (tie & (torch.cumsum(tie, dim=-1) <= width - above.sum(-1, keepdim=True)))  # width per row
+    if not (z.device.type != "cpu" if by_topk is None else by_topk):  # members in index order, one topk
+        ids = torch.nonzero_static(member, size=b * width)[:, 1].view(b, width)
+    else:
+        ids = torch.topk(torch.where(member, z, -math.inf), width, dim=-1).indices.sort(dim=-1).values  # [B, W]
     values = z.gather(1, ids)
     order = torch.sort(values, dim=-1, descending=True, stable=True).indices
     return values.gather(1, order), ids.gather(1, order)
