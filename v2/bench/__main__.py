@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     baseline.pop("codes")
     print(table(scenarios, baseline))
     for o in overhead:
-        print(f"engine overhead at {o['rows']:>2} rows: {o['us_per_step']:8.0f} us per step, {o['us_per_row']:7.0f} us per row")
+        print(f"engine overhead at {o['rows']:>2} rows: {o['us_per_step']:8.0f} us per step, {o['us_per_row']:7.0f} us per row "
+              f"(instant experts; {o['mean_rows_per_step']:.1f} rows per step on average)")
     report = {"bench": "v2.serving", "card": runtime.card.name, "random_weights": args.random_weights,
               "quick": args.quick, "requests": n, "max_frames": max_frames, "machine": machine(args.device),
               "baseline": baseline, "scenarios": scenarios, "engine_overhead": overhead,

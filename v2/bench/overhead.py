@@ -21,7 +21,7 @@ class _InstantAR:
     """Answers every AR_FRAME with "continue" and zero codes; prefill does nothing."""
 
     def __init__(self, real: Any) -> None:
-        self.kv = real.kv
+        self.kv, self.graphs = real.kv, real.graphs
 
     def admit(self, slot: int, settings: Any, seed: int) -> None:
         pass
@@ -36,8 +36,8 @@ class _InstantAR:
 class _InstantCodec:
     """Answers every AUDIO_CHUNK with silence (a broadcast view: no allocation)."""
 
-    def __init__(self, channels: int, hop: int) -> None:
-        self.channels, self.hop = channels, hop
+    def __init__(self, real: Any, channels: int, hop: int) -> None:
+        self.graphs, self.channels, self.hop = real.graphs, channels, hop
 
     def admit(self, slot: int) -> None:
         pass
@@ -50,16 +50,20 @@ def run_overhead(runtime: Runtime, rows: int, *, frames: int) -> dict[str, Any]:
     """`rows` requests decoding `frames` frames each with instant experts: host microseconds per step and per row."""
     real_ar, real_codec = runtime.ar_exec, runtime.codec_exec
     runtime.ar_exec = _InstantAR(real_ar)  # type: ignore[assignment]
-    runtime.codec_exec = _InstantCodec(runtime.codec.cfg.channels, runtime.codec.cfg.hop)  # type: ignore[assignment]
+    runtime.codec_exec = _InstantCodec(real_codec, runtime.codec.cfg.channels, runtime.codec.cfg.hop)  # type: ignore[assignment]
+    row = [runtime.model.cfg.ids.audio_start] + [runtime.model.cfg.audio_pad_code] * 12  # a one-row prompt
     try:
-        steps = runtime.stats()["steps"]
+        before = runtime.stats()
         start = time.perf_counter()
-        handles = [runtime.submit({"text": "overhead", "seed": i, "max_frames": frames, "min_frames": frames})
-                   for i in range(rows)]
+        handles = runtime.submit_many([{"prompt_rows": [row], "seed": i, "max_frames": frames, "min_frames": frames}
+                                       for i in range(rows)])
         for h in handles:
             h.result()
         wall = time.perf_counter() - start
-        ran = runtime.stats()["steps"] - steps
+        after = runtime.stats()
     finally:
         runtime.ar_exec, runtime.codec_exec = real_ar, real_codec
-    return {"rows": rows, "steps": ran, "us_per_step": wall / ran * 1e6, "us_per_row": wall / ran / rows * 1e6}
+    ran = after["steps"] - before["steps"]
+    frame_rows = after["kinds"]["ar_frame"]["rows"] - before["kinds"]["ar_frame"]["rows"]
+    return {"rows": rows, "steps": ran, "mean_rows_per_step": frame_rows / ran, "us_per_step": wall / ran * 1e6,
+            "us_per_row": wall / frame_rows * 1e6}

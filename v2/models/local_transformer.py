@@ -113,7 +113,7 @@ class LocalTransformer(nn.Module):
 
     def step(self, x: Tensor, position: int, kv: LocalKV) -> Tensor:
         """Advance every row by one position: x [B, H] at `position` (same for all rows) -> [B, H]."""
-        pos = torch.tensor([position], device=x.device)
+        pos = torch.arange(position, position + 1, device=x.device)  # no host data: capturable in a graph
         cos, sin = interleaved_cos_sin(pos, self.cfg.head_dim, self.cfg.rope_base)
         h = x[:, None]  # [B, 1, H]
         for j, block in enumerate(self.h):

@@ -50,12 +50,15 @@ class _Request:
 
 
 class Runtime:
-    def __init__(self, card: ModelCard, model: Any, codec: Any, tokenizer: Any) -> None:
+    def __init__(self, card: ModelCard, model: Any, codec: Any, tokenizer: Any, *, graphs: bool = True) -> None:
+        """`graphs`: capture and replay CUDA graphs for AR_FRAME and AUDIO_CHUNK steps (on CUDA only)."""
         ar, voc = card.loops.ar_decode, card.loops.vocoder
         self.card, self.model, self.codec, self.tokenizer = card, model, codec, tokenizer
         self.ar_loop, self.voc_loop = ARDecodeLoop(ar), VocoderLoop(voc)
-        self.ar_exec = ARExecutor(model, num_slots=ar.max_running, max_len=ar.max_prompt_rows + ar.max_frames)
-        self.codec_exec = CodecExecutor(codec, num_slots=voc.max_streams)
+        self.ar_exec = ARExecutor(model, num_slots=ar.max_running, max_len=ar.max_prompt_rows + ar.max_frames,
+                                  batch_buckets=ar.batch_buckets, graphs=graphs)
+        self.codec_exec = CodecExecutor(codec, num_slots=voc.max_streams, batch_buckets=voc.batch_buckets,
+                                        frame_buckets=voc.frame_buckets, graphs=graphs)
         self.pools = {"kv": SlotPool("kv", ar.max_running), "codec": SlotPool("codec", voc.max_streams)}
         self._buckets = {WorkUnitKind.AR_FRAME: ar.batch_buckets, WorkUnitKind.AUDIO_CHUNK: voc.batch_buckets}
         self._cond = threading.Condition()
@@ -72,34 +75,47 @@ class Runtime:
 
     @classmethod
     def from_card(cls, card: str | ModelCard = DEFAULT_CARD, *, checkpoint: str | None = None,
-                  codec_checkpoint: str | None = None, device: str | None = None, dtype: torch.dtype | None = None) -> "Runtime":
+                  codec_checkpoint: str | None = None, device: str | None = None, dtype: torch.dtype | None = None,
+                  graphs: bool = True) -> "Runtime":
         """`card`: a card name in cards/, a path, or a loaded card. Default device: CUDA when present."""
         card = card if isinstance(card, ModelCard) else load_card(card)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = build_model(card, checkpoint=checkpoint, dtype=dtype, device=device)
         codec = build_codec(card, checkpoint=codec_checkpoint, dtype=dtype, device=device)
-        return cls(card, model, codec, build_tokenizer(card, checkpoint))
+        return cls(card, model, codec, build_tokenizer(card, checkpoint), graphs=graphs)
 
     # ----- caller side -----------------------------------------------------------------------------
     def submit(self, request: SpeechRequest | dict[str, Any]) -> SpeechHandle:
         """Validate (errors name the field), queue, and return a handle at once."""
-        req = parse_request(request)
-        rows, sampling, max_frames = prepare(req, self.card, self.model.cfg, self.tokenizer)
+        return self.submit_many([request])[0]
+
+    def submit_many(self, requests: list[SpeechRequest | dict[str, Any]]) -> list[SpeechHandle]:
+        """Validate every request first (one bad request queues none), then queue them all at once, so
+        they are admitted together in the next step while slots last."""
+        prepared = []
+        for request in requests:
+            req = parse_request(request)
+            prepared.append((req, *prepare(req, self.card, self.model.cfg, self.tokenizer)))
+        handles = []
         with self._cond:
             if self._closed:
                 raise RuntimeError("the runtime is closed")
-            rid = next(self._ids)
-            handle = SpeechHandle(rid, self._request_cancel)
-            self._waiting.append(_Request(rid, handle, req, rows, sampling, max_frames, time.perf_counter()))
+            for req, rows, sampling, max_frames in prepared:
+                rid = next(self._ids)
+                handle = SpeechHandle(rid, self._request_cancel)
+                self._waiting.append(_Request(rid, handle, req, rows, sampling, max_frames, time.perf_counter()))
+                handles.append(handle)
             self._cond.notify_all()
-        return handle
+        return handles
 
     def stats(self) -> dict[str, Any]:
         with self._cond:
             kinds = {k.value: dict(c, mean_batch=(c["rows"] / c["calls"] if c["calls"] else 0.0))
                      for k, c in self._counters.items()}
+            graphs = {"ar_frame": self.ar_exec.graphs.stats(), "audio_chunk": self.codec_exec.graphs.stats()}
             return {"steps": self._steps, "kinds": kinds, "waiting": len(self._waiting), "running": len(self._running),
-                    "kv_slots_in_use": self.pools["kv"].in_use, "codec_slots_in_use": self.pools["codec"].in_use}
+                    "kv_slots_in_use": self.pools["kv"].in_use, "codec_slots_in_use": self.pools["codec"].in_use,
+                    "graphs": graphs}
 
     def close(self, *, drain: bool = False, timeout: float | None = None) -> None:
         """Stop taking requests; finish the ones in flight (`drain`) or abort them; free everything."""
@@ -154,6 +170,8 @@ class Runtime:
         outputs = iter(to_host([t for _, t in ran if t is not None]))
         for batch, tensor in ran:
             host = next(outputs) if tensor is not None else None
+            if batch.kind is WorkUnitKind.AR_FRAME:
+                host = host.tolist()  # one conversion per batch: rows of Python floats
             for i, plan in enumerate(batch.plans):
                 req = self._running.get(plan.request_id)
                 if req is not None:
@@ -182,14 +200,14 @@ class Runtime:
             return self.ar_exec.frame(payloads, batch.bucket)
         return self.codec_exec.chunk(payloads, batch.bucket, batch.plans[0].signature.bucket)
 
-    def _advance(self, req: _Request, plan: WorkPlan, host: np.ndarray | None, i: int) -> None:
+    def _advance(self, req: _Request, plan: WorkPlan, host: Any, i: int) -> None:
         assert req.ar is not None and req.voc is not None
         kind = plan.signature.kind
         if kind is WorkUnitKind.PREFILL:
             self.ar_loop.advance(req.ar, StepResult(plan))
         elif kind is WorkUnitKind.AR_FRAME:
             row = host[i]  # type: ignore[index]
-            data = FrameRow(bool(row[0] > 0.5), tuple(int(c) for c in row[1:13]), tuple(float(x) for x in row[13:]))
+            data = FrameRow(row[0] > 0.5, tuple(map(int, row[1:13])), tuple(row[13:]))
             self.ar_loop.advance(req.ar, StepResult(plan, data))
             self.voc_loop.feed(req.voc, req.ar.fresh, req.ar.finish)
         else:

@@ -1,10 +1,11 @@
-"""Executors: a batch of plans -> tensors -> one expert call -> device results.
+"""Executors: a batch of plans -> static buffers -> one expert call (a graph replay on CUDA) -> device results.
 
 Owns: the device-side per-slot state of the AR experts (KV cache, the backbone state each slot decodes
 its next frame from, per-slot sampling settings, seeds and repetition-penalty presence masks) and of the
-vocoder (codec streaming state); writing a request's settings at admission; running a PREFILL batch,
-an AR_FRAME batch (padded rows aimed at the dummy slot) and an AUDIO_CHUNK batch; and the one
-device-to-host copy per step.
+vocoder (codec streaming state); writing a request's settings at admission; the static input buffers
+(allocated once at the largest bucket; padding rows aim at the dummy slot); running a PREFILL batch
+(eager), an AR_FRAME batch and an AUDIO_CHUNK batch through `StepGraphs`; and the one device-to-host
+copy per step.
 Must not know: requests, loops' state, scheduling policy, threads.
 """
 
@@ -17,26 +18,44 @@ import torch
 from torch import Tensor
 
 from v2.loops.ar_decode import FramePlan, PrefillPlan
-from v2.loops.vocoder import ChunkPlan
+from v2.loops.vocoder import ChunkPlan, bucket_for
 from v2.models.codec import MossAudioDecoder
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.models.sampling import CHANNELS, SamplingSettings, SamplingTensors, needs_full_sort
+from v2.runtime.graphs import StepGraphs
 
 FRAME_FIELDS = 1 + 12 + CHANNELS  # packed AR_FRAME row: stop, 12 codes, 13 logprobs
+MIN_CONTEXT_BUCKET = 64
+
+
+def context_buckets(max_len: int) -> list[int]:
+    """Key lengths an AR_FRAME step attends over: powers of two from 64, then the cache length."""
+    out, b = [], MIN_CONTEXT_BUCKET
+    while b < max_len:
+        out.append(b)
+        b *= 2
+    return out + [max_len]
 
 
 class ARExecutor:
     """Backbone + local transformer over slot-indexed state; `num_slots` real slots and one dummy."""
 
-    def __init__(self, model: MossTTSLocal, *, num_slots: int, max_len: int) -> None:
+    def __init__(self, model: MossTTSLocal, *, num_slots: int, max_len: int, batch_buckets: list[int],
+                 graphs: bool = True) -> None:
         self.model = model
         self.kv = model.allocate_kv(num_slots, max_len)
-        s, dev = num_slots + 1, model.device
-        cfg = model.cfg
+        s, dev, cfg = num_slots + 1, model.device, model.cfg
         self.hidden = torch.zeros(s, cfg.hidden_size, dtype=model.dtype, device=dev)
         self.sampling = SamplingTensors.build([SamplingSettings()] * s, [0] * s, dev)
         self.presence = torch.zeros(s, cfg.n_vq, cfg.codebook_size, dtype=torch.bool, device=dev)
         self.full_sort: set[int] = set()  # slots whose codebook settings need the full sort (host side)
+        # static inputs of the frame step, [largest bucket]: slot, position, step, allow_stop, valid
+        self.inputs = torch.zeros(5, batch_buckets[-1], dtype=torch.long, device=dev)
+        self.inputs[0] = self.kv.dummy_slot
+        self.contexts = context_buckets(max_len)
+        keys = [(b, c, 1) for b in batch_buckets for c in self.contexts]  # graphs always run the full sort
+        self.graphs = StepGraphs("ar_frame", self._frame_step, keys, device=dev, enabled=graphs)
+        self.graphs.capture()
 
     @property
     def dummy_slot(self) -> int:
@@ -77,50 +96,80 @@ class ARExecutor:
             idx = torch.tensor(last, device=dev)
             self.hidden[slots[idx]] = out[idx, (lengths[last] - 1).to(dev)]
 
-    @torch.no_grad()
+    def stage(self, plans: Sequence[FramePlan], bucket: int) -> int:
+        """Copy the plans into the static inputs (padding rows -> dummy slot); returns the keys they attend."""
+        pad = bucket - len(plans)
+        host = torch.tensor([[p.slot for p in plans] + [self.dummy_slot] * pad,
+                             [p.position for p in plans] + [0] * pad,
+                             [p.step for p in plans] + [0] * pad,
+                             [int(p.allow_stop) for p in plans] + [1] * pad,
+                             [1] * len(plans) + [0] * pad])  # [5, bucket]
+        self.inputs[:, :bucket].copy_(host)  # one host-to-device copy
+        return max(p.position for p in plans) + 1
+
     def frame(self, plans: Sequence[FramePlan], bucket: int) -> Tensor:
         """One frame for every plan, padded to `bucket` rows -> packed [bucket, 26] float32 on the device:
         stop flag, 12 codes, 13 logprobs per row (padding rows last, meaningless)."""
-        dev, n = self.model.device, len(plans)
-        pad = bucket - n
-        slots = torch.tensor([p.slot for p in plans] + [self.dummy_slot] * pad, device=dev)
-        positions = torch.tensor([p.position for p in plans] + [0] * pad, device=dev)
-        steps = torch.tensor([p.step for p in plans] + [0] * pad, device=dev)
-        allow = torch.tensor([p.allow_stop for p in plans] + [True] * pad, device=dev)
-        valid = torch.tensor([True] * n + [False] * pad, device=dev)
-        context = max(p.position for p in plans) + 1
+        context = self.stage(plans, bucket)
+        if self.graphs.enabled:
+            return self.graphs.run(self.graph_key(bucket, context))
+        self.graphs.fallbacks[self.graphs.reason_off] += 1
+        return self._frame_step((bucket, context, int(any(p.slot in self.full_sort for p in plans))))
+
+    def graph_key(self, bucket: int, context: int) -> tuple[int, int, int]:
+        return (bucket, bucket_for(context, self.contexts), 1)
+
+    @torch.no_grad()
+    def _frame_step(self, key: tuple[int, ...]) -> Tensor:
+        """The whole frame step on the static inputs: key = (rows, keys attended, full sort)."""
+        b, context, full = key
+        slots, positions, steps = self.inputs[0, :b], self.inputs[1, :b], self.inputs[2, :b]
+        allow, valid = self.inputs[3, :b].bool(), self.inputs[4, :b].bool()
         frame = self.model.decode_frame(self.hidden[slots], self.sampling.rows(slots), steps,
-                                        presence=self.presence[slots], allow_stop=allow,
-                                        full_sort=any(p.slot in self.full_sort for p in plans))
-        self.presence[slots[:n, None], torch.arange(frame.codes.shape[1], device=dev), frame.codes[:n]] = True
+                                        presence=self.presence[slots], allow_stop=allow, full_sort=bool(full))
+        # padding rows write only the dummy slot's presence, state and KV
+        self.presence[slots[:, None], torch.arange(frame.codes.shape[1], device=slots.device), frame.codes] = True
         out = self.model.transformer.forward_cached(frame.next_embed[:, None], self.kv, slots, positions[:, None],
-                                                    valid[:, None], context)  # [bucket, 1, H]
-        self.hidden[slots[:n]] = out[:n, 0]
+                                                    valid[:, None], context)  # [b, 1, H]
+        self.hidden[slots] = out[:, 0]
         return torch.cat([frame.stop[:, None].float(), frame.codes.float(), frame.logprobs], dim=1)
 
 
 class CodecExecutor:
     """The vocoder over slot-indexed streaming state; `num_slots` real slots and one dummy."""
 
-    def __init__(self, codec: MossAudioDecoder, *, num_slots: int) -> None:
+    def __init__(self, codec: MossAudioDecoder, *, num_slots: int, batch_buckets: list[int], frame_buckets: list[int],
+                 graphs: bool = True) -> None:
         self.codec = codec
         self.state = codec.allocate_state(num_slots)
+        dev = codec.device
+        # static inputs, [largest bucket]: slot and real frames per row, and the codes
+        self.rows = torch.zeros(2, batch_buckets[-1], dtype=torch.long, device=dev)
+        self.rows[0] = self.state.dummy_slot
+        self.codes = torch.zeros(batch_buckets[-1], 12, frame_buckets[-1], dtype=torch.long, device=dev)
+        keys = [(b, f) for b in batch_buckets for f in frame_buckets]
+        self.graphs = StepGraphs("audio_chunk", self._chunk_step, keys, device=dev, enabled=graphs)
+        self.graphs.capture()
 
     def admit(self, slot: int) -> None:
         self.state.reset([slot])
 
-    @torch.no_grad()
     def chunk(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> Tensor:
         """Decode every plan's frames in one call, padded to `bucket` rows of `frames` frames
         -> audio [bucket, channels, frames * hop] on the device (row b's first n_b * hop samples are real)."""
-        dev, n = self.codec.device, len(plans)
+        n = len(plans)
         codes = torch.zeros(bucket, 12, frames, dtype=torch.long)
-        lengths = torch.zeros(bucket, dtype=torch.long)
         for i, p in enumerate(plans):
             codes[i, :, : len(p.codes)] = torch.tensor(p.codes, dtype=torch.long).T
-            lengths[i] = len(p.codes)
-        slots = torch.tensor([p.slot for p in plans] + [self.state.dummy_slot] * (bucket - n), device=dev)
-        return self.codec.decode_chunk(slots, codes.to(dev), state=self.state, lengths=lengths.to(dev))
+        rows = torch.tensor([[p.slot for p in plans] + [self.state.dummy_slot] * (bucket - n),
+                             [len(p.codes) for p in plans] + [0] * (bucket - n)])  # [2, bucket]
+        self.rows[:, :bucket].copy_(rows)
+        self.codes[:bucket, :, :frames].copy_(codes)
+        return self.graphs.run((bucket, frames))
+
+    def _chunk_step(self, key: tuple[int, ...]) -> Tensor:
+        b, f = key
+        return self.codec.decode_chunk(self.rows[0, :b], self.codes[:b, :, :f], state=self.state, lengths=self.rows[1, :b])
 
 
 def to_host(tensors: Sequence[Tensor]) -> list[np.ndarray]:
