@@ -28,3 +28,12 @@ def test_quick_bench_prints_a_table_then_one_json_line(capsys):
         assert math.isfinite(s["ttfa_p50_s"]) and s["ttfa_p50_s"] <= s["ttfa_p99_s"]
     assert [o["rows"] for o in report["engine_overhead"]] == [1, 16, 64]
     assert all(o["us_per_step"] > 0 and o["us_per_row"] > 0 for o in report["engine_overhead"])
+
+
+def test_frame_step_bench_runs_on_cpu_and_prints_json(capsys):
+    from v2.bench.framestep import main as framestep
+
+    assert framestep(["--buckets", "1", "4", "--iters", "1", "--context", "128"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["dims"] == "tiny" and [b["bucket"] for b in report["buckets"]] == [1, 4]
+    assert all(b["eager_ms"] > 0 and b["frames_per_s"] > 0 for b in report["buckets"])
