@@ -11,7 +11,7 @@ from v2.loops import ARDecodeLoop, FrameRow, VocoderLoop
 
 CARD = load_card("moss_tts_local_tiny")
 AR = CARD.loops.ar_decode.model_copy(update={"prefill_chunk_rows": 4})
-VOC = CARD.loops.vocoder.model_copy(update={"first_chunk_frames": 2, "chunk_frames": 3})
+VOC = CARD.loops.vocoder.model_copy(update={"first_chunk_frames": 2, "chunk_frames": 5})
 FRAME = tuple(range(12))
 
 
@@ -68,8 +68,9 @@ def run_vocoder(total: int, end: FinishReason = FinishReason.STOP) -> list[tuple
     return made
 
 
-def test_vocoder_chunks_first_small_then_steady_and_marks_the_last_final():
-    assert run_vocoder(10) == [(2, False), (3, False), (3, False), (2, True)]
-    assert run_vocoder(8) == [(2, False), (3, False), (3, True)]  # cut only once a frame beyond it exists
+def test_vocoder_chunks_first_small_then_doubling_to_steady_and_marks_the_last_final():
+    assert [VocoderLoop(VOC).chunk_size(i) for i in range(5)] == [2, 4, 5, 5, 5]
+    assert run_vocoder(20) == [(2, False), (4, False), (5, False), (5, False), (4, True)]
+    assert run_vocoder(16) == [(2, False), (4, False), (5, False), (5, True)]  # cut once a frame beyond it exists
     assert run_vocoder(1, FinishReason.LENGTH) == [(1, True)]
     assert run_vocoder(0) == []

@@ -3,8 +3,9 @@
 Owns: `VocoderState` (frames received and not yet decoded, chunks made, its codec slot) and
 `VocoderLoop`, a stateless driven loop: `feed` (frames from the AR loop), `next` (an AUDIO_CHUNK plan
 when a chunk is due, or Done; no kernel), `advance` (make the chunk from the decoded audio), `finalize`.
-Chunking: a first chunk of `first_chunk_frames`, then `chunk_frames` each, the rest at the end. A chunk is
-cut once a frame beyond it exists or the utterance has ended, so the last chunk is always marked final.
+Chunking: a first chunk of `first_chunk_frames`, doubling per chunk up to `chunk_frames`, the rest at the
+end. A chunk is cut once a frame beyond it exists or the utterance has ended, so the last chunk is always
+marked final.
 Must not know: tensors on a device, batching, other requests, the TTS model.
 """
 
@@ -64,6 +65,13 @@ class VocoderLoop:
     def init(self, request_id: int, *, sample_rate: int) -> VocoderState:
         return VocoderState(request_id=request_id, sample_rate=sample_rate)
 
+    def chunk_size(self, index: int) -> int:
+        """Frames in chunk `index`: the first chunk's size, doubling up to the steady size. Each chunk then
+        plays at least as long as the next one takes to make whenever generation runs faster than half
+        real time, so a stream does not underrun after its small first chunk."""
+        s = self.settings
+        return min(s.chunk_frames, s.first_chunk_frames * 2 ** min(index, 30))
+
     def feed(self, state: VocoderState, frames: list[tuple[int, ...]], upstream: FinishReason | None) -> None:
         state.pending.extend(frames)
         if upstream is not None:
@@ -75,7 +83,7 @@ class VocoderLoop:
         """A due chunk's plan, Done, or None (waiting for frames)."""
         if state.finish is not None:
             return Done(state.finish)
-        due = self.settings.first_chunk_frames if not state.chunks else self.settings.chunk_frames
+        due = self.chunk_size(len(state.chunks))
         if len(state.pending) > due:
             n, final = due, False
         elif state.upstream is not None and state.pending:
