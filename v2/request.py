@@ -92,6 +92,7 @@ class SpeechRequest(_Strict):
     min_frames: int = Field(default=0, ge=0)
     stream: bool = False
     profile: ExecutionProfile = ExecutionProfile.SERVE
+    decode_audio: bool = True        # False: codes (and, under ROLLOUT, the trajectory) only, no codec work
 
     @model_validator(mode="after")
     def _one_source(self) -> "SpeechRequest":
@@ -103,6 +104,8 @@ class SpeechRequest(_Strict):
             raise ValueError("reference_codes: give them inside prompt_rows when prompt_rows is used")
         if self.max_frames is not None and self.min_frames > self.max_frames:
             raise ValueError(f"min_frames ({self.min_frames}) exceeds max_frames ({self.max_frames})")
+        if self.stream and not self.decode_audio:
+            raise ValueError("stream: a stream needs decode_audio")
         return self
 
 

@@ -184,8 +184,8 @@ def test_rollout_profile_records_a_trajectory(runtime):
     result = runtime.submit(req(4, max_frames=15, profile="rollout")).result(60)
     t = result.trajectory
     assert t is not None and np.array_equal(t.codes, result.codes) and t.seed == 104
-    assert t.logprobs.shape == (len(result.codes) + (result.finish_reason == "stop"), 13)
-    assert np.all(t.logprobs <= 0)
+    assert t.logprobs.shape == (len(result.codes), 13) and np.all(t.logprobs <= 0)
+    assert (t.stop_logprob is not None) == (result.finish_reason == "stop") == bool(t.stop_decisions.any())
 
 
 @pytest.mark.parametrize("bad,field", [({"text": "   "}, "text"), ({"text": "x", "max_frames": 10**6}, "max_frames"),

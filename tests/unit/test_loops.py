@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from v2.card import load_card
-from v2.contracts import Done, FinishReason, StepResult, WorkPlan, WorkUnitKind
+from v2.contracts import Done, FinishReason, ResourceRequest, StepResult, WorkPlan, WorkUnitKind
 from v2.loops import ARDecodeLoop, FrameRow, VocoderLoop
 
 CARD = load_card("moss_tts_local_tiny")
@@ -48,7 +48,7 @@ def test_ar_loop_ends_at_max_frames():
     for _ in range(2):
         loop.advance(state, frame_result(loop.next(state)))
     assert state.finish is FinishReason.LENGTH and isinstance(loop.next(state), Done)
-    assert loop.resources(state).kv_rows == 4
+    assert loop.resources(state, decode_audio=False) == ResourceRequest(kv_rows=4, codec_stream=False)
 
 
 def run_vocoder(total: int, end: FinishReason = FinishReason.STOP) -> list[tuple[int, bool]]:

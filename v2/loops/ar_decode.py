@@ -52,6 +52,7 @@ class ARState(LoopState):
     min_frames: int = 0
     slot: int = -1                   # KV slot, set at admission
     prefilled: int = 0               # prompt rows already in the slot
+    prefix_from: int | None = None   # a group leader whose prefilled prompt is copied in instead of prefilling
     codes: list[tuple[int, ...]] = field(default_factory=list)     # emitted frames
     logprobs: list[tuple[float, ...]] = field(default_factory=list)  # every decision, the final stop included
     fresh: list[tuple[int, ...]] = field(default_factory=list)     # frames emitted by the last advance
@@ -70,13 +71,16 @@ class ARDecodeLoop:
     def init(self, request_id: int, rows: Any, *, max_frames: int, min_frames: int) -> ARState:
         return ARState(request_id=request_id, rows=rows, max_frames=max_frames, min_frames=min_frames)
 
-    def resources(self, state: ARState) -> ResourceRequest:
-        return ResourceRequest(kv_rows=state.prompt_len + state.max_frames, codec_stream=True)
+    def resources(self, state: ARState, *, decode_audio: bool) -> ResourceRequest:
+        return ResourceRequest(kv_rows=state.prompt_len + state.max_frames, codec_stream=decode_audio)
 
-    def next(self, state: ARState) -> WorkPlan | Done:
+    def next(self, state: ARState) -> WorkPlan | Done | None:
+        """The next plan, Done, or None (waiting for a group leader's prompt)."""
         if state.finish is not None:
             return Done(state.finish)
         if state.prefilled < state.prompt_len:
+            if state.prefix_from is not None:
+                return None
             end = min(state.prompt_len, state.prefilled + self.settings.prefill_chunk_rows)
             plan: Any = PrefillPlan(state.slot, state.prefilled, state.rows[state.prefilled:end], end == state.prompt_len)
             return WorkPlan(state.request_id, self.kind, ShapeSignature(WorkUnitKind.PREFILL, EXPERT), plan)

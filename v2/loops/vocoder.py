@@ -41,6 +41,7 @@ class ChunkPlan:
 @dataclass
 class VocoderState(LoopState):
     sample_rate: int = 0
+    enabled: bool = True                    # False: frames are dropped, no audio is made
     slot: int = -1                          # codec slot, set at admission
     pending: list[tuple[int, ...]] = field(default_factory=list)  # frames not yet decoded
     upstream: FinishReason | None = None    # how the AR loop ended, once it has
@@ -62,8 +63,8 @@ class VocoderLoop:
     def __init__(self, settings: VocoderSettings) -> None:
         self.settings = settings
 
-    def init(self, request_id: int, *, sample_rate: int) -> VocoderState:
-        return VocoderState(request_id=request_id, sample_rate=sample_rate)
+    def init(self, request_id: int, *, sample_rate: int, enabled: bool = True) -> VocoderState:
+        return VocoderState(request_id=request_id, sample_rate=sample_rate, enabled=enabled)
 
     def chunk_size(self, index: int) -> int:
         """Frames in chunk `index`: the first chunk's size, doubling up to the steady size. Each chunk then
@@ -73,7 +74,8 @@ class VocoderLoop:
         return min(s.chunk_frames, s.first_chunk_frames * 2 ** min(index, 30))
 
     def feed(self, state: VocoderState, frames: list[tuple[int, ...]], upstream: FinishReason | None) -> None:
-        state.pending.extend(frames)
+        if state.enabled:
+            state.pending.extend(frames)
         if upstream is not None:
             state.upstream = upstream
             if not state.pending:  # nothing left to decode (e.g. it stopped right after a chunk)

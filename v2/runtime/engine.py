@@ -3,7 +3,8 @@
 Owns: the request lifecycle (waiting -> admitted with a KV slot and a codec slot -> running -> finished,
 cancelled or failed, every slot released exactly once), the engine step (admit; collect every running
 request's plans; schedule; run each batch as one call; one device-to-host copy; scatter rows back into
-the loops; deliver chunks; finish), containment of failures to the requests they touch, and `stats()`.
+the loops; deliver chunks; finish), groups that share one prefill, weight updates between requests
+(`wait` or `abort`), containment of failures to the requests they touch, and `stats()`.
 Must not know: model internals (executors.py), batching policy (scheduler.py), loop logic (loops/).
 """
 
@@ -20,15 +21,34 @@ import numpy as np
 import torch
 
 from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_model, build_tokenizer, load_card
-from v2.contracts import ExecutionProfile, FinishReason, StepResult, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, StepResult, WorkPlan, WorkUnitKind
 from v2.loops.ar_decode import ARDecodeLoop, ARState, FrameRow
 from v2.loops.vocoder import AudioChunk, VocoderLoop, VocoderState
 from v2.models.sampling import SamplingSettings
 from v2.request import SpeechRequest, parse_request, prepare
+from v2.runtime import updates
 from v2.runtime.executors import ARExecutor, CodecExecutor, to_host
+from v2.runtime.results import build_result
 from v2.runtime.scheduler import Batch, schedule
 from v2.runtime.slots import SlotPool
-from v2.runtime.streams import Metrics, SpeechHandle, SpeechResult, Trajectory
+from v2.runtime.streams import SpeechHandle
+
+
+@dataclass
+class _Group:
+    """Requests that share one prompt: the first prefills it, the others get a copy of its KV rows."""
+
+    members: list[int]
+    shared: bool = False
+
+
+@dataclass
+class _Update:
+    tensors: Any  # () -> iterator of (parameter name, tensor)
+    version: int
+    abort: bool
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
 
 
 @dataclass
@@ -47,6 +67,10 @@ class _Request:
     error: str | None = None
     ended: bool = False
     slots: dict[str, int] = field(default_factory=dict)  # pool name -> slot held
+    group: _Group | None = None
+    group_id: int = 0
+    sample_id: int = 0
+    version: int = 0  # weights it runs under, fixed at admission
 
 
 class Runtime:
@@ -70,6 +94,10 @@ class Runtime:
         self._drain = False
         self._counters = {k: {"calls": 0, "rows": 0, "padded_rows": 0, "seconds": 0.0} for k in WorkUnitKind}
         self._steps = 0
+        self._version = 0
+        self._update: _Update | None = None
+        self._shared_prefills = 0
+        self._prefilled_rows = 0
         self._thread = threading.Thread(target=self._serve, name="v2-engine", daemon=True)
         self._thread.start()
 
@@ -89,24 +117,77 @@ class Runtime:
         """Validate (errors name the field), queue, and return a handle at once."""
         return self.submit_many([request])[0]
 
-    def submit_many(self, requests: list[SpeechRequest | dict[str, Any]]) -> list[SpeechHandle]:
+    def submit_many(self, requests: list[SpeechRequest | dict[str, Any]], *, share_prompt: bool = False,
+                    group_id: int = 0) -> list[SpeechHandle]:
         """Validate every request first (one bad request queues none), then queue them all at once, so
-        they are admitted together in the next step while slots last."""
+        they are admitted together while slots last. `share_prompt`: the requests have the same prompt;
+        it is prefilled once and copied into each one's slot (they are admitted all together)."""
         prepared = []
         for request in requests:
             req = parse_request(request)
             prepared.append((req, *prepare(req, self.card, self.model.cfg, self.tokenizer)))
+        if share_prompt:
+            if len(prepared) > self.card.loops.ar_decode.max_running:
+                raise ValueError(f"n: a group of {len(prepared)} exceeds the card's max_running")
+            if any(not torch.equal(p[1], prepared[0][1]) for p in prepared):
+                raise ValueError("prompts: a shared prompt must be the same for every request of the group")
         handles = []
         with self._cond:
             if self._closed:
                 raise RuntimeError("the runtime is closed")
-            for req, rows, sampling, max_frames in prepared:
+            group = _Group([]) if share_prompt else None
+            for i, (req, rows, sampling, max_frames) in enumerate(prepared):
                 rid = next(self._ids)
                 handle = SpeechHandle(rid, self._request_cancel)
-                self._waiting.append(_Request(rid, handle, req, rows, sampling, max_frames, time.perf_counter()))
+                record = _Request(rid, handle, req, rows, sampling, max_frames, time.perf_counter(), group=group,
+                                  group_id=group_id, sample_id=i)
+                if group is not None:
+                    group.members.append(rid)
+                self._waiting.append(record)
                 handles.append(handle)
             self._cond.notify_all()
         return handles
+
+    def rollout(self, prompts: list[Any], *, n: int = 1, seed: int = 0, **options: Any) -> Any:
+        """n samples per prompt (member i seeded `seed + i`, one shared prefill per prompt): a `RolloutBatch`
+        to iterate as trajectories finish, or `.trajectories()` in prompt-major, sample-minor order."""
+        from v2.runtime.rollouts import start_rollout
+
+        return start_rollout(self, prompts, n=n, seed=seed, **options)
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int, *, mode: str = "wait",
+                       timeout: float | None = None) -> None:
+        """Copy new weights into the model in place (names as in the model or the release checkpoint).
+
+        mode "wait": requests in flight finish on the old weights first; "abort": they end with "abort".
+        Requests waiting for admission start on the new weights. Returns once applied.
+        """
+        self._run_update(updates.from_tensors(self.model, named_tensors), version, mode, timeout)
+
+    def update_weights_from_disk(self, path: str, version: int, *, mode: str = "wait",
+                                 timeout: float | None = None) -> None:
+        """`update_weights` from a safetensors checkpoint directory, read one tensor at a time."""
+        self._run_update(updates.from_disk(self.model, path), version, mode, timeout)
+
+    def _run_update(self, tensors: Any, version: int, mode: str, timeout: float | None) -> None:
+        if mode not in ("wait", "abort"):
+            raise ValueError(f"mode: must be 'wait' or 'abort', got {mode!r}")
+        update = _Update(tensors, version, mode == "abort")
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the runtime is closed")
+            if self._update is not None:
+                raise RuntimeError("a weight update is already in progress")
+            self._update = update
+            self._cond.notify_all()
+        if not update.done.wait(timeout):
+            raise TimeoutError(f"weight update to version {version} not applied within {timeout} s")
+        if update.error is not None:
+            raise update.error
 
     def stats(self) -> dict[str, Any]:
         with self._cond:
@@ -115,7 +196,8 @@ class Runtime:
             graphs = {"ar_frame": self.ar_exec.graphs.stats(), "audio_chunk": self.codec_exec.graphs.stats()}
             return {"steps": self._steps, "kinds": kinds, "waiting": len(self._waiting), "running": len(self._running),
                     "kv_slots_in_use": self.pools["kv"].in_use, "codec_slots_in_use": self.pools["codec"].in_use,
-                    "graphs": graphs}
+                    "graphs": graphs, "shared_prefills": self._shared_prefills, "prefilled_rows": self._prefilled_rows,
+                    "weight_version": self._version}
 
     def close(self, *, drain: bool = False, timeout: float | None = None) -> None:
         """Stop taking requests; finish the ones in flight (`drain`) or abort them; free everything."""
@@ -139,17 +221,21 @@ class Runtime:
     def _serve(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._closed or self._waiting or self._running or self._cancels)
+                self._cond.wait_for(lambda: self._closed or self._waiting or self._running or self._cancels
+                                    or self._update is not None)
                 if self._closed and not self._drain:
                     self._cancels.update(r.id for r in (*self._waiting, *self._running.values()))
-                idle = not (self._waiting or self._running or self._cancels)
+                idle = not (self._waiting or self._running or self._cancels or self._update)
             if self._closed and idle:
                 return
             self._step()
 
     def _step(self) -> None:
         self._apply_cancels()
-        self._admit()
+        if self._update is not None:
+            self._progress_update()
+        else:
+            self._admit()
         plans: list[WorkPlan] = []
         for req in list(self._running.values()):
             self._guard(req, lambda r=req: plans.extend(self._plans_of(r)))
@@ -178,6 +264,7 @@ class Runtime:
                     self._guard(req, lambda r=req, p=plan, i=i: self._advance(r, p, host, i))
         for req in list(self._running.values()):
             self._guard(req, lambda r=req: self._settle(r))
+        self._share_prefixes()
         with self._cond:
             self._steps += 1
 
@@ -195,6 +282,8 @@ class Runtime:
             counter["padded_rows"] += batch.bucket
         if batch.kind is WorkUnitKind.PREFILL:
             self.ar_exec.prefill(payloads)
+            with self._cond:
+                self._prefilled_rows += sum(int(p.rows.shape[0]) for p in payloads)
             return None
         if batch.kind is WorkUnitKind.AR_FRAME:
             return self.ar_exec.frame(payloads, batch.bucket)
@@ -231,17 +320,28 @@ class Runtime:
     def _admit(self) -> None:
         while True:
             with self._cond:
-                if not (self._waiting and self.pools["kv"].can_allocate() and self.pools["codec"].can_allocate()):
+                if not self._waiting:
                     return
-                req = self._waiting.popleft()
-                self._running[req.id] = req
-            req.admitted = time.perf_counter()
-            self._guard(req, lambda r=req: self._start(r))
+                head = self._waiting[0]
+                batch = [r for r in self._waiting if r.group is head.group] if head.group else [head]
+                audio = sum(r.request.decode_audio for r in batch)
+                if self.pools["kv"].free_count < len(batch) or self.pools["codec"].free_count < audio:
+                    return
+                for r in batch:
+                    self._waiting.remove(r)
+                    self._running[r.id] = r
+            for r in batch:
+                r.admitted = time.perf_counter()
+                self._guard(r, lambda r=r: self._start(r))
 
     def _start(self, req: _Request) -> None:
+        audio = req.request.decode_audio
+        req.version = self._version
         req.ar = self.ar_loop.init(req.id, req.rows, max_frames=req.max_frames, min_frames=req.request.min_frames)
-        req.voc = self.voc_loop.init(req.id, sample_rate=self.codec.sample_rate)
-        need = self.ar_loop.resources(req.ar)
+        req.voc = self.voc_loop.init(req.id, sample_rate=self.codec.sample_rate, enabled=audio)
+        if req.group is not None and req.group.members[0] != req.id and not req.group.shared:
+            req.ar.prefix_from = req.group.members[0]
+        need = self.ar_loop.resources(req.ar, decode_audio=audio)
         if need.kv_rows > self.ar_exec.kv.max_len:
             raise RuntimeError(f"needs {need.kv_rows} KV rows; slots hold {self.ar_exec.kv.max_len}")
         with self._cond:
@@ -251,6 +351,49 @@ class Runtime:
         self.ar_exec.admit(req.ar.slot, req.sampling, req.request.seed)
         if need.codec_stream:
             self.codec_exec.admit(req.voc.slot)
+
+    def _share_prefixes(self) -> None:
+        """Copy a group leader's prefilled prompt into the other members' slots (once it is prefilled)."""
+        groups = {id(r.group): r.group for r in self._running.values() if r.group is not None and not r.group.shared}
+        for group in groups.values():
+            leader = self._running.get(group.members[0])
+            followers = [self._running[m] for m in group.members[1:] if m in self._running]
+            if leader is None or leader.ar is None:  # the leader ended first: each member prefills alone
+                for f in followers:
+                    if f.ar is not None:
+                        f.ar.prefix_from = None
+                group.shared = True
+                continue
+            if leader.ar.prefilled < leader.ar.prompt_len:
+                continue
+            for f in followers:
+                self._guard(f, lambda f=f: self._copy_prefix(leader, f))
+            group.shared = True
+
+    def _copy_prefix(self, leader: _Request, follower: _Request) -> None:
+        assert leader.ar is not None and follower.ar is not None
+        self.ar_exec.copy_prefix(leader.ar.slot, follower.ar.slot, leader.ar.prompt_len)
+        follower.ar.prefilled, follower.ar.prefix_from = follower.ar.prompt_len, None
+        with self._cond:
+            self._shared_prefills += 1
+
+    def _progress_update(self) -> None:
+        """Admit nothing while an update is pending; apply it once nothing runs (aborting first in "abort")."""
+        update = self._update
+        assert update is not None
+        if update.abort:
+            for req in list(self._running.values()):
+                self._finish(req, FinishReason.ABORT)
+        if self._running:
+            return
+        try:
+            updates.apply(self.model, update.tensors())
+            self._version = update.version
+        except Exception as e:
+            update.error = e
+        with self._cond:
+            self._update = None
+        update.done.set()
 
     def _apply_cancels(self) -> None:
         with self._cond:
@@ -292,19 +435,8 @@ class Runtime:
             self._running.pop(req.id, None)
         for pool in list(req.slots):
             self._release(req, pool)
-        now = time.perf_counter()
-        chunks: list[AudioChunk] = list(req.voc.chunks) if req.voc else []
-        channels = self.codec.cfg.channels
-        audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((channels, 0), np.float32)
-        codes = np.array(req.ar.codes if req.ar else [], dtype=np.int64).reshape(-1, 12)
-        if not req.request.stream and chunks:
-            req.handle.deliver([AudioChunk(0, audio, self.codec.sample_rate, len(codes), True)])
-        metrics = Metrics(
-            prompt_rows=int(req.rows.shape[0]), frames=len(codes), audio_seconds=audio.shape[1] / self.codec.sample_rate,
-            ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,
-            queue_s=(req.admitted or now) - req.submitted)
-        trajectory = None
-        if req.request.profile is ExecutionProfile.ROLLOUT and req.ar is not None:
-            trajectory = Trajectory(req.id, req.request.seed, req.rows.numpy(), codes,
-                                    np.array(req.ar.logprobs, dtype=np.float32).reshape(-1, 13), req.sampling, reason.value)
-        req.handle.finish(SpeechResult(audio, self.codec.sample_rate, codes, reason.value, metrics, trajectory, req.error))
+        result = build_result(req, reason, time.perf_counter(), channels=self.codec.cfg.channels,
+                              sample_rate=self.codec.sample_rate)
+        if not req.request.stream and result.audio.shape[1]:
+            req.handle.deliver([AudioChunk(0, result.audio, self.codec.sample_rate, len(result.codes), True)])
+        req.handle.finish(result)

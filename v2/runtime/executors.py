@@ -74,6 +74,12 @@ class ARExecutor:
             self.full_sort.add(slot)
 
     @torch.no_grad()
+    def copy_prefix(self, src: int, dst: int, length: int) -> None:
+        """Give slot `dst` slot `src`'s first `length` KV positions and its backbone state (a shared prompt)."""
+        self.kv.copy_slot(src, dst, length)
+        self.hidden[dst] = self.hidden[src]
+
+    @torch.no_grad()
     def prefill(self, plans: Sequence[PrefillPlan]) -> None:
         """Prompt chunks of several requests in one right-padded call; a last chunk sets its slot's state."""
         dev = self.model.device

@@ -35,26 +35,13 @@ class Metrics:
 
 
 @dataclass(frozen=True)
-class Trajectory:
-    """What a ROLLOUT request records: every sampled token's logprob under the distribution it was drawn from."""
-
-    request_id: int
-    seed: int
-    prompt_rows: np.ndarray  # int64 [T, 13]
-    codes: np.ndarray        # int64 [F, 12]
-    logprobs: np.ndarray     # float32 [D, 13], D = F + 1 when the last decision was "stop"
-    sampling: Any            # the resolved SamplingSettings
-    finish_reason: str
-
-
-@dataclass(frozen=True)
 class SpeechResult:
     audio: np.ndarray        # float32 [channels, samples]
     sample_rate: int
     codes: np.ndarray        # int64 [F, 12]
     finish_reason: str       # stop | length | abort | error
     metrics: Metrics
-    trajectory: Trajectory | None = None
+    trajectory: Any = None  # a v2.rollout.Trajectory under the ROLLOUT profile
     error: str | None = None
 
 

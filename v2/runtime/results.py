@@ -1,0 +1,41 @@
+"""Building what a finished request hands back: the `SpeechResult`, and under ROLLOUT its `Trajectory`.
+
+Owns: assembling audio from the chunks made, the codes, the metrics (TTFA, RTF, queueing), and the
+trajectory record (ids, seed, weight version, prompt, codes, stop decisions, logprobs, timings).
+Must not know: slots, scheduling, threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from v2.contracts import ExecutionProfile, FinishReason
+from v2.rollout import Trajectory
+from v2.runtime.streams import Metrics, SpeechResult
+
+
+def build_result(req: Any, reason: FinishReason, now: float, *, channels: int, sample_rate: int) -> SpeechResult:
+    """`req` is the engine's record of a request (its loops' states may be None if it never started)."""
+    chunks = list(req.voc.chunks) if req.voc else []
+    audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((channels, 0), np.float32)
+    codes = np.array(req.ar.codes if req.ar else [], dtype=np.int64).reshape(-1, 12)
+    metrics = Metrics(
+        prompt_rows=int(req.rows.shape[0]), frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
+        ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,
+        queue_s=(req.admitted or now) - req.submitted)
+    trajectory = None
+    if req.request.profile is ExecutionProfile.ROLLOUT:
+        decisions = np.array(req.ar.logprobs if req.ar else [], dtype=np.float32).reshape(-1, 13)
+        stopped = reason is FinishReason.STOP and len(decisions) > len(codes)
+        trajectory = Trajectory(
+            request_id=req.id, group_id=req.group_id, sample_id=req.sample_id, seed=req.request.seed,
+            weight_version=req.version, prompt_rows=req.rows.numpy(), codes=codes,
+            stop_decisions=np.arange(len(decisions)) == len(codes) if stopped else np.zeros(len(decisions), bool),
+            logprobs=np.ascontiguousarray(decisions[: len(codes)]),
+            stop_logprob=float(decisions[len(codes), 0]) if stopped else None, sampling=req.sampling,
+            min_frames=req.request.min_frames, finish_reason=reason.value,
+            timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
+            audio=audio if req.request.decode_audio else None)
+    return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error)
