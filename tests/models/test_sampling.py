@@ -220,3 +220,20 @@ def test_both_ways_of_listing_the_top_members_agree(seed):
     full_values, full_ids = torch.sort(x, dim=-1, descending=True, stable=True)
     for got in (a, b):
         assert torch.equal(got[0], full_values[:, :SORT_WIDTH]) and torch.equal(got[1], full_ids[:, :SORT_WIDTH])
+
+
+def test_noise_is_finite_at_the_extreme_hashes():
+    from v2.models.sampling import gumbel_from_hash
+
+    g = gumbel_from_hash(torch.tensor([0, 511, 512, 2**31, 2**32 - 1], dtype=torch.long))
+    assert torch.isfinite(g).all() and g[0] == g[1] < g[2] < g[3] < g[4]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**40), st.integers(0, 10**6))
+def test_a_drawn_token_always_has_a_finite_logprob(seed, counter):
+    logits = torch.randn(4, 1024, generator=torch.Generator().manual_seed(seed % 1000)) * 4
+    n = 4
+    noise = gumbel_noise(torch.full((n,), seed), torch.arange(counter, counter + n), 1024)
+    ids, lp = sample(logits, torch.ones(n), torch.full((n,), 25), torch.full((n,), 0.8), noise)
+    assert torch.isfinite(lp).all()

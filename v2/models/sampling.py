@@ -213,8 +213,13 @@ def gumbel_noise(seed: Tensor, counter: Tensor, vocab: int) -> Tensor:
     h = _mix(_mix(torch.zeros_like(seed), seed & _M32), (seed >> 32) & _M32)  # [B]
     h = _mix(h.view(-1, *([1] * (counter.dim() - 1))), counter)  # [B] or [B, C]
     tokens = torch.arange(vocab, device=seed.device, dtype=torch.int64)
-    h = _finish(_mix(h[..., None], tokens), 4)  # [..., V]
-    u = ((h >> 8).float() + 0.5) * (1.0 / (1 << 24))  # in (0, 1), exact in float32
+    return gumbel_from_hash(_finish(_mix(h[..., None], tokens), 4))  # [..., V]
+
+
+def gumbel_from_hash(h: Tensor) -> Tensor:
+    """Gumbel(0, 1) from 32-bit hashes: u = (top 23 bits + 0.5) / 2^23 lies in [2^-24, 1 - 2^-24], exact in
+    float32 (24 bits would round the largest u to 1.0 and give infinite noise), then -log(-log u)."""
+    u = ((h >> 9).float() + 0.5) * (1.0 / (1 << 23))
     return -torch.log(-torch.log(u))
 
 

@@ -1,0 +1,1 @@
+"""Small runnable examples of using v2."""
