@@ -94,6 +94,8 @@ class ARDecodeSettings(_Frozen):
     max_frames: int = Field(ge=1)          # cap on a request's frames
     max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
     max_running: int = Field(ge=1)         # KV slots: requests decoding at once
+    max_waiting: int = Field(ge=1)         # requests queued for a slot; past it submit() refuses (overload)
+    max_buffered_chunks: int = Field(ge=1)  # chunks a subscriber may fall behind before its request is aborted
     prefill_chunk_rows: int = Field(ge=1)  # prompt rows prefilled per engine step, all requests together
     batch_buckets: list[int]               # AR_FRAME batches are padded up to one of these
     sampling: SamplingDefaults

@@ -26,6 +26,10 @@ class RequestError(ValueError):
     """A request field is invalid; the message starts with the field's name."""
 
 
+class OverloadedError(RuntimeError):
+    """The waiting queue is full: try again later (nothing was queued)."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
@@ -93,6 +97,7 @@ class SpeechRequest(_Strict):
     stream: bool = False
     profile: ExecutionProfile = ExecutionProfile.SERVE
     decode_audio: bool = True        # False: codes (and, under ROLLOUT, the trajectory) only, no codec work
+    timeout: float | None = Field(default=None, gt=0, le=86400)  # seconds from submit; then it ends with "abort"
 
     @model_validator(mode="after")
     def _one_source(self) -> "SpeechRequest":

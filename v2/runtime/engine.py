@@ -25,13 +25,13 @@ from v2.contracts import FinishReason, StepResult, WorkPlan, WorkUnitKind
 from v2.loops.ar_decode import ARDecodeLoop, ARState, FrameRow
 from v2.loops.vocoder import AudioChunk, VocoderLoop, VocoderState
 from v2.models.sampling import SamplingSettings
-from v2.request import SpeechRequest, parse_request, prepare
+from v2.request import OverloadedError, SpeechRequest, parse_request, prepare
 from v2.runtime import updates
 from v2.runtime.executors import ARExecutor, CodecExecutor, to_host
 from v2.runtime.results import build_result
 from v2.runtime.scheduler import Batch, schedule
 from v2.runtime.slots import SlotPool
-from v2.runtime.streams import SpeechHandle
+from v2.runtime.streams import Dispatcher, SpeechHandle
 
 
 @dataclass
@@ -86,6 +86,7 @@ class Runtime:
         self.pools = {"kv": SlotPool("kv", ar.max_running), "codec": SlotPool("codec", voc.max_streams)}
         self._buckets = {WorkUnitKind.AR_FRAME: ar.batch_buckets, WorkUnitKind.AUDIO_CHUNK: voc.batch_buckets}
         self._cond = threading.Condition()
+        self._dispatcher = Dispatcher()
         self._waiting: deque[_Request] = deque()
         self._running: dict[int, _Request] = {}
         self._cancels: set[int] = set()
@@ -132,13 +133,17 @@ class Runtime:
             if any(not torch.equal(p[1], prepared[0][1]) for p in prepared):
                 raise ValueError("prompts: a shared prompt must be the same for every request of the group")
         handles = []
+        limits = self.card.loops.ar_decode
         with self._cond:
             if self._closed:
                 raise RuntimeError("the runtime is closed")
+            if len(self._waiting) + len(prepared) > limits.max_waiting:
+                raise OverloadedError(f"queue: {len(self._waiting)} requests are already waiting for a slot "
+                                      f"(max_waiting {limits.max_waiting}); nothing was queued, try again later")
             group = _Group([]) if share_prompt else None
             for i, (req, rows, sampling, max_frames) in enumerate(prepared):
                 rid = next(self._ids)
-                handle = SpeechHandle(rid, self._request_cancel)
+                handle = SpeechHandle(rid, self._request_cancel, self._dispatcher, limits.max_buffered_chunks)
                 record = _Request(rid, handle, req, rows, sampling, max_frames, time.perf_counter(), group=group,
                                   group_id=group_id, sample_id=i)
                 if group is not None:
@@ -205,6 +210,7 @@ class Runtime:
             self._closed, self._drain = True, drain
             self._cond.notify_all()
         self._thread.join(timeout)
+        self._dispatcher.close(timeout)
 
     def __enter__(self) -> "Runtime":
         return self
@@ -232,6 +238,7 @@ class Runtime:
 
     def _step(self) -> None:
         self._apply_cancels()
+        self._expire()
         if self._update is not None:
             self._progress_update()
         else:
@@ -305,8 +312,10 @@ class Runtime:
             self.voc_loop.advance(req.voc, StepResult(plan, audio))
             if req.first_audio is None:
                 req.first_audio = time.perf_counter()
-            if req.request.stream:
-                req.handle.deliver(req.voc.fresh)
+            if req.request.stream and not req.handle.deliver(req.voc.fresh):
+                req.error = (f"stream: a subscriber fell more than {self.card.loops.ar_decode.max_buffered_chunks} "
+                             "chunks behind; the request was aborted")
+                self._finish(req, FinishReason.ABORT)
 
     def _settle(self, req: _Request) -> None:
         """Release the KV slot as soon as the AR loop ends; finish the request when the vocoder has too."""
@@ -406,6 +415,19 @@ class Runtime:
         for rid in cancels:
             if rid in self._running:
                 self._finish(self._running[rid], FinishReason.ABORT)
+
+    def _expire(self) -> None:
+        """End every request past its deadline (`timeout` seconds after submit), waiting or running."""
+        now = time.perf_counter()
+        with self._cond:
+            late = [r for r in (*self._waiting, *self._running.values())
+                    if r.request.timeout is not None and now - r.submitted > r.request.timeout]
+            for r in late:
+                if r in self._waiting:
+                    self._waiting.remove(r)
+        for r in late:
+            r.error = f"timeout: not finished within {r.request.timeout} s of submit"
+            self._finish(r, FinishReason.ABORT)
 
     def _guard(self, req: _Request, work: Any) -> None:
         """Run one request's loop code; an exception fails that request alone."""

@@ -1,8 +1,10 @@
 """What a caller holds: `SpeechHandle` (chunks as they come, the final result, cancel) and the result types.
 
 Owns: the per-request chunk log (every chunk kept, so an iterator or subscriber attached at any time
-sees all of them from the first), sync and async iteration, subscriber callbacks (run on the engine
-thread; an exception in one is recorded, never raised into the engine), `result(timeout)`, `cancel()`.
+sees all of them from the first), sync and async iteration, subscriber and done callbacks (run by one
+`Dispatcher` thread, never the engine's: a slow callback cannot stall the engine; each subscriber may
+fall at most `max_behind` chunks behind, past that `deliver` reports the overflow and the runtime aborts
+the request; an exception in a callback is recorded, never raised), `result(timeout)`, `cancel()`.
 Thread-safe: the engine thread delivers, any thread or event loop consumes.
 Must not know: models, slots, scheduling.
 """
@@ -10,6 +12,7 @@ Must not know: models, slots, scheduling.
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterator
@@ -48,13 +51,44 @@ class SpeechResult:
 _END = object()
 
 
+class Dispatcher:
+    """One thread that runs callbacks in the order they were posted."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="v2-callbacks", daemon=True)
+        self._thread.start()
+
+    def post(self, fn: Callable[[], None]) -> None:
+        self._queue.put(fn)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Run what is posted, then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while (fn := self._queue.get()) is not None:
+            fn()
+
+
+class _Subscriber:
+    def __init__(self, callback: Callable[[AudioChunk], None], bounded: bool = True) -> None:
+        self.callback = callback
+        self.bounded = bounded  # held to the handle's max_behind
+        self.behind = 0  # chunks posted, not yet handed to the callback (changed under the handle's lock)
+
+
 class SpeechHandle:
-    def __init__(self, request_id: int, cancel: Callable[[int], None]) -> None:
+    def __init__(self, request_id: int, cancel: Callable[[int], None], dispatcher: Dispatcher,
+                 max_behind: int = 64) -> None:
         self.request_id = request_id
         self._cancel = cancel
+        self._dispatcher = dispatcher
+        self._max_behind = max_behind
         self._cond = threading.Condition()
         self._chunks: list[AudioChunk] = []
-        self._subscribers: list[Callable[[AudioChunk], None]] = []
+        self._subscribers: list[_Subscriber] = []
         self._done_callbacks: list[Callable[[SpeechResult], None]] = []
         self._result: SpeechResult | None = None
         self.callback_errors: list[str] = []
@@ -78,23 +112,22 @@ class SpeechHandle:
             return self._result
 
     def subscribe(self, callback: Callable[[AudioChunk], None]) -> None:
-        """Call `callback(chunk)` for every chunk: those already made at once, later ones on the engine thread."""
+        """Call `callback(chunk)` for every chunk, from the first, on the runtime's callback thread."""
+        sub = _Subscriber(callback)
         with self._cond:
             for chunk in self._chunks:
-                self._call(callback, chunk)
-            self._subscribers.append(callback)
+                self._post(sub, chunk)
+            if self._result is None:
+                self._subscribers.append(sub)
 
     def on_done(self, callback: Callable[[SpeechResult], None]) -> None:
-        """Call `callback(result)` once the request has ended: at once if it has, else on the engine thread."""
+        """Call `callback(result)` once the request has ended, on the runtime's callback thread."""
         with self._cond:
             if self._result is None:
                 self._done_callbacks.append(callback)
                 return
             result = self._result
-        try:
-            callback(result)
-        except Exception as e:
-            self.callback_errors.append(f"{type(e).__name__}: {e}")
+        self._dispatcher.post(lambda: self._call(callback, result))
 
     def __iter__(self) -> Iterator[AudioChunk]:
         seen = 0
@@ -109,44 +142,54 @@ class SpeechHandle:
 
     async def __aiter__(self) -> AsyncIterator[AudioChunk]:
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        queue_: asyncio.Queue[Any] = asyncio.Queue()
         with self._cond:
             backlog = list(self._chunks)
             finished = self._result is not None
-            if not finished:
-                self._subscribers.append(lambda c: loop.call_soon_threadsafe(queue.put_nowait, c))
-                self._done_callbacks.append(lambda _: loop.call_soon_threadsafe(queue.put_nowait, _END))
+            if not finished:  # the event loop's queue takes chunks at once: no lag limit
+                self._subscribers.append(_Subscriber(lambda c: loop.call_soon_threadsafe(queue_.put_nowait, c), False))
+                self._done_callbacks.append(lambda _: loop.call_soon_threadsafe(queue_.put_nowait, _END))
         for chunk in backlog:
             yield chunk
         if finished:
             return
-        while (item := await queue.get()) is not _END:
+        while (item := await queue_.get()) is not _END:
             yield item
 
     # ----- engine side -----------------------------------------------------------------------------
-    def deliver(self, chunks: list[AudioChunk]) -> None:
+    def deliver(self, chunks: list[AudioChunk]) -> bool:
+        """Log the chunks and post them to every subscriber. False when a subscriber is more than
+        `max_behind` chunks behind (the caller then aborts the request)."""
         with self._cond:
+            ok = True
             for chunk in chunks:
                 self._chunks.append(chunk)
-                for callback in self._subscribers:
-                    self._call(callback, chunk)
+                for sub in self._subscribers:
+                    ok &= not sub.bounded or sub.behind < self._max_behind
+                    self._post(sub, chunk)
             self._cond.notify_all()
+            return ok
 
     def finish(self, result: SpeechResult) -> None:
         with self._cond:
             self._result = result
             for callback in self._done_callbacks:
-                try:
-                    callback(result)
-                except Exception as e:  # a callback's bug must not reach the engine
-                    self.callback_errors.append(f"{type(e).__name__}: {e}")
+                self._dispatcher.post(lambda cb=callback: self._call(cb, result))
             self._subscribers.clear()
             self._done_callbacks.clear()
             self._cond.notify_all()
 
-    def _call(self, callback: Callable[[AudioChunk], None], chunk: AudioChunk) -> None:
-        try:
-            callback(chunk)
-        except Exception as e:  # a subscriber's bug must not reach the engine
-            self.callback_errors.append(f"{type(e).__name__}: {e}")
+    def _post(self, sub: _Subscriber, chunk: AudioChunk) -> None:
+        sub.behind += 1
+        self._dispatcher.post(lambda: self._run(sub, chunk))
 
+    def _run(self, sub: _Subscriber, chunk: AudioChunk) -> None:
+        self._call(sub.callback, chunk)
+        with self._cond:
+            sub.behind -= 1
+
+    def _call(self, callback: Callable[..., None], arg: Any) -> None:
+        try:
+            callback(arg)
+        except Exception as e:  # a callback's bug must not reach the runtime
+            self.callback_errors.append(f"{type(e).__name__}: {e}")
