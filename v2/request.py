@@ -121,9 +121,8 @@ def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
     try:
         return SpeechRequest.model_validate(request)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "request"
-        raise RequestError(f"{where}: {err['msg']}") from None
+        raise RequestError("; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'request'}: {err['msg']}"
+                                     for err in e.errors())) from None
 
 
 def _references(value: Any) -> list[torch.Tensor] | None:

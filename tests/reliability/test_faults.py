@@ -1,0 +1,196 @@
+"""Faults stay inside the requests they touch; every request ends exactly once; nothing leaks."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from v2.card import load_card
+from v2.request import OverloadedError
+from v2.runtime import Runtime
+from v2.runtime.streams import SpeechHandle
+
+
+def make_runtime(**ar) -> Runtime:
+    card = load_card("moss_tts_local_tiny")
+    loops = card.loops.model_copy(update={"ar_decode": card.loops.ar_decode.model_copy(update=ar)})
+    return Runtime.from_card(card.model_copy(update={"loops": loops}), device="cpu")
+
+
+def idle(rt: Runtime, timeout: float = 20.0) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        s = rt.stats()
+        if s["running"] == s["waiting"] == s["kv_slots_in_use"] == s["codec_slots_in_use"] == 0:
+            return s
+        time.sleep(0.01)
+    raise AssertionError(f"not idle: {rt.stats()}")
+
+
+@pytest.fixture(scope="module")
+def rt():
+    runtime = make_runtime()
+    yield runtime
+    runtime.close()
+
+
+def test_an_exception_in_one_requests_loop_code_fails_only_that_request(rt, monkeypatch):
+    real = rt.ar_loop.advance
+    victims: set[int] = set()
+
+    def advance(state, result):
+        if state.request_id in victims and state.codes:
+            raise ValueError("loop bug")
+        return real(state, result)
+
+    monkeypatch.setattr(rt.ar_loop, "advance", advance)
+    handles = rt.submit_many([{"text": f"r{i}", "seed": i, "max_frames": 12, "min_frames": 12, "stream": True}
+                              for i in range(4)])
+    victims.add(handles[1].request_id)
+    results = [h.result(60) for h in handles]
+    assert results[1].finish_reason == "error" and "ValueError: loop bug" in results[1].error
+    assert [r.finish_reason for r in results[:1] + results[2:]] == ["length"] * 3
+    idle(rt)
+
+
+def test_a_slow_subscriber_never_stalls_the_engine_and_its_request_is_aborted():
+    runtime = make_runtime(max_buffered_chunks=2)
+    try:
+        release = threading.Event()
+        slow = runtime.submit({"text": "slow reader", "max_frames": 200, "min_frames": 200, "stream": True})
+        slow.subscribe(lambda chunk: release.wait(30))  # a consumer that stops reading
+        fast = [runtime.submit({"text": f"fast {i}", "seed": i, "max_frames": 40, "min_frames": 40}) for i in range(3)]
+        assert all(h.result(60).finish_reason == "length" for h in fast)  # the engine kept going
+        result = slow.result(60)
+        assert result.finish_reason == "abort" and "fell more than 2 chunks behind" in result.error
+        release.set()
+        idle(runtime)
+    finally:
+        runtime.close()
+
+
+def test_deadlines_end_waiting_and_running_requests():
+    runtime = make_runtime(max_running=1)
+    try:
+        running = runtime.submit({"text": "long", "max_frames": 400, "min_frames": 400, "timeout": 0.5})
+        waiting = runtime.submit({"text": "queued", "max_frames": 5, "timeout": 0.3})
+        for h in (running, waiting):
+            r = h.result(30)
+            assert r.finish_reason == "abort" and r.error.startswith("timeout:")
+        assert len(waiting.result().codes) == 0 and 0 < len(running.result().codes) < 400
+        idle(runtime)
+    finally:
+        runtime.close()
+
+
+def test_a_full_waiting_queue_refuses_with_a_clear_overload_error():
+    runtime = make_runtime(max_running=1, max_waiting=2)
+    try:
+        first = runtime.submit({"text": "a", "max_frames": 300, "min_frames": 300})
+        deadline = time.time() + 10
+        while runtime.stats()["running"] == 0 and time.time() < deadline:
+            time.sleep(0.005)
+        queued = [runtime.submit({"text": "b", "max_frames": 2}) for _ in range(2)]
+        with pytest.raises(OverloadedError, match=r"queue: 2 requests are already waiting for a slot \(max_waiting 2\)"):
+            runtime.submit({"text": "c", "max_frames": 2})
+        assert runtime.stats()["waiting"] == 2
+        first.cancel()
+        assert all(h.result(30).finish_reason in ("stop", "length") for h in queued)
+        idle(runtime)
+    finally:
+        runtime.close()
+
+
+def test_cancel_mid_prefill_mid_frame_and_mid_chunk():
+    runtime = make_runtime(prefill_chunk_rows=16)
+    try:
+        prompt = {"text": "a long prompt " * 20, "max_frames": 50, "min_frames": 50, "stream": True}
+        mid_prefill = runtime.submit(prompt)
+        deadline = time.time() + 10
+        while runtime.stats()["prefilled_rows"] < 16 and time.time() < deadline:
+            time.sleep(0.001)
+        mid_prefill.cancel()
+        r = mid_prefill.result(30)
+        assert r.finish_reason == "abort" and len(r.codes) == 0
+        mid_frame = runtime.submit({**prompt, "text": "short"})
+        while not mid_frame.done and len(runtime._running) and time.time() < deadline + 10:
+            req = next(iter(runtime._running.values()), None)
+            if req is not None and req.ar is not None and 0 < len(req.ar.codes) < 3:
+                break
+            time.sleep(0.001)
+        mid_frame.cancel()
+        assert mid_frame.result(30).finish_reason == "abort"
+        mid_chunk = runtime.submit({**prompt, "text": "short"})
+        it = iter(mid_chunk)
+        next(it)  # a chunk has been made; more are in flight
+        mid_chunk.cancel()
+        assert mid_chunk.result(30).finish_reason == "abort"
+        idle(runtime)
+    finally:
+        runtime.close()
+
+
+@pytest.fixture(scope="module")
+def small():
+    runtime = make_runtime(max_running=3, max_waiting=64)
+    yield runtime
+    runtime.close()
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("submit"), st.integers(1, 3), st.integers(1, 12), st.booleans()),
+    st.tuples(st.just("cancel"), st.integers(0, 20)),
+    st.tuples(st.just("fail"), st.integers(0, 20)),
+    st.tuples(st.just("update"), st.sampled_from(["wait", "abort"])),
+    st.tuples(st.just("pause"), st.floats(0, 0.05)),
+), min_size=1, max_size=10)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(OPS)
+def test_invariants_over_random_sequences(small, monkeypatch, ops):
+    finished: dict[int, int] = {}
+    real_finish = SpeechHandle.finish
+
+    def counting_finish(self, result):
+        finished[self.request_id] = finished.get(self.request_id, 0) + 1
+        return real_finish(self, result)
+
+    monkeypatch.setattr(SpeechHandle, "finish", counting_finish)
+    doomed: set[int] = set()
+    real_advance = small.ar_loop.advance
+
+    def advance(state, result):
+        if state.request_id in doomed:
+            raise RuntimeError("injected")
+        return real_advance(state, result)
+
+    monkeypatch.setattr(small.ar_loop, "advance", advance)
+    handles = []
+    version = small.weight_version
+    for op in ops:
+        if op[0] == "submit":
+            _, count, frames, stream = op
+            handles += small.submit_many([{"text": f"op {len(handles) + i}", "seed": len(handles) + i,
+                                           "max_frames": frames, "stream": stream} for i in range(count)])
+        elif op[0] in ("cancel", "fail") and handles:
+            target = handles[op[1] % len(handles)]
+            target.cancel() if op[0] == "cancel" else doomed.add(target.request_id)
+        elif op[0] == "update":
+            version += 1
+            weight = small.model.local_transformer.ln_f.weight.detach().clone()
+            small.update_weights({"local_transformer.ln_f.weight": weight}, version=version, mode=op[1], timeout=60)
+        elif op[0] == "pause":
+            time.sleep(op[1])
+    results = [h.result(60) for h in handles]
+    assert all(r.finish_reason in ("stop", "length", "abort", "error") for r in results)
+    assert all(finished.get(h.request_id) == 1 for h in handles)  # every request ended exactly once
+    s = idle(small)
+    assert s["weight_version"] == version and small._thread.is_alive()
+    assert not small.pools["kv"]._owner and not small.pools["codec"]._owner
+    assert small.pools["kv"].free_count == 3 and not small._waiting and not small._running
+    assert torch.isfinite(small.model.local_transformer.ln_f.weight).all()
