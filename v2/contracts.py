@@ -97,8 +97,7 @@ class LoopState:
 
 @dataclass(frozen=True)
 class LoopResult:
-    """What `finalize()` hands to the request's result."""
+    """What `finalize()` hands to the request's result: how the loop ended and what it made."""
 
-    loop: LoopKind
     finish: FinishReason
     outputs: dict[str, Any] = field(default_factory=dict)

@@ -104,5 +104,5 @@ class ARDecodeLoop:
             state.finish = FinishReason.LENGTH
 
     def finalize(self, state: ARState) -> LoopResult:
-        return LoopResult(self.kind, state.finish or FinishReason.ABORT,
+        return LoopResult(state.finish or FinishReason.ABORT,
                           {"codes": list(state.codes), "logprobs": list(state.logprobs)})

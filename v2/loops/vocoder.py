@@ -108,4 +108,4 @@ class VocoderLoop:
             state.finish = state.upstream
 
     def finalize(self, state: VocoderState) -> LoopResult:
-        return LoopResult(self.kind, state.finish or FinishReason.ABORT, {"chunks": list(state.chunks)})
+        return LoopResult(state.finish or FinishReason.ABORT, {"chunks": list(state.chunks)})

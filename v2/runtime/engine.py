@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_model, build_tokenizer, load_card
-from v2.contracts import FinishReason, StepResult, WorkPlan, WorkUnitKind
+from v2.contracts import Done, FinishReason, LoopKind, StepResult, WorkPlan, WorkUnitKind
 from v2.loops.ar_decode import ARDecodeLoop, ARState, FrameRow
 from v2.loops.vocoder import AudioChunk, VocoderLoop, VocoderState
 from v2.models.sampling import SamplingSettings
@@ -297,33 +297,33 @@ class Runtime:
         return self.codec_exec.chunk(payloads, batch.bucket, batch.plans[0].signature.bucket)
 
     def _advance(self, req: _Request, plan: WorkPlan, host: Any, i: int) -> None:
+        """Hand row i of a batch's host result to the loop that planned it."""
         assert req.ar is not None and req.voc is not None
-        kind = plan.signature.kind
-        if kind is WorkUnitKind.PREFILL:
-            self.ar_loop.advance(req.ar, StepResult(plan))
-        elif kind is WorkUnitKind.AR_FRAME:
-            row = host[i]  # type: ignore[index]
-            data = FrameRow(row[0] > 0.5, tuple(map(int, row[1:13])), tuple(row[13:]))
+        if plan.loop is LoopKind.AR_DECODE:
+            frame = plan.signature.kind is WorkUnitKind.AR_FRAME
+            row = host[i] if frame else None
+            data = FrameRow(row[0] > 0.5, tuple(map(int, row[1:13])), tuple(row[13:])) if frame else None
             self.ar_loop.advance(req.ar, StepResult(plan, data))
             self.voc_loop.feed(req.voc, req.ar.fresh, req.ar.finish)
-        else:
-            frames = len(plan.payload.codes)
-            audio = np.ascontiguousarray(host[i][:, : frames * self.codec.cfg.hop])  # type: ignore[index]
-            self.voc_loop.advance(req.voc, StepResult(plan, audio))
-            if req.first_audio is None:
-                req.first_audio = time.perf_counter()
-            if req.request.stream and not req.handle.deliver(req.voc.fresh):
-                req.error = (f"stream: a subscriber fell more than {self.card.loops.ar_decode.max_buffered_chunks} "
-                             "chunks behind; the request was aborted")
-                self._finish(req, FinishReason.ABORT)
+            return
+        frames = len(plan.payload.codes)
+        audio = np.ascontiguousarray(host[i][:, : frames * self.codec.cfg.hop])
+        self.voc_loop.advance(req.voc, StepResult(plan, audio))
+        if req.first_audio is None:
+            req.first_audio = time.perf_counter()
+        if req.request.stream and not req.handle.deliver(req.voc.fresh):
+            req.error = (f"stream: a subscriber fell more than {self.card.loops.ar_decode.max_buffered_chunks} "
+                         "chunks behind; the request was aborted")
+            self._finish(req, FinishReason.ABORT)
 
     def _settle(self, req: _Request) -> None:
-        """Release the KV slot as soon as the AR loop ends; finish the request when the vocoder has too."""
+        """Release the KV slot as soon as the AR loop ends; finish the request when the vocoder loop is done."""
         assert req.ar is not None and req.voc is not None
         if req.ar.finish is not None:
             self._release(req, "kv")
-        if req.voc.finish is not None:
-            self._finish(req, req.voc.finish)
+        done = self.voc_loop.next(req.voc)
+        if isinstance(done, Done):
+            self._finish(req, done.reason)
 
     # ----- lifecycle -------------------------------------------------------------------------------
     def _admit(self) -> None:
@@ -457,7 +457,9 @@ class Runtime:
             self._running.pop(req.id, None)
         for pool in list(req.slots):
             self._release(req, pool)
-        result = build_result(req, reason, time.perf_counter(), channels=self.codec.cfg.channels,
+        ar = self.ar_loop.finalize(req.ar) if req.ar else None
+        voc = self.voc_loop.finalize(req.voc) if req.voc else None
+        result = build_result(req, ar, voc, reason, time.perf_counter(), channels=self.codec.cfg.channels,
                               sample_rate=self.codec.sample_rate)
         if not req.request.stream and result.audio.shape[1]:
             req.handle.deliver([AudioChunk(0, result.audio, self.codec.sample_rate, len(result.codes), True)])

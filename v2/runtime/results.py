@@ -11,24 +11,25 @@ from typing import Any
 
 import numpy as np
 
-from v2.contracts import ExecutionProfile, FinishReason
+from v2.contracts import ExecutionProfile, FinishReason, LoopResult
 from v2.rollout import Trajectory
 from v2.runtime.streams import Metrics, SpeechResult
 
 
-def build_result(req: Any, reason: FinishReason, now: float, *, channels: int, sample_rate: int) -> SpeechResult:
-    """`req` is the engine's record of a request (its loops' states may be None if it never started)."""
-    chunks = list(req.voc.chunks) if req.voc else []
+def build_result(req: Any, ar: LoopResult | None, voc: LoopResult | None, reason: FinishReason, now: float, *,
+                 channels: int, sample_rate: int) -> SpeechResult:
+    """`req` is the engine's record of a request; `ar` / `voc` its loops' `finalize()` (None if it never started)."""
+    chunks = voc.outputs["chunks"] if voc else []
     audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((channels, 0), np.float32)
-    codes = np.array(req.ar.codes if req.ar else [], dtype=np.int64).reshape(-1, 12)
+    codes = np.array(ar.outputs["codes"] if ar else [], dtype=np.int64).reshape(-1, 12)
     metrics = Metrics(
         prompt_rows=int(req.rows.shape[0]), frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
         ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,
         queue_s=(req.admitted or now) - req.submitted)
     trajectory = None
     if req.request.profile is ExecutionProfile.ROLLOUT:
-        decisions = np.array(req.ar.logprobs if req.ar else [], dtype=np.float32).reshape(-1, 13)
-        stopped = reason is FinishReason.STOP and len(decisions) > len(codes)
+        decisions = np.array(ar.outputs["logprobs"] if ar else [], dtype=np.float32).reshape(-1, 13)
+        stopped = ar is not None and ar.finish is FinishReason.STOP and len(decisions) > len(codes)
         trajectory = Trajectory(
             request_id=req.id, group_id=req.group_id, sample_id=req.sample_id, seed=req.request.seed,
             weight_version=req.version, prompt_rows=req.rows.numpy(), codes=codes,
