@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -69,3 +70,14 @@ def tiny_codec(tiny_card):
     from v2.card import build_codec
 
     return build_codec(tiny_card)
+
+
+def wait_idle(rt, timeout: float = 20.0) -> dict:
+    """Wait until a runtime holds no request, slot or queue entry; its stats then."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        s = rt.stats()
+        if s["running"] == s["waiting"] == s["kv_slots_in_use"] == s["codec_slots_in_use"] == 0:
+            return s
+        time.sleep(0.01)
+    raise AssertionError(f"runtime not idle: {rt.stats()}")

@@ -14,21 +14,13 @@ from v2.request import OverloadedError
 from v2.runtime import Runtime
 from v2.runtime.streams import SpeechHandle
 
+from conftest import wait_idle
+
 
 def make_runtime(**ar) -> Runtime:
     card = load_card("moss_tts_local_tiny")
     loops = card.loops.model_copy(update={"ar_decode": card.loops.ar_decode.model_copy(update=ar)})
     return Runtime.from_card(card.model_copy(update={"loops": loops}), device="cpu")
-
-
-def idle(rt: Runtime, timeout: float = 20.0) -> dict:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        s = rt.stats()
-        if s["running"] == s["waiting"] == s["kv_slots_in_use"] == s["codec_slots_in_use"] == 0:
-            return s
-        time.sleep(0.01)
-    raise AssertionError(f"not idle: {rt.stats()}")
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +46,7 @@ def test_an_exception_in_one_requests_loop_code_fails_only_that_request(rt, monk
     results = [h.result(60) for h in handles]
     assert results[1].finish_reason == "error" and "ValueError: loop bug" in results[1].error
     assert [r.finish_reason for r in results[:1] + results[2:]] == ["length"] * 3
-    idle(rt)
+    wait_idle(rt)
 
 
 def test_a_slow_subscriber_never_stalls_the_engine_and_its_request_is_aborted():
@@ -68,7 +60,7 @@ def test_a_slow_subscriber_never_stalls_the_engine_and_its_request_is_aborted():
         result = slow.result(60)
         assert result.finish_reason == "abort" and "fell more than 2 chunks behind" in result.error
         release.set()
-        idle(runtime)
+        wait_idle(runtime)
     finally:
         runtime.close()
 
@@ -82,7 +74,7 @@ def test_deadlines_end_waiting_and_running_requests():
             r = h.result(30)
             assert r.finish_reason == "abort" and r.error.startswith("timeout:")
         assert len(waiting.result().codes) == 0 and 0 < len(running.result().codes) < 400
-        idle(runtime)
+        wait_idle(runtime)
     finally:
         runtime.close()
 
@@ -100,7 +92,7 @@ def test_a_full_waiting_queue_refuses_with_a_clear_overload_error():
         assert runtime.stats()["waiting"] == 2
         first.cancel()
         assert all(h.result(30).finish_reason in ("stop", "length") for h in queued)
-        idle(runtime)
+        wait_idle(runtime)
     finally:
         runtime.close()
 
@@ -129,7 +121,7 @@ def test_cancel_mid_prefill_mid_frame_and_mid_chunk():
         next(it)  # a chunk has been made; more are in flight
         mid_chunk.cancel()
         assert mid_chunk.result(30).finish_reason == "abort"
-        idle(runtime)
+        wait_idle(runtime)
     finally:
         runtime.close()
 
@@ -189,7 +181,7 @@ def test_invariants_over_random_sequences(small, monkeypatch, ops):
     results = [h.result(60) for h in handles]
     assert all(r.finish_reason in ("stop", "length", "abort", "error") for r in results)
     assert all(finished.get(h.request_id) == 1 for h in handles)  # every request ended exactly once
-    s = idle(small)
+    s = wait_idle(small)
     assert s["weight_version"] == version and small._thread.is_alive()
     assert not small.pools["kv"]._owner and not small.pools["codec"]._owner
     assert small.pools["kv"].free_count == 3 and not small._waiting and not small._running

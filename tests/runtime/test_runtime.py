@@ -16,6 +16,8 @@ from v2.models.sampling import SamplingSettings
 from v2.request import RequestError
 from v2.runtime import Runtime
 
+from conftest import wait_idle
+
 TEXTS = ["Hello there.", "A longer sentence, to be spoken at a steady pace.", "Yes.", "Numbers: one, two, three.",
          "Short one.", "What a lovely day it is today!", "Testing, testing.", "The end."]
 
@@ -29,16 +31,6 @@ def runtime():
 
 def req(i: int, **kw):
     return {"text": TEXTS[i % len(TEXTS)] + " " * (i // len(TEXTS)), "seed": 100 + i, "max_frames": 30, **kw}
-
-
-def wait_idle(rt: Runtime, timeout: float = 10.0) -> dict:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        s = rt.stats()
-        if s["running"] == s["waiting"] == s["kv_slots_in_use"] == s["codec_slots_in_use"] == 0:
-            return s
-        time.sleep(0.01)
-    raise AssertionError(f"runtime not idle: {rt.stats()}")
 
 
 def test_sixteen_concurrent_requests_share_batched_steps_and_equal_each_alone(runtime):

@@ -14,7 +14,6 @@ import itertools
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,55 +21,16 @@ import torch
 
 from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_model, build_tokenizer, load_card
 from v2.contracts import Done, FinishReason, LoopKind, StepResult, WorkPlan, WorkUnitKind
-from v2.loops.ar_decode import ARDecodeLoop, ARState, FrameRow
-from v2.loops.vocoder import AudioChunk, VocoderLoop, VocoderState
-from v2.models.sampling import SamplingSettings
+from v2.loops.ar_decode import ARDecodeLoop, FrameRow
+from v2.loops.vocoder import AudioChunk, VocoderLoop
 from v2.request import OverloadedError, SpeechRequest, parse_request, prepare
 from v2.runtime import updates
 from v2.runtime.executors import ARExecutor, CodecExecutor, to_host
 from v2.runtime.results import build_result
 from v2.runtime.scheduler import Batch, schedule
 from v2.runtime.slots import SlotPool
+from v2.runtime.records import Group, PendingUpdate, RequestRecord, share_prefixes
 from v2.runtime.streams import Dispatcher, SpeechHandle
-
-
-@dataclass
-class _Group:
-    """Requests that share one prompt: the first prefills it, the others get a copy of its KV rows."""
-
-    members: list[int]
-    shared: bool = False
-
-
-@dataclass
-class _Update:
-    tensors: Any  # () -> iterator of (parameter name, tensor)
-    version: int
-    abort: bool
-    done: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-
-
-@dataclass
-class _Request:
-    id: int
-    handle: SpeechHandle
-    request: SpeechRequest
-    rows: torch.Tensor
-    sampling: SamplingSettings
-    max_frames: int
-    submitted: float
-    ar: ARState | None = None
-    voc: VocoderState | None = None
-    admitted: float | None = None
-    first_audio: float | None = None
-    error: str | None = None
-    ended: bool = False
-    slots: dict[str, int] = field(default_factory=dict)  # pool name -> slot held
-    group: _Group | None = None
-    group_id: int = 0
-    sample_id: int = 0
-    version: int = 0  # weights it runs under, fixed at admission
 
 
 class Runtime:
@@ -87,8 +47,8 @@ class Runtime:
         self._buckets = {WorkUnitKind.AR_FRAME: ar.batch_buckets, WorkUnitKind.AUDIO_CHUNK: voc.batch_buckets}
         self._cond = threading.Condition()
         self._dispatcher = Dispatcher()
-        self._waiting: deque[_Request] = deque()
-        self._running: dict[int, _Request] = {}
+        self._waiting: deque[RequestRecord] = deque()
+        self._running: dict[int, RequestRecord] = {}
         self._cancels: set[int] = set()
         self._ids = itertools.count()
         self._closed = False
@@ -96,7 +56,7 @@ class Runtime:
         self._counters = {k: {"calls": 0, "rows": 0, "padded_rows": 0, "seconds": 0.0} for k in WorkUnitKind}
         self._steps = 0
         self._version = 0
-        self._update: _Update | None = None
+        self._update: PendingUpdate | None = None
         self._shared_prefills = 0
         self._prefilled_rows = 0
         self._thread = threading.Thread(target=self._serve, name="v2-engine", daemon=True)
@@ -140,11 +100,11 @@ class Runtime:
             if len(self._waiting) + len(prepared) > limits.max_waiting:
                 raise OverloadedError(f"queue: {len(self._waiting)} requests are already waiting for a slot "
                                       f"(max_waiting {limits.max_waiting}); nothing was queued, try again later")
-            group = _Group([]) if share_prompt else None
+            group = Group([]) if share_prompt else None
             for i, (req, rows, sampling, max_frames) in enumerate(prepared):
                 rid = next(self._ids)
                 handle = SpeechHandle(rid, self._request_cancel, self._dispatcher, limits.max_buffered_chunks)
-                record = _Request(rid, handle, req, rows, sampling, max_frames, time.perf_counter(), group=group,
+                record = RequestRecord(rid, handle, req, rows, sampling, max_frames, time.perf_counter(), group=group,
                                   group_id=group_id, sample_id=i)
                 if group is not None:
                     group.members.append(rid)
@@ -181,7 +141,7 @@ class Runtime:
     def _run_update(self, tensors: Any, version: int, mode: str, timeout: float | None) -> None:
         if mode not in ("wait", "abort"):
             raise ValueError(f"mode: must be 'wait' or 'abort', got {mode!r}")
-        update = _Update(tensors, version, mode == "abort")
+        update = PendingUpdate(tensors, version, mode == "abort")
         with self._cond:
             if self._closed:
                 raise RuntimeError("the runtime is closed")
@@ -275,7 +235,7 @@ class Runtime:
         with self._cond:
             self._steps += 1
 
-    def _plans_of(self, req: _Request) -> list[WorkPlan]:
+    def _plans_of(self, req: RequestRecord) -> list[WorkPlan]:
         assert req.ar is not None and req.voc is not None
         plans = [self.ar_loop.next(req.ar), self.voc_loop.next(req.voc)]
         return [p for p in plans if isinstance(p, WorkPlan)]
@@ -296,7 +256,7 @@ class Runtime:
             return self.ar_exec.frame(payloads, batch.bucket)
         return self.codec_exec.chunk(payloads, batch.bucket, batch.plans[0].signature.bucket)
 
-    def _advance(self, req: _Request, plan: WorkPlan, host: Any, i: int) -> None:
+    def _advance(self, req: RequestRecord, plan: WorkPlan, host: Any, i: int) -> None:
         """Hand row i of a batch's host result to the loop that planned it."""
         assert req.ar is not None and req.voc is not None
         if plan.loop is LoopKind.AR_DECODE:
@@ -316,7 +276,7 @@ class Runtime:
                          "chunks behind; the request was aborted")
             self._finish(req, FinishReason.ABORT)
 
-    def _settle(self, req: _Request) -> None:
+    def _settle(self, req: RequestRecord) -> None:
         """Release the KV slot as soon as the AR loop ends; finish the request when the vocoder loop is done."""
         assert req.ar is not None and req.voc is not None
         if req.ar.finish is not None:
@@ -343,7 +303,7 @@ class Runtime:
                 r.admitted = time.perf_counter()
                 self._guard(r, lambda r=r: self._start(r))
 
-    def _start(self, req: _Request) -> None:
+    def _start(self, req: RequestRecord) -> None:
         audio = req.request.decode_audio
         req.version = self._version
         req.ar = self.ar_loop.init(req.id, req.rows, max_frames=req.max_frames, min_frames=req.request.min_frames)
@@ -362,24 +322,9 @@ class Runtime:
             self.codec_exec.admit(req.voc.slot)
 
     def _share_prefixes(self) -> None:
-        """Copy a group leader's prefilled prompt into the other members' slots (once it is prefilled)."""
-        groups = {id(r.group): r.group for r in self._running.values() if r.group is not None and not r.group.shared}
-        for group in groups.values():
-            leader = self._running.get(group.members[0])
-            followers = [self._running[m] for m in group.members[1:] if m in self._running]
-            if leader is None or leader.ar is None:  # the leader ended first: each member prefills alone
-                for f in followers:
-                    if f.ar is not None:
-                        f.ar.prefix_from = None
-                group.shared = True
-                continue
-            if leader.ar.prefilled < leader.ar.prompt_len:
-                continue
-            for f in followers:
-                self._guard(f, lambda f=f: self._copy_prefix(leader, f))
-            group.shared = True
+        share_prefixes(self._running, lambda leader, f: self._guard(f, lambda: self._copy_prefix(leader, f)))
 
-    def _copy_prefix(self, leader: _Request, follower: _Request) -> None:
+    def _copy_prefix(self, leader: RequestRecord, follower: RequestRecord) -> None:
         assert leader.ar is not None and follower.ar is not None
         self.ar_exec.copy_prefix(leader.ar.slot, follower.ar.slot, leader.ar.prompt_len)
         follower.ar.prefilled, follower.ar.prefix_from = follower.ar.prompt_len, None
@@ -429,7 +374,7 @@ class Runtime:
             r.error = f"timeout: not finished within {r.request.timeout} s of submit"
             self._finish(r, FinishReason.ABORT)
 
-    def _guard(self, req: _Request, work: Any) -> None:
+    def _guard(self, req: RequestRecord, work: Any) -> None:
         """Run one request's loop code; an exception fails that request alone."""
         try:
             work()
@@ -442,13 +387,13 @@ class Runtime:
             req.error = message
             self._finish(req, FinishReason.ERROR)
 
-    def _release(self, req: _Request, pool: str) -> None:
+    def _release(self, req: RequestRecord, pool: str) -> None:
         slot = req.slots.pop(pool, None)
         if slot is not None:
             with self._cond:
                 self.pools[pool].release(slot, req.id)
 
-    def _finish(self, req: _Request, reason: FinishReason) -> None:
+    def _finish(self, req: RequestRecord, reason: FinishReason) -> None:
         """End a request exactly once: free its slots, build its result, wake its consumers."""
         if req.ended:
             return

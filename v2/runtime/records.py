@@ -1,0 +1,81 @@
+"""The engine's record of each request, group and pending weight update: plain mutable data.
+
+Owns: what the engine tracks per request between submit and result (the request, its prompt, resolved
+settings, loop states, slots held, timestamps, group membership, weight version), a group sharing one
+prompt, and a weight update waiting for its moment; and `share_prefixes`, the rule for when a group
+leader's prefilled prompt is copied to the other members.
+Must not know: tensors beyond the prompt rows it carries, scheduling, executors.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from v2.loops.ar_decode import ARState
+from v2.loops.vocoder import VocoderState
+from v2.models.sampling import SamplingSettings
+from v2.request import SpeechRequest
+from v2.runtime.streams import SpeechHandle
+
+
+@dataclass
+class Group:
+    """Requests that share one prompt: the first prefills it, the others get a copy of its KV rows."""
+
+    members: list[int]
+    shared: bool = False
+
+
+@dataclass
+class PendingUpdate:
+    tensors: Any  # () -> iterator of (parameter name, tensor)
+    version: int
+    abort: bool
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+@dataclass
+class RequestRecord:
+    id: int
+    handle: SpeechHandle
+    request: SpeechRequest
+    rows: torch.Tensor
+    sampling: SamplingSettings
+    max_frames: int
+    submitted: float
+    ar: ARState | None = None
+    voc: VocoderState | None = None
+    admitted: float | None = None
+    first_audio: float | None = None
+    error: str | None = None
+    ended: bool = False
+    slots: dict[str, int] = field(default_factory=dict)  # pool name -> slot held
+    group: Group | None = None
+    group_id: int = 0
+    sample_id: int = 0
+    version: int = 0  # weights it runs under, fixed at admission
+
+
+
+
+def share_prefixes(running: dict[int, RequestRecord], copy: Callable[[RequestRecord, RequestRecord], None]) -> None:
+    """For each group not yet shared: once its leader has prefilled the prompt, `copy(leader, member)` for every
+    running member; if the leader ended before that, every member prefills its own prompt."""
+    groups = {id(r.group): r.group for r in running.values() if r.group is not None and not r.group.shared}
+    for group in groups.values():
+        leader = running.get(group.members[0])
+        followers = [running[m] for m in group.members[1:] if m in running]
+        if leader is None or leader.ar is None:
+            for f in followers:
+                if f.ar is not None:
+                    f.ar.prefix_from = None
+            group.shared = True
+        elif leader.ar.prefilled >= leader.ar.prompt_len:
+            for f in followers:
+                copy(leader, f)
+            group.shared = True
