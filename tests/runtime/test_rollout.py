@@ -94,7 +94,7 @@ def test_weight_update_changes_logprobs_and_version_and_wait_finishes_on_old_wei
         in_flight = rt.rollout([TEXTS[0]], n=1, seed=3, max_frames=200, min_frames=200)
         old = {k: v.clone() for k, v in rt.model.named_parameters()}
         new = {"local_transformer.ln_f.weight": old["local_transformer.ln_f.weight"] * 1.5,
-               "transformer.layers.0.mlp.up_proj.weight": old["transformer.layers.0.mlp.up_proj.weight"] * 0.5}
+               "transformer.layers.0.mlp.gate_up_proj.weight": old["transformer.layers.0.mlp.gate_up_proj.weight"] * 0.5}
         rt.update_weights(new, version=1, mode="wait")  # returns once applied
         (finished,) = in_flight.trajectories(60)
         assert finished.weight_version == 0 and finished.finish_reason == "length"
@@ -124,6 +124,10 @@ def test_abort_mode_ends_requests_in_flight_and_bad_updates_change_nothing(tmp_p
         save_file({"local_transformer.ln_f.weight": (weight * 3).contiguous()}, str(tmp_path / "model.safetensors"))
         rt.update_weights_from_disk(str(tmp_path), version=9)
         assert torch.equal(rt.model.local_transformer.ln_f.weight, before * 3) and rt.weight_version == 9
+        qkv = rt.model.transformer.layers[1].self_attn.qkv_proj.weight
+        k_rows = slice(64, 96)  # release key k_proj = rows 64..95 of the fused q/k/v projection (tiny card)
+        rt.update_weights({"transformer.layers.1.self_attn.k_proj.weight": torch.ones(32, 64)}, version=10)
+        assert torch.equal(qkv[k_rows], torch.ones(32, 64)) and not torch.equal(qkv[:64], torch.ones(64, 64))
     finally:
         rt.close()
 

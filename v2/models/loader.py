@@ -10,11 +10,14 @@ Must not know: the runtime, cards, requests.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from v2.models.config import MossTTSLocalConfig
+from v2.models.qwen3 import fused_parts
 from v2.models.weights import (
     M, CheckpointError, empty_model, fill_seeded, open_weights, raise_mismatch, read_config, read_tensor,
     set_tensor, stored_by_file, stored_shapes, weight_files,
@@ -44,6 +47,31 @@ def tied_target(key: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Part:
+    """Where one release key lives in the model: rows [start, start + shape[0]) of parameter `param`."""
+
+    param: str
+    start: int
+    shape: tuple[int, ...]
+
+
+def release_layout(model: nn.Module) -> dict[str, Part]:
+    """Every release key the model's parameters are made of (fused parameters split into their parts)."""
+    fused = fused_parts(model.cfg.backbone)  # type: ignore[union-attr]
+    layout: dict[str, Part] = {}
+    for name, p in model.named_parameters():
+        suffix = next((s for s in fused if name.endswith(s)), None)
+        if suffix is None:
+            layout[name] = Part(name, 0, tuple(p.shape))
+            continue
+        prefix, start = name[: -len(suffix)], 0
+        for part, rows in fused[suffix]:
+            layout[prefix + part] = Part(name, start, (rows, *p.shape[1:]))
+            start += rows
+    return layout
+
+
 def check_keys(expected: dict[str, tuple[int, ...]], stored: dict[str, tuple[int, ...]]) -> dict[str, str]:
     """Match stored keys to expected ones; return {stored key: model key}; raise listing every mismatch."""
     mapping: dict[str, str] = {}
@@ -65,18 +93,22 @@ def check_keys(expected: dict[str, tuple[int, ...]], stored: dict[str, tuple[int
 def load_checkpoint(cls: type[M], path: Path, *, dtype: torch.dtype, device: torch.device | str) -> M:
     """Build `cls(config)` on the meta device and fill it tensor by tensor from safetensors."""
     model = empty_model(cls, MossTTSLocalConfig.from_dict(read_config(path)))
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    layout = release_layout(model)
     files = weight_files(path)
-    stored = stored_shapes(files)
-    mapping = check_keys(expected, stored)
+    mapping = check_keys({k: part.shape for k, part in layout.items()}, stored_shapes(files))
+    for name, p in list(model.named_parameters()):  # one allocation per parameter, filled below
+        set_tensor(model, name, torch.empty(p.shape, dtype=dtype, device=device))
+    params = dict(model.named_parameters())
     aliases = []
-    for file, keys in stored_by_file(files):
-        with open_weights(file) as f:
-            for key in keys:
-                if key in mapping:
-                    set_tensor(model, mapping[key], read_tensor(f, key, file).to(device=device, dtype=dtype))
-                else:
-                    aliases.append((file, key))
+    with torch.no_grad():
+        for file, keys in stored_by_file(files):
+            with open_weights(file) as f:
+                for key in keys:
+                    if key not in mapping:
+                        aliases.append((file, key))
+                        continue
+                    part = layout[mapping[key]]
+                    params[part.param][part.start : part.start + part.shape[0]] = read_tensor(f, key, file)
     for file, key in aliases:  # tied copies: must equal the weights they alias
         target = tied_target(canonical_name(key))
         with open_weights(file) as f:

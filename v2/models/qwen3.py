@@ -1,6 +1,7 @@
 """The Qwen3 backbone: decoder layers over row embeddings, and the slot-indexed KV cache it writes.
 
-Owns: RMSNorm, rotate-half RoPE, grouped-query attention with q/k norms, SwiGLU, the layer stack, and
+Owns: RMSNorm, rotate-half RoPE, grouped-query attention with q/k norms, SwiGLU (q/k/v and gate/up each
+fused into one projection; `fused_parts` says which release keys make them), the layer stack, and
 `KVCache` (one preallocated tensor per K and V for every layer, indexed by slot, plus one dummy slot
 that padded rows write into). One entry point serves prefill and decode: rows of several requests, each
 at its own positions, each reading and writing only its own slot.
@@ -82,14 +83,25 @@ class CacheView:
     context_len: int     # keys read per row: positions 0 .. context_len - 1
 
 
+def fused_parts(cfg: BackboneConfig) -> dict[str, list[tuple[str, int]]]:
+    """Fused parameters (name suffix) -> the release's keys they are made of, in row order, with their rows."""
+    d = cfg.head_dim
+    return {
+        "self_attn.qkv_proj.weight": [("self_attn.q_proj.weight", cfg.num_heads * d),
+                                      ("self_attn.k_proj.weight", cfg.num_kv_heads * d),
+                                      ("self_attn.v_proj.weight", cfg.num_kv_heads * d)],
+        "mlp.gate_up_proj.weight": [("mlp.gate_proj.weight", cfg.intermediate_size),
+                                    ("mlp.up_proj.weight", cfg.intermediate_size)],
+    }
+
+
 class Qwen3Attention(nn.Module):
     def __init__(self, cfg: BackboneConfig) -> None:
         super().__init__()
         self.cfg = cfg
         h, d = cfg.hidden_size, cfg.head_dim
-        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=False)
+        # q, k and v in one matmul; the release stores them as q_proj / k_proj / v_proj (see `fused_parts`)
+        self.qkv_proj = nn.Linear(h, (cfg.num_heads + 2 * cfg.num_kv_heads) * d, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
@@ -98,9 +110,10 @@ class Qwen3Attention(nn.Module):
                 view: CacheView | None) -> Tensor:
         cfg = self.cfg
         b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, cfg.num_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hq, T, D]
-        k = self.k_norm(self.k_proj(x).view(b, t, cfg.num_kv_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hkv, T, D]
-        v = self.v_proj(x).view(b, t, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        q, k, v = self.qkv_proj(x).split([n * cfg.head_dim for n in (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads)], -1)
+        q = self.q_norm(q.view(b, t, cfg.num_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hq, T, D]
+        k = self.k_norm(k.view(b, t, cfg.num_kv_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hkv, T, D]
+        v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
         q, k = apply_rotate_half(q, cos, sin), apply_rotate_half(k, cos, sin)
         if view is not None:
             kc, vc = view.cache.k[layer], view.cache.v[layer]  # [S + 1, Hkv, L, D]
@@ -116,12 +129,13 @@ class Qwen3Attention(nn.Module):
 class Qwen3MLP(nn.Module):
     def __init__(self, cfg: BackboneConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        # gate and up in one matmul; the release stores them as gate_proj / up_proj
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Qwen3Layer(nn.Module):
