@@ -133,11 +133,17 @@ class Loops(_Frozen):
     vocoder: VocoderSettings
 
 
+class RuntimeSettings(_Frozen):
+    # intra-op threads of the engine thread when the experts run on a CPU (None: torch's default)
+    cpu_threads: int | None = Field(default=None, ge=1)
+
+
 class ModelCard(_Frozen):
     name: str
     description: str = ""
     experts: Experts
     loops: Loops
+    runtime: RuntimeSettings = RuntimeSettings()
     seeded: dict[str, SeededWeights] = Field(default_factory=dict)
 
     @model_validator(mode="after")

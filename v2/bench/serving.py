@@ -97,6 +97,9 @@ def run_baseline(runtime: Runtime, requests: list[dict[str, Any]], tick: Callabl
     model, codec = runtime.model, runtime.codec
     sampling = runtime.card.loops.ar_decode.sampling.settings()
     codes_out, audio_s = [], 0.0
+    threads, saved = runtime.card.runtime.cpu_threads, torch.get_num_threads()
+    if threads is not None and model.device.type == "cpu":
+        torch.set_num_threads(threads)  # the same threading as the engine thread: a like-for-like baseline
     start = time.perf_counter()
     for req in requests:
         rows = build_prompt(runtime.tokenizer, model.cfg, req["text"])
@@ -107,5 +110,6 @@ def run_baseline(runtime: Runtime, requests: list[dict[str, Any]], tick: Callabl
         codes_out.append(codes.cpu().numpy())
         tick()
     wall = time.perf_counter() - start
+    torch.set_num_threads(saved)
     return {"requests": len(requests), "wall_s": wall, "audio_s": audio_s, "audio_s_per_s": audio_s / wall,
             "requests_per_s": len(requests) / wall, "codes": codes_out}

@@ -185,6 +185,9 @@ class Runtime:
 
     # ----- engine thread ---------------------------------------------------------------------------
     def _serve(self) -> None:
+        threads = self.card.runtime.cpu_threads
+        if threads is not None and self.model.device.type == "cpu":
+            torch.set_num_threads(threads)  # this thread's intra-op threads (OpenMP settings are per thread)
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._closed or self._waiting or self._running or self._cancels
