@@ -10,6 +10,7 @@ from v2.card import build_codec, build_model, load_card
 from v2.loops.ar_decode import FramePlan
 from v2.loops.vocoder import ChunkPlan
 from v2.models.sampling import SamplingSettings
+from v2.models.tokenizer import ByteTokenizer
 from v2.runtime import Runtime
 from v2.runtime.executors import ARExecutor, CodecExecutor
 
@@ -51,8 +52,7 @@ def test_runtime_with_graphs_equals_runtime_without(gpu_parts):
     card, model, codec = gpu_parts
     results = []
     for graphs in (True, False):
-        rt = Runtime(card, model, codec, tokenizer=__import__("v2.models.tokenizer", fromlist=["x"]).ByteTokenizer(),
-                     graphs=graphs)
+        rt = Runtime(card, model, codec, ByteTokenizer(), graphs=graphs)
         try:
             first = [rt.submit({"text": f"request {i}", "seed": i, "max_frames": 20 + 3 * i, "stream": True,
                                 "sampling": {"repetition_penalty": 1.2} if i % 2 else {}}) for i in range(6)]
