@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Iterator, TypeVar
+from typing import Any, Iterator, TypeVar
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -44,7 +44,8 @@ def weight_files(path: Path) -> dict[str, Path]:
     raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json")
 
 
-def open_weights(file: Path):  # type: ignore[no-untyped-def]
+def open_weights(file: Path) -> Any:
+    """An open safetensors file (use it as a context manager); a missing or unreadable file is a CheckpointError."""
     if not file.is_file():
         raise CheckpointError(f"{file}: weight file is missing")
     try:
@@ -122,7 +123,7 @@ def read_config(path: Path) -> dict:
         raise ConfigError(f"{file}: invalid JSON ({e})") from e
 
 
-def read_tensor(f, key: str, file: Path) -> Tensor:  # type: ignore[no-untyped-def]
+def read_tensor(f: Any, key: str, file: Path) -> Tensor:
     try:
         return f.get_tensor(key)
     except (SafetensorError, OSError, ValueError) as e:
