@@ -1,7 +1,8 @@
 """Model cards: the data files in `cards/` validated into frozen models, and building what they name.
 
 Owns: the card schema (experts `backbone`, `local_transformer`, `vocoder` with class, checkpoint and
-dtype; seeded weight sources; loops `ar_decode`, `vocoder` with their settings), finding a card by name
+dtype; seeded weight sources; loops `ar_decode`, `vocoder` with their settings; runtime settings such as
+the engine's CPU threads), finding a card by name
 or path, refusing a bad card with the field named, and instantiating experts from a fixed registry.
 No code is ever imported from a card.
 Must not know: the runtime, requests, scheduling.
