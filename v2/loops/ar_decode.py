@@ -18,6 +18,8 @@ from v2.contracts import (
 )
 
 EXPERT = "backbone"
+PREFILL = ShapeSignature(WorkUnitKind.PREFILL, EXPERT)
+FRAME = ShapeSignature(WorkUnitKind.AR_FRAME, EXPERT)
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class FrameRow:
 @dataclass
 class ARState(LoopState):
     rows: Any = None                 # int64 [T, 13] prompt rows (CPU tensor)
+    prompt_len: int = 0              # T
     max_frames: int = 0
     min_frames: int = 0
     slot: int = -1                   # KV slot, set at admission
@@ -57,10 +60,6 @@ class ARState(LoopState):
     logprobs: list[tuple[float, ...]] = field(default_factory=list)  # every decision, the final stop included
     fresh: list[tuple[int, ...]] = field(default_factory=list)     # frames emitted by the last advance
 
-    @property
-    def prompt_len(self) -> int:
-        return int(self.rows.shape[0])
-
 
 class ARDecodeLoop:
     kind = LoopKind.AR_DECODE
@@ -69,7 +68,8 @@ class ARDecodeLoop:
         self.settings = settings
 
     def init(self, request_id: int, rows: Any, *, max_frames: int, min_frames: int) -> ARState:
-        return ARState(request_id=request_id, rows=rows, max_frames=max_frames, min_frames=min_frames)
+        return ARState(request_id=request_id, rows=rows, prompt_len=int(rows.shape[0]), max_frames=max_frames,
+                       min_frames=min_frames)
 
     def resources(self, state: ARState, *, decode_audio: bool) -> ResourceRequest:
         return ResourceRequest(kv_rows=state.prompt_len + state.max_frames, codec_stream=decode_audio)
@@ -83,10 +83,10 @@ class ARDecodeLoop:
                 return None
             end = min(state.prompt_len, state.prefilled + self.settings.prefill_chunk_rows)
             plan: Any = PrefillPlan(state.slot, state.prefilled, state.rows[state.prefilled:end], end == state.prompt_len)
-            return WorkPlan(state.request_id, self.kind, ShapeSignature(WorkUnitKind.PREFILL, EXPERT), plan)
+            return WorkPlan(state.request_id, self.kind, PREFILL, plan)
         frame = len(state.codes)
         plan = FramePlan(state.slot, state.prompt_len + frame, frame, frame >= state.min_frames)
-        return WorkPlan(state.request_id, self.kind, ShapeSignature(WorkUnitKind.AR_FRAME, EXPERT), plan)
+        return WorkPlan(state.request_id, self.kind, FRAME, plan)
 
     def advance(self, state: ARState, result: StepResult) -> None:
         state.fresh = []

@@ -208,7 +208,10 @@ class Runtime:
             self._admit()
         plans: list[WorkPlan] = []
         for req in list(self._running.values()):
-            self._guard(req, lambda r=req: plans.extend(self._plans_of(r)))
+            try:
+                plans.extend(self._plans_of(req))
+            except Exception as e:  # one request's loop code fails that request alone
+                self._fail(req.id, f"{type(e).__name__}: {e}")
         prefill_rows = {p.request_id: int(p.payload.rows.shape[0]) for p in plans
                         if p.signature.kind is WorkUnitKind.PREFILL}
         batches = schedule(plans, prefill_budget=self.card.loops.ar_decode.prefill_chunk_rows,
@@ -231,9 +234,15 @@ class Runtime:
             for i, plan in enumerate(batch.plans):
                 req = self._running.get(plan.request_id)
                 if req is not None:
-                    self._guard(req, lambda r=req, p=plan, i=i: self._advance(r, p, host, i))
+                    try:
+                        self._advance(req, plan, host, i)
+                    except Exception as e:
+                        self._fail(req.id, f"{type(e).__name__}: {e}")
         for req in list(self._running.values()):
-            self._guard(req, lambda r=req: self._settle(r))
+            try:
+                self._settle(req)
+            except Exception as e:
+                self._fail(req.id, f"{type(e).__name__}: {e}")
         self._share_prefixes()
         with self._cond:
             self._steps += 1
