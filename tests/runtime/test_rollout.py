@@ -112,7 +112,8 @@ def test_weight_update_changes_logprobs_and_version_and_wait_finishes_on_old_wei
 def test_abort_mode_ends_requests_in_flight_and_bad_updates_change_nothing(tmp_path):
     rt = Runtime.from_card("moss_tts_local_tiny", device="cpu")
     try:
-        handle = rt.submit({"text": TEXTS[0], "max_frames": 500, "min_frames": 500})
+        handle = rt.submit({"text": TEXTS[0], "max_frames": 500, "min_frames": 500, "stream": True})
+        next(iter(handle))  # it is running (a request still waiting would start on the new weights instead)
         weight = rt.model.local_transformer.ln_f.weight
         rt.update_weights({"model.local_transformer.ln_f.weight": weight * 2}, version=7, mode="abort")
         assert handle.result(30).finish_reason == "abort" and rt.weight_version == 7
