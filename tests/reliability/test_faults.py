@@ -56,7 +56,15 @@ def test_a_slow_subscriber_never_stalls_the_engine_and_its_request_is_aborted():
         slow = runtime.submit({"text": "slow reader", "max_frames": 200, "min_frames": 200, "stream": True})
         slow.subscribe(lambda chunk: release.wait(30))  # a consumer that stops reading
         fast = [runtime.submit({"text": f"fast {i}", "seed": i, "max_frames": 40, "min_frames": 40}) for i in range(3)]
+        reader = runtime.submit({"text": "a reader that keeps up", "max_frames": 60, "min_frames": 60, "stream": True})
+        seen = []
+        reader.subscribe(seen.append)
         assert all(h.result(60).finish_reason == "length" for h in fast)  # the engine kept going
+        assert reader.result(60).finish_reason == "length"  # other subscribers are not held up by the slow one
+        deadline = time.time() + 10
+        while len(seen) < len(list(reader)) and time.time() < deadline:
+            time.sleep(0.01)
+        assert [c.seq for c in seen] == list(range(len(list(reader))))
         result = slow.result(60)
         assert result.finish_reason == "abort" and "fell more than 2 chunks behind" in result.error
         release.set()

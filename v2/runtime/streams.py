@@ -1,10 +1,11 @@
 """What a caller holds: `SpeechHandle` (chunks as they come, the final result, cancel) and the result types.
 
 Owns: the per-request chunk log (every chunk kept, so an iterator or subscriber attached at any time
-sees all of them from the first), sync and async iteration, subscriber and done callbacks (run by one
-`Dispatcher` thread, never the engine's: a slow callback cannot stall the engine; each subscriber may
-fall at most `max_behind` chunks behind, past that `deliver` reports the overflow and the runtime aborts
-the request; an exception in a callback is recorded, never raised), `result(timeout)`, `cancel()`.
+sees all of them from the first), sync and async iteration, subscriber callbacks (each on its own thread,
+never the engine's: a slow subscriber stalls neither the engine nor other subscribers; each may fall at
+most `max_behind` chunks behind, past that `deliver` reports the overflow and the runtime aborts the
+request), done callbacks (on the runtime's shared `Dispatcher` thread: keep them quick), exceptions in
+callbacks recorded, never raised, `result(timeout)`, `cancel()`.
 Thread-safe: the engine thread delivers, any thread or event loop consumes.
 Must not know: models, slots, scheduling.
 """
@@ -54,17 +55,21 @@ _END = object()
 class Dispatcher:
     """One thread that runs callbacks in the order they were posted."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "v2-callbacks") -> None:
         self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="v2-callbacks", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def post(self, fn: Callable[[], None]) -> None:
         self._queue.put(fn)
 
-    def close(self, timeout: float | None = None) -> None:
-        """Run what is posted, then stop."""
+    def stop(self) -> None:
+        """Run what is posted, then end the thread (without waiting for it)."""
         self._queue.put(None)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Run what is posted, then stop, and wait for that."""
+        self.stop()
         self._thread.join(timeout)
 
     def _run(self) -> None:
@@ -73,10 +78,20 @@ class Dispatcher:
 
 
 class _Subscriber:
-    def __init__(self, callback: Callable[[AudioChunk], None], bounded: bool = True) -> None:
+    """A callback with its own thread: a slow one holds up nobody else's chunks."""
+
+    def __init__(self, callback: Callable[[AudioChunk], None], bounded: bool = True,
+                 on_end: Callable[[], None] | None = None) -> None:
         self.callback = callback
         self.bounded = bounded  # held to the handle's max_behind
+        self.on_end = on_end    # run on its thread after the last chunk
         self.behind = 0  # chunks posted, not yet handed to the callback (changed under the handle's lock)
+        self.lane = Dispatcher("v2-subscriber")
+
+    def end(self) -> None:
+        if self.on_end is not None:
+            self.lane.post(self.on_end)
+        self.lane.stop()
 
 
 class SpeechHandle:
@@ -119,6 +134,8 @@ class SpeechHandle:
                 self._post(sub, chunk)
             if self._result is None:
                 self._subscribers.append(sub)
+            else:
+                sub.end()
 
     def on_done(self, callback: Callable[[SpeechResult], None]) -> None:
         """Call `callback(result)` once the request has ended, on the runtime's callback thread."""
@@ -147,8 +164,8 @@ class SpeechHandle:
             backlog = list(self._chunks)
             finished = self._result is not None
             if not finished:  # the event loop's queue takes chunks at once: no lag limit
-                self._subscribers.append(_Subscriber(lambda c: loop.call_soon_threadsafe(queue_.put_nowait, c), False))
-                self._done_callbacks.append(lambda _: loop.call_soon_threadsafe(queue_.put_nowait, _END))
+                self._subscribers.append(_Subscriber(lambda c: loop.call_soon_threadsafe(queue_.put_nowait, c), False,
+                                                     lambda: loop.call_soon_threadsafe(queue_.put_nowait, _END)))
         for chunk in backlog:
             yield chunk
         if finished:
@@ -175,13 +192,15 @@ class SpeechHandle:
             self._result = result
             for callback in self._done_callbacks:
                 self._dispatcher.post(lambda cb=callback: self._call(cb, result))
+            for sub in self._subscribers:
+                sub.end()
             self._subscribers.clear()
             self._done_callbacks.clear()
             self._cond.notify_all()
 
     def _post(self, sub: _Subscriber, chunk: AudioChunk) -> None:
         sub.behind += 1
-        self._dispatcher.post(lambda: self._run(sub, chunk))
+        sub.lane.post(lambda: self._run(sub, chunk))
 
     def _run(self, sub: _Subscriber, chunk: AudioChunk) -> None:
         self._call(sub.callback, chunk)
