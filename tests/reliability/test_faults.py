@@ -108,7 +108,7 @@ def test_a_full_waiting_queue_refuses_with_a_clear_overload_error():
 def test_cancel_mid_prefill_mid_frame_and_mid_chunk():
     runtime = make_runtime(prefill_chunk_rows=16)
     try:
-        prompt = {"text": "a long prompt " * 20, "max_frames": 50, "min_frames": 50, "stream": True}
+        prompt = {"text": "a long prompt " * 50, "max_frames": 50, "min_frames": 50, "stream": True}  # ~55 chunks
         mid_prefill = runtime.submit(prompt)
         deadline = time.time() + 10
         while runtime.stats()["prefilled_rows"] < 16 and time.time() < deadline:
