@@ -104,3 +104,15 @@ def test_rows_with_fewer_real_frames_than_the_chunk(tiny_codec):
     assert state.frames[:2].tolist() == [FRAMES, FRAMES]
     assert torch.equal(torch.cat(out_a, -1), tiny_codec.decode(a))
     assert torch.equal(torch.cat(out_b, -1), tiny_codec.decode(b))
+
+
+def test_banded_window_attention_matches_the_exact_form():
+    from v2.models.codec.layers import banded_window_attention, exact_window_attention
+
+    g = torch.Generator().manual_seed(0)
+    for window, n, first in ((4, 9, [0, 3]), (31, 300, [0, 40]), (100, 70, [5, 200])):
+        q = torch.randn(2, 3, n, 8, generator=g)
+        keys, values = torch.randn(2, 3, window - 1 + n, 8, generator=g), torch.randn(2, 3, window - 1 + n, 8, generator=g)
+        pos = torch.tensor(first)
+        torch.testing.assert_close(banded_window_attention(q, keys, values, pos, window),
+                                   exact_window_attention(q, keys, values, pos, window), atol=1e-5, rtol=1e-5)

@@ -5,11 +5,13 @@ causal local-window attention over an explicit per-query key window, the transfo
 (release names: `input_proj`, `transformer.layers.{j}.{norm1, self_attn, layer_scale_1, norm2, ffn,
 layer_scale_2}`, `output_proj`), and the decode-direction patch up-sampler.
 
-Why: a chunk of n frames must produce exactly the samples the whole utterance produces. Every op
-here is per position, with the same reduction order whatever the chunk: linears pad small row
+Why: on a CPU a chunk of n frames must produce exactly the samples the whole utterance produces. Every
+op here is per position, with the same reduction order whatever the chunk: linears pad small row
 counts (the BLAS picks other kernels below ~12 rows on CPU), and each query attends over exactly its
 own `window` keys (an unfold of history + new keys), reduced with elementwise products and sums, not a
-batched matmul whose kernel choice varies with the batch count.
+batched matmul whose kernel choice varies with the batch count. That form needs [B, H, block, D, window]
+temporaries (gigabytes at the release's sizes and batch 64), so on a GPU attention runs through SDPA with a
+band mask instead (graph == eager there, chunked == whole up to float rounding).
 Must not know: checkpoints, stream slots' allocation, the runtime.
 """
 
@@ -45,7 +47,32 @@ class StableLinear(nn.Linear):
 
 
 def window_attention(q: Tensor, keys: Tensor, values: Tensor, first_pos: Tensor, window: int) -> Tensor:
-    """Causal local attention for n new queries per row.
+    """Causal local attention (arguments as in `exact_window_attention`): the exact per-query form on a CPU,
+    where chunked decoding must equal whole decoding bit for bit; `scaled_dot_product_attention` over each
+    query block's key span with a band mask elsewhere, whose memory does not grow with the window."""
+    if q.device.type == "cpu":
+        return exact_window_attention(q, keys, values, first_pos, window)
+    return banded_window_attention(q, keys, values, first_pos, window)
+
+
+def banded_window_attention(q: Tensor, keys: Tensor, values: Tensor, first_pos: Tensor, window: int) -> Tensor:
+    """Window attention through SDPA: each block of queries attends its contiguous key span under a band mask."""
+    b, h, n, d = q.shape
+    out = torch.empty_like(q)
+    for s in range(0, n, QUERY_BLOCK):
+        e = min(n, s + QUERY_BLOCK)
+        span = torch.arange(s, e + window - 1, device=q.device)  # key indices this block can see
+        rows = torch.arange(s, e, device=q.device)[:, None]
+        band = (span[None] >= rows) & (span[None] <= rows + window - 1)  # [q, span]
+        started = (first_pos[:, None] - window + 1 + span[None]) >= 0  # [B, span]: keys from the stream
+        mask = band[None, None] & started[:, None, None, :]  # [B, 1, q, span]
+        out[:, :, s:e] = F.scaled_dot_product_attention(q[:, :, s:e], keys[:, :, s : e + window - 1],
+                                                       values[:, :, s : e + window - 1], attn_mask=mask)
+    return out
+
+
+def exact_window_attention(q: Tensor, keys: Tensor, values: Tensor, first_pos: Tensor, window: int) -> Tensor:
+    """Causal local attention for n new queries per row, with the same arithmetic for a query whatever the chunk.
 
     q [B, H, n, D] sits at positions first_pos[b] + i. keys/values [B, H, window - 1 + n, D] hold
     positions first_pos - window + 1 ... first_pos + n - 1 (history, then the new keys). A query at p sees
