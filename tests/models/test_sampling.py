@@ -237,3 +237,11 @@ def test_a_drawn_token_always_has_a_finite_logprob(seed, counter):
     noise = gumbel_noise(torch.full((n,), seed), torch.arange(counter, counter + n), 1024)
     ids, lp = sample(logits, torch.ones(n), torch.full((n,), 25), torch.full((n,), 0.8), noise)
     assert torch.isfinite(lp).all()
+
+
+def test_a_tiny_positive_temperature_is_greedy_not_nan():
+    x = torch.tensor([[1.0, 3.0, 2.0, 3.0]])
+    noise = gumbel_noise(one(1, torch.long), one(0, torch.long), 4)
+    for t in (1.17e-38, 1e-6, 0.0):
+        ids, lp = sample(x, one(t), one(0, torch.long), one(1.0), noise)
+        assert ids.tolist() == [1] and lp.tolist() == [0.0]

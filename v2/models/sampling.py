@@ -98,17 +98,18 @@ def apply_repetition_penalty(logits: Tensor, presence: Tensor, penalty: Tensor) 
 
 
 SORT_WIDTH = 64  # rows with 1 <= top_k <= SORT_WIDTH sort only their top SORT_WIDTH values
+MIN_TEMPERATURE = 1e-4  # below this a head is greedy (dividing by a smaller one overflows float32 logits)
 
 
 def needs_full_sort(settings: SamplingSettings) -> bool:
     """Host-side: whether this request's codebook draws need the full sort (see `fast_rows`)."""
     a = settings.audio
-    return a.temperature > 0 and not 1 <= a.top_k <= SORT_WIDTH
+    return a.temperature >= MIN_TEMPERATURE and not 1 <= a.top_k <= SORT_WIDTH
 
 
 def fast_rows(temperature: Tensor, top_k: Tensor, vocab: int) -> Tensor:
     """[B] bool: rows whose processed distribution `process_logits(..., width=SORT_WIDTH)` computes exactly."""
-    return (vocab > SORT_WIDTH) & (((top_k >= 1) & (top_k <= SORT_WIDTH)) | (temperature <= 0))
+    return (vocab > SORT_WIDTH) & (((top_k >= 1) & (top_k <= SORT_WIDTH)) | (temperature < MIN_TEMPERATURE))
 
 
 def _stable_top(z: Tensor, width: int, by_topk: bool | None = None) -> tuple[Tensor, Tensor]:
@@ -136,7 +137,7 @@ def process_logits(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Te
     """The processed distribution as logits [B, V] (-inf where a token cannot be drawn).
 
     logits [B, V] float32 (after any penalty); temperature/top_k/top_p [B]. Greedy rows
-    (temperature 0) become a point mass on the first argmax. Otherwise: divide by temperature,
+    (temperature below `MIN_TEMPERATURE`, 0 included) become a point mass on the first argmax. Otherwise: divide by temperature,
     keep the top-k values (ties at the k-th value kept), then keep the smallest prefix of the
     stable-sorted distribution whose mass reaches top_p (the most likely token is always kept).
     `width`: sort only the top `width` values, exact for the rows `fast_rows` marks (the others get
@@ -144,7 +145,7 @@ def process_logits(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Te
     top-p mass sums.
     """
     v = logits.shape[-1]
-    greedy = temperature <= 0
+    greedy = temperature < MIN_TEMPERATURE
     z = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
     if width is None or width >= v:
         sorted_z, order = torch.sort(z, dim=-1, descending=True, stable=True)  # [B, V]
