@@ -29,7 +29,7 @@ from v2.runtime.executors import ARExecutor, CodecExecutor, to_host
 from v2.runtime.results import build_result
 from v2.runtime.scheduler import Batch, schedule
 from v2.runtime.slots import SlotPool
-from v2.runtime.records import Group, PendingUpdate, RequestRecord, share_prefixes
+from v2.runtime.records import Group, RequestRecord, share_prefixes
 from v2.runtime.streams import Dispatcher, SpeechHandle
 
 
@@ -55,8 +55,7 @@ class Runtime:
         self._drain = False
         self._counters = {k: {"calls": 0, "rows": 0, "padded_rows": 0, "seconds": 0.0} for k in WorkUnitKind}
         self._steps = 0
-        self._version = 0
-        self._update: PendingUpdate | None = None
+        self._gate = updates.UpdateGate(self._cond)
         self._shared_prefills = 0
         self._prefilled_rows = 0
         self._thread = threading.Thread(target=self._serve, name="v2-engine", daemon=True)
@@ -122,7 +121,7 @@ class Runtime:
 
     @property
     def weight_version(self) -> int:
-        return self._version
+        return self._gate.version
 
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int, *, mode: str = "wait",
                        timeout: float | None = None) -> None:
@@ -131,28 +130,13 @@ class Runtime:
         mode "wait": requests in flight finish on the old weights first; "abort": they end with "abort".
         Requests waiting for admission start on the new weights. Returns once applied.
         """
-        self._run_update(updates.from_tensors(self.model, named_tensors), version, mode, timeout)
+        self._gate.request(updates.from_tensors(self.model, named_tensors), version, mode, timeout,
+                           closed=lambda: self._closed)
 
     def update_weights_from_disk(self, path: str, version: int, *, mode: str = "wait",
                                  timeout: float | None = None) -> None:
         """`update_weights` from a safetensors checkpoint directory, read one tensor at a time."""
-        self._run_update(updates.from_disk(self.model, path), version, mode, timeout)
-
-    def _run_update(self, tensors: Any, version: int, mode: str, timeout: float | None) -> None:
-        if mode not in ("wait", "abort"):
-            raise ValueError(f"mode: must be 'wait' or 'abort', got {mode!r}")
-        update = PendingUpdate(tensors, version, mode == "abort")
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("the runtime is closed")
-            if self._update is not None:
-                raise RuntimeError("a weight update is already in progress")
-            self._update = update
-            self._cond.notify_all()
-        if not update.done.wait(timeout):
-            raise TimeoutError(f"weight update to version {version} not applied within {timeout} s")
-        if update.error is not None:
-            raise update.error
+        self._gate.request(updates.from_disk(self.model, path), version, mode, timeout, closed=lambda: self._closed)
 
     def stats(self) -> dict[str, Any]:
         with self._cond:
@@ -162,7 +146,7 @@ class Runtime:
             return {"steps": self._steps, "kinds": kinds, "waiting": len(self._waiting), "running": len(self._running),
                     "kv_slots_in_use": self.pools["kv"].in_use, "codec_slots_in_use": self.pools["codec"].in_use,
                     "graphs": graphs, "shared_prefills": self._shared_prefills, "prefilled_rows": self._prefilled_rows,
-                    "weight_version": self._version}
+                    "weight_version": self._gate.version}
 
     def close(self, *, drain: bool = False, timeout: float | None = None) -> None:
         """Stop taking requests; finish the ones in flight (`drain`) or abort them; free everything."""
@@ -191,10 +175,10 @@ class Runtime:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._closed or self._waiting or self._running or self._cancels
-                                    or self._update is not None)
+                                    or self._gate.pending is not None)
                 if self._closed and not self._drain:
                     self._cancels.update(r.id for r in (*self._waiting, *self._running.values()))
-                idle = not (self._waiting or self._running or self._cancels or self._update)
+                idle = not (self._waiting or self._running or self._cancels or self._gate.pending)
             if self._closed and idle:
                 return
             self._step()
@@ -202,8 +186,8 @@ class Runtime:
     def _step(self) -> None:
         self._apply_cancels()
         self._expire()
-        if self._update is not None:
-            self._progress_update()
+        if self._gate.pending is not None:  # admit nothing until the update is applied
+            self._gate.progress(self.model, self._running, lambda req: self._finish(req, FinishReason.ABORT))
         else:
             self._admit()
         plans: list[WorkPlan] = []
@@ -317,7 +301,7 @@ class Runtime:
 
     def _start(self, req: RequestRecord) -> None:
         audio = req.request.decode_audio
-        req.version = self._version
+        req.version = self._gate.version
         req.ar = self.ar_loop.init(req.id, req.rows, max_frames=req.max_frames, min_frames=req.request.min_frames)
         req.voc = self.voc_loop.init(req.id, sample_rate=self.codec.sample_rate, enabled=audio)
         if req.group is not None and req.group.members[0] != req.id and not req.group.shared:
@@ -342,24 +326,6 @@ class Runtime:
         follower.ar.prefilled, follower.ar.prefix_from = follower.ar.prompt_len, None
         with self._cond:
             self._shared_prefills += 1
-
-    def _progress_update(self) -> None:
-        """Admit nothing while an update is pending; apply it once nothing runs (aborting first in "abort")."""
-        update = self._update
-        assert update is not None
-        if update.abort:
-            for req in list(self._running.values()):
-                self._finish(req, FinishReason.ABORT)
-        if self._running:
-            return
-        try:
-            updates.apply(self.model, update.tensors())
-            self._version = update.version
-        except Exception as e:
-            update.error = e
-        with self._cond:
-            self._update = None
-        update.done.set()
 
     def _apply_cancels(self) -> None:
         with self._cond:

@@ -2,16 +2,15 @@
 
 Owns: what the engine tracks per request between submit and result (the request, its prompt, resolved
 settings, loop states, slots held, timestamps, group membership, weight version), a group sharing one
-prompt, and a weight update waiting for its moment; and `share_prefixes`, the rule for when a group
+prompt; and `share_prefixes`, the rule for when a group
 leader's prefilled prompt is copied to the other members.
 Must not know: tensors beyond the prompt rows it carries, scheduling, executors.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -28,15 +27,6 @@ class Group:
 
     members: list[int]
     shared: bool = False
-
-
-@dataclass
-class PendingUpdate:
-    tensors: Any  # () -> iterator of (parameter name, tensor)
-    version: int
-    abort: bool
-    done: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Weight updates: checking named tensors against the model before anything is touched, then copying in place.
 
-Owns: the name mapping (model parameter names or the release's key names, parts of fused parameters
+Owns: `UpdateGate` (one update at a time: asked for from any thread, applied by the engine thread once
+nothing runs), the name mapping (model parameter names or the release's key names, parts of fused parameters
 included; tied aliases are skipped, their target is what counts), one error listing unknown and mis-shaped names, and the in-place copies (the
 parameters keep their storage, so captured graphs stay valid).
 Must not know: the engine, requests.
@@ -8,8 +9,10 @@ Must not know: the engine, requests.
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -76,3 +79,58 @@ def apply(model: nn.Module, tensors: Iterable[tuple[Part, Tensor]]) -> int:
         rows.copy_(value.to(device=rows.device, dtype=rows.dtype))
         count += 1
     return count
+
+
+@dataclass
+class PendingUpdate:
+    tensors: Callable[[], Iterator[tuple[Part, Tensor]]]
+    version: int
+    abort: bool
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+class UpdateGate:
+    """At most one weight update in flight; `version` is the weights' version now."""
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self._cond = cond  # the runtime's lock: the engine waits on it
+        self.pending: PendingUpdate | None = None
+        self.version = 0
+
+    def request(self, tensors: Callable[[], Iterator[tuple[Part, Tensor]]], version: int, mode: str,
+                timeout: float | None, *, closed: Callable[[], bool]) -> None:
+        """Queue an update and wait until the engine has applied it (caller's thread)."""
+        if mode not in ("wait", "abort"):
+            raise ValueError(f"mode: must be 'wait' or 'abort', got {mode!r}")
+        update = PendingUpdate(tensors, version, mode == "abort")
+        with self._cond:
+            if closed():
+                raise RuntimeError("the runtime is closed")
+            if self.pending is not None:
+                raise RuntimeError("a weight update is already in progress")
+            self.pending = update
+            self._cond.notify_all()
+        if not update.done.wait(timeout):
+            raise TimeoutError(f"weight update to version {version} not applied within {timeout} s")
+        if update.error is not None:
+            raise update.error
+
+    def progress(self, model: nn.Module, running: dict[int, Any], abort: Callable[[Any], None]) -> None:
+        """Engine thread, each step while an update is pending: in "abort" mode end what runs; once nothing
+        runs, copy the tensors in place, bump the version, and release the caller."""
+        update = self.pending
+        assert update is not None
+        if update.abort:
+            for req in list(running.values()):
+                abort(req)
+        if running:
+            return
+        try:
+            apply(model, update.tensors())
+            self.version = update.version
+        except Exception as e:
+            update.error = e
+        with self._cond:
+            self.pending = None
+        update.done.set()
