@@ -1,6 +1,7 @@
 """The contract between driven loops and the runtime: plain data, no torch.
 
-Owns: the kinds of work and loops, execution profiles, the batch key (`ShapeSignature`), what a loop
+Owns: the kinds of work and loops, execution profiles, the batch key (`ShapeSignature`) and its buckets
+(`bucket_for`), what a loop
 needs to be admitted (`ResourceRequest`), what it asks for one step (`WorkPlan`), what comes back
 (`StepResult`), and how it ends (`Done`, `LoopResult`). `LoopState` is the base of every per-request
 loop state: loops themselves hold none.
@@ -52,6 +53,14 @@ class ShapeSignature:
     @property
     def batch_key(self) -> tuple[WorkUnitKind, str, int]:
         return (self.kind, self.expert, self.bucket)
+
+
+def bucket_for(n: int, buckets: list[int]) -> int:
+    """The smallest bucket >= n (buckets ascending); n beyond the largest is an error."""
+    for b in buckets:
+        if b >= n:
+            return b
+    raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
 
 
 @dataclass(frozen=True)

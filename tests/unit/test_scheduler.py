@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from v2.contracts import LoopKind, ShapeSignature, WorkPlan, WorkUnitKind
-from v2.runtime.scheduler import batch_bucket, schedule
+from v2.contracts import LoopKind, ShapeSignature, WorkPlan, WorkUnitKind, bucket_for as batch_bucket
+from v2.runtime.scheduler import schedule
 from v2.runtime.slots import SlotPool
 
 AR, AUDIO, PRE = WorkUnitKind.AR_FRAME, WorkUnitKind.AUDIO_CHUNK, WorkUnitKind.PREFILL

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from v2.card import VocoderSettings
-from v2.contracts import Done, FinishReason, LoopKind, LoopResult, LoopState, ShapeSignature, StepResult, WorkPlan, WorkUnitKind
+from v2.contracts import (
+    Done, FinishReason, LoopKind, LoopResult, LoopState, ShapeSignature, StepResult, WorkPlan, WorkUnitKind, bucket_for,
+)
 
 EXPERT = "vocoder"
 
@@ -47,14 +49,6 @@ class VocoderState(LoopState):
     upstream: FinishReason | None = None    # how the AR loop ended, once it has
     chunks: list[AudioChunk] = field(default_factory=list)
     fresh: list[AudioChunk] = field(default_factory=list)  # made by the last advance
-
-
-def bucket_for(n: int, buckets: list[int]) -> int:
-    """The smallest bucket >= n (n must not exceed the largest)."""
-    for b in buckets:
-        if b >= n:
-            return b
-    raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
 
 
 class VocoderLoop:

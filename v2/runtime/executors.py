@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 
 from v2.loops.ar_decode import FramePlan, PrefillPlan
-from v2.loops.vocoder import ChunkPlan, bucket_for
+from v2.contracts import bucket_for
+from v2.loops.vocoder import ChunkPlan
 from v2.models.codec import MossAudioDecoder
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.models.sampling import CHANNELS, SamplingSettings, SamplingTensors, needs_full_sort

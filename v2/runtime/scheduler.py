@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from v2.contracts import WorkPlan, WorkUnitKind
+from v2.contracts import WorkPlan, WorkUnitKind, bucket_for
 
 KIND_ORDER = (WorkUnitKind.PREFILL, WorkUnitKind.AR_FRAME, WorkUnitKind.AUDIO_CHUNK)
 
@@ -23,14 +23,6 @@ class Batch:
     kind: WorkUnitKind
     plans: tuple[WorkPlan, ...]
     bucket: int
-
-
-def batch_bucket(n: int, buckets: list[int]) -> int:
-    """The smallest bucket >= n; callers split groups larger than the largest bucket first."""
-    for b in buckets:
-        if b >= n:
-            return b
-    raise ValueError(f"batch of {n} exceeds the largest bucket {buckets[-1]}")
 
 
 def schedule(plans: list[WorkPlan], *, prefill_budget: int, prefill_rows: dict[int, int],
@@ -59,5 +51,5 @@ def schedule(plans: list[WorkPlan], *, prefill_budget: int, prefill_rows: dict[i
                 continue
             for start in range(0, len(group), sizes[-1]):
                 part = tuple(group[start : start + sizes[-1]])
-                batches.append(Batch(kind, part, batch_bucket(len(part), sizes)))
+                batches.append(Batch(kind, part, bucket_for(len(part), sizes)))
     return batches
