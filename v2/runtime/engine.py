@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_model, build_tokenizer, load_card
-from v2.contracts import Done, FinishReason, LoopKind, StepResult, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, LoopKind, StepResult, WorkPlan, WorkUnitKind
 from v2.loops.ar_decode import ARDecodeLoop, FrameRow
 from v2.loops.vocoder import AudioChunk, VocoderLoop
 from v2.request import OverloadedError, SpeechRequest, parse_request, prepare
@@ -277,9 +277,8 @@ class Runtime:
         assert req.ar is not None and req.voc is not None
         if req.ar.finish is not None:
             self._release(req, "kv")
-        done = self.voc_loop.next(req.voc)
-        if isinstance(done, Done):
-            self._finish(req, done.reason)
+        if req.voc.finish is not None:
+            self._finish(req, req.voc.finish)
 
     # ----- lifecycle -------------------------------------------------------------------------------
     def _admit(self) -> None:
