@@ -50,8 +50,7 @@ def test_an_exception_in_one_requests_loop_code_fails_only_that_request(rt, monk
 
 
 def test_a_slow_subscriber_never_stalls_the_engine_and_its_request_is_aborted():
-    runtime = make_runtime(max_buffered_chunks=2)
-    try:
+    with make_runtime(max_buffered_chunks=2) as runtime:
         release = threading.Event()
         slow = runtime.submit({"text": "slow reader", "max_frames": 200, "min_frames": 200, "stream": True})
         slow.subscribe(lambda chunk: release.wait(30))  # a consumer that stops reading
@@ -69,13 +68,10 @@ def test_a_slow_subscriber_never_stalls_the_engine_and_its_request_is_aborted():
         assert result.finish_reason == "abort" and "fell more than 2 chunks behind" in result.error
         release.set()
         wait_idle(runtime)
-    finally:
-        runtime.close()
 
 
 def test_deadlines_end_waiting_and_running_requests():
-    runtime = make_runtime(max_running=1)
-    try:
+    with make_runtime(max_running=1) as runtime:
         running = runtime.submit({"text": "long", "max_frames": 400, "min_frames": 400, "timeout": 0.5})
         waiting = runtime.submit({"text": "queued", "max_frames": 5, "timeout": 0.3})
         for h in (running, waiting):
@@ -83,13 +79,10 @@ def test_deadlines_end_waiting_and_running_requests():
             assert r.finish_reason == "abort" and r.error.startswith("timeout:")
         assert len(waiting.result().codes) == 0 and 0 < len(running.result().codes) < 400
         wait_idle(runtime)
-    finally:
-        runtime.close()
 
 
 def test_a_full_waiting_queue_refuses_with_a_clear_overload_error():
-    runtime = make_runtime(max_running=1, max_waiting=2)
-    try:
+    with make_runtime(max_running=1, max_waiting=2) as runtime:
         first = runtime.submit({"text": "a", "max_frames": 300, "min_frames": 300})
         deadline = time.time() + 10
         while runtime.stats()["running"] == 0 and time.time() < deadline:
@@ -101,13 +94,10 @@ def test_a_full_waiting_queue_refuses_with_a_clear_overload_error():
         first.cancel()
         assert all(h.result(30).finish_reason in ("stop", "length") for h in queued)
         wait_idle(runtime)
-    finally:
-        runtime.close()
 
 
 def test_cancel_mid_prefill_mid_frame_and_mid_chunk():
-    runtime = make_runtime(prefill_chunk_rows=16)
-    try:
+    with make_runtime(prefill_chunk_rows=16) as runtime:
         prompt = {"text": "a long prompt " * 50, "max_frames": 50, "min_frames": 50, "stream": True}  # ~55 chunks
         mid_prefill = runtime.submit(prompt)
         deadline = time.time() + 10
@@ -130,8 +120,6 @@ def test_cancel_mid_prefill_mid_frame_and_mid_chunk():
         mid_chunk.cancel()
         assert mid_chunk.result(30).finish_reason == "abort"
         wait_idle(runtime)
-    finally:
-        runtime.close()
 
 
 @pytest.fixture(scope="module")
