@@ -8,4 +8,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install --quiet "torch==2.13.0"
+# the Triton the GPU machines compile kernels with (the tests run its interpreter on the CPU)
+if [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ]; then
+    .venv/bin/python -c "import triton" 2>/dev/null || .venv/bin/python -m pip install --quiet "triton==3.6.0"
+fi
 .venv/bin/python -m pip install --quiet -e ".[test]"

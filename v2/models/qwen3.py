@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from v2.models.config import BackboneConfig
+from v2.models.decode_attention import decode_attention, kernel_available
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
 
 
@@ -81,6 +82,7 @@ class CacheView:
     write_slots: Tensor  # [B, T] slot each token writes (dummy slot for padding)
     write_pos: Tensor    # [B, T] position each token writes (0 for padding)
     context_len: int     # keys read per row: positions 0 .. context_len - 1
+    lengths: Tensor | None = None  # [B] decode only: row b reads keys 0 .. lengths[b] - 1 (the decode kernel)
 
 
 def fused_parts(cfg: BackboneConfig) -> dict[str, list[tuple[str, int]]]:
@@ -120,6 +122,9 @@ class Qwen3Attention(nn.Module):
             # advanced indices around a slice: indexed dims lead, so the target is [B, T, Hkv, D]
             kc[view.write_slots, :, view.write_pos] = k.transpose(1, 2).to(kc.dtype)
             vc[view.write_slots, :, view.write_pos] = v.transpose(1, 2).to(vc.dtype)
+            if view.lengths is not None:  # one token per row: the decode kernel reads each row's own length
+                out = decode_attention(q[:, :, 0], kc, vc, view.slots, view.lengths, view.context_len)  # [B, Hq, D]
+                return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim))
             k = kc[view.slots, :, : view.context_len].to(q.dtype)  # [B, Hkv, C, D]
             v = vc[view.slots, :, : view.context_len].to(q.dtype)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, T, D]
@@ -181,7 +186,8 @@ class Qwen3Backbone(nn.Module):
 
         x [B, T, H]: row b's tokens sit at positions[b] ([B, T], consecutive) of slot slots[b] ([B]).
         valid [B, T] (default all) marks real tokens; padding writes to the dummy slot.
-        context_len bounds the keys read (must exceed every valid position; default: the whole cache).
+        context_len bounds the keys read (must exceed every valid position; default: the whole cache). A
+        decode call (T == 1) on CUDA reads each row's own length through the decode kernel instead.
         Returns the final-norm output [B, T, H]; outputs at padded tokens are meaningless.
         """
         b, t, _ = x.shape
@@ -195,6 +201,7 @@ class Qwen3Backbone(nn.Module):
             write_slots=torch.where(valid, slots[:, None].expand(b, t), torch.full_like(positions, cache.dummy_slot)),
             write_pos=positions,
             context_len=ctx,
+            lengths=positions[:, 0] + 1 if t == 1 and kernel_available(x.device) else None,
         )
         keys = torch.arange(ctx, device=x.device)
         mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, C]

@@ -1,0 +1,159 @@
+"""Decode attention over the slot KV cache: one query token per row, each row reading only its own keys.
+
+Owns: `decode_attention(q, k_cache, v_cache, slots, lengths, max_context)`, the one-token attention of a
+decode step, and the choice of how it runs. On CUDA (with Triton) it is a split-K ("flash-decoding")
+Triton kernel that reads the cache in place: program (row, kv head, split) loads the row's slot pointer and
+real length from device memory, walks only keys `split * SPLIT .. min((split + 1) * SPLIT, length) - 1`
+and returns at once when its split starts past the row's length; a second kernel merges the splits by
+their log-sum-exp. All query heads of one kv head (GQA) share each key block. Lengths live on the
+device, so one captured graph serves rows at any positions; `max_context` only sizes the launch grid.
+Elsewhere `decode_attention_reference` gathers the keys and runs SDPA with a per-row length mask.
+Must not know: layers, RoPE, requests, graphs. The cache layout is [slots + 1, kv_heads, max_len, head_dim].
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - the SDPA reference path serves without Triton
+    triton = None
+
+SPLIT = 256    # keys per program: one row's long context spreads over several SMs
+BLOCK_N = 64   # keys per inner block (SPLIT / BLOCK_N blocks, each masked to the row's length)
+FORCE_KERNEL = False  # run the Triton kernel off CUDA too (tests set it, with TRITON_INTERPRET=1)
+
+
+def kernel_available(device: torch.device) -> bool:
+    """Whether decode steps on `device` run the Triton kernel (CUDA with Triton, or forced)."""
+    return triton is not None and (device.type == "cuda" or FORCE_KERNEL)
+
+
+def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
+                     max_context: int) -> Tensor:
+    """Softmax attention of one query per row over keys 0 .. lengths[b] - 1 of slot slots[b].
+
+    q [B, Hq, D]; k_cache, v_cache [S + 1, Hkv, L, D]; slots, lengths [B] (device, lengths >= 1 and
+    <= max_context <= L). Returns [B, Hq, D] in q's dtype.
+    """
+    if kernel_available(q.device):
+        return _decode_attention_triton(q, k_cache, v_cache, slots, lengths, max_context)
+    return decode_attention_reference(q, k_cache, v_cache, slots, lengths, max_context)
+
+
+def decode_attention_reference(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
+                               max_context: int) -> Tensor:
+    """The same function through a gather of keys 0 .. max_context - 1 and SDPA with a length mask."""
+    k = k_cache[slots, :, :max_context].to(q.dtype)  # [B, Hkv, C, D]
+    v = v_cache[slots, :, :max_context].to(q.dtype)
+    keys = torch.arange(max_context, device=q.device)
+    mask = (keys[None, :] < lengths[:, None])[:, None, None]  # [B, 1, 1, C]
+    out = F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, 1, D]
+    return out[:, :, 0]
+
+
+def _decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
+                             max_context: int) -> Tensor:
+    b, hq, d = q.shape
+    hkv = k_cache.shape[1]
+    if (hq % hkv or k_cache.shape[-1] != d or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1
+            or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype):
+        raise ValueError(f"decode_attention: q {tuple(q.shape)} does not fit the cache {tuple(k_cache.shape)}")
+    q = q.contiguous()
+    group = hq // hkv
+    splits = triton.cdiv(max_context, SPLIT)
+    part = torch.empty(b, hq, splits, d, dtype=torch.float32, device=q.device)  # per-split normalised outputs
+    lse = torch.empty(b, hq, splits, dtype=torch.float32, device=q.device)      # per-split log-sum-exp
+    out = torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
+    block_d = max(16, triton.next_power_of_2(d))
+    _split_kernel[(b, hkv, splits)](
+        q, k_cache, v_cache, slots, lengths, part, lse,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        1.0 / math.sqrt(d), hq, splits,
+        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=d, BLOCK_D=block_d,
+        BLOCK_N=BLOCK_N, SPLIT_LEN=SPLIT, IEEE=q.dtype == torch.float32)
+    _merge_kernel[(b, hq)](part, lse, lengths, out, splits, HEAD_DIM=d, BLOCK_D=block_d,
+                           BLOCK_S=max(2, triton.next_power_of_2(splits)), SPLIT_LEN=SPLIT)
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _split_kernel(q_ptr, k_ptr, v_ptr, slot_ptr, len_ptr, part_ptr, lse_ptr,
+                      sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, scale, num_heads, num_splits,
+                      GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                      BLOCK_N: tl.constexpr, SPLIT_LEN: tl.constexpr, IEEE: tl.constexpr):
+        row = tl.program_id(0)
+        kvh = tl.program_id(1)
+        split = tl.program_id(2)
+        length = tl.load(len_ptr + row)
+        slot = tl.load(slot_ptr + row).to(tl.int64)
+        g = tl.arange(0, BLOCK_G)
+        d = tl.arange(0, BLOCK_D)
+        gmask = g < GROUP
+        dmask = d < HEAD_DIM
+        heads = kvh * GROUP + g  # the query heads that read this kv head
+        start = split * SPLIT_LEN
+        live = start < length  # a split past the row's length reads and writes nothing
+        q = tl.load(q_ptr + (row * num_heads + heads[:, None]) * HEAD_DIM + d[None, :],
+                    mask=(gmask[:, None] & dmask[None, :]) & live, other=0.0)  # [G, D]
+        m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_G], tl.float32)
+        acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+        k_base = k_ptr + slot * sk_s + kvh * sk_h
+        v_base = v_ptr + slot * sv_s + kvh * sv_h
+        end = tl.minimum(start + SPLIT_LEN, length)
+        for i in range(0, SPLIT_LEN // BLOCK_N):  # masked blocks past `end` issue no memory reads
+            n = start + i * BLOCK_N + tl.arange(0, BLOCK_N)
+            nmask = n < end
+            kv_mask = nmask[:, None] & dmask[None, :]
+            k = tl.load(k_base + n[:, None] * sk_l + d[None, :], mask=kv_mask, other=0.0)  # [N, D]
+            if IEEE:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            s = tl.where(nmask[None, :], s * scale, float("-inf"))  # [G, N]
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block with no key leaves acc as it is
+            alpha = tl.exp(m_i - m_safe)
+            p = tl.exp(s - m_safe[:, None])
+            v = tl.load(v_base + n[:, None] * sv_l + d[None, :], mask=kv_mask, other=0.0)  # [N, D]
+            if IEEE:
+                pv = tl.dot(p, v, input_precision="ieee")
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            l_i = l_i * alpha + tl.sum(p, 1)
+            m_i = m_new
+        out = acc / tl.where(live, l_i, 1.0)[:, None]
+        lse = m_i + tl.log(tl.where(live, l_i, 1.0))
+        at = (row * num_heads + heads) * num_splits + split  # [G] index into [B, Hq, splits]
+        tl.store(lse_ptr + at, lse, mask=gmask & live)
+        tl.store(part_ptr + at[:, None] * HEAD_DIM + d[None, :], out, mask=(gmask[:, None] & dmask[None, :]) & live)
+
+    @triton.jit
+    def _merge_kernel(part_ptr, lse_ptr, len_ptr, out_ptr, num_splits, HEAD_DIM: tl.constexpr,
+                      BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr):
+        row = tl.program_id(0)
+        head = tl.program_id(1)
+        num_heads = tl.num_programs(1)
+        s = tl.arange(0, BLOCK_S)
+        d = tl.arange(0, BLOCK_D)
+        used = (tl.load(len_ptr + row) + SPLIT_LEN - 1) // SPLIT_LEN  # splits the kernel above wrote
+        smask = s < used
+        dmask = d < HEAD_DIM
+        base = (row * num_heads + head) * num_splits
+        lse = tl.load(lse_ptr + base + s, mask=smask, other=float("-inf"))  # [S]; lengths >= 1: split 0 is used
+        w = tl.exp(lse - tl.max(lse, 0))
+        part = tl.load(part_ptr + (base + s[:, None]) * HEAD_DIM + d[None, :],
+                       mask=smask[:, None] & dmask[None, :], other=0.0)  # [S, D]
+        out = tl.sum(w[:, None] * part, 0) / tl.sum(w, 0)
+        tl.store(out_ptr + (row * num_heads + head) * HEAD_DIM + d, out.to(out_ptr.dtype.element_ty), mask=dmask)
