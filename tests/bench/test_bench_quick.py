@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from v2.bench.__main__ import main
 
 SCENARIO_FIELDS = {"concurrency", "stream", "requests", "wall_s", "audio_s", "audio_s_per_s", "requests_per_s",
@@ -37,3 +39,15 @@ def test_frame_step_bench_runs_on_cpu_and_prints_json(capsys):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["dims"] == "tiny" and [b["bucket"] for b in report["buckets"]] == [1, 4]
     assert all(b["eager_ms"] > 0 and b["frames_per_s"] > 0 for b in report["buckets"])
+    assert report["decode_attention"] == []  # the kernel comparison runs where the kernel does (CUDA)
+
+
+def test_decode_attention_comparison_times_both_paths(tiny_model, monkeypatch):
+    from v2.bench.framestep import attention_row
+    from v2.models import decode_attention as da
+
+    if da.triton is None:
+        pytest.skip("needs triton")
+    monkeypatch.setattr(da, "FORCE_KERNEL", True)  # the interpreter on CPU: checks the harness, not speed
+    row = attention_row(tiny_model, 2, 300, 1)
+    assert row["bucket"] == 2 and row["kernel_us"] > 0 and row["sdpa_us"] > 0

@@ -22,6 +22,7 @@ from v2.bench.__main__ import machine
 from v2.bench.shapes import SHAPES
 from v2.card import build_model, load_card
 from v2.loops.ar_decode import FramePlan
+from v2.models import decode_attention as da
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.models.sampling import SamplingSettings
 from v2.runtime.executors import ARExecutor
@@ -40,6 +41,22 @@ def timed(fn: Callable[[], Any], iters: int, device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return (time.perf_counter() - start) / iters * 1e3
+
+
+def attention_row(model: MossTTSLocal, bucket: int, context: int, iters: int) -> dict[str, Any]:
+    """One layer's decode attention for `bucket` rows, one at the full context and the rest at 64 keys:
+    the kernel (reads each row's length) vs the gather + masked SDPA over the context bucket, in microseconds."""
+    cfg, dev = model.cfg.backbone, model.device
+    k = torch.randn(bucket + 1, cfg.num_kv_heads, context, cfg.head_dim, device=dev).to(model.dtype)
+    v = torch.randn_like(k)
+    q = torch.randn(bucket, cfg.num_heads, cfg.head_dim, device=dev).to(model.dtype)
+    slots = torch.arange(bucket, device=dev)
+    lengths = torch.full((bucket,), 64, device=dev)
+    lengths[0] = context
+    row: dict[str, Any] = {"bucket": bucket, "context": context, "lengths": "one at context, rest at 64"}
+    for name, fn in (("kernel_us", da.decode_attention), ("sdpa_us", da.decode_attention_reference)):
+        row[name] = timed(lambda: fn(q, k, v, slots, lengths, context), iters, dev) * 1e3
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,8 +100,14 @@ def main(argv: list[str] | None = None) -> int:
             row["frames_per_s"] = bucket / row["eager_ms"] * 1e3
         rows.append(row)
         print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), file=sys.stderr)
+    attention = []
+    if da.kernel_available(device):
+        for bucket in (1, 16, 64):
+            attention.append(attention_row(model, bucket, 4096, 5 * args.iters))
+            print(" ".join(f"{k}={v}" for k, v in attention[-1].items()), file=sys.stderr)
     print(json.dumps({"bench": "v2.framestep", "dims": "tiny" if tiny else "release (random weights)",
-                      "context": args.context, "machine": machine(args.device), "buckets": rows}))
+                      "context": args.context, "machine": machine(args.device), "buckets": rows,
+                      "decode_attention": attention}))
     return 0
 
 

@@ -1,0 +1,62 @@
+"""On a GPU: the decode attention kernel at the release's head layout, in bf16, and under graph replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from v2.models import decode_attention as da
+
+pytestmark = pytest.mark.gpu
+
+
+def _cache(seed: int, slots: int, max_len: int, dtype: torch.dtype = torch.bfloat16):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    k = torch.randn(slots + 1, 8, max_len, 128, generator=g, device="cuda").to(dtype)
+    v = torch.randn(slots + 1, 8, max_len, 128, generator=g, device="cuda").to(dtype)
+    return k, v
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).norm() / ref.norm())
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 1e-2), (torch.float32, 1e-5)])
+def test_kernel_matches_float64_reference_at_release_heads(dtype, tol):
+    k, v = _cache(0, 16, 6144, dtype)
+    q = torch.randn(16, 32, 128, device="cuda").to(dtype)
+    slots = torch.randperm(16, device="cuda")
+    lengths = torch.tensor([6144, 1, 255, 256, 257, 3000] + list(range(40, 400, 36)), device="cuda")
+    out = da.decode_attention(q, k, v, slots, lengths, 6144)
+    ref = da.decode_attention_reference(q.double(), k.double(), v.double(), slots, lengths, 6144)
+    assert out.dtype == dtype and _rel_err(out, ref) < tol
+
+
+def test_kernel_reads_only_each_rows_keys():
+    k, v = _cache(1, 4, 2048)
+    q = torch.randn(3, 32, 128, device="cuda").bfloat16()
+    slots, lengths = torch.tensor([0, 2, 3], device="cuda"), torch.tensor([2048, 700, 1], device="cuda")
+    want = da.decode_attention(q, k, v, slots, lengths, 2048)
+    for s, n in zip(slots.tolist(), lengths.tolist()):
+        k[s, :, n:], v[s, :, n:] = float("nan"), float("nan")
+    k[[1, 4]], v[[1, 4]] = float("nan"), float("nan")
+    assert torch.equal(da.decode_attention(q, k, v, slots, lengths, 2048), want)
+
+
+def test_one_captured_graph_serves_any_lengths():
+    k, v = _cache(2, 8, 1024)
+    q = torch.randn(8, 32, 128, device="cuda").bfloat16()
+    slots = torch.arange(8, device="cuda")
+    lengths = torch.ones(8, dtype=torch.long, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        da.decode_attention(q, k, v, slots, lengths, 1024)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = da.decode_attention(q, k, v, slots, lengths, 1024)
+    for trial in range(3):
+        lengths.copy_(torch.randint(1, 1025, (8,), device="cuda"))
+        graph.replay()
+        assert torch.equal(out, da.decode_attention(q, k, v, slots, lengths, 1024)), trial
