@@ -102,7 +102,7 @@ if triton is not None:
         dmask = d < HEAD_DIM
         heads = kvh * GROUP + g  # the query heads that read this kv head
         start = split * SPLIT_LEN
-        live = start < length  # a split past the row's length reads and writes nothing
+        live = start < length  # a split past the row's length loads and stores nothing
         q = tl.load(q_ptr + (row * num_heads + heads[:, None]) * HEAD_DIM + d[None, :],
                     mask=(gmask[:, None] & dmask[None, :]) & live, other=0.0)  # [G, D]
         m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
@@ -111,28 +111,29 @@ if triton is not None:
         k_base = k_ptr + slot * sk_s + kvh * sk_h
         v_base = v_ptr + slot * sv_s + kvh * sv_h
         end = tl.minimum(start + SPLIT_LEN, length)
-        for i in range(0, SPLIT_LEN // BLOCK_N):  # masked blocks past `end` issue no memory reads
-            n = start + i * BLOCK_N + tl.arange(0, BLOCK_N)
-            nmask = n < end
-            kv_mask = nmask[:, None] & dmask[None, :]
-            k = tl.load(k_base + n[:, None] * sk_l + d[None, :], mask=kv_mask, other=0.0)  # [N, D]
-            if IEEE:
-                s = tl.dot(q, tl.trans(k), input_precision="ieee")
-            else:
-                s = tl.dot(q, tl.trans(k))
-            s = tl.where(nmask[None, :], s * scale, float("-inf"))  # [G, N]
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block with no key leaves acc as it is
-            alpha = tl.exp(m_i - m_safe)
-            p = tl.exp(s - m_safe[:, None])
-            v = tl.load(v_base + n[:, None] * sv_l + d[None, :], mask=kv_mask, other=0.0)  # [N, D]
-            if IEEE:
-                pv = tl.dot(p, v, input_precision="ieee")
-            else:
-                pv = tl.dot(p.to(v.dtype), v)
-            acc = acc * alpha[:, None] + pv
-            l_i = l_i * alpha + tl.sum(p, 1)
-            m_i = m_new
+        for i in range(0, SPLIT_LEN // BLOCK_N):
+            n0 = start + i * BLOCK_N
+            if n0 < end:  # blocks past the row's length (all of them in a split past it) are skipped
+                n = n0 + tl.arange(0, BLOCK_N)
+                nmask = n < end
+                kv_mask = nmask[:, None] & dmask[None, :]
+                k = tl.load(k_base + n[:, None] * sk_l + d[None, :], mask=kv_mask, other=0.0)  # [N, D]
+                if IEEE:
+                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
+                else:
+                    s = tl.dot(q, tl.trans(k))
+                s = tl.where(nmask[None, :], s * scale, float("-inf"))  # [G, N]
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                alpha = tl.exp(m_i - m_new)  # m_new is finite: the block holds key n0
+                p = tl.exp(s - m_new[:, None])
+                v = tl.load(v_base + n[:, None] * sv_l + d[None, :], mask=kv_mask, other=0.0)  # [N, D]
+                if IEEE:
+                    pv = tl.dot(p, v, input_precision="ieee")
+                else:
+                    pv = tl.dot(p.to(v.dtype), v)
+                acc = acc * alpha[:, None] + pv
+                l_i = l_i * alpha + tl.sum(p, 1)
+                m_i = m_new
         out = acc / tl.where(live, l_i, 1.0)[:, None]
         lse = m_i + tl.log(tl.where(live, l_i, 1.0))
         at = (row * num_heads + heads) * num_splits + split  # [G] index into [B, Hq, splits]
