@@ -7,7 +7,9 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions soundfile cffi pycparser
-# Output lands in $OUT (or ./out when unset): gpu_tests.log, framestep.json, serving.json.
+# Output lands in $OUT (or ./out when unset): gpu_tests.log, framestep.json, compile.json, serving.json.
+# Parts: scripts/gpu_check.sh [tests] [framestep] [compile] [serving] (default: all four, about 12 minutes at
+# most by their timeouts; a device call runs at most 10, so split them over two calls when needed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"
@@ -19,9 +21,23 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+parts="${*:-tests framestep compile serving}"
 status=0
-timeout 300 python3 -m pytest -q -m gpu tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" || status=1
-timeout 240 python3 -m v2.bench.framestep 2>&1 | tee "$OUT/framestep.log"; tail -n 1 "$OUT/framestep.log" > "$OUT/framestep.json"
-timeout 300 python3 -m v2.bench --card moss_tts_local_v1_5 --random-weights --quick --no-progress --concurrency 1 16 64 \
-    2>&1 | tee "$OUT/serving.log"; tail -n 1 "$OUT/serving.log" > "$OUT/serving.json"
+for part in $parts; do
+    case "$part" in
+    tests)
+        timeout 200 python3 -m pytest -q -m gpu tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" || status=1 ;;
+    framestep)  # eager vs graph per bucket, and the decode attention kernel vs gather + SDPA
+        timeout 150 python3 -m v2.bench.framestep --no-compile 2>&1 | tee "$OUT/framestep.log"
+        tail -n 1 "$OUT/framestep.log" > "$OUT/framestep.json" ;;
+    compile)  # the torch.compile(mode="reduce-overhead") baseline recompiles per bucket: three buckets only
+        timeout 150 python3 -m v2.bench.framestep --buckets 1 16 64 --iters 10 2>&1 | tee "$OUT/compile.log"
+        tail -n 1 "$OUT/compile.log" > "$OUT/compile.json" ;;
+    serving)
+        timeout 240 python3 -m v2.bench --card moss_tts_local_v1_5 --random-weights --quick --no-progress \
+            --concurrency 1 16 64 2>&1 | tee "$OUT/serving.log"
+        tail -n 1 "$OUT/serving.log" > "$OUT/serving.json" ;;
+    *) echo "unknown part: $part (tests, framestep, compile, serving)"; exit 2 ;;
+    esac
+done
 exit $status

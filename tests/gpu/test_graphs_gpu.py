@@ -25,6 +25,11 @@ def gpu_parts():
     return card, build_model(card, device="cuda"), build_codec(card, device="cuda")
 
 
+@pytest.fixture(scope="module")
+def bf16_model():
+    return build_model(load_card("moss_tts_local_tiny"), device="cuda", dtype=torch.bfloat16)
+
+
 def _executor(model, graphs: bool) -> ARExecutor:
     ex = ARExecutor(model, num_slots=16, max_len=512, batch_buckets=[1, 2, 4, 8, 16], graphs=graphs)
     for slot in range(16):
@@ -33,9 +38,10 @@ def _executor(model, graphs: bool) -> ARExecutor:
     return ex
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("rows,bucket", [(1, 1), (2, 2), (3, 4), (8, 8), (11, 16), (16, 16)])
-def test_frame_graph_equals_eager_for_every_bucket(gpu_parts, rows, bucket):
-    _, model, _ = gpu_parts
+def test_frame_graph_equals_eager_for_every_bucket(gpu_parts, bf16_model, rows, bucket, dtype):
+    model = gpu_parts[1] if dtype == "float32" else bf16_model
     graph, eager = _executor(model, True), _executor(model, False)
     assert graph.graphs.stats()["captured"] == len(graph.graphs.keys)
     for step in range(3):  # rows at mixed positions and settings; state carried between steps
@@ -43,8 +49,9 @@ def test_frame_graph_equals_eager_for_every_bucket(gpu_parts, rows, bucket):
         replayed = graph.frame(plans, bucket)
         context = eager.stage(plans, bucket)
         direct = eager._frame_step(graph.graph_key(bucket, context))
-        assert torch.equal(replayed, direct)
-        assert torch.equal(graph.hidden, eager.hidden) and torch.equal(graph.presence, eager.presence)
+        assert torch.equal(replayed[:rows], direct[:rows])
+        assert torch.equal(graph.hidden[:-1], eager.hidden[:-1])  # every real slot; the last is the dummy
+        assert torch.equal(graph.presence[:-1], eager.presence[:-1])
     assert graph.graphs.stats()["replays"] == 3
 
 
@@ -65,7 +72,8 @@ def test_runtime_with_graphs_equals_runtime_without(gpu_parts):
             rt.close()
     for a, b in zip(*results):
         assert np.array_equal(a.codes, b.codes)
-        assert np.array_equal(a.audio, b.audio)
+        # when the late requests join differs between the runs, so do the codec's batch shapes (and GEMM kernels)
+        np.testing.assert_allclose(a.audio, b.audio, atol=1e-5)
 
 
 def test_codec_graph_equals_eager_chunk_decode(gpu_parts):

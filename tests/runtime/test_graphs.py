@@ -56,6 +56,20 @@ def test_a_padded_frame_batch_gives_the_same_rows_as_the_unpadded_one(tiny_model
         torch.testing.assert_close(k, runs[0][2], atol=1e-5, rtol=0)
 
 
+def test_padding_rows_touch_only_the_dummy_slot_which_reset_dummy_clears(tiny_model):
+    ex = _ar(tiny_model)
+    before = (ex.hidden[:-1].clone(), ex.presence[:-1].clone(), ex.kv.k[:, :-1].clone())
+    ex.frame([FramePlan(2, 40, 1, True)], 4)  # one real row, three padding rows
+    d = ex.dummy_slot
+    assert ex.presence[d].any() and ex.kv.k[:, d].abs().sum() > 0  # the padding rows wrote the dummy slot
+    others = [s for s in range(d) if s != 2]
+    assert torch.equal(ex.hidden[others], before[0][others]) and torch.equal(ex.presence[others], before[1][others])
+    assert torch.equal(ex.kv.k[:, others], before[2][:, others])
+    ex.reset_dummy()  # what the executor does after capture's warm-ups
+    assert not ex.presence[d].any() and not ex.hidden[d].any()
+    assert not ex.kv.k[:, d].any() and not ex.kv.v[:, d].any()
+
+
 def test_the_static_step_at_a_context_bucket_equals_the_exact_context(tiny_model):
     plans = [FramePlan(slot, 20 + slot, 3, True) for slot in range(4)]
     exact, bucketed = _ar(tiny_model), _ar(tiny_model)

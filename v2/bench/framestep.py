@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     args = p.parse_args(argv)
+    if args.context <= 64:
+        p.error("--context must exceed 64 (rows sit at mixed positions from 32 up)")
     device = torch.device(args.device)
     tiny = args.tiny or device.type != "cuda"
     if tiny:

@@ -64,8 +64,9 @@ def _decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots:
     hkv = k_cache.shape[1]
     if (hq % hkv or k_cache.shape[-1] != d or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1
             or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype):
-        raise ValueError(f"decode_attention: q {tuple(q.shape)} does not fit the cache {tuple(k_cache.shape)}")
-    q = q.contiguous()
+        raise ValueError(f"decode_attention: q {tuple(q.shape)} {q.dtype} does not fit the cache "
+                         f"{tuple(k_cache.shape)} {k_cache.dtype} (heads, head_dim, dtype, unit stride)")
+    q, slots, lengths = q.contiguous(), slots.contiguous(), lengths.contiguous()  # the kernels index them densely
     group = hq // hkv
     splits = triton.cdiv(max_context, SPLIT)
     part = torch.empty(b, hq, splits, d, dtype=torch.float32, device=q.device)  # per-split normalised outputs

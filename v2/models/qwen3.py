@@ -108,7 +108,7 @@ class Qwen3Attention(nn.Module):
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, layer: int,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, layer: int,
                 view: CacheView | None) -> Tensor:
         cfg = self.cfg
         b, t, _ = x.shape
@@ -151,7 +151,7 @@ class Qwen3Layer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, layer: int,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, layer: int,
                 view: CacheView | None) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, layer, view)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -203,11 +203,13 @@ class Qwen3Backbone(nn.Module):
             context_len=ctx,
             lengths=positions[:, 0] + 1 if t == 1 and kernel_available(x.device) else None,
         )
-        keys = torch.arange(ctx, device=x.device)
-        mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, C]
+        mask = None  # the decode kernel bounds each row by its length
+        if view.lengths is None:
+            keys = torch.arange(ctx, device=x.device)
+            mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, C]
         return self._run(x, positions, mask, view, None)
 
-    def _run(self, x: Tensor, positions: Tensor, mask: Tensor, view: CacheView | None,
+    def _run(self, x: Tensor, positions: Tensor, mask: Tensor | None, view: CacheView | None,
              layer_inputs: list[Tensor] | None) -> Tensor:
         cos, sin = rotate_half_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)
         for i, layer in enumerate(self.layers):

@@ -172,6 +172,8 @@ class Runtime:
         threads = self.card.runtime.cpu_threads
         if threads is not None and self.model.device.type == "cpu":
             torch.set_num_threads(threads)  # this thread's intra-op threads (OpenMP settings are per thread)
+        if self.model.device.type == "cuda":
+            torch.cuda.set_device(self.model.device)  # the current device is per thread: kernels, copies, replays
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._closed or self._waiting or self._running or self._cancels

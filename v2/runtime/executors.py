@@ -57,6 +57,15 @@ class ARExecutor:
         keys = [(b, c, 1) for b in batch_buckets for c in self.contexts]  # graphs always run the full sort
         self.graphs = StepGraphs("ar_frame", self._frame_step, keys, device=dev, enabled=graphs)
         self.graphs.capture()
+        self.reset_dummy()  # capture's warm-ups ran padding rows through the dummy slot
+
+    def reset_dummy(self) -> None:
+        """Clear the dummy slot's state, KV and presence (only padding rows ever touch them)."""
+        d = self.dummy_slot
+        self.hidden[d] = 0
+        self.presence[d] = False
+        self.kv.k[:, d] = 0
+        self.kv.v[:, d] = 0
 
     @property
     def dummy_slot(self) -> int:
@@ -92,16 +101,16 @@ class ARExecutor:
         for i, p in enumerate(plans):
             rows[i, : lengths[i]] = p.rows
         starts = torch.tensor([p.start for p in plans])
-        positions = (starts[:, None] + torch.arange(width)).to(dev)  # [B, W]
-        valid = (torch.arange(width)[None] < lengths[:, None]).to(dev)  # [B, W]
-        slots = torch.tensor([p.slot for p in plans], device=dev)
+        positions = to_device(starts[:, None] + torch.arange(width), dev)  # [B, W]
+        valid = to_device(torch.arange(width)[None] < lengths[:, None], dev)  # [B, W]
+        slots = to_device(torch.tensor([p.slot for p in plans]), dev)
         context = int((starts + lengths).max())
-        out = self.model.transformer.forward_cached(self.model.embed_rows(rows.to(dev)), self.kv, slots, positions,
-                                                    valid, context)  # [B, W, H]
+        out = self.model.transformer.forward_cached(self.model.embed_rows(to_device(rows, dev)), self.kv, slots,
+                                                    positions, valid, context)  # [B, W, H]
         last = [i for i, p in enumerate(plans) if p.last]
         if last:
-            idx = torch.tensor(last, device=dev)
-            self.hidden[slots[idx]] = out[idx, (lengths[last] - 1).to(dev)]
+            idx = to_device(torch.tensor(last), dev)
+            self.hidden[slots[idx]] = out[idx, to_device(lengths[last] - 1, dev)]
 
     def stage(self, plans: Sequence[FramePlan], bucket: int) -> int:
         """Copy the plans into the static inputs (padding rows -> dummy slot); returns the keys they attend."""
@@ -111,7 +120,7 @@ class ARExecutor:
                              [p.step for p in plans] + [0] * pad,
                              [int(p.allow_stop) for p in plans] + [1] * pad,
                              [1] * len(plans) + [0] * pad])  # [5, bucket]
-        self.inputs[:, :bucket].copy_(host)  # one host-to-device copy
+        upload(host, self.inputs[:, :bucket])  # one host-to-device copy
         return max(p.position for p in plans) + 1
 
     def frame(self, plans: Sequence[FramePlan], bucket: int) -> Tensor:
@@ -157,6 +166,7 @@ class CodecExecutor:
         keys = [(b, f) for b in batch_buckets for f in frame_buckets]
         self.graphs = StepGraphs("audio_chunk", self._chunk_step, keys, device=dev, enabled=graphs)
         self.graphs.capture()
+        self.state.reset([self.state.dummy_slot])  # capture's warm-ups decoded padding into the dummy slot
 
     def admit(self, slot: int) -> None:
         self.state.reset([slot])
@@ -170,13 +180,26 @@ class CodecExecutor:
             codes[i, :, : len(p.codes)] = torch.tensor(p.codes, dtype=torch.long).T
         rows = torch.tensor([[p.slot for p in plans] + [self.state.dummy_slot] * (bucket - n),
                              [len(p.codes) for p in plans] + [0] * (bucket - n)])  # [2, bucket]
-        self.rows[:, :bucket].copy_(rows)
-        self.codes[:bucket, :, :frames].copy_(codes)
+        upload(rows, self.rows[:, :bucket])
+        upload(codes, self.codes[:bucket, :, :frames])
         return self.graphs.run((bucket, frames))
 
     def _chunk_step(self, key: tuple[int, ...]) -> Tensor:
         b, f = key
         return self.codec.decode_chunk(self.rows[0, :b], self.codes[:b, :, :f], state=self.state, lengths=self.rows[1, :b])
+
+
+def to_device(host: Tensor, device: torch.device) -> Tensor:
+    """A host tensor on `device`; to CUDA through pinned memory without blocking the host (a pageable copy
+    would wait for every kernel already queued, e.g. the step's frame graph)."""
+    cuda = device.type == "cuda"
+    return (host.pin_memory() if cuda else host).to(device, non_blocking=cuda)
+
+
+def upload(host: Tensor, dst: Tensor) -> None:
+    """Copy a host tensor into a device buffer (a static graph input) without blocking the host."""
+    cuda = dst.device.type == "cuda"
+    dst.copy_(host.pin_memory() if cuda else host, non_blocking=cuda)
 
 
 def to_host(tensors: Sequence[Tensor]) -> list[np.ndarray]:

@@ -39,25 +39,30 @@ class StepGraphs:
         """Capture every key (largest first, one memory pool). A failure names the key and the remedies."""
         if not self.enabled:
             return
-        pool = torch.cuda.graph_pool_handle()
-        for key in self.keys:
-            try:
-                side = torch.cuda.Stream(self.device)
-                side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side):
-                    for _ in range(warmup):
-                        self.fn(key)
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    out = self.fn(key)
-                self._graphs[key] = (graph, out)
-            except Exception as e:
-                raise GraphCaptureError(
-                    f"{self.name}: capturing the graph for bucket {key} failed ({type(e).__name__}: {e}). "
-                    "Lower the card's largest batch bucket (or max_running / max_streams), free GPU memory, "
-                    "or run without graphs (Runtime(..., graphs=False)).") from e
-        torch.cuda.synchronize(self.device)
+        with torch.cuda.device(self.device):
+            # one pool for every key: only one graph's output is live at a time, since run() copies it out
+            pool = torch.cuda.graph_pool_handle()
+            for key in self.keys:
+                try:
+                    side = torch.cuda.Stream(self.device)
+                    side.wait_stream(torch.cuda.current_stream(self.device))
+                    with torch.cuda.stream(side):
+                        for _ in range(warmup):
+                            self.fn(key)
+                    torch.cuda.current_stream(self.device).wait_stream(side)
+                    graph = torch.cuda.CUDAGraph()
+                    # thread_local: CUDA work of other threads (another runtime's engine) may go on meanwhile
+                    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                        out = self.fn(key)
+                    self._graphs[key] = (graph, out)
+                except Exception as e:
+                    raise GraphCaptureError(
+                        f"{self.name}: capturing the graph for bucket {key} failed ({type(e).__name__}: {e}). "
+                        "Out of memory: lower the card's largest batch bucket (or max_running / max_streams) or "
+                        "free GPU memory. An operation that reads device values on the host cannot be captured: "
+                        "keep it out of the step. Either way the runtime serves without graphs: "
+                        "Runtime(..., graphs=False).") from e
+            torch.cuda.synchronize(self.device)
 
     def can_use_graph(self, key: tuple[int, ...]) -> tuple[bool, str]:
         """Whether `key` replays a graph, and if not, why."""
@@ -74,7 +79,8 @@ class StepGraphs:
             self.fallbacks[reason] += 1
             return self.fn(key)
         graph, out = self._graphs[key]
-        graph.replay()
+        with torch.cuda.device(self.device):
+            graph.replay()
         self.replays += 1
         return out.clone()
 
