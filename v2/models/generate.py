@@ -76,11 +76,11 @@ def generate_batch(model: MossTTSLocal, prompts: list[Tensor], settings: list[Sa
         allow = torch.full((b,), step >= min_frames, dtype=torch.bool, device=dev)
         frame = model.decode_frame(hidden, sampling, steps, presence=presence, allow_stop=allow,
                                    full_sort=any(map(needs_full_sort, settings)), return_logits=True)
+        was_active, stop = active.tolist(), frame.stop.tolist()  # one device-to-host read per step
         for i in range(b):
-            if active[i]:
+            if was_active[i]:
                 record[i].append((frame.codes[i], frame.logprobs[i], hidden[i], frame.stop_logits[i], frame.code_logits[i]))
-                if frame.stop[i]:
-                    stopped[i] = True
+                stopped[i] = stopped[i] or stop[i]
         active = active & ~frame.stop
         if not bool(active.any()) or step + 1 == max_frames:
             break
