@@ -1,0 +1,128 @@
+"""Fused sampling kernel: one Triton program per row does a channel's whole draw.
+
+Owns: `sample_fused`, the GPU form of `sampling.sample` with the repetition penalty and the Gumbel noise
+folded in: penalty -> temperature (or greedy) -> one stable descending sort of the row -> top-k (ties at
+the k-th value kept) -> top-p over the top-k distribution (the most likely token always kept) ->
+Gumbel-max with noise hash(seed, counter, token) -> the token and its logprob under the processed
+distribution. The eager path spends about two hundred small kernels on this per channel; a frame has
+thirteen channels, so on a GPU this is most of a frame step's launches.
+
+The sort is one `tl.sort` of 48-bit keys (order-preserving float bits << 16 | (65535 - token)), which
+is a stable descending sort by value with ties in token order, as `torch.sort(stable=True)` gives. The
+draw happens in sorted order: the noise of a token is computed from its id, and ties of the noisy score
+go to the lowest id, as `argmax` does. Results equal `sampling.sample` up to float rounding of the top-p
+mass sums and of the noise's logarithms.
+Must not know: the model, requests, the runtime. Vocabularies up to 65536 tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from v2.models.sampling import MIN_TEMPERATURE
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - the torch sampler serves without Triton
+    triton = None
+
+
+def sample_fused(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, seed: Tensor, counter: Tensor,
+                 presence: Tensor | None = None, penalty: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Draw one token per row: logits [B, V] (any float dtype; -inf = never), temperature/top_p [B] float32,
+    top_k [B] int64, seed/counter [B] int64 (noise key), presence [B, V] bool and penalty [B] (optional,
+    the repetition penalty). Returns ids [B] int64 and logprobs [B] float32."""
+    b, v = logits.shape
+    if v > 65536:
+        raise ValueError(f"sample_fused handles vocabularies up to 65536 tokens, got {v}")
+    logits = logits.contiguous()
+    ids = torch.empty(b, dtype=torch.int64, device=logits.device)
+    logprobs = torch.empty(b, dtype=torch.float32, device=logits.device)
+    has_presence = presence is not None and penalty is not None
+    seen = presence.contiguous().view(torch.uint8) if has_presence else logits  # unused pointer otherwise
+    pen = penalty.float().contiguous() if has_presence else temperature
+    block = max(16, triton.next_power_of_2(v))
+    _sample_kernel[(b,)](logits, seen, pen, temperature.float().contiguous(), top_k.contiguous(),
+                         top_p.float().contiguous(), seed.contiguous(), counter.contiguous(), ids, logprobs, v,
+                         MIN_TEMPERATURE, HAS_PRESENCE=has_presence, BLOCK_V=block,
+                         num_warps=4 if block <= 2048 else 8)
+    return ids, logprobs
+
+
+if triton is not None:
+
+    @triton.jit
+    def _rotl(x, r: tl.constexpr):
+        return (x << r) | (x >> (32 - r))
+
+    @triton.jit
+    def _mix(h, word):
+        """One MurmurHash3 body round on uint32 (products wrap mod 2^32)."""
+        k = _rotl(word * 0xCC9E2D51, 15) * 0x1B873593
+        return _rotl(h ^ k, 13) * 5 + 0xE6546B64
+
+    @triton.jit
+    def _finish(h, n_words: tl.constexpr):
+        h = h ^ (4 * n_words)
+        h = (h ^ (h >> 16)) * 0x85EBCA6B
+        h = (h ^ (h >> 13)) * 0xC2B2AE35
+        return h ^ (h >> 16)
+
+    @triton.jit
+    def _sample_kernel(logits_ptr, seen_ptr, penalty_ptr, temp_ptr, top_k_ptr, top_p_ptr, seed_ptr, counter_ptr,
+                       ids_ptr, logprobs_ptr, vocab, min_temperature,
+                       HAS_PRESENCE: tl.constexpr, BLOCK_V: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        tok = tl.arange(0, BLOCK_V)
+        real = tok < vocab
+        x = tl.load(logits_ptr + row * vocab + tok, mask=real, other=float("-inf")).to(tl.float32)
+        if HAS_PRESENCE:
+            seen = tl.load(seen_ptr + row * vocab + tok, mask=real, other=0) != 0
+            p = tl.load(penalty_ptr + row)
+            x = tl.where(seen, tl.where(x < 0, x * p, x / p), x)
+        temp = tl.load(temp_ptr + row)
+        greedy = temp < min_temperature
+        z = x / tl.where(greedy, 1.0, temp)
+        z = tl.where(z == 0, 0.0, z)  # -0.0 and 0.0 tie, as in torch.sort
+
+        # stable descending sort: key = order-preserving bits of z (32) | 65535 - token (16)
+        bits = z.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+        ordered = tl.where(bits < 0x80000000, bits | 0x80000000, (~bits) & 0xFFFFFFFF)
+        keys = tl.sort((ordered << 16) | (65535 - tok.to(tl.int64)), descending=True)
+        ids_s = 65535 - (keys & 0xFFFF)  # token at each sorted position
+        ordered_s = keys >> 16
+        bits_s = tl.where(ordered_s >= 0x80000000, ordered_s ^ 0x80000000, (~ordered_s) & 0xFFFFFFFF)
+        z_s = bits_s.to(tl.int32).to(tl.float32, bitcast=True)  # z in sorted order
+        pos = tl.arange(0, BLOCK_V)
+        top = tl.max(z_s, 0)  # = z_s[0]
+
+        k = tl.load(top_k_ptr + row)
+        use_k = (k > 0) & (k < vocab)
+        kth = tl.max(tl.where(pos == k - 1, z_s, float("-inf")), 0)
+        in_k = (z_s >= kth) | (use_k == 0)
+        e = tl.where(in_k, tl.exp(z_s - top), 0.0)
+        probs = e / tl.sum(e, 0)  # the top-k distribution, sorted
+        before = tl.cumsum(probs, 0) - probs  # mass of the tokens ahead in stable order
+        top_p = tl.load(top_p_ptr + row)
+        keep = in_k & ((before < top_p) | (pos == 0))
+        keep = tl.where(top_p >= 1.0, in_k, keep)
+        keep = tl.where(greedy, pos == 0, keep)  # greedy: a point mass on the first argmax
+
+        # Gumbel noise of each sorted token: MurmurHash3(seed lo, seed hi, counter, token)
+        seed = tl.load(seed_ptr + row)
+        counter = tl.load(counter_ptr + row)
+        h = tl.zeros([1], tl.uint32)
+        h = _mix(h, (seed & 0xFFFFFFFF).to(tl.uint32))
+        h = _mix(h, ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32))
+        h = _mix(h, (counter & 0xFFFFFFFF).to(tl.uint32))
+        hashed = _finish(_mix(h, ids_s.to(tl.uint32)), 4)
+        u = ((hashed >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # in [2^-24, 1 - 2^-24]
+        score = tl.where(keep, z_s - tl.log(-tl.log(u)), float("-inf"))
+        best = tl.max(score, 0)
+        pick = tl.min(tl.where(score == best, ids_s, 1 << 30), 0)  # ties go to the lowest token id
+        z_pick = tl.max(tl.where(ids_s == pick, z_s, float("-inf")), 0)
+        lse = top + tl.log(tl.sum(tl.where(keep, tl.exp(z_s - top), 0.0), 0))
+        tl.store(ids_ptr + row, pick)
+        tl.store(logprobs_ptr + row, tl.where(greedy, 0.0, z_pick - lse))
