@@ -44,10 +44,10 @@ def test_frame_step_bench_runs_on_cpu_and_prints_json(capsys):
 
 def test_decode_attention_comparison_times_both_paths(tiny_model, monkeypatch):
     from v2.bench.framestep import attention_row
-    from v2.models import decode_attention as da
+    from v2.models import decode_attention as da, kernels
 
     if da.triton is None:
         pytest.skip("needs triton")
-    monkeypatch.setattr(da, "FORCE_KERNEL", True)  # the interpreter on CPU: checks the harness, not speed
+    monkeypatch.setattr(kernels, "FORCE", True)  # the interpreter on CPU: checks the harness, not speed
     row = attention_row(tiny_model, 2, 300, 1)
     assert row["bucket"] == 2 and row["kernel_us"] > 0 and row["sdpa_us"] > 0

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from v2.models import decode_attention as da
+from v2.models import decode_attention as da, kernels
 
 pytestmark = pytest.mark.skipif(da.triton is None, reason="needs triton")
 
@@ -72,7 +72,7 @@ def test_backbone_decode_through_the_kernel_equals_the_sdpa_path(tiny_model, mon
     lengths, h = [300, 7, 129], tiny_model.cfg.hidden_size
     results = []
     for force in (False, True):
-        monkeypatch.setattr(da, "FORCE_KERNEL", force)
+        monkeypatch.setattr(kernels, "FORCE", force)
         cache = tiny_model.allocate_kv(4, 320)
         g.manual_seed(3)
         for slot, n in zip([0, 2, 3], lengths):
@@ -94,7 +94,7 @@ COMPILE_FOR_HOPPER = """
 import sys
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
-from v2.models import decode_attention as da
+from v2.models import decode_attention as da, kernels
 
 ptr = "*" + sys.argv[1]
 split = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "slot_ptr": "*i64", "len_ptr": "*i64", "part_ptr": "*fp32",

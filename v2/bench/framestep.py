@@ -23,6 +23,7 @@ from v2.bench.shapes import SHAPES
 from v2.card import build_model, load_card
 from v2.loops.ar_decode import FramePlan
 from v2.models import decode_attention as da
+from v2.models.kernels import kernels_on
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.models.sampling import SamplingSettings
 from v2.runtime.executors import ARExecutor
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), file=sys.stderr)
     attention = []
-    if da.kernel_available(device):
+    if kernels_on(device):
         for bucket in (1, 16, 64):
             attention.append(attention_row(model, bucket, 4096, 5 * args.iters))
             print(" ".join(f"{k}={v}" for k, v in attention[-1].items()), file=sys.stderr)

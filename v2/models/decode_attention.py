@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from v2.models.kernels import kernels_on
+
 try:
     import triton
     import triton.language as tl
@@ -27,12 +29,6 @@ except ImportError:  # pragma: no cover - the SDPA reference path serves without
 
 SPLIT = 256    # keys per program: one row's long context spreads over several SMs
 BLOCK_N = 64   # keys per inner block (SPLIT / BLOCK_N blocks, each masked to the row's length)
-FORCE_KERNEL = False  # run the Triton kernel off CUDA too (tests set it, with TRITON_INTERPRET=1)
-
-
-def kernel_available(device: torch.device) -> bool:
-    """Whether decode steps on `device` run the Triton kernel (CUDA with Triton, or forced)."""
-    return triton is not None and (device.type == "cuda" or FORCE_KERNEL)
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
@@ -42,7 +38,7 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
     q [B, Hq, D]; k_cache, v_cache [S + 1, Hkv, L, D]; slots, lengths [B] (device, lengths >= 1 and
     <= max_context <= L). Returns [B, Hq, D] in q's dtype.
     """
-    if kernel_available(q.device):
+    if kernels_on(q.device):
         return _decode_attention_triton(q, k_cache, v_cache, slots, lengths, max_context)
     return decode_attention_reference(q, k_cache, v_cache, slots, lengths, max_context)
 

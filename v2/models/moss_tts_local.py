@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
@@ -19,7 +20,13 @@ from torch import Tensor, nn
 from v2.models.config import MossTTSLocalConfig
 from v2.models.local_transformer import LocalKV, LocalTransformer
 from v2.models.qwen3 import KVCache, Qwen3Backbone
-from v2.models.sampling import SamplingSettings, SamplingTensors, apply_repetition_penalty, frame_noise, sample
+from v2.models.kernels import kernels_on
+from v2.models.sample_kernel import sample_fused
+from v2.models.sampling import (CHANNELS, SamplingSettings, SamplingTensors, apply_repetition_penalty, frame_noise,
+                                sample)
+
+# one channel's draw: (settings, steps, channel, logits [B, V], presence [B, V] | None, full sort) -> ids, logprobs
+Draw = Callable[[SamplingTensors, Tensor, int, Tensor, "Tensor | None", bool], tuple[Tensor, Tensor]]
 
 
 @dataclass
@@ -119,7 +126,8 @@ class MossTTSLocal(nn.Module):
         index (keys the noise); presence [B, 12, V] bool: codes seen in earlier frames (repetition
         penalty); allow_stop [B] bool: False forces "continue" (the stop logit is masked out, so the
         processed distribution, and its logprob, say so); full_sort=False promises that no row's codebook
-        settings need the full sort (`needs_full_sort`), which skips it.
+        settings need the full sort (`needs_full_sort`), which skips it. On CUDA each channel's draw is one
+        fused kernel (`sample_kernel`), which sorts every row in full whatever `full_sort` says.
         """
         b = hidden.shape[0]
         kv = LocalKV.allocate(self.cfg.local, b, dtype=self.dtype, device=hidden.device)
@@ -129,16 +137,13 @@ class MossTTSLocal(nn.Module):
         if allow_stop is not None:
             masked = torch.stack([stop_logits[:, 0], stop_logits[:, 1].masked_fill(~allow_stop, -math.inf)], dim=1)
         s = sampling
-        noise = frame_noise(s.seed, steps, self.cfg.codebook_size)  # [B, 13, V]
-        stop_id, stop_lp = sample(masked, s.temperature[:, 0], s.top_k[:, 0], s.top_p[:, 0], noise[:, 0])
+        draw = self._fused_draw if kernels_on(hidden.device) else self._torch_draw(s, steps)
+        stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
         codes, logprobs, raw = [], [stop_lp], []
         for c, table in enumerate(self.audio_embeddings):
             logits = (out @ table.weight.T).float()  # [B, V]
             raw.append(logits)
-            if presence is not None:
-                logits = apply_repetition_penalty(logits, presence[:, c], s.penalty[:, 1 + c])
-            ch = 1 + c
-            code, lp = sample(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], noise[:, ch], full=full_sort)
+            code, lp = draw(s, steps, 1 + c, logits, None if presence is None else presence[:, c], full_sort)
             codes.append(code)
             logprobs.append(lp)
             if c + 1 < self.cfg.n_vq:
@@ -154,6 +159,25 @@ class MossTTSLocal(nn.Module):
             stop_logits=stop_logits if return_logits else None,
             code_logits=torch.stack(raw, dim=1) if return_logits else None,
         )
+
+    def _torch_draw(self, s: SamplingTensors, steps: Tensor) -> Draw:
+        """Channel draws through `sampling.sample`, with the frame's noise for all 13 channels made once."""
+        noise = frame_noise(s.seed, steps, self.cfg.codebook_size)  # [B, 13, V]
+
+        def draw(s: SamplingTensors, steps: Tensor, ch: int, logits: Tensor, presence: Tensor | None,
+                 full: bool) -> tuple[Tensor, Tensor]:
+            if presence is not None:
+                logits = apply_repetition_penalty(logits, presence, s.penalty[:, ch])
+            return sample(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], noise[:, ch],
+                          full=full or ch == 0)
+        return draw
+
+    @staticmethod
+    def _fused_draw(s: SamplingTensors, steps: Tensor, ch: int, logits: Tensor, presence: Tensor | None,
+                    full: bool) -> tuple[Tensor, Tensor]:
+        """One channel's draw in one kernel (penalty, processing, noise, Gumbel-max, logprob)."""
+        return sample_fused(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], s.seed,
+                            steps * CHANNELS + ch, presence, None if presence is None else s.penalty[:, ch])
 
     # ----- the simple reference loop -------------------------------------------------------------
     @torch.no_grad()

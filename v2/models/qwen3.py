@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from v2.models.config import BackboneConfig
-from v2.models.decode_attention import decode_attention, kernel_available
+from v2.models.decode_attention import decode_attention
+from v2.models.kernels import kernels_on
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
 
 
@@ -201,7 +202,7 @@ class Qwen3Backbone(nn.Module):
             write_slots=torch.where(valid, slots[:, None].expand(b, t), torch.full_like(positions, cache.dummy_slot)),
             write_pos=positions,
             context_len=ctx,
-            lengths=positions[:, 0] + 1 if t == 1 and kernel_available(x.device) else None,
+            lengths=positions[:, 0] + 1 if t == 1 and kernels_on(x.device) else None,
         )
         mask = None  # the decode kernel bounds each row by its length
         if view.lengths is None:

@@ -1,0 +1,21 @@
+"""Whether the Triton kernels (decode attention, fused sampling) run on a device.
+
+Owns: the one switch. They run on CUDA when Triton imports; `FORCE` runs them on any device (the tests
+set it on the CPU, where Triton's interpreter executes them). Everywhere else the torch paths serve.
+Must not know: what the kernels compute.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+except ImportError:  # pragma: no cover - the torch paths serve without Triton
+    triton = None
+
+FORCE = False
+
+
+def kernels_on(device: torch.device) -> bool:
+    return triton is not None and (device.type == "cuda" or FORCE)
