@@ -30,15 +30,20 @@ _ACT = {
 
 @dataclass
 class LocalKV:
-    """Per-frame keys/values for a batch: k, v are [layers, B, heads, 13, head_dim]."""
+    """Per-frame state of a batch's steps: keys/values k, v [layers, B, heads, 13, head_dim] and the RoPE
+    tables cos, sin [13, head_dim] of the frame's positions (made once, so a step only slices them)."""
 
     k: Tensor
     v: Tensor
+    cos: Tensor
+    sin: Tensor
 
     @classmethod
     def allocate(cls, cfg: LocalConfig, batch: int, *, dtype: torch.dtype, device: torch.device | str) -> "LocalKV":
         shape = (cfg.num_layers, batch, cfg.num_heads, FRAME_POSITIONS, cfg.head_dim)
-        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        cos, sin = interleaved_cos_sin(torch.arange(FRAME_POSITIONS, device=device), cfg.head_dim, cfg.rope_base)
+        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device),
+                   cos.to(dtype), sin.to(dtype))
 
 
 class LocalAttention(nn.Module):
@@ -51,9 +56,10 @@ class LocalAttention(nn.Module):
     def _qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         b, t, h = x.shape
         heads, d = self.cfg.num_heads, self.cfg.head_dim
-        q, k, v = self.c_attn(x).split(h, dim=-1)
-        q, k, v = (z.view(b, t, heads, d).transpose(1, 2) for z in (q, k, v))  # [B, heads, T, D]
-        return apply_interleaved(q, cos, sin), apply_interleaved(k, cos, sin), v
+        qkv = self.c_attn(x)
+        qk = qkv[..., : 2 * h].reshape(b, t, 2 * heads, d).transpose(1, 2)  # [B, 2 heads, T, D]: q's heads, k's
+        q, k = apply_interleaved(qk, cos, sin).split(heads, dim=1)  # one rotation for both
+        return q, k, qkv[..., 2 * h :].reshape(b, t, heads, d).transpose(1, 2)  # v [B, heads, T, D]
 
     def _out(self, attn: Tensor) -> Tensor:
         b, _, t, _ = attn.shape
@@ -113,8 +119,7 @@ class LocalTransformer(nn.Module):
 
     def step(self, x: Tensor, position: int, kv: LocalKV) -> Tensor:
         """Advance every row by one position: x [B, H] at `position` (same for all rows) -> [B, H]."""
-        pos = torch.arange(position, position + 1, device=x.device)  # no host data: capturable in a graph
-        cos, sin = interleaved_cos_sin(pos, self.cfg.head_dim, self.cfg.rope_base)
+        cos, sin = kv.cos[position : position + 1], kv.sin[position : position + 1]  # [1, D] views
         h = x[:, None]  # [B, 1, H]
         for j, block in enumerate(self.h):
             h = h + block.attn.step(block.ln_1(h), cos, sin, position, kv.k[j], kv.v[j])
