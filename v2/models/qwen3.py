@@ -19,11 +19,13 @@ from torch import Tensor, nn
 from v2.models.config import BackboneConfig
 from v2.models.decode_attention import decode_attention
 from v2.models.kernels import kernels_on
+from v2.models.rms_norm_kernel import rms_norm_fused
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm computed in float32 (as the reference does), cast back to the input dtype."""
+    """RMSNorm computed in float32 (as the reference does), cast back to the input dtype. On CUDA, outside
+    autograd, one fused kernel (`rms_norm_kernel`)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -31,6 +33,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
+        if kernels_on(x.device) and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
+            return rms_norm_fused(x, self.weight, self.eps)
         dtype = x.dtype
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
