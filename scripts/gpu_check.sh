@@ -26,7 +26,7 @@ status=0
 for part in $parts; do
     case "$part" in
     tests)
-        timeout 200 python3 -m pytest -q -m gpu tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" || status=1 ;;
+        timeout 200 python3 -m pytest -q -m gpu tests 2>&1 | tee "$OUT/gpu_tests.log" || status=1 ;;
     framestep)  # eager vs graph per bucket, and the decode attention kernel vs gather + SDPA
         timeout 150 python3 -m v2.bench.framestep --no-compile 2>&1 | tee "$OUT/framestep.log"
         tail -n 1 "$OUT/framestep.log" > "$OUT/framestep.json" ;;

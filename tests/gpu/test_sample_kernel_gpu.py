@@ -30,3 +30,4 @@ def test_fused_draw_equals_the_torch_sampler_on_cuda():
     assert (ids == want_ids).float().mean() >= 62 / 64
     same = ids == want_ids
     torch.testing.assert_close(lp[same], want_lp[same], atol=1e-5, rtol=1e-5)
+

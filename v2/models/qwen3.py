@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from v2.models.config import BackboneConfig
 from v2.models.decode_attention import decode_attention
 from v2.models.kernels import kernels_on
+from v2.models.qk_rope_kernel import qk_norm_rope_write
 from v2.models.rms_norm_kernel import rms_norm_fused
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
 
@@ -117,21 +118,30 @@ class Qwen3Attention(nn.Module):
                 view: CacheView | None) -> Tensor:
         cfg = self.cfg
         b, t, _ = x.shape
-        q, k, v = self.qkv_proj(x).split([n * cfg.head_dim for n in (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads)], -1)
-        q = self.q_norm(q.view(b, t, cfg.num_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hq, T, D]
-        k = self.k_norm(k.view(b, t, cfg.num_kv_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hkv, T, D]
-        v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
-        q, k = apply_rotate_half(q, cos, sin), apply_rotate_half(k, cos, sin)
-        if view is not None:
+        if view is not None and kernels_on(x.device) and not torch.is_grad_enabled():
+            kc, vc = view.cache.k[layer], view.cache.v[layer]  # [S + 1, Hkv, L, D]
+            # q/k norms, RoPE and the cache writes in one kernel
+            q = qk_norm_rope_write(self.qkv_proj(x), cfg.num_heads, cfg.num_kv_heads, self.q_norm.weight,
+                                   self.k_norm.weight, self.q_norm.eps, cos, sin, kc, vc, view.write_slots,
+                                   view.write_pos).transpose(1, 2)  # [B, Hq, T, D]
+        else:
+            q, k, v = self.qkv_proj(x).split([n * cfg.head_dim for n in (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads)], -1)
+            q = self.q_norm(q.view(b, t, cfg.num_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hq, T, D]
+            k = self.k_norm(k.view(b, t, cfg.num_kv_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hkv, T, D]
+            v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+            q, k = apply_rotate_half(q, cos, sin), apply_rotate_half(k, cos, sin)
+            if view is None:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, T, D]
+                return self.o_proj(out.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim))
             kc, vc = view.cache.k[layer], view.cache.v[layer]  # [S + 1, Hkv, L, D]
             # advanced indices around a slice: indexed dims lead, so the target is [B, T, Hkv, D]
             kc[view.write_slots, :, view.write_pos] = k.transpose(1, 2).to(kc.dtype)
             vc[view.write_slots, :, view.write_pos] = v.transpose(1, 2).to(vc.dtype)
-            if view.lengths is not None:  # one token per row: the decode kernel reads each row's own length
-                out = decode_attention(q[:, :, 0], kc, vc, view.slots, view.lengths, view.context_len)  # [B, Hq, D]
-                return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim))
-            k = kc[view.slots, :, : view.context_len].to(q.dtype)  # [B, Hkv, C, D]
-            v = vc[view.slots, :, : view.context_len].to(q.dtype)
+        if view.lengths is not None:  # one token per row: the decode kernel reads each row's own length
+            out = decode_attention(q[:, :, 0], kc, vc, view.slots, view.lengths, view.context_len)  # [B, Hq, D]
+            return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim))
+        k = kc[view.slots, :, : view.context_len].to(q.dtype)  # [B, Hkv, C, D]
+        v = vc[view.slots, :, : view.context_len].to(q.dtype)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim))
 
