@@ -51,3 +51,17 @@ def test_decode_attention_comparison_times_both_paths(tiny_model, monkeypatch):
     monkeypatch.setattr(kernels, "FORCE", True)  # the interpreter on CPU: checks the harness, not speed
     row = attention_row(tiny_model, 2, 300, 1)
     assert row["bucket"] == 2 and row["kernel_us"] > 0 and row["sdpa_us"] > 0
+
+
+def test_launch_count_at_release_dims_routes_every_piece_to_its_kernel(capsys):
+    from v2.bench.launches import main as launches
+    from v2.models import kernels
+
+    if kernels.triton is None:
+        pytest.skip("needs triton")
+    assert launches(["--buckets", "1"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["buckets"][0]
+    top = row["kernels_top"]
+    assert top["triton:rms_norm"] == 2 * 36 + 1  # input + post-attention norm per layer, the final norm
+    assert top["triton:decode_attention"] == 2 * 36  # split + merge per layer
+    assert row["kernels_launches"] < row["torch_launches"] / 3
