@@ -383,8 +383,16 @@ class Runtime:
             self._release(req, pool)
         ar = self.ar_loop.finalize(req.ar) if req.ar else None
         voc = self.voc_loop.finalize(req.voc) if req.voc else None
-        result = build_result(req, ar, voc, reason, time.perf_counter(), channels=self.codec.cfg.channels,
-                              sample_rate=self.codec.sample_rate)
-        if not req.request.stream and result.audio.shape[1]:
-            req.handle.deliver([AudioChunk(0, result.audio, self.codec.sample_rate, len(result.codes), True)])
-        req.handle.finish(result)
+        now, channels, rate = time.perf_counter(), self.codec.cfg.channels, self.codec.sample_rate
+
+        def publish() -> None:  # on the callback thread: joining a request's audio is a copy no step waits for
+            try:
+                result = build_result(req, ar, voc, reason, now, channels=channels, sample_rate=rate)
+            except Exception as e:  # the request still ends, with the reason
+                req.error = f"building the result failed: {type(e).__name__}: {e}"
+                result = build_result(req, None, None, FinishReason.ERROR, now, channels=channels, sample_rate=rate)
+            if not req.request.stream and result.audio.shape[1]:
+                req.handle.deliver([AudioChunk(0, result.audio, rate, len(result.codes), True)])
+            req.handle.finish(result)
+
+        self._dispatcher.post(publish)
