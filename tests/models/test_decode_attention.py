@@ -6,10 +6,6 @@ so the same kernel source that a GPU compiles is checked here against a float64 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -111,15 +107,8 @@ for fn, sig, consts in ((da._split_kernel, split, split_consts), (da._merge_kern
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-def test_kernels_compile_for_hopper_without_a_gpu(dtype, tmp_path):
+def test_kernels_compile_for_hopper_without_a_gpu(dtype, hopper_compile):
     """Triton compiles both kernels to sm_90 machine code here (no GPU needed): what the interpreter cannot
-    check (types, layouts, the block-skipping branch) is checked by the real compiler at the release's sizes.
-    A fresh process without TRITON_INTERPRET (the interpreter patches triton.language while it runs) and an
-    empty kernel cache, so the compiler really runs."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_HOPPER, dtype], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    sizes = [int(n) for n in done.stdout.split()]
+    check (types, layouts, the block-skipping branch) is checked by the real compiler at the release's sizes."""
+    sizes = hopper_compile(COMPILE_FOR_HOPPER, dtype)
     assert len(sizes) == 2 and min(sizes) > 0  # cubins of both kernels
