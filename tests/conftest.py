@@ -1,11 +1,14 @@
-"""Shared test fixtures: the reference checkpoint, its arrays, and the tiny card's model."""
+"""Shared test fixtures: the reference checkpoint, its arrays, the tiny card's model, and compiling Triton
+kernels for a GPU that is not there."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
-
-import os
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -86,3 +89,22 @@ def wait_idle(rt, timeout: float = 20.0) -> dict:
             return s
         time.sleep(0.01)
     raise AssertionError(f"runtime not idle: {rt.stats()}")
+
+
+@pytest.fixture
+def hopper_compile(tmp_path: Path) -> Callable[..., list[int]]:
+    """Run a script that compiles kernels for sm_90 and prints each cubin's size; returns the sizes.
+
+    A fresh process without TRITON_INTERPRET (the interpreter patches triton.language while it runs in
+    this one) and with an empty kernel cache, so the compiler really runs.
+    """
+
+    def run(script: str, *args: str) -> list[int]:
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env["TRITON_CACHE_DIR"] = str(tmp_path)
+        done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return [int(n) for n in done.stdout.split()]
+
+    return run

@@ -66,6 +66,12 @@ def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Callable[..., An
     def norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
 
+    def add_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
+        return torch.empty_like(x), norm(x, weight, eps)
+
+    def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+        return gate_up[..., : gate_up.shape[-1] // 2].clone()
+
     def qk(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, *_: Any) -> torch.Tensor:
         b, t, w = qkv.shape
         return torch.empty(b, t, num_heads, w // (num_heads + 2 * num_kv_heads), dtype=qkv.dtype, device=qkv.device)
@@ -77,6 +83,8 @@ def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Callable[..., An
 
     return {(decode_attention, "_decode_attention_triton"): counted("decode_attention", 2, attention),
             (qwen3, "rms_norm_fused"): counted("rms_norm", 1, norm),
+            (qwen3, "add_rms_norm_fused"): counted("add_rms_norm", 1, add_norm),
+            (qwen3, "silu_mul_fused"): counted("silu_mul", 1, swiglu),
             (qwen3, "qk_norm_rope_write"): counted("qk_norm_rope_write", 1, qk),
             (moss_tts_local, "sample_fused"): counted("sample", 1, sample)}
 

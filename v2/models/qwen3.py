@@ -20,7 +20,8 @@ from v2.models.config import BackboneConfig
 from v2.models.decode_attention import decode_attention
 from v2.models.kernels import kernels_on
 from v2.models.qk_rope_kernel import qk_norm_rope_write
-from v2.models.rms_norm_kernel import rms_norm_fused
+from v2.models.rms_norm_kernel import add_rms_norm_fused, rms_norm_fused
+from v2.models.swiglu_kernel import silu_mul_fused
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
 
 
@@ -154,6 +155,8 @@ class Qwen3MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        if kernels_on(x.device) and not torch.is_grad_enabled():
+            return self.down_proj(silu_mul_fused(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -227,8 +230,22 @@ class Qwen3Backbone(nn.Module):
     def _run(self, x: Tensor, positions: Tensor, mask: Tensor | None, view: CacheView | None,
              layer_inputs: list[Tensor] | None) -> Tensor:
         cos, sin = rotate_half_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)
+        if layer_inputs is None and kernels_on(x.device) and not torch.is_grad_enabled():
+            return self._run_fused(x, cos, sin, mask, view)
         for i, layer in enumerate(self.layers):
             if layer_inputs is not None:
                 layer_inputs.append(x)
             x = layer(x, cos, sin, mask, i, view)
         return self.norm(x)
+
+    def _run_fused(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, view: CacheView | None) -> Tensor:
+        """The same layers with each residual add fused into the norm that follows it (one kernel each)."""
+        layers = list(self.layers)
+        first = layers[0].input_layernorm
+        h = rms_norm_fused(x, first.weight, first.eps)
+        for i, layer in enumerate(layers):
+            post = layer.post_attention_layernorm
+            x, h = add_rms_norm_fused(x, layer.self_attn(h, cos, sin, mask, i, view), post.weight, post.eps)
+            after = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
+            x, h = add_rms_norm_fused(x, layer.mlp(h), after.weight, after.eps)
+        return h
