@@ -137,11 +137,14 @@ class MossTTSLocal(nn.Module):
         if allow_stop is not None:
             masked = torch.stack([stop_logits[:, 0], stop_logits[:, 1].masked_fill(~allow_stop, -math.inf)], dim=1)
         s = sampling
-        draw = self._fused_draw if kernels_on(hidden.device) else self._torch_draw(s, steps)
+        fused = kernels_on(hidden.device)
+        draw = self._fused_draw if fused else self._torch_draw(s, steps)
         stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
         codes, logprobs, raw = [], [stop_lp], []
         for c, table in enumerate(self.audio_embeddings):
-            logits = (out @ table.weight.T).float()  # [B, V]
+            logits = out @ table.weight.T  # [B, V]; the fused sampler reads any float dtype in float32
+            if return_logits or not fused:
+                logits = logits.float()
             raw.append(logits)
             code, lp = draw(s, steps, 1 + c, logits, None if presence is None else presence[:, c], full_sort)
             codes.append(code)
