@@ -11,15 +11,15 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from v2.models import sample_kernel as sk
-from v2.models.sampling import apply_repetition_penalty, gumbel_noise, sample
+from v2.models.sampling import CHANNELS, apply_repetition_penalty, gumbel_noise, sample
 
 pytestmark = pytest.mark.skipif(sk.triton is None, reason="needs triton")
 
 
-def _reference(logits, temp, top_k, top_p, seed, counter, presence, penalty):
+def _reference(logits, temp, top_k, top_p, seed, steps, channel, presence, penalty):
     if presence is not None:
         logits = apply_repetition_penalty(logits, presence, penalty)
-    return sample(logits, temp, top_k, top_p, gumbel_noise(seed, counter, logits.shape[1]))
+    return sample(logits, temp, top_k, top_p, gumbel_noise(seed, steps * CHANNELS + channel, logits.shape[1]))
 
 
 @settings(max_examples=15, deadline=None)
@@ -38,13 +38,14 @@ def test_fused_draw_equals_the_torch_sampler(data):
     top_k = torch.tensor(data.draw(st.lists(st.sampled_from([0, 1, 3, 25, 64, 100, vocab]), min_size=b, max_size=b)))
     top_p = torch.tensor(data.draw(st.lists(st.sampled_from([0.05, 0.3, 0.8, 0.95, 1.0]), min_size=b, max_size=b)))
     seed = torch.tensor(data.draw(st.lists(st.integers(-2**62, 2**62), min_size=b, max_size=b)))
-    counter = torch.tensor(data.draw(st.lists(st.integers(0, 10**6), min_size=b, max_size=b)))
+    steps = torch.tensor(data.draw(st.lists(st.integers(0, 10**6), min_size=b, max_size=b)))
+    channel = data.draw(st.integers(0, CHANNELS - 1), label="channel")
     presence = penalty = None
     if data.draw(st.booleans(), label="penalty"):
         presence = torch.rand(b, vocab, generator=g) < 0.2
         penalty = torch.tensor(data.draw(st.lists(st.sampled_from([1.0, 1.3, 0.8]), min_size=b, max_size=b)))
-    ids, lp = sk.sample_fused(logits, temp, top_k, top_p, seed, counter, presence, penalty)
-    want_ids, want_lp = _reference(logits, temp, top_k, top_p, seed, counter, presence, penalty)
+    ids, lp = sk.sample_fused(logits, temp, top_k, top_p, seed, steps, channel, presence, penalty)
+    want_ids, want_lp = _reference(logits, temp, top_k, top_p, seed, steps, channel, presence, penalty)
     assert ids.tolist() == want_ids.tolist()
     torch.testing.assert_close(lp, want_lp, atol=1e-5, rtol=1e-5)
 
@@ -53,8 +54,9 @@ def test_fused_draw_at_the_codebook_size():
     """1025 tokens (1024 codes + pad), the release's codebook head: ties, a penalty, top-k and top-p."""
     g = torch.Generator().manual_seed(5)
     logits = (torch.randn(2, 1025, generator=g) * 6).round() / 2
-    args = (torch.tensor([1.7, 0.0]), torch.tensor([25, 0]), torch.tensor([0.8, 1.0]), torch.tensor([11, 12]),
-            torch.tensor([40, 41]), torch.rand(2, 1025, generator=g) < 0.3, torch.tensor([1.2, 1.2]))
+    settings = torch.tensor([[1.7, 25, 0.8, 1.2, 11], [0.0, 0, 1.0, 1.2, 12]]).T  # columns of a [5, 2] table: strided
+    args = (settings[0], settings[1].long(), settings[2], torch.tensor([11, 12]), torch.tensor([40, 41]), 5,
+            torch.rand(2, 1025, generator=g) < 0.3, settings[3])
     ids, lp = sk.sample_fused(logits, *args)
     want_ids, want_lp = _reference(logits, *args)
     assert ids.tolist() == want_ids.tolist()
@@ -64,7 +66,7 @@ def test_fused_draw_at_the_codebook_size():
 def test_fused_draw_refuses_an_oversized_vocabulary():
     with pytest.raises(ValueError, match="65536"):
         sk.sample_fused(torch.zeros(1, 70000), *(torch.ones(1),) * 3, torch.zeros(1, dtype=torch.long),
-                        torch.zeros(1, dtype=torch.long))
+                        torch.zeros(1, dtype=torch.long), 0)
 
 
 COMPILE_FOR_HOPPER = """
@@ -72,11 +74,14 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 from v2.models import sample_kernel as sk
 
-sig = {"logits_ptr": "*fp32", "seen_ptr": "*u8", "penalty_ptr": "*fp32", "temp_ptr": "*fp32", "top_k_ptr": "*i64",
-       "top_p_ptr": "*fp32", "seed_ptr": "*i64", "counter_ptr": "*i64", "ids_ptr": "*i64", "logprobs_ptr": "*fp32",
-       "vocab": "i32", "min_temperature": "fp32", "HAS_PRESENCE": "constexpr", "BLOCK_V": "constexpr"}
+sig = {"logits_ptr": "*bf16", "seen_ptr": "*u8", "penalty_ptr": "*fp32", "temp_ptr": "*fp32", "top_k_ptr": "*i64",
+       "top_p_ptr": "*fp32", "seed_ptr": "*i64", "steps_ptr": "*i64", "ids_ptr": "*i64", "logprobs_ptr": "*fp32",
+       **{s: "i32" for s in ("s_logits", "s_seen", "s_pen", "s_temp", "s_k", "s_p", "s_seed", "s_steps")},
+       "vocab": "i32", "channel": "i32", "min_temperature": "fp32", "CHANNELS": "constexpr",
+       "HAS_PRESENCE": "constexpr", "BLOCK_V": "constexpr"}
 for presence, block in ((True, 2048), (False, 16)):  # a codebook (1025 tokens) and the stop head (2)
-    src = ASTSource(fn=sk._sample_kernel, signature=sig, constexprs={"HAS_PRESENCE": presence, "BLOCK_V": block})
+    consts = {"CHANNELS": 13, "HAS_PRESENCE": presence, "BLOCK_V": block}
+    src = ASTSource(fn=sk._sample_kernel, signature=sig, constexprs=consts)
     print(len(compile(src, target=GPUTarget("cuda", 90, 32)).asm["cubin"]))
 """
 

@@ -1,8 +1,8 @@
 """`python -m v2.bench.launches`: device kernels one AR frame step launches, with and without the Triton kernels.
 
 Owns: counting, at the release's dimensions on the meta device (no memory, no GPU), the operations of
-`ARExecutor._frame_step` that launch a kernel (every aten operation except views) plus the Triton kernels,
-each counted once with a shape-only stand-in. Replaying a CUDA graph still pays a few microseconds per
+`ARExecutor._frame_step` that launch a kernel (every aten operation except views and allocations, including those of the
+Triton kernels' Python wrappers) plus the Triton launches themselves, each kernel replaced by a counter. Replaying a CUDA graph still pays a few microseconds per
 kernel node at these sizes, so this count bounds the step time from below. One JSON line last.
 Must not know: timing, requests.
 """
@@ -21,76 +21,57 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from v2.bench.shapes import SHAPES
 from v2.loops.ar_decode import FramePlan
-from v2.models import decode_attention, kernels, moss_tts_local, qwen3
+from v2.models import decode_attention, kernels, qk_rope_kernel, rms_norm_kernel, sample_kernel, swiglu_kernel
 from v2.models.config import MossTTSLocalConfig
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.models.weights import empty_model
 from v2.models.sampling import SamplingSettings
 from v2.runtime.executors import ARExecutor
 
-VIEWS = {"view", "_unsafe_view", "unsqueeze", "squeeze", "select", "slice", "t", "transpose", "expand", "alias",
-         "as_strided", "split", "split_with_sizes", "unbind", "permute", "detach", "reshape", "lift_fresh"}
+# operations that launch no kernel: views, allocations, dtype queries
+NO_LAUNCH = {"view", "_unsafe_view", "unsqueeze", "squeeze", "select", "slice", "t", "transpose", "expand", "alias",
+             "as_strided", "split", "split_with_sizes", "unbind", "permute", "detach", "reshape", "lift_fresh",
+             "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "promote_types",
+             "result_type"}
 
 
 class LaunchCounter(TorchDispatchMode):
-    """Counts aten operations that launch a kernel, by name; `paused` hides a stand-in's own operations."""
+    """Counts aten operations that launch a kernel, by name."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
-        self.paused = False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         name = func.overloadpacket.__name__
-        if not self.paused and name not in VIEWS:
+        if name not in NO_LAUNCH:
             self.ops[name] += 1
         return func(*args, **(kwargs or {}))
 
 
-def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Callable[..., Any]]:
-    """Shape-only replacements of the Triton entry points, each counted as its launches."""
+class _CountedKernel:
+    """Stands in for a Triton kernel: `kernel[grid](...)` counts one launch and writes nothing."""
 
-    def counted(name: str, launches: int, make: Callable[..., Any]) -> Callable[..., Any]:
-        def run(*args: Any, **kwargs: Any) -> Any:
-            counter.paused = True
-            try:
-                return make(*args, **kwargs)
-            finally:
-                counter.paused = False
-                counter.ops[f"triton:{name}"] += launches
-        return run
+    def __init__(self, name: str, counter: LaunchCounter) -> None:
+        self.name, self.counter = name, counter
 
-    def attention(q: torch.Tensor, *_: Any) -> torch.Tensor:
-        return torch.empty_like(q)
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        def launch(*args: Any, **kwargs: Any) -> None:
+            self.counter.ops[f"triton:{self.name}"] += 1
+        return launch
 
-    def norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
 
-    def add_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
-        return torch.empty_like(x), norm(x, weight, eps)
-
-    def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
-        return gate_up[..., : gate_up.shape[-1] // 2].clone()
-
-    def qk(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, *_: Any) -> torch.Tensor:
-        b, t, w = qkv.shape
-        return torch.empty(b, t, num_heads, w // (num_heads + 2 * num_kv_heads), dtype=qkv.dtype, device=qkv.device)
-
-    def sample(logits: torch.Tensor, *_: Any, **__: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        b = logits.shape[0]
-        return (torch.zeros(b, dtype=torch.long, device=logits.device),
-                torch.zeros(b, dtype=torch.float32, device=logits.device))
-
-    return {(decode_attention, "_decode_attention_triton"): counted("decode_attention", 2, attention),
-            (qwen3, "rms_norm_fused"): counted("rms_norm", 1, norm),
-            (qwen3, "add_rms_norm_fused"): counted("add_rms_norm", 1, add_norm),
-            (qwen3, "silu_mul_fused"): counted("silu_mul", 1, swiglu),
-            (qwen3, "qk_norm_rope_write"): counted("qk_norm_rope_write", 1, qk),
-            (moss_tts_local, "sample_fused"): counted("sample", 1, sample)}
+def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Any]:
+    """Every Triton kernel the model launches, replaced by a counter (their Python wrappers still run)."""
+    kernels_by_module = {decode_attention: ["_split_kernel", "_merge_kernel"], sample_kernel: ["_sample_kernel"],
+                         rms_norm_kernel: ["_rms_norm_kernel"], swiglu_kernel: ["_silu_mul_kernel"],
+                         qk_rope_kernel: ["_qk_rope_kernel"]}
+    return {(module, name): _CountedKernel(name.strip("_").removesuffix("_kernel"), counter)
+            for module, names in kernels_by_module.items() for name in names}
 
 
 @contextmanager
-def _patched(replacements: dict[tuple[Any, str], Callable[..., Any]], force: bool) -> Iterator[None]:
+def _patched(replacements: dict[tuple[Any, str], Any], force: bool) -> Iterator[None]:
     saved = {key: getattr(*key) for key in replacements}
     saved_force = kernels.FORCE
     try:
@@ -131,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             ops = count(model, bucket, args.context, on)
             row[f"{label}_launches"] = sum(ops.values())
             row[f"{label}_top"] = dict(ops.most_common(8))
+            if on:
+                row["triton"] = {k.split(":", 1)[1]: n for k, n in sorted(ops.items()) if k.startswith("triton:")}
         rows.append(row)
         print(f"bucket={bucket} torch={row['torch_launches']} kernels={row['kernels_launches']}", file=sys.stderr)
     print(json.dumps({"bench": "v2.launches", "dims": "release", "device": "meta", "context": args.context,

@@ -22,7 +22,7 @@ from v2.models.local_transformer import LocalKV, LocalTransformer
 from v2.models.qwen3 import KVCache, Qwen3Backbone
 from v2.models.kernels import kernels_on
 from v2.models.sample_kernel import sample_fused
-from v2.models.sampling import (CHANNELS, SamplingSettings, SamplingTensors, apply_repetition_penalty, frame_noise,
+from v2.models.sampling import (SamplingSettings, SamplingTensors, apply_repetition_penalty, frame_noise,
                                 sample)
 
 # one channel's draw: (settings, steps, channel, logits [B, V], presence [B, V] | None, full sort) -> ids, logprobs
@@ -179,8 +179,8 @@ class MossTTSLocal(nn.Module):
     def _fused_draw(s: SamplingTensors, steps: Tensor, ch: int, logits: Tensor, presence: Tensor | None,
                     full: bool) -> tuple[Tensor, Tensor]:
         """One channel's draw in one kernel (penalty, processing, noise, Gumbel-max, logprob)."""
-        return sample_fused(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], s.seed,
-                            steps * CHANNELS + ch, presence, None if presence is None else s.penalty[:, ch])
+        return sample_fused(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], s.seed, steps, ch,
+                            presence, None if presence is None else s.penalty[:, ch])
 
     # ----- the simple reference loop -------------------------------------------------------------
     @torch.no_grad()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from v2.models.sampling import MIN_TEMPERATURE
+from v2.models.sampling import CHANNELS, MIN_TEMPERATURE
 
 try:
     import triton
@@ -29,24 +29,30 @@ except ImportError:  # pragma: no cover - the torch sampler serves without Trito
     triton = None
 
 
-def sample_fused(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, seed: Tensor, counter: Tensor,
-                 presence: Tensor | None = None, penalty: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def sample_fused(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, seed: Tensor, steps: Tensor,
+                 channel: int, presence: Tensor | None = None, penalty: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Draw one token per row: logits [B, V] (any float dtype; -inf = never), temperature/top_p [B] float32,
-    top_k [B] int64, seed/counter [B] int64 (noise key), presence [B, V] bool and penalty [B] (optional,
-    the repetition penalty). Returns ids [B] int64 and logprobs [B] float32."""
+    top_k [B] int64, seed/steps [B] int64 and the channel (the noise key: counter = steps * 13 + channel),
+    presence [B, V] bool and penalty [B] float32 (optional, the repetition penalty). Every [B] or [B, V]
+    argument may be a strided view (columns of the per-slot settings): nothing is copied.
+    Returns ids [B] int64 and logprobs [B] float32."""
     b, v = logits.shape
     if v > 65536:
         raise ValueError(f"sample_fused handles vocabularies up to 65536 tokens, got {v}")
-    logits = logits.contiguous()
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
     ids = torch.empty(b, dtype=torch.int64, device=logits.device)
     logprobs = torch.empty(b, dtype=torch.float32, device=logits.device)
     has_presence = presence is not None and penalty is not None
-    seen = presence.contiguous().view(torch.uint8) if has_presence else logits  # unused pointer otherwise
-    pen = penalty.float().contiguous() if has_presence else temperature
+    seen = logits  # an unused pointer without a penalty
+    if presence is not None and penalty is not None:
+        seen = (presence if presence.stride(-1) == 1 else presence.contiguous()).view(torch.uint8)
+    pen = penalty if penalty is not None and has_presence else temperature
     block = max(16, triton.next_power_of_2(v))
-    _sample_kernel[(b,)](logits, seen, pen, temperature.float().contiguous(), top_k.contiguous(),
-                         top_p.float().contiguous(), seed.contiguous(), counter.contiguous(), ids, logprobs, v,
-                         MIN_TEMPERATURE, HAS_PRESENCE=has_presence, BLOCK_V=block,
+    _sample_kernel[(b,)](logits, seen, pen, temperature, top_k, top_p, seed, steps, ids, logprobs,
+                         logits.stride(0), seen.stride(0), pen.stride(0), temperature.stride(0), top_k.stride(0),
+                         top_p.stride(0), seed.stride(0), steps.stride(0), v, channel, MIN_TEMPERATURE,
+                         CHANNELS=CHANNELS, HAS_PRESENCE=has_presence, BLOCK_V=block,
                          num_warps=4 if block <= 2048 else 8)
     return ids, logprobs
 
@@ -71,18 +77,19 @@ if triton is not None:
         return h ^ (h >> 16)
 
     @triton.jit
-    def _sample_kernel(logits_ptr, seen_ptr, penalty_ptr, temp_ptr, top_k_ptr, top_p_ptr, seed_ptr, counter_ptr,
-                       ids_ptr, logprobs_ptr, vocab, min_temperature,
-                       HAS_PRESENCE: tl.constexpr, BLOCK_V: tl.constexpr):
+    def _sample_kernel(logits_ptr, seen_ptr, penalty_ptr, temp_ptr, top_k_ptr, top_p_ptr, seed_ptr, steps_ptr,
+                       ids_ptr, logprobs_ptr, s_logits, s_seen, s_pen, s_temp, s_k, s_p, s_seed, s_steps,
+                       vocab, channel, min_temperature, CHANNELS: tl.constexpr, HAS_PRESENCE: tl.constexpr,
+                       BLOCK_V: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         tok = tl.arange(0, BLOCK_V)
         real = tok < vocab
-        x = tl.load(logits_ptr + row * vocab + tok, mask=real, other=float("-inf")).to(tl.float32)
+        x = tl.load(logits_ptr + row * s_logits + tok, mask=real, other=float("-inf")).to(tl.float32)
         if HAS_PRESENCE:
-            seen = tl.load(seen_ptr + row * vocab + tok, mask=real, other=0) != 0
-            p = tl.load(penalty_ptr + row)
+            seen = tl.load(seen_ptr + row * s_seen + tok, mask=real, other=0) != 0
+            p = tl.load(penalty_ptr + row * s_pen).to(tl.float32)
             x = tl.where(seen, tl.where(x < 0, x * p, x / p), x)
-        temp = tl.load(temp_ptr + row)
+        temp = tl.load(temp_ptr + row * s_temp).to(tl.float32)
         greedy = temp < min_temperature
         z = x / tl.where(greedy, 1.0, temp)
         z = tl.where(z == 0, 0.0, z)  # -0.0 and 0.0 tie, as in torch.sort
@@ -98,21 +105,21 @@ if triton is not None:
         pos = tl.arange(0, BLOCK_V)
         top = tl.max(z_s, 0)  # = z_s[0]
 
-        k = tl.load(top_k_ptr + row)
+        k = tl.load(top_k_ptr + row * s_k)
         use_k = (k > 0) & (k < vocab)
         kth = tl.max(tl.where(pos == k - 1, z_s, float("-inf")), 0)
         in_k = (z_s >= kth) | (use_k == 0)
         e = tl.where(in_k, tl.exp(z_s - top), 0.0)
         probs = e / tl.sum(e, 0)  # the top-k distribution, sorted
         before = tl.cumsum(probs, 0) - probs  # mass of the tokens ahead in stable order
-        top_p = tl.load(top_p_ptr + row)
+        top_p = tl.load(top_p_ptr + row * s_p).to(tl.float32)
         keep = in_k & ((before < top_p) | (pos == 0))
         keep = tl.where(top_p >= 1.0, in_k, keep)
         keep = tl.where(greedy, pos == 0, keep)  # greedy: a point mass on the first argmax
 
         # Gumbel noise of each sorted token: MurmurHash3(seed lo, seed hi, counter, token)
-        seed = tl.load(seed_ptr + row)
-        counter = tl.load(counter_ptr + row)
+        seed = tl.load(seed_ptr + row * s_seed)
+        counter = tl.load(steps_ptr + row * s_steps) * CHANNELS + channel  # as frame_noise keys it
         h = tl.zeros([1], tl.uint32)
         h = _mix(h, (seed & 0xFFFFFFFF).to(tl.uint32))
         h = _mix(h, ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32))
