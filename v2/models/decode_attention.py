@@ -146,7 +146,7 @@ if triton is not None:
         s = tl.arange(0, BLOCK_S)
         d = tl.arange(0, BLOCK_D)
         used = (tl.load(len_ptr + row) + SPLIT_LEN - 1) // SPLIT_LEN  # splits the kernel above wrote
-        smask = s < used
+        smask = s < tl.minimum(used, num_splits)  # a length past max_context reads no other head's splits
         dmask = d < HEAD_DIM
         base = (row * num_heads + head) * num_splits
         lse = tl.load(lse_ptr + base + s, mask=smask, other=float("-inf"))  # [S]; lengths >= 1: split 0 is used

@@ -5,7 +5,8 @@ rotated queries and writes the normed, rotated keys and the values into the slot
 (slot, position). Program (token, head) does one query head, or one kv head's key and value. The
 arithmetic and its roundings follow the torch form step by step (RMSNorm in float32, rounded to the
 activation dtype, times the weight; then x * cos + rotate_half(x) * sin with cos/sin in the activation
-dtype), so only the order of the norm's sum differs. It replaces about twelve kernels per layer.
+dtype; the launch turns off multiply-add fusion, which would skip a rounding), so the results differ
+only by the norm's summation order and reciprocal square root. It replaces about twelve kernels per layer.
 Must not know: the model, requests. Head dims are powers of two.
 """
 
@@ -38,7 +39,8 @@ def qk_norm_rope_write(qkv: Tensor, num_heads: int, num_kv_heads: int, q_weight:
         sin.reshape(b * t, d).contiguous(), q, k_cache, v_cache,
         write_slots.reshape(-1).contiguous(), write_pos.reshape(-1).contiguous(),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
-        v_cache.stride(2), eps, NUM_Q=num_heads, NUM_KV=num_kv_heads, HEAD_DIM=d)
+        v_cache.stride(2), eps, NUM_Q=num_heads, NUM_KV=num_kv_heads, HEAD_DIM=d,
+        enable_fp_fusion=False)  # keep x * cos and rotate_half(x) * sin rounded apart, as torch does
     return q.view(b, t, num_heads, d)
 
 
@@ -76,7 +78,7 @@ if triton is not None:
             tl.store(q_ptr + (tok * NUM_Q + head) * HEAD_DIM + d, out)
         else:
             kvh = head - NUM_Q
-            slot = tl.load(slot_ptr + tok)
+            slot = tl.load(slot_ptr + tok).to(tl.int64)
             pos = tl.load(pos_ptr + tok)
             tl.store(k_ptr + slot * sk_s + kvh * sk_h + pos * sk_l + d, out)
             v = tl.load(qkv_ptr + tok * stride_tok + (NUM_Q + NUM_KV + kvh) * HEAD_DIM + d)

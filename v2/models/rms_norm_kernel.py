@@ -3,8 +3,8 @@
 Owns: `rms_norm_fused(x, weight, eps)` = weight * (x * rsqrt(mean(x^2) + eps)).to(x.dtype), computed in
 float32 as the reference does, with the same two roundings as the torch form (the normalised row to
 x's dtype, then the product with the weight to the weight's dtype), and `add_rms_norm_fused`, which does
-the residual add before it and returns the sum too. Only the order of the mean's sum differs from the
-torch form. The backbone runs two norms and two residual adds per layer: on a GPU these are two launches
+the residual add before it and returns the sum too. The mean's summation order and the reciprocal square
+root's rounding (approximate on a GPU, as torch's `rsqrt` is) may differ from the torch form. The backbone runs two norms and two residual adds per layer: on a GPU these are two launches
 instead of eighteen.
 Must not know: the model.
 """
@@ -39,9 +39,10 @@ def add_rms_norm_fused(x: Tensor, delta: Tensor, weight: Tensor, eps: float) -> 
 def rms_norm_fused(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """x [..., D] (unit stride in D), weight [D] -> [..., D] in the promoted dtype of weight and x."""
     d = x.shape[-1]
-    if x.dim() < 2 or x.stride(-1) != 1:
-        x = x.contiguous().view(-1, d)
-    rows = x.reshape(-1, x.shape[-2], d)  # [R, M, D]: a view for the backbone's q/k head splits too
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    # [R, M, D]: a view for the backbone's q/k head splits too; rows of a 2-D input go on the large grid axis
+    rows = x.reshape(-1, 1, d) if x.dim() < 3 else x.reshape(-1, x.shape[-2], d)
     out_dtype = torch.promote_types(weight.dtype, x.dtype)
     out = torch.empty(rows.shape, dtype=out_dtype, device=x.device)  # [R, M, D]
     _rms_norm_kernel[(rows.shape[0], rows.shape[1])](
@@ -65,7 +66,7 @@ if triton is not None:
             x = (x.to(tl.float32) + more.to(tl.float32)).to(x.dtype)
             tl.store(total_ptr + r * dim + col, x, mask=mask)
         h = x.to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(h * h, 0) / dim + eps)
+        rstd = tl.rsqrt(tl.div_rn(tl.sum(h * h, 0), dim * 1.0) + eps)
         y = (h * rstd).to(x.dtype)  # rounded to the input's dtype, as `h.to(dtype)` does
         w = tl.load(w_ptr + col, mask=mask, other=0.0)
         out = (w.to(tl.float32) * y.to(tl.float32)).to(out_ptr.dtype.element_ty)

@@ -10,9 +10,10 @@ thirteen channels, so on a GPU this is most of a frame step's launches.
 The sort is one `tl.sort` of 48-bit keys (order-preserving float bits << 16 | (65535 - token)), which
 is a stable descending sort by value with ties in token order, as `torch.sort(stable=True)` gives. The
 draw happens in sorted order: the noise of a token is computed from its id, and ties of the noisy score
-go to the lowest id, as `argmax` does. Results equal `sampling.sample` up to float rounding of the top-p
-mass sums and of the noise's logarithms.
-Must not know: the model, requests, the runtime. Vocabularies up to 65536 tokens.
+go to the lowest id, as `argmax` does. Divisions are exact (`div_rn`) and the logarithms are libdevice's,
+so results equal `sampling.sample` up to the rounding of the top-p mass sums and of the exponentials.
+Must not know: the model, requests, the runtime. Vocabularies up to 4096 tokens: one program holds a
+row, and the compiler's time grows fast with the block (the codebooks have 1025).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ try:
 except ImportError:  # pragma: no cover - the torch sampler serves without Triton
     triton = None
 
+MAX_VOCAB = 4096
+
 
 def sample_fused(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, seed: Tensor, steps: Tensor,
                  channel: int, presence: Tensor | None = None, penalty: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -37,8 +40,8 @@ def sample_fused(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tens
     argument may be a strided view (columns of the per-slot settings): nothing is copied.
     Returns ids [B] int64 and logprobs [B] float32."""
     b, v = logits.shape
-    if v > 65536:
-        raise ValueError(f"sample_fused handles vocabularies up to 65536 tokens, got {v}")
+    if v > MAX_VOCAB:
+        raise ValueError(f"sample_fused handles vocabularies up to {MAX_VOCAB} tokens, got {v}")
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     ids = torch.empty(b, dtype=torch.int64, device=logits.device)
@@ -88,10 +91,10 @@ if triton is not None:
         if HAS_PRESENCE:
             seen = tl.load(seen_ptr + row * s_seen + tok, mask=real, other=0) != 0
             p = tl.load(penalty_ptr + row * s_pen).to(tl.float32)
-            x = tl.where(seen, tl.where(x < 0, x * p, x / p), x)
+            x = tl.where(seen, tl.where(x < 0, x * p, tl.div_rn(x, p)), x)  # exact division, as torch's
         temp = tl.load(temp_ptr + row * s_temp).to(tl.float32)
         greedy = temp < min_temperature
-        z = x / tl.where(greedy, 1.0, temp)
+        z = tl.div_rn(x, tl.where(greedy, 1.0, temp))
         z = tl.where(z == 0, 0.0, z)  # -0.0 and 0.0 tie, as in torch.sort
 
         # stable descending sort: key = order-preserving bits of z (32) | 65535 - token (16)

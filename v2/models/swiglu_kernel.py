@@ -2,7 +2,7 @@
 
 Owns: `silu_mul_fused(gate_up)` for gate_up [..., 2 I] (gate first, as `chunk(2)` splits it) -> [..., I],
 rounded as the torch form is (silu's output to the activation dtype, then the product). silu is
-computed in float32 as x / (1 + exp(-x)).
+computed in float32 as x / (1 + exp(-x)); the exponential's last bit may differ from torch's.
 Must not know: the model.
 """
 
@@ -40,5 +40,5 @@ if triton is not None:
         gate = tl.load(x_ptr + row * 2 * half + col, mask=mask, other=0.0)
         up = tl.load(x_ptr + row * 2 * half + half + col, mask=mask, other=0.0)
         g = gate.to(tl.float32)
-        act = (g / (1.0 + tl.exp(-g))).to(gate.dtype)  # silu, rounded as F.silu's output is
+        act = tl.div_rn(g, 1.0 + tl.exp(-g)).to(gate.dtype)  # silu, rounded as F.silu's output is
         tl.store(out_ptr + row * half + col, (act.to(tl.float32) * up.to(tl.float32)).to(gate.dtype), mask=mask)
