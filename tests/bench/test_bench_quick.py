@@ -65,5 +65,6 @@ def test_launch_count_at_release_dims_routes_every_piece_to_its_kernel(capsys):
     assert row["triton"] == {"rms_norm": 2 * layers + 1,  # the first norm, then each residual add + the next norm
                              "split": layers, "merge": layers,  # decode attention
                              "qk_rope": layers, "silu_mul": layers,
+                             "local_rope": 12,  # one local transformer step per codebook input
                              "sample": 13}  # the stop decision and 12 codebooks
     assert row["kernels_launches"] < row["torch_launches"] / 4

@@ -21,7 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from v2.bench.shapes import SHAPES
 from v2.loops.ar_decode import FramePlan
-from v2.models import decode_attention, kernels, qk_rope_kernel, rms_norm_kernel, sample_kernel, swiglu_kernel
+from v2.models import (decode_attention, kernels, local_rope_kernel, qk_rope_kernel, rms_norm_kernel, sample_kernel,
+                       swiglu_kernel)
 from v2.models.config import MossTTSLocalConfig
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.models.weights import empty_model
@@ -65,7 +66,7 @@ def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Any]:
     """Every Triton kernel the model launches, replaced by a counter (their Python wrappers still run)."""
     kernels_by_module = {decode_attention: ["_split_kernel", "_merge_kernel"], sample_kernel: ["_sample_kernel"],
                          rms_norm_kernel: ["_rms_norm_kernel"], swiglu_kernel: ["_silu_mul_kernel"],
-                         qk_rope_kernel: ["_qk_rope_kernel"]}
+                         qk_rope_kernel: ["_qk_rope_kernel"], local_rope_kernel: ["_local_rope_kernel"]}
     return {(module, name): _CountedKernel(name.strip("_").removesuffix("_kernel"), counter)
             for module, names in kernels_by_module.items() for name in names}
 

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from v2.models.config import LocalConfig
+from v2.models.kernels import kernels_on
+from v2.models.local_rope_kernel import local_rope_write
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
 FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)
@@ -72,9 +74,12 @@ class LocalAttention(nn.Module):
 
     def step(self, x: Tensor, cos: Tensor, sin: Tensor, position: int, k_cache: Tensor, v_cache: Tensor) -> Tensor:
         """x [B, 1, H] at `position`; k_cache/v_cache [B, heads, 13, D] are written at `position`."""
-        q, k, v = self._qkv(x, cos, sin)
-        k_cache[:, :, position : position + 1] = k.to(k_cache.dtype)
-        v_cache[:, :, position : position + 1] = v.to(v_cache.dtype)
+        if kernels_on(x.device) and not torch.is_grad_enabled():  # RoPE and the K/V writes in one kernel
+            q = local_rope_write(self.c_attn(x), self.cfg.num_heads, cos[0], sin[0], k_cache, v_cache, position)
+        else:
+            q, k, v = self._qkv(x, cos, sin)
+            k_cache[:, :, position : position + 1] = k.to(k_cache.dtype)
+            v_cache[:, :, position : position + 1] = v.to(v_cache.dtype)
         keys, values = k_cache[:, :, : position + 1].to(q.dtype), v_cache[:, :, : position + 1].to(q.dtype)
         scale = 1.0 / math.sqrt(self.cfg.head_dim)
         return self._out(F.scaled_dot_product_attention(q, keys, values, scale=scale))
