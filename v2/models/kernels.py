@@ -1,7 +1,9 @@
-"""Whether the Triton kernels (decode attention, fused sampling) run on a device.
+"""Whether the Triton kernels (decode attention, norms, RoPE, SwiGLU, fused sampling) run on a device.
 
 Owns: the one switch. They run on CUDA when Triton imports; `FORCE` runs them on any device (the tests
-set it on the CPU, where Triton's interpreter executes them). Everywhere else the torch paths serve.
+set it on the CPU, where Triton's interpreter executes them). Everywhere else the torch paths serve. The
+layers' kernels (norms, RoPE, SwiGLU) also need autograd off (`inference_kernels`); decode attention and
+sampling are never differentiated.
 Must not know: what the kernels compute.
 """
 
@@ -19,3 +21,9 @@ FORCE = False
 
 def kernels_on(device: torch.device) -> bool:
     return triton is not None and (device.type == "cuda" or FORCE)
+
+
+def inference_kernels(device: torch.device) -> bool:
+    """Kernels on for `device` and autograd not recording: the layers' kernels have no backward, so a
+    differentiable pass (the RL recompute) takes the torch forms."""
+    return kernels_on(device) and not torch.is_grad_enabled()

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from v2.models.config import LocalConfig
-from v2.models.kernels import kernels_on
+from v2.models.kernels import inference_kernels
 from v2.models.local_rope_kernel import local_rope_write
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
@@ -74,7 +74,7 @@ class LocalAttention(nn.Module):
 
     def step(self, x: Tensor, cos: Tensor, sin: Tensor, position: int, k_cache: Tensor, v_cache: Tensor) -> Tensor:
         """x [B, 1, H] at `position`; k_cache/v_cache [B, heads, 13, D] are written at `position`."""
-        if kernels_on(x.device) and not torch.is_grad_enabled():  # RoPE and the K/V writes in one kernel
+        if inference_kernels(x.device):  # RoPE and the K/V writes in one kernel
             q = local_rope_write(self.c_attn(x), self.cfg.num_heads, cos[0], sin[0], k_cache, v_cache, position)
         else:
             q, k, v = self._qkv(x, cos, sin)

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from v2.models.config import BackboneConfig
 from v2.models.decode_attention import decode_attention
-from v2.models.kernels import kernels_on
+from v2.models.kernels import inference_kernels, kernels_on
 from v2.models.qk_rope_kernel import qk_norm_rope_write
 from v2.models.rms_norm_kernel import add_rms_norm_fused, rms_norm_fused
 from v2.models.swiglu_kernel import silu_mul_fused
@@ -26,8 +26,8 @@ from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm computed in float32 (as the reference does), cast back to the input dtype. On CUDA, outside
-    autograd, one fused kernel (`rms_norm_kernel`)."""
+    """RMSNorm computed in float32 (as the reference does), cast back to the input dtype. On CUDA, when
+    autograd is not recording, one fused kernel (`rms_norm_kernel`)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -35,7 +35,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        if kernels_on(x.device) and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
+        if inference_kernels(x.device):
             return rms_norm_fused(x, self.weight, self.eps)
         dtype = x.dtype
         h = x.float()
@@ -119,7 +119,7 @@ class Qwen3Attention(nn.Module):
                 view: CacheView | None) -> Tensor:
         cfg = self.cfg
         b, t, _ = x.shape
-        if view is not None and kernels_on(x.device) and not torch.is_grad_enabled():
+        if view is not None and inference_kernels(x.device):
             kc, vc = view.cache.k[layer], view.cache.v[layer]  # [S + 1, Hkv, L, D]
             # q/k norms, RoPE and the cache writes in one kernel
             q = qk_norm_rope_write(self.qkv_proj(x), cfg.num_heads, cfg.num_kv_heads, self.q_norm.weight,
@@ -155,7 +155,7 @@ class Qwen3MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        if kernels_on(x.device) and not torch.is_grad_enabled():
+        if inference_kernels(x.device):
             return self.down_proj(silu_mul_fused(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
@@ -230,7 +230,7 @@ class Qwen3Backbone(nn.Module):
     def _run(self, x: Tensor, positions: Tensor, mask: Tensor | None, view: CacheView | None,
              layer_inputs: list[Tensor] | None) -> Tensor:
         cos, sin = rotate_half_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)
-        if layer_inputs is None and kernels_on(x.device) and not torch.is_grad_enabled():
+        if layer_inputs is None and inference_kernels(x.device):
             return self._run_fused(x, cos, sin, mask, view)
         for i, layer in enumerate(self.layers):
             if layer_inputs is not None:
