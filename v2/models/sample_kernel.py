@@ -46,11 +46,11 @@ def sample_fused(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tens
         logits = logits.contiguous()
     ids = torch.empty(b, dtype=torch.int64, device=logits.device)
     logprobs = torch.empty(b, dtype=torch.float32, device=logits.device)
+    seen, pen = logits, temperature  # unused pointers without a penalty
     has_presence = presence is not None and penalty is not None
-    seen = logits  # an unused pointer without a penalty
     if presence is not None and penalty is not None:
         seen = (presence if presence.stride(-1) == 1 else presence.contiguous()).view(torch.uint8)
-    pen = penalty if penalty is not None and has_presence else temperature
+        pen = penalty
     block = max(16, triton.next_power_of_2(v))
     _sample_kernel[(b,)](logits, seen, pen, temperature, top_k, top_p, seed, steps, ids, logprobs,
                          logits.stride(0), seen.stride(0), pen.stride(0), temperature.stride(0), top_k.stride(0),
