@@ -1,9 +1,10 @@
 """`python -m v2.bench.launches`: device kernels one AR frame step launches, with and without the Triton kernels.
 
 Owns: counting, at the release's dimensions on the meta device (no memory, no GPU), the operations of
-`ARExecutor._frame_step` that launch a kernel (every aten operation except views and allocations, including those of the
-Triton kernels' Python wrappers) plus the Triton launches themselves, each kernel replaced by a counter. Replaying a CUDA graph still pays a few microseconds per
-kernel node at these sizes, so this count bounds the step time from below. One JSON line last.
+`ARExecutor._frame_step` that launch a kernel (every aten operation except views and allocations,
+including those of the Triton kernels' Python wrappers) plus the Triton launches themselves, each kernel
+replaced by a counter. Replaying a CUDA graph still pays a few microseconds per kernel node at these
+sizes, so this count bounds the step time from below. One JSON line last.
 Must not know: timing, requests.
 """
 
@@ -19,14 +20,15 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from v2.bench.__main__ import machine
 from v2.bench.shapes import SHAPES
 from v2.loops.ar_decode import FramePlan
 from v2.models import (decode_attention, kernels, local_rope_kernel, qk_rope_kernel, rms_norm_kernel, sample_kernel,
                        swiglu_kernel)
 from v2.models.config import MossTTSLocalConfig
 from v2.models.moss_tts_local import MossTTSLocal
-from v2.models.weights import empty_model
 from v2.models.sampling import SamplingSettings
+from v2.models.weights import empty_model
 from v2.runtime.executors import ARExecutor
 
 # operations that launch no kernel: views, allocations, dtype queries
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--buckets", type=int, nargs="+", default=[1, 64])
     p.add_argument("--context", type=int, default=512)
     args = p.parse_args(argv)
+    if args.context <= 64:
+        p.error("--context must exceed 64 (rows sit at mixed positions from 32 up)")
     config = json.loads(SHAPES.joinpath("moss_tts_local_v1_5.json").read_text())
     model = empty_model(MossTTSLocal, MossTTSLocalConfig.from_dict(config)).to(torch.bfloat16)  # shapes only
     rows = []
@@ -117,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 row["triton"] = {k.split(":", 1)[1]: n for k, n in sorted(ops.items()) if k.startswith("triton:")}
         rows.append(row)
         print(f"bucket={bucket} torch={row['torch_launches']} kernels={row['kernels_launches']}", file=sys.stderr)
-    print(json.dumps({"bench": "v2.launches", "dims": "release", "device": "meta", "context": args.context,
-                      "buckets": rows}))
+    print(json.dumps({"bench": "v2.launches", "dims": "release", "device": "meta", "machine": machine("cpu"),
+                      "context": args.context, "buckets": rows}))
     return 0
 
 
