@@ -4,8 +4,9 @@ Owns: `rms_norm_fused(x, weight, eps)` = weight * (x * rsqrt(mean(x^2) + eps)).t
 float32 as the reference does, with the same two roundings as the torch form (the normalised row to
 x's dtype, then the product with the weight to the weight's dtype), and `add_rms_norm_fused`, which does
 the residual add before it and returns the sum too. The mean's summation order and the reciprocal square
-root's rounding (approximate on a GPU, as torch's `rsqrt` is) may differ from the torch form. The backbone runs two norms and two residual adds per layer: on a GPU these are two launches
-instead of eighteen.
+root's rounding (approximate on a GPU, as torch's `rsqrt` is) may differ from the torch form. The
+backbone runs two norms and two residual adds per layer: on a GPU these are two launches instead of
+eighteen.
 Must not know: the model.
 """
 
