@@ -19,13 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from v2.models.kernels import kernels_on
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - the SDPA reference path serves without Triton
-    triton = None
+from v2.models.kernels import kernels_on, tl, triton
 
 SPLIT = 256    # keys per program: one row's long context spreads over several SMs
 BLOCK_N = 64   # keys per inner block (SPLIT / BLOCK_N blocks, each masked to the row's length)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import torch
 
-try:
+try:  # the one import of Triton: the kernel modules take `triton` and `tl` from here
     import triton
+    import triton.language as tl
 except ImportError:  # pragma: no cover - the torch paths serve without Triton
-    triton = None
+    triton = tl = None
 
 FORCE = False
 

@@ -14,11 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - the torch form serves without Triton
-    triton = None
+from v2.models.kernels import tl, triton
 
 
 def local_rope_write(qkv: Tensor, heads: int, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,

@@ -15,11 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - the torch form serves without Triton
-    triton = None
+from v2.models.kernels import tl, triton
 
 
 def qk_norm_rope_write(qkv: Tensor, num_heads: int, num_kv_heads: int, q_weight: Tensor, k_weight: Tensor,

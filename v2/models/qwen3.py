@@ -21,8 +21,8 @@ from v2.models.decode_attention import decode_attention
 from v2.models.kernels import inference_kernels, kernels_on
 from v2.models.qk_rope_kernel import qk_norm_rope_write
 from v2.models.rms_norm_kernel import add_rms_norm_fused, rms_norm_fused
-from v2.models.swiglu_kernel import silu_mul_fused
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
+from v2.models.swiglu_kernel import silu_mul_fused
 
 
 class RMSNorm(nn.Module):

@@ -21,13 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from v2.models.kernels import tl, triton
 from v2.models.sampling import CHANNELS, MIN_TEMPERATURE
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - the torch sampler serves without Triton
-    triton = None
 
 MAX_VOCAB = 4096
 

@@ -11,11 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - the torch form serves without Triton
-    triton = None
+from v2.models.kernels import tl, triton
 
 BLOCK = 1024  # columns per program
 
