@@ -22,11 +22,11 @@ import torch
 from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_model, build_tokenizer, load_card
 from v2.contracts import FinishReason, LoopKind, StepResult, WorkPlan, WorkUnitKind
 from v2.loops.ar_decode import ARDecodeLoop, FrameRow
-from v2.loops.vocoder import AudioChunk, VocoderLoop
+from v2.loops.vocoder import VocoderLoop
 from v2.request import OverloadedError, SpeechRequest, parse_request, prepare
 from v2.runtime import updates
 from v2.runtime.executors import ARExecutor, CodecExecutor, to_host
-from v2.runtime.results import build_result
+from v2.runtime.results import publish
 from v2.runtime.scheduler import Batch, schedule
 from v2.runtime.slots import SlotPool
 from v2.runtime.records import Group, RequestRecord, share_prefixes
@@ -383,16 +383,6 @@ class Runtime:
             self._release(req, pool)
         ar = self.ar_loop.finalize(req.ar) if req.ar else None
         voc = self.voc_loop.finalize(req.voc) if req.voc else None
-        now, channels, rate = time.perf_counter(), self.codec.cfg.channels, self.codec.sample_rate
-
-        def publish() -> None:  # on the callback thread: joining a request's audio is a copy no step waits for
-            try:
-                result = build_result(req, ar, voc, reason, now, channels=channels, sample_rate=rate)
-            except Exception as e:  # the request still ends, with the reason
-                req.error = f"building the result failed: {type(e).__name__}: {e}"
-                result = build_result(req, None, None, FinishReason.ERROR, now, channels=channels, sample_rate=rate)
-            if not req.request.stream and result.audio.shape[1]:
-                req.handle.deliver([AudioChunk(0, result.audio, rate, len(result.codes), True)])
-            req.handle.finish(result)
-
-        self._dispatcher.post(publish)
+        now = time.perf_counter()
+        self._dispatcher.post(lambda: publish(req, ar, voc, reason, now, channels=self.codec.cfg.channels,
+                                              sample_rate=self.codec.sample_rate))

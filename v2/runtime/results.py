@@ -1,7 +1,8 @@
 """Building what a finished request hands back: the `SpeechResult`, and under ROLLOUT its `Trajectory`.
 
-Owns: assembling audio from the chunks made, the codes, the metrics (TTFA, RTF, queueing), and the
-trajectory record (ids, seed, weight version, prompt, codes, stop decisions, logprobs, timings).
+Owns: assembling audio from the chunks made, the codes, the metrics (TTFA, RTF, queueing), the
+trajectory record (ids, seed, weight version, prompt, codes, stop decisions, logprobs, timings), and
+`publish`: handing the result (and a non-streaming request's single chunk) to the request's handle.
 Must not know: slots, scheduling, threads.
 """
 
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from v2.contracts import ExecutionProfile, FinishReason, LoopResult
+from v2.loops.vocoder import AudioChunk
 from v2.rollout import Trajectory
 from v2.runtime.streams import Metrics, SpeechResult
 
@@ -40,3 +42,18 @@ def build_result(req: Any, ar: LoopResult | None, voc: LoopResult | None, reason
             timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
             audio=audio if req.request.decode_audio else None)
     return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error)
+
+
+def publish(req: Any, ar: LoopResult | None, voc: LoopResult | None, reason: FinishReason, now: float, *,
+            channels: int, sample_rate: int) -> None:
+    """Build the result and end the request's handle with it; a non-streaming request gets its audio as
+    one chunk first. Runs off the engine thread (joining the audio is a copy no step need wait for); a
+    failure to build still ends the request, as an error."""
+    try:
+        result = build_result(req, ar, voc, reason, now, channels=channels, sample_rate=sample_rate)
+    except Exception as e:
+        req.error = f"building the result failed: {type(e).__name__}: {e}"
+        result = build_result(req, None, None, FinishReason.ERROR, now, channels=channels, sample_rate=sample_rate)
+    if not req.request.stream and result.audio.shape[1]:
+        req.handle.deliver([AudioChunk(0, result.audio, sample_rate, len(result.codes), True)])
+    req.handle.finish(result)
