@@ -7,6 +7,7 @@ Must not know: codebooks, heads, sampling, the backbone, requests.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -42,10 +43,18 @@ class LocalKV:
 
     @classmethod
     def allocate(cls, cfg: LocalConfig, batch: int, *, dtype: torch.dtype, device: torch.device | str) -> "LocalKV":
+        """Empty K/V (a step writes its position before it reads 0 .. position) and the shared RoPE tables."""
         shape = (cfg.num_layers, batch, cfg.num_heads, FRAME_POSITIONS, cfg.head_dim)
-        cos, sin = interleaved_cos_sin(torch.arange(FRAME_POSITIONS, device=device), cfg.head_dim, cfg.rope_base)
-        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device),
-                   cos.to(dtype), sin.to(dtype))
+        cos, sin = _frame_rope(cfg.head_dim, cfg.rope_base, torch.device(device), dtype)
+        return cls(torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device),
+                   cos, sin)
+
+
+@functools.lru_cache(maxsize=16)
+def _frame_rope(head_dim: int, base: float, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos, sin [13, head_dim] of a frame's positions, made once per device and dtype (read-only)."""
+    cos, sin = interleaved_cos_sin(torch.arange(FRAME_POSITIONS, device=device), head_dim, base)
+    return cos.to(dtype), sin.to(dtype)
 
 
 class LocalAttention(nn.Module):
