@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from v2.fields import TOP_K_MAX, check_penalty, check_temperature
 from v2.models.sampling import HeadSampling, SamplingSettings
 
 CARDS_DIR = Path(__file__).resolve().parent.parent / "cards"
@@ -66,15 +67,19 @@ class Experts(_Frozen):
 
 
 class HeadDefaults(_Frozen):
-    temperature: float = Field(ge=0, allow_inf_nan=False)
-    top_k: int = Field(ge=0)
+    temperature: float = Field(ge=0, allow_inf_nan=False)  # 0 (greedy) or in the range requests may set
+    top_k: int = Field(ge=0, le=TOP_K_MAX)
     top_p: float = Field(gt=0, le=1)
+
+    _temperature = field_validator("temperature")(check_temperature)
 
 
 class SamplingDefaults(_Frozen):
     stop: HeadDefaults
     audio: HeadDefaults
     repetition_penalty: float = Field(gt=0, allow_inf_nan=False)
+
+    _penalty = field_validator("repetition_penalty")(check_penalty)
 
     def settings(self) -> SamplingSettings:
         return SamplingSettings(
@@ -94,6 +99,7 @@ class ARDecodeSettings(_Frozen):
     class_: Literal["ARDecodeLoop"] = Field(alias="class")
     max_frames: int = Field(ge=1)          # cap on a request's frames
     max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
+    max_text_chars: int = Field(default=20_000, ge=1)  # cap on text, instruction and language, each (checked first)
     max_running: int = Field(ge=1)         # KV slots: requests decoding at once
     max_waiting: int = Field(ge=1)         # requests queued for a slot; past it submit() refuses (overload)
     max_buffered_chunks: int = Field(ge=1)  # chunks a subscriber may fall behind before its request is aborted

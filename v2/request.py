@@ -8,14 +8,17 @@ Must not know: the engine, slots, devices.
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import Annotated, Any
 
+import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from v2.card import ModelCard
 from v2.contracts import ExecutionProfile
+from v2.fields import (
+    INT64_MAX, TOP_K_MAX, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature, int_tensor,
+)
 from v2.models.config import MossTTSLocalConfig
 from v2.models.prompt import PromptError, build_prompt, check_rows
 from v2.models.sampling import HeadSampling, SamplingSettings
@@ -31,26 +34,24 @@ class OverloadedError(RuntimeError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    # revalidate_instances: an instance made by model_copy(update=...) or model_construct() is checked again
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True,
+                              revalidate_instances="always")
 
 
-def _finite(name: str, value: float | None) -> None:
-    if value is not None and not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number")
+Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
+TopK = Annotated[StrictInt | None, Field(ge=0, le=TOP_K_MAX)]
+TopP = Annotated[StrictFloat | None, Field(gt=0, le=1)]
+Penalty = Annotated[StrictFloat | None, AfterValidator(check_penalty)]
+OptionalText = StrictText | None
 
 
 class HeadParams(_Strict):
     """Sampling of one head; a field left out takes the card's default."""
 
-    temperature: float | None = Field(default=None, ge=0, le=100)
-    top_k: int | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-
-    @field_validator("temperature")
-    @classmethod
-    def _finite_temperature(cls, v: float | None) -> float | None:
-        _finite("temperature", v)
-        return v
+    temperature: Temperature = None
+    top_k: TopK = None
+    top_p: TopP = None
 
     def over(self, base: HeadSampling) -> HeadSampling:
         return HeadSampling(base.temperature if self.temperature is None else self.temperature,
@@ -63,16 +64,10 @@ class SamplingParams(_Strict):
 
     stop: HeadParams = HeadParams()
     audio: HeadParams = HeadParams()
-    temperature: float | None = Field(default=None, ge=0, le=100)
-    top_k: int | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    repetition_penalty: float | None = Field(default=None, gt=0, le=100)
-
-    @field_validator("temperature", "repetition_penalty")
-    @classmethod
-    def _finite_values(cls, v: float | None) -> float | None:
-        _finite("value", v)
-        return v
+    temperature: Temperature = None
+    top_k: TopK = None
+    top_p: TopP = None
+    repetition_penalty: Penalty = None
 
     def resolve(self, defaults: SamplingSettings) -> SamplingSettings:
         both = HeadParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
@@ -84,20 +79,40 @@ class SamplingParams(_Strict):
 
 
 class SpeechRequest(_Strict):
-    text: str | None = None
+    text: OptionalText = None
     prompt_rows: Any = None          # explicit rows [T, 13] (list, array or tensor) instead of text
     reference_codes: Any = None      # [N, 12] codes of a voice prompt (or a list of them)
-    instruction: str | None = None
-    language: str | None = None
-    duration_frames: int | None = Field(default=None, ge=1)  # the prompt's "Tokens" duration target
+    instruction: OptionalText = None
+    language: OptionalText = None
+    duration_frames: Annotated[StrictInt | None, Field(ge=1)] = None  # the prompt's "Tokens" duration target
     sampling: SamplingParams = SamplingParams()
-    seed: int = Field(default=0, ge=0, lt=2**63)
-    max_frames: int | None = Field(default=None, ge=1)
-    min_frames: int = Field(default=0, ge=0)
-    stream: bool = False
+    seed: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
+    max_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None
+    min_frames: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
+    stream: StrictBool = False
     profile: ExecutionProfile = ExecutionProfile.SERVE
-    decode_audio: bool = True        # False: codes (and, under ROLLOUT, the trajectory) only, no codec work
-    timeout: float | None = Field(default=None, gt=0, le=86400)  # seconds from submit; then it ends with "abort"
+    decode_audio: StrictBool = True  # False: codes (and, under ROLLOUT, the trajectory) only, no codec work
+    timeout: Annotated[StrictFloat | None, Field(gt=0, le=86400)] = None  # seconds from submit; then "abort"
+
+    @field_validator("prompt_rows")
+    @classmethod
+    def _rows(cls, v: Any) -> torch.Tensor | None:
+        """A private int64 copy, taken now: later changes to the caller's array reach nothing."""
+        return None if v is None else int_tensor(v, "prompt_rows")
+
+    @field_validator("reference_codes")
+    @classmethod
+    def _references(cls, v: Any) -> tuple[torch.Tensor, ...] | None:
+        """One [N, 12] reference or a list of them (or a [K, N, 12] array) -> a tuple of private int64 copies."""
+        if v is None:
+            return None
+        several = isinstance(v, (list, tuple)) and len(v) > 0 and (
+            isinstance(v[0], (torch.Tensor, np.ndarray)) and v[0].ndim == 2
+            or isinstance(v[0], (list, tuple)) and len(v[0]) > 0 and isinstance(v[0][0], (list, tuple)))
+        if several:
+            return tuple(int_tensor(r, f"reference_codes[{i}]") for i, r in enumerate(v))
+        codes = int_tensor(v, "reference_codes")
+        return tuple(codes.unbind(0)) if codes.dim() == 3 else (codes,)
 
     @model_validator(mode="after")
     def _one_source(self) -> "SpeechRequest":
@@ -115,43 +130,61 @@ class SpeechRequest(_Strict):
 
 
 def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
-    """A `SpeechRequest` from itself or a dict; a pydantic error becomes a RequestError naming the field."""
-    if isinstance(request, SpeechRequest):
-        return request
+    """A validated `SpeechRequest` (an instance is validated again, and its arrays copied again); a pydantic
+    error becomes a RequestError naming the field."""
+    if not isinstance(request, (SpeechRequest, dict)):
+        raise RequestError(f"request: expected a SpeechRequest or a dict of fields, got {type(request).__name__}")
     try:
         return SpeechRequest.model_validate(request)
     except ValidationError as e:
-        raise RequestError("; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'request'}: {err['msg']}"
-                                     for err in e.errors())) from None
+        raise RequestError("; ".join(_describe(err) for err in e.errors())) from None
 
 
-def _references(value: Any) -> list[torch.Tensor] | None:
-    """One [N, 12] reference (tensor, array or nested list) or a list of them -> a list of tensors."""
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple)) and value and (
-            not isinstance(value[0], (list, tuple)) or (value[0] and isinstance(value[0][0], (list, tuple)))):
-        return [torch.as_tensor(v) for v in value]  # a list of references
-    return [torch.as_tensor(value)]
+def _describe(err: Any) -> str:
+    """'field: message'; a converter's message that already names the field (and row) is kept as it is."""
+    loc = ".".join(str(x) for x in err["loc"]) or "request"
+    message = str(err["ctx"]["error"]) if err["type"] == "value_error" and "error" in err.get("ctx", {}) else err["msg"]
+    return message if message.startswith((f"{loc}:", f"{loc}[")) else f"{loc}: {message}"
+
+
+def _text_limits(request: SpeechRequest, limits: Any) -> None:
+    """Cheap bounds first: a text field over the card's character cap is refused before any tokenising."""
+    for name in ("text", "instruction", "language"):
+        value = getattr(request, name)
+        if value is not None and len(value) > limits.max_text_chars:
+            raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({limits.max_text_chars})")
+    if request.duration_frames is not None and request.duration_frames > limits.max_frames:
+        raise RequestError(f"duration_frames: {request.duration_frames} exceeds the card's max_frames ({limits.max_frames})")
+
+
+def _longest_field(request: SpeechRequest, tokenizer: TextTokenizer) -> str:
+    """Which field contributes the most rows to a prompt that is too long (only on that error path)."""
+    if request.prompt_rows is not None:
+        return "prompt_rows"
+    sizes = {name: len(tokenizer.encode(getattr(request, name))) for name in ("text", "instruction", "language")
+             if getattr(request, name)}
+    sizes["reference_codes"] = sum(len(r) + 2 for r in request.reference_codes or ())
+    return max(sizes, key=lambda k: sizes[k])
 
 
 def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig,
             tokenizer: TextTokenizer) -> tuple[torch.Tensor, SamplingSettings, int]:
     """Prompt rows [T, 13], resolved sampling and max frames for a request, checked against the card."""
     limits = card.loops.ar_decode
+    _text_limits(request, limits)
     try:
         if request.prompt_rows is not None:
-            rows = check_rows(cfg, torch.as_tensor(request.prompt_rows))
+            rows = check_rows(cfg, request.prompt_rows)
         else:
-            refs = _references(request.reference_codes)
-            rows = build_prompt(tokenizer, cfg, request.text or "", reference_codes=refs,
+            rows = build_prompt(tokenizer, cfg, request.text or "", reference_codes=request.reference_codes,
                                 instruction=request.instruction, language=request.language,
                                 tokens=request.duration_frames)
     except (PromptError, ValueError, TypeError) as e:
         raise RequestError(str(e)) from None
     if len(rows) > limits.max_prompt_rows:
-        field = "prompt_rows" if request.prompt_rows is not None else "text"
-        raise RequestError(f"{field}: the prompt is {len(rows)} rows, over the card's max_prompt_rows ({limits.max_prompt_rows})")
+        field = _longest_field(request, tokenizer)
+        raise RequestError(f"{field}: the prompt is {len(rows)} rows, over the card's max_prompt_rows "
+                           f"({limits.max_prompt_rows})")
     max_frames = request.max_frames if request.max_frames is not None else limits.max_frames
     if max_frames > limits.max_frames:
         raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})")

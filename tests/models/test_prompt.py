@@ -56,7 +56,7 @@ def test_bad_prompt_fields_are_named(tiny_model):
         build_prompt(ByteTokenizer(), cfg, "   ")
     with pytest.raises(PromptError, match=r"reference_codes\[0\]: expected shape"):
         build_prompt(ByteTokenizer(), cfg, "x", reference_codes=torch.zeros(4, 11, dtype=torch.long))
-    with pytest.raises(PromptError, match=r"reference_codes\[1\]: codes must lie"):
+    with pytest.raises(PromptError, match=r"reference_codes\[1\]: row 0: codes must lie"):
         build_prompt(ByteTokenizer(), cfg, "x", reference_codes=[torch.zeros(1, 12, dtype=torch.long),
                                                                  torch.full((1, 12), 1024)])
     with pytest.raises(PromptError, match="tokens"):

@@ -35,8 +35,10 @@ def _reference_rows(cfg: MossTTSLocalConfig, codes: Tensor, index: int) -> Tenso
         raise PromptError(f"{name}: expected shape [N >= 1, {cfg.n_vq}], got {list(codes.shape)}")
     if codes.dtype.is_floating_point or codes.dtype == torch.bool:
         raise PromptError(f"{name}: expected integer codes, got {codes.dtype}")
-    if bool((codes < 0).any()) or bool((codes >= cfg.codebook_size).any()):
-        raise PromptError(f"{name}: codes must lie in [0, {cfg.codebook_size})")
+    bad = ((codes < 0) | (codes >= cfg.codebook_size)).any(dim=1)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise PromptError(f"{name}: row {row}: codes must lie in [0, {cfg.codebook_size}), got {codes[row].tolist()}")
     n = codes.shape[0]
     rows = torch.full((n + 2, cfg.row_width), cfg.audio_pad_code, dtype=torch.long)
     rows[0, 0] = cfg.ids.audio_start
@@ -108,9 +110,13 @@ def check_rows(cfg: MossTTSLocalConfig, rows: Tensor, field: str = "prompt_rows"
     if rows.dtype.is_floating_point or rows.dtype == torch.bool:
         raise PromptError(f"{field}: expected integer ids, got {rows.dtype}")
     ch0, codes = rows[:, 0], rows[:, 1:]
-    if bool((ch0 < 0).any()) or bool((ch0 >= cfg.backbone.vocab_size).any()):
-        raise PromptError(f"{field}: channel-0 ids must lie in [0, {cfg.backbone.vocab_size})")
-    in_book = (codes >= 0) & (codes < cfg.codebook_size)
-    if not bool((in_book | (codes == cfg.audio_pad_code)).all()):
-        raise PromptError(f"{field}: codes must lie in [0, {cfg.codebook_size}) or be the pad code {cfg.audio_pad_code}")
+    bad_id = (ch0 < 0) | (ch0 >= cfg.backbone.vocab_size)
+    if bool(bad_id.any()):
+        row = int(bad_id.nonzero()[0, 0])
+        raise PromptError(f"{field}: row {row}: channel-0 id {int(ch0[row])} outside [0, {cfg.backbone.vocab_size})")
+    bad_code = ~((codes >= 0) & (codes < cfg.codebook_size) | (codes == cfg.audio_pad_code)).all(dim=1)
+    if bool(bad_code.any()):
+        row = int(bad_code.nonzero()[0, 0])
+        raise PromptError(f"{field}: row {row}: codes must lie in [0, {cfg.codebook_size}) or be the pad code "
+                          f"{cfg.audio_pad_code}, got {codes[row].tolist()}")
     return rows.long()

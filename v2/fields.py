@@ -1,0 +1,165 @@
+"""Strict conversion of request values: one converter for every integer array field, and strict scalars.
+
+Owns: turning a list / numpy array / tensor into a fresh int64 CPU tensor (a copy: nothing the caller holds
+is ever read again) or refusing it with a `FieldError` that names the field and, where it can, the row; the
+scalar rules (a bool is not a number, a numeric string is not a number, bytes are not text, text must be
+encodable) as pydantic-ready annotated types; the accepted sampling ranges.
+Must not know: the model, cards, the engine.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Annotated, Any
+
+import numpy as np
+import torch
+from pydantic import BeforeValidator
+
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+# Sampling values a request or a card may set (the reference demo's ranges; temperature 0 means greedy).
+# Below 0.1 a temperature scales logits by > 10 and float32 can no longer tell the sampler's logits from
+# the teacher-forced recompute's; penalties outside [0.8, 2] overflow the same way (1e-40 gave NaN).
+TEMPERATURE_MIN, TEMPERATURE_MAX = 0.1, 3.0
+PENALTY_MIN, PENALTY_MAX = 0.8, 2.0
+TOP_K_MAX = 2**31 - 1  # the kernels hold top-k in 32 bits; any k above the codebook keeps everything
+
+
+class FieldError(ValueError):
+    """A value cannot be used; the message starts with the field's name."""
+
+
+_INT_TORCH = {torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
+              torch.uint64}
+
+
+def int_tensor(value: Any, field: str) -> torch.Tensor:
+    """A new int64 CPU tensor holding `value`'s integers (every integer dtype whose values fit int64);
+    refuses floats, bools, complex, object arrays, sparse or meta tensors, ragged lists and non-integer
+    elements with the field (and row) named."""
+    if isinstance(value, torch.Tensor):
+        return _from_tensor(value, field)
+    if isinstance(value, np.ndarray):
+        return _from_numpy(value, field)
+    if isinstance(value, (list, tuple)):
+        flat: list[int] = []
+        shape = _walk(value, field, flat, 0)
+        return torch.tensor(flat, dtype=torch.int64).reshape(shape)
+    raise FieldError(f"{field}: expected a list, numpy array or tensor of integers, got {type(value).__name__}")
+
+
+def _from_tensor(t: torch.Tensor, field: str) -> torch.Tensor:
+    if t.layout is not torch.strided:
+        raise FieldError(f"{field}: sparse tensors are not accepted; give a dense integer tensor")
+    if t.is_meta:
+        raise FieldError(f"{field}: a meta tensor holds no values")
+    if t.dtype not in _INT_TORCH:
+        raise FieldError(f"{field}: expected an integer dtype, got {t.dtype}")
+    if t.dtype == torch.uint64 and t.numel() and int(t.max()) > INT64_MAX:  # read before any narrowing
+        raise FieldError(f"{field}: values must fit in int64 (the largest is {int(t.max())})")
+    return t.detach().to(device="cpu", dtype=torch.int64, copy=True).contiguous()
+
+
+def _from_numpy(a: np.ndarray, field: str) -> torch.Tensor:
+    if a.dtype.kind not in "iu":
+        kind = {"b": "bool", "f": "floating", "c": "complex", "O": "object"}.get(a.dtype.kind, str(a.dtype))
+        raise FieldError(f"{field}: expected an integer dtype, got {kind} ({a.dtype})")
+    if a.dtype.kind == "u" and a.dtype.itemsize == 8 and a.size and int(a.max()) > INT64_MAX:
+        raise FieldError(f"{field}: values must fit in int64 (the largest is {int(a.max())})")
+    return torch.from_numpy(np.array(a, dtype=np.int64, order="C", copy=True))  # widened copy, any strides
+
+
+def _walk(value: Any, where: str, flat: list[int], depth: int) -> tuple[int, ...]:
+    """Append the integers of a nested list to `flat`; the nesting's shape (refusing ragged nesting)."""
+    if depth > 8:
+        raise FieldError(f"{where}: nested too deep")
+    if not value:
+        return (0,)
+    inner: tuple[int, ...] | None = None
+    for i, item in enumerate(value):
+        at = f"{where}[{i}]"
+        if isinstance(item, (list, tuple)):
+            shape = _walk(item, at, flat, depth + 1)
+        elif isinstance(item, (np.ndarray, torch.Tensor)) and item.ndim > 0:
+            converted = int_tensor(item, at)
+            flat.extend(converted.reshape(-1).tolist())
+            shape = tuple(converted.shape)
+        else:
+            flat.append(_int_item(item, at))
+            shape = ()
+        if inner is None:
+            inner = shape
+        elif shape != inner:
+            raise FieldError(f"{where}: ragged nesting ({at} has shape {list(shape)}, the first has {list(inner)})")
+    assert inner is not None
+    return (len(value), *inner)
+
+
+def _int_item(item: Any, where: str) -> int:
+    if isinstance(item, (bool, np.bool_)):
+        raise FieldError(f"{where}: expected an integer, got a bool")
+    if isinstance(item, np.ndarray) and item.ndim == 0:
+        item = item[()]
+    if isinstance(item, torch.Tensor) and item.ndim == 0 and item.dtype in _INT_TORCH:
+        item = int(item)
+    elif isinstance(item, np.generic) and item.dtype.kind in "iu":
+        item = int(item)
+    if not isinstance(item, int):
+        raise FieldError(f"{where}: expected an integer, got {type(item).__name__}")
+    if not INT64_MIN <= item <= INT64_MAX:
+        raise FieldError(f"{where}: {item} does not fit in int64")
+    return item
+
+
+# ----- scalars ---------------------------------------------------------------------------------------
+def _strict_int(v: Any) -> Any:
+    if isinstance(v, (bool, np.bool_)):
+        raise ValueError("expected an integer, got a bool")
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    raise ValueError(f"expected an integer, got {type(v).__name__}")
+
+
+def _strict_float(v: Any) -> Any:
+    if isinstance(v, (bool, np.bool_)):
+        raise ValueError("expected a number, got a bool")
+    if isinstance(v, numbers.Real):
+        return float(v)
+    raise ValueError(f"expected a number, got {type(v).__name__}")
+
+
+def _strict_bool(v: Any) -> Any:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise ValueError(f"expected true or false, got {type(v).__name__}")
+
+
+def _strict_text(v: Any) -> Any:
+    if not isinstance(v, str):
+        raise ValueError(f"expected text (str), got {type(v).__name__}")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"character {e.start} cannot be encoded as UTF-8 (a lone surrogate?)") from None
+    return v
+
+
+StrictInt = Annotated[int, BeforeValidator(_strict_int)]
+StrictFloat = Annotated[float, BeforeValidator(_strict_float)]
+StrictBool = Annotated[bool, BeforeValidator(_strict_bool)]
+StrictText = Annotated[str, BeforeValidator(_strict_text)]
+
+
+def check_temperature(v: float | None) -> float | None:
+    """0 (greedy) or a value in [TEMPERATURE_MIN, TEMPERATURE_MAX]."""
+    if v is not None and v != 0 and not TEMPERATURE_MIN <= v <= TEMPERATURE_MAX:
+        raise ValueError(f"must be 0 (greedy) or lie in [{TEMPERATURE_MIN}, {TEMPERATURE_MAX}], got {v!r}")
+    return v
+
+
+def check_penalty(v: float | None) -> float | None:
+    if v is not None and not PENALTY_MIN <= v <= PENALTY_MAX:
+        raise ValueError(f"must lie in [{PENALTY_MIN}, {PENALTY_MAX}] (1 = off), got {v!r}")
+    return v
