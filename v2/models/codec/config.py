@@ -1,6 +1,7 @@
-"""The codec decoder's config, read from a MOSS-Audio-Tokenizer `config.json`.
+"""The codec's config, read from a MOSS-Audio-Tokenizer `config.json`.
 
 Owns: the quantizer sizes, the ordered decoder module list (transformer stages and patch up-samplers),
+the ordered encoder module list when the config has one (patch down-samplers and transformer stages),
 each stage's token rate and causal window (`round(rate * context_duration)`), and the consistency
 checks between them (dims chain, hop = product of patches / channels). Errors name the field.
 Must not know: weights, devices, streaming state, the runtime.
@@ -42,7 +43,7 @@ class StageConfig:
     ffn_dim: int
     window: int         # a query at p sees keys p - window + 1 .. p
     max_period: float
-    upsample: int       # tokens per codec frame at this stage
+    upsample: int       # tokens per codec frame at this stage (decoder or encoder)
 
     @property
     def head_dim(self) -> int:
@@ -51,7 +52,8 @@ class StageConfig:
 
 @dataclass(frozen=True)
 class PatchConfig:
-    """A patch up-sampler (release `module_type` "PatchedPretransform"): [C, L] -> [C / patch, L * patch]."""
+    """A release `module_type` "PatchedPretransform": in the decoder an up-sampler [C, L] -> [C / patch, L * patch],
+    in the encoder a down-sampler [C, L * patch] -> [C * patch, L]."""
 
     index: int
     patch: int
@@ -68,6 +70,12 @@ class CodecConfig:
     sampling_rate: int
     channels: int
     hop: int            # samples per channel per frame (`downsample_rate`)
+    encoder_modules: tuple[StageConfig | PatchConfig, ...] = ()  # empty: the config has no `encoder_kwargs`
+    encoder_dim: int = 0  # quantizer input_dim: the last encoder module's output width
+
+    @property
+    def encoder_stages(self) -> tuple[StageConfig, ...]:
+        return tuple(m for m in self.encoder_modules if isinstance(m, StageConfig))
 
     @property
     def stages(self) -> tuple[StageConfig, ...]:
@@ -114,16 +122,52 @@ class CodecConfig:
         if dim != 1 or upsample != hop * channels:
             raise ConfigError(f"codec config.json: decoder_kwargs end with {dim} channel(s) at {upsample} samples per "
                               f"frame; expected 1 channel at downsample_rate x number_channels = {hop * channels}")
+        encoder_modules: tuple[StageConfig | PatchConfig, ...] = ()
+        encoder_dim = 0
+        if "encoder_kwargs" in d:
+            encoder_dim = _pos_int(q, "input_dim", w)
+            encoder_modules = _encoder_modules(d["encoder_kwargs"], hop * channels, encoder_dim, frame_rate, top_context)
         return cls(codebook_size=_pos_int(q, "codebook_size", w), codebook_dim=_pos_int(q, "codebook_dim", w),
                    rvq_dim=_pos_int(q, "rvq_dim", w), latent_dim=_pos_int(q, "output_dim", w),
                    num_quantizers=num_quantizers, modules=tuple(modules), sampling_rate=sampling_rate,
-                   channels=channels, hop=hop)
+                   channels=channels, hop=hop, encoder_modules=encoder_modules, encoder_dim=encoder_dim)
+
+
+def _encoder_modules(kwargs: Any, samples_per_frame: int, encoder_dim: int, frame_rate: float,
+                     top_context: Any) -> tuple[StageConfig | PatchConfig, ...]:
+    """`encoder_kwargs` in order: the interleaved signal (1 channel, `samples_per_frame` samples a frame) is
+    folded by each patch (channels x patch, tokens / patch) and reshaped by each stage, ending at one token per
+    frame of `encoder_dim` channels."""
+    if not isinstance(kwargs, list) or not kwargs:
+        raise ConfigError("codec config.json: 'encoder_kwargs' must be a non-empty list")
+    modules: list[StageConfig | PatchConfig] = []
+    tokens, dim = samples_per_frame, 1  # tokens per frame, channels
+    for i, m in enumerate(kwargs):
+        where = f"encoder_kwargs[{i}]."
+        kind = _req(m, "module_type", where)
+        if kind == "PatchedPretransform":
+            patch = _pos_int(m, "patch_size", where)
+            if tokens % patch:
+                raise ConfigError(f"codec config.json: '{where}patch_size' ({patch}) does not divide the {tokens} "
+                                  f"tokens per frame at this module")
+            modules.append(PatchConfig(i, patch))
+            tokens, dim = tokens // patch, dim * patch
+        elif kind == "Transformer":
+            stage = _stage(m, i, where, dim, tokens, frame_rate, top_context)
+            modules.append(stage)
+            dim = stage.output_dim
+        else:
+            raise ConfigError(f"codec config.json: '{where}module_type' {kind!r} is not Transformer or PatchedPretransform")
+    if dim != encoder_dim or tokens != 1:
+        raise ConfigError(f"codec config.json: encoder_kwargs end with {dim} channel(s) at {tokens} tokens per frame; "
+                          f"expected quantizer_kwargs.input_dim = {encoder_dim} channels at 1 token per frame")
+    return tuple(modules)
 
 
 def _stage(m: Mapping[str, Any], i: int, where: str, dim: int, upsample: int, frame_rate: float,
            top_context: Any) -> StageConfig:
     if not m.get("causal", True):
-        raise ConfigError(f"codec config.json: '{where}causal' must be true for a streaming decoder")
+        raise ConfigError(f"codec config.json: '{where}causal' must be true (streaming and batching rely on it)")
     if m.get("positional_embedding", "rope") != "rope" or m.get("norm", "layer_norm") != "layer_norm":
         raise ConfigError(f"codec config.json: '{where}' needs positional_embedding 'rope' and norm 'layer_norm'")
     if m.get("gating", "none") != "none":

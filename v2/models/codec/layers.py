@@ -3,7 +3,7 @@
 Owns: `StableLinear` (a Linear whose per-row result does not depend on how many rows it is given),
 causal local-window attention over an explicit per-query key window, the transformer layer and stage
 (release names: `input_proj`, `transformer.layers.{j}.{norm1, self_attn, layer_scale_1, norm2, ffn,
-layer_scale_2}`, `output_proj`), and the decode-direction patch up-sampler.
+layer_scale_2}`, `output_proj`), and the patch up-sampler (decoder) and down-sampler (encoder).
 
 Why: on a CPU a chunk of n frames must produce exactly the samples the whole utterance produces. Every
 op here is per position, with the same reduction order whatever the chunk: linears pad small row
@@ -196,3 +196,19 @@ class PatchUpsample(nn.Module):
         b, length, c = x.shape
         # [B, L, C/p, p] -> [B, L, p, C/p] -> [B, L * p, C/p]
         return x.view(b, length, c // self.patch, self.patch).transpose(2, 3).reshape(b, length * self.patch, c // self.patch)
+
+
+class PatchDownsample(nn.Module):
+    """Encode-direction PatchedPretransform in time-major layout: [B, L * patch, C] -> [B, L, C * patch].
+
+    Step t * patch + j of channel c becomes channel c * patch + j of step t (the inverse of `PatchUpsample`).
+    """
+
+    def __init__(self, patch: int) -> None:
+        super().__init__()
+        self.patch = patch
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, n, c = x.shape
+        # [B, L, p, C] -> [B, L, C, p] -> [B, L, C * p]
+        return x.view(b, n // self.patch, self.patch, c).transpose(2, 3).reshape(b, n // self.patch, c * self.patch)
