@@ -58,6 +58,8 @@ def _from_samples(samples: Any) -> np.ndarray:
         array = np.asarray(samples)
     except (TypeError, ValueError, RuntimeError) as e:
         raise AudioError(f"samples are not an array of numbers ({e})") from None
+    if array.size == 0:
+        raise AudioError("has no samples")
     if array.dtype == np.int16 or array.dtype == np.int32:
         array = array.astype(np.float64) / float(2 ** (8 * array.dtype.itemsize - 1))
     elif array.dtype.kind != "f":
@@ -72,9 +74,8 @@ def _from_samples(samples: Any) -> np.ndarray:
             array = array.T  # [n, channels] -> [channels, n]
     else:
         raise AudioError(f"samples must be shaped [n], [n, channels] or [channels, n], got {list(array.shape)}")
-    if array.shape[0] == 0:
-        raise AudioError("has no channels")
-    return array.astype(np.float32)
+    with np.errstate(over="ignore"):  # values beyond float32 become inf, refused as such
+        return array.astype(np.float32)
 
 
 def _open(source: Any) -> tuple[Any, str]:
@@ -128,9 +129,10 @@ def read_audio(source: AudioSource, *, min_seconds: float = 0.0,
     else:
         raise AudioError(f"expected a path, the bytes of an audio file, or (samples, sample_rate); got "
                          f"{type(source).__name__}")
-    _check_duration(samples.shape[1], rate, min_seconds, max_seconds)
+    _check_duration(samples.shape[1], rate, 0.0, max_seconds)
     if not np.isfinite(samples).all():
         raise AudioError("contains NaN or infinite samples")
+    _check_duration(samples.shape[1], rate, min_seconds, max_seconds)
     return samples, rate
 
 
