@@ -46,7 +46,8 @@ class Runtime:
         self.pools = {"kv": SlotPool("kv", ar.max_running), "codec": SlotPool("codec", voc.max_streams)}
         self._buckets = {WorkUnitKind.AR_FRAME: ar.batch_buckets, WorkUnitKind.AUDIO_CHUNK: voc.batch_buckets}
         self._cond = threading.Condition()
-        self._dispatcher = Dispatcher()
+        self._results = Dispatcher("v2-results")     # publishes results: runs no user code
+        self._callbacks = Dispatcher("v2-callbacks")  # runs done callbacks: user code
         self._waiting: deque[RequestRecord] = deque()
         self._running: dict[int, RequestRecord] = {}
         self._cancels: set[int] = set()
@@ -102,7 +103,7 @@ class Runtime:
             group = Group([]) if share_prompt else None
             for i, (req, rows, sampling, max_frames) in enumerate(prepared):
                 rid = next(self._ids)
-                handle = SpeechHandle(rid, self._request_cancel, self._dispatcher, limits.max_buffered_chunks)
+                handle = SpeechHandle(rid, self._request_cancel, self._callbacks, limits.max_buffered_chunks)
                 record = RequestRecord(rid, handle, req, rows, sampling, max_frames, time.perf_counter(), group=group,
                                   group_id=group_id, sample_id=i)
                 if group is not None:
@@ -128,14 +129,19 @@ class Runtime:
         """Copy new weights into the model in place (names as in the model or the release checkpoint).
 
         mode "wait": requests in flight finish on the old weights first; "abort": they end with "abort".
-        Requests waiting for admission start on the new weights. Returns once applied.
+        Requests waiting for admission start on the new weights. Returns once applied. All or nothing: every
+        name, shape and value (finite, floating; cast to the parameter's dtype) is checked first, and a failure
+        part-way restores what was written. `version`: an int above the current one. On `timeout` the
+        update is withdrawn (TimeoutError) and never applied later.
         """
+        self._gate.check(version, mode)
         self._gate.request(updates.from_tensors(self.model, named_tensors), version, mode, timeout,
                            closed=lambda: self._closed)
 
     def update_weights_from_disk(self, path: str, version: int, *, mode: str = "wait",
                                  timeout: float | None = None) -> None:
         """`update_weights` from a safetensors checkpoint directory, read one tensor at a time."""
+        self._gate.check(version, mode)
         self._gate.request(updates.from_disk(self.model, path), version, mode, timeout, closed=lambda: self._closed)
 
     def stats(self) -> dict[str, Any]:
@@ -149,12 +155,19 @@ class Runtime:
                     "weight_version": self._gate.version}
 
     def close(self, *, drain: bool = False, timeout: float | None = None) -> None:
-        """Stop taking requests; finish the ones in flight (`drain`) or abort them; free everything."""
+        """Stop taking requests; finish the ones in flight (`drain`) or abort them; free everything.
+
+        Waits up to `timeout` for that; past it, the engine goes on ending every request in the background
+        and every handle still gets its result. Callable from any thread, callbacks included."""
         with self._cond:
             self._closed, self._drain = True, drain
             self._cond.notify_all()
-        self._thread.join(timeout)
-        self._dispatcher.close(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        left = lambda: None if deadline is None else max(0.0, deadline - time.monotonic())  # noqa: E731
+        if threading.current_thread() is not self._thread:
+            self._thread.join(left())
+        self._results.join(left())
+        self._callbacks.join(left())
 
     def __enter__(self) -> "Runtime":
         return self
@@ -182,8 +195,20 @@ class Runtime:
                     self._cancels.update(r.id for r in (*self._waiting, *self._running.values()))
                 idle = not (self._waiting or self._running or self._cancels or self._gate.pending)
             if self._closed and idle:
-                return
-            self._step()
+                break
+            try:
+                self._step()
+            except Exception as e:  # a fault in the engine's own code: end what is in flight, keep serving
+                self._fail_everything(f"engine step failed: {type(e).__name__}: {e}")
+        self._results.post(self._callbacks.stop)  # after the last result: its done callbacks, then the end
+        self._results.stop()
+
+    def _fail_everything(self, message: str) -> None:
+        with self._cond:
+            waiting, self._waiting = list(self._waiting), deque()
+        for req in (*waiting, *list(self._running.values())):
+            req.error = message
+            self._finish(req, FinishReason.ERROR)
 
     def _step(self) -> None:
         self._apply_cancels()
@@ -381,8 +406,12 @@ class Runtime:
             self._running.pop(req.id, None)
         for pool in list(req.slots):
             self._release(req, pool)
-        ar = self.ar_loop.finalize(req.ar) if req.ar else None
-        voc = self.voc_loop.finalize(req.voc) if req.voc else None
+        try:
+            ar = self.ar_loop.finalize(req.ar) if req.ar else None
+            voc = self.voc_loop.finalize(req.voc) if req.voc else None
+        except Exception as e:  # the request still ends, as an error
+            ar = voc = None
+            req.error, reason = f"finalize failed: {type(e).__name__}: {e}", FinishReason.ERROR
         now = time.perf_counter()
-        self._dispatcher.post(lambda: publish(req, ar, voc, reason, now, channels=self.codec.cfg.channels,
+        self._results.post(lambda: publish(req, ar, voc, reason, now, channels=self.codec.cfg.channels,
                                               sample_rate=self.codec.sample_rate))

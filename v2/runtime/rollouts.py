@@ -54,6 +54,9 @@ def _request(prompt: Any) -> dict[str, Any]:
 
 def start_rollout(runtime: Any, prompts: list[Any], *, n: int, seed: int, decode_audio: bool = False,
                   max_frames: int | None = None, min_frames: int = 0, **sampling: Any) -> RolloutBatch:
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)):
+        raise TypeError(f"prompts: expected a list of prompts, got {type(prompts).__name__} "
+                        "(wrap a single text in a list: [text])")
     unknown = set(sampling) - set(_SAMPLING_KEYS)
     if unknown:
         raise TypeError(f"rollout: unknown option(s) {sorted(unknown)}; sampling options are {list(_SAMPLING_KEYS)}")

@@ -4,8 +4,10 @@ Owns: the per-request chunk log (every chunk kept, so an iterator or subscriber 
 sees all of them from the first), sync and async iteration, subscriber callbacks (each on its own thread,
 never the engine's: a slow subscriber stalls neither the engine nor other subscribers; each may fall at
 most `max_behind` chunks behind, past that `deliver` reports the overflow and the runtime aborts the
-request), done callbacks (on the runtime's shared `Dispatcher` thread: keep them quick), exceptions in
-callbacks recorded, never raised, `result(timeout)`, `cancel()`.
+request), done callbacks (on the runtime's shared callback `Dispatcher`: a slow one delays only other done
+callbacks; results are published on a thread no user code runs on, so `result()` never waits for a
+callback), anything a callback raises (`BaseException` included) recorded, never raised, `result(timeout)`,
+`cancel()`; async iteration that cancels the request when its consumer goes away.
 Thread-safe: the engine thread delivers, any thread or event loop consumes.
 Must not know: models, slots, scheduling.
 """
@@ -53,11 +55,13 @@ _END = object()
 
 
 class Dispatcher:
-    """One thread that runs callbacks in the order they were posted."""
+    """One thread that runs functions in the order they were posted. Whatever a function raises, any
+    `BaseException` included, is recorded in `errors` and the thread goes on with the next."""
 
     def __init__(self, name: str = "v2-callbacks") -> None:
         self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.errors: list[str] = []
         self._thread.start()
 
     def post(self, fn: Callable[[], None]) -> None:
@@ -67,14 +71,17 @@ class Dispatcher:
         """Run what is posted, then end the thread (without waiting for it)."""
         self._queue.put(None)
 
-    def close(self, timeout: float | None = None) -> None:
-        """Run what is posted, then stop, and wait for that."""
-        self.stop()
-        self._thread.join(timeout)
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the thread to end (returns at once when called from the thread itself)."""
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
 
     def _run(self) -> None:
         while (fn := self._queue.get()) is not None:
-            fn()
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - user code may raise SystemExit or KeyboardInterrupt
+                self.errors.append(f"{type(e).__name__}: {e}")
 
 
 class _Subscriber:
@@ -158,20 +165,41 @@ class SpeechHandle:
                 return
 
     async def __aiter__(self) -> AsyncIterator[AudioChunk]:
+        """Chunks on the event loop. If the consuming task is cancelled or the iterator is closed before
+        the last chunk, the request is cancelled (its slots are freed at the next step)."""
         loop = asyncio.get_running_loop()
         queue_: asyncio.Queue[Any] = asyncio.Queue()
+
+        def put(item: Any) -> None:  # any thread; a closed loop has nobody left to read
+            try:
+                loop.call_soon_threadsafe(queue_.put_nowait, item)
+            except RuntimeError:
+                pass
+
+        sub = _Subscriber(put, False, lambda: put(_END))  # the loop's queue takes chunks at once: no lag limit
         with self._cond:
             backlog = list(self._chunks)
             finished = self._result is not None
-            if not finished:  # the event loop's queue takes chunks at once: no lag limit
-                self._subscribers.append(_Subscriber(lambda c: loop.call_soon_threadsafe(queue_.put_nowait, c), False,
-                                                     lambda: loop.call_soon_threadsafe(queue_.put_nowait, _END)))
-        for chunk in backlog:
-            yield chunk
-        if finished:
-            return
-        while (item := await queue_.get()) is not _END:
-            yield item
+            if not finished:
+                self._subscribers.append(sub)
+        complete = False
+        try:
+            for chunk in backlog:
+                yield chunk
+            if not finished:
+                while (item := await queue_.get()) is not _END:
+                    yield item
+            complete = True
+        finally:
+            if not complete:
+                self._detach(sub)
+                self.cancel()
+
+    def _detach(self, sub: _Subscriber) -> None:
+        with self._cond:
+            if sub in self._subscribers:
+                self._subscribers.remove(sub)
+                sub.end()
 
     # ----- engine side -----------------------------------------------------------------------------
     def deliver(self, chunks: list[AudioChunk]) -> bool:
@@ -210,5 +238,5 @@ class SpeechHandle:
     def _call(self, callback: Callable[..., None], arg: Any) -> None:
         try:
             callback(arg)
-        except Exception as e:  # a callback's bug must not reach the runtime
+        except BaseException as e:  # noqa: BLE001 - a callback's bug (SystemExit included) reaches nobody else
             self.callback_errors.append(f"{type(e).__name__}: {e}")

@@ -1,19 +1,24 @@
 """Weight updates: checking named tensors against the model before anything is touched, then copying in place.
 
 Owns: `UpdateGate` (one update at a time: asked for from any thread, applied by the engine thread once
-nothing runs), the name mapping (model parameter names or the release's key names, parts of fused parameters
-included; tied aliases are skipped, their target is what counts), one error listing unknown and mis-shaped names, and the in-place copies (the
-parameters keep their storage, so captured graphs stay valid).
+nothing runs; an update whose caller timed out is withdrawn, never applied later; versions are ints and
+strictly increase), the name mapping (model parameter names or the release's key names, parts of fused
+parameters included; tied aliases are skipped, their target is what counts), one error listing unknown and
+mis-shaped names, the value checks (a real, dense, finite tensor of a floating dtype; numpy arrays
+converted), and the all-or-nothing in-place copies (the parameters keep their storage, so captured graphs
+stay valid; what was overwritten is restored if any later tensor fails).
 Must not know: the engine, requests.
 """
 
 from __future__ import annotations
 
+import numbers
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -22,7 +27,37 @@ from v2.models.weights import open_weights, read_tensor, stored_by_file, stored_
 
 
 class WeightUpdateError(ValueError):
-    """The update names unknown parameters or wrong shapes; nothing was changed."""
+    """The update is refused (unknown names, wrong shapes, bad values or version); nothing was changed."""
+
+
+# Any floating dtype is cast to the parameter's dtype on copy (bf16 <-> fp32 and fp16 included);
+# integer, bool and complex tensors are refused rather than silently cast.
+FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_value(name: str, value: object) -> Tensor:
+    """`value` as a tensor fit to copy into a parameter, or a WeightUpdateError naming `name`."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind != "f":
+            raise WeightUpdateError(f"{name}: expected a floating array, got numpy {value.dtype}")
+        value = torch.from_numpy(np.ascontiguousarray(value))
+    if not isinstance(value, Tensor):
+        raise WeightUpdateError(f"{name}: expected a tensor, got {type(value).__name__}")
+    if value.is_meta or value.layout is not torch.strided:
+        raise WeightUpdateError(f"{name}: a meta or sparse tensor holds no dense values")
+    if value.dtype not in FLOATING:
+        raise WeightUpdateError(f"{name}: expected a floating dtype ({', '.join(map(str, FLOATING))}), got {value.dtype}")
+    if not bool(torch.isfinite(value).all()):
+        raise WeightUpdateError(f"{name}: holds NaN or infinite values")
+    return value
+
+
+def check_version(version: object, current: int) -> int:
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral):
+        raise WeightUpdateError(f"version: expected an int, got {type(version).__name__}")
+    if int(version) <= current:
+        raise WeightUpdateError(f"version: must be greater than the current version {current}, got {version}")
+    return int(version)
 
 
 def check_names(model: nn.Module, shapes: dict[str, tuple[int, ...]]) -> dict[str, Part]:
@@ -33,6 +68,8 @@ def check_names(model: nn.Module, shapes: dict[str, tuple[int, ...]]) -> dict[st
         layout.setdefault(name, Part(name, 0, tuple(p.shape)))
     mapping, unknown, misshaped = {}, [], []
     for name, shape in shapes.items():
+        if not isinstance(name, str):
+            raise WeightUpdateError(f"weight update refused: names must be str, got {type(name).__name__}")
         target = canonical_name(name)
         if target not in layout:
             if tied_target(target) in layout:
@@ -49,43 +86,62 @@ def check_names(model: nn.Module, shapes: dict[str, tuple[int, ...]]) -> dict[st
     return mapping
 
 
-def from_tensors(model: nn.Module, named: dict[str, Tensor]) -> Callable[[], Iterator[tuple[Part, Tensor]]]:
-    """Check named tensors now; return what yields (where, tensor) when the update is applied."""
-    mapping = check_names(model, {k: tuple(v.shape) for k, v in named.items()})
-    return lambda: ((mapping[k], named[k]) for k in mapping)
+Named = tuple[str, Part, Tensor]  # (given name, where it goes, value)
 
 
-def from_disk(model: nn.Module, path: str | Path) -> Callable[[], Iterator[tuple[Part, Tensor]]]:
-    """Check a safetensors checkpoint's headers now; tensors are read one at a time when applied."""
+def from_tensors(model: nn.Module, named: dict[str, Tensor]) -> Callable[[], Iterator[Named]]:
+    """Check every name, shape and value now (the caller's thread); return what yields them when applied."""
+    if not isinstance(named, dict):
+        raise WeightUpdateError(f"named_tensors: expected a dict of name -> tensor, got {type(named).__name__}")
+    values = {k: check_value(str(k), v) for k, v in named.items()}
+    mapping = check_names(model, {k: tuple(v.shape) for k, v in values.items()})
+    return lambda: ((k, mapping[k], values[k]) for k in mapping)
+
+
+def from_disk(model: nn.Module, path: str | Path) -> Callable[[], Iterator[Named]]:
+    """Check a safetensors checkpoint's headers now; tensors are read (and their values checked) one at a
+    time when applied."""
     files = weight_files(Path(path))
     mapping = check_names(model, stored_shapes(files))
 
-    def tensors() -> Iterator[tuple[Part, Tensor]]:
+    def tensors() -> Iterator[Named]:
         for file, keys in stored_by_file(files):
             with open_weights(file) as f:
                 for key in keys:
                     if key in mapping:
-                        yield mapping[key], read_tensor(f, key, file)
+                        yield key, mapping[key], read_tensor(f, key, file)
     return tensors
 
 
+def _copy(rows: Tensor, value: Tensor) -> None:
+    rows.copy_(value.to(device=rows.device, dtype=rows.dtype))
+
+
 @torch.no_grad()
-def apply(model: nn.Module, tensors: Iterable[tuple[Part, Tensor]]) -> int:
-    """Copy each tensor into its parameter (rows) in place; returns how many were copied."""
+def apply(model: nn.Module, tensors: Iterable[Named]) -> int:
+    """Copy each tensor into its parameter (rows) in place; returns how many were copied. All or nothing:
+    if a value is bad or a copy fails, every row already written gets its old values back, and it raises."""
     params = dict(model.named_parameters())
-    count = 0
-    for part, value in tensors:
-        rows = params[part.param][part.start : part.start + part.shape[0]]
-        rows.copy_(value.to(device=rows.device, dtype=rows.dtype))
-        count += 1
-    return count
+    saved: list[tuple[Tensor, Tensor]] = []  # (rows, their values before), on the parameter's device
+    try:
+        for name, part, value in tensors:
+            value = check_value(name, value)
+            rows = params[part.param][part.start : part.start + part.shape[0]]
+            saved.append((rows, rows.clone()))
+            _copy(rows, value)
+    except BaseException:
+        for rows, before in reversed(saved):
+            rows.copy_(before)
+        raise
+    return len(saved)
 
 
 @dataclass
 class PendingUpdate:
-    tensors: Callable[[], Iterator[tuple[Part, Tensor]]]
+    tensors: Callable[[], Iterator[Named]]
     version: int
     abort: bool
+    applying: bool = False  # set under the lock once the engine starts copying: it can no longer be withdrawn
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -98,34 +154,52 @@ class UpdateGate:
         self.pending: PendingUpdate | None = None
         self.version = 0
 
-    def request(self, tensors: Callable[[], Iterator[tuple[Part, Tensor]]], version: int, mode: str,
-                timeout: float | None, *, closed: Callable[[], bool]) -> None:
-        """Queue an update and wait until the engine has applied it (caller's thread)."""
+    def check(self, version: object, mode: str) -> int:
+        """The cheap checks, before any tensor is looked at."""
         if mode not in ("wait", "abort"):
             raise ValueError(f"mode: must be 'wait' or 'abort', got {mode!r}")
-        update = PendingUpdate(tensors, version, mode == "abort")
+        return check_version(version, self.version)
+
+    def request(self, tensors: Callable[[], Iterator[Named]], version: int, mode: str,
+                timeout: float | None, *, closed: Callable[[], bool]) -> None:
+        """Queue an update and wait until the engine has applied it (caller's thread). On timeout the update
+        is withdrawn unless the engine is already copying it (then this waits for the outcome)."""
+        update = PendingUpdate(tensors, self.check(version, mode), mode == "abort")
         with self._cond:
             if closed():
                 raise RuntimeError("the runtime is closed")
             if self.pending is not None:
                 raise RuntimeError("a weight update is already in progress")
+            check_version(version, self.version)
             self.pending = update
             self._cond.notify_all()
         if not update.done.wait(timeout):
-            raise TimeoutError(f"weight update to version {version} not applied within {timeout} s")
+            with self._cond:
+                if not update.applying:
+                    self.pending = None
+                    self._cond.notify_all()
+                    raise TimeoutError(f"weight update to version {version} not applied within {timeout} s; "
+                                       "it was withdrawn and will not be applied")
+            update.done.wait()
         if update.error is not None:
             raise update.error
 
     def progress(self, model: nn.Module, running: dict[int, Any], abort: Callable[[Any], None]) -> None:
         """Engine thread, each step while an update is pending: in "abort" mode end what runs; once nothing
         runs, copy the tensors in place, bump the version, and release the caller."""
-        update = self.pending
-        assert update is not None
+        with self._cond:
+            update = self.pending
+        if update is None:  # withdrawn
+            return
         if update.abort:
             for req in list(running.values()):
                 abort(req)
         if running:
             return
+        with self._cond:
+            if self.pending is not update:
+                return
+            update.applying = True
         try:
             apply(model, update.tensors())
             self.version = update.version

@@ -1,0 +1,44 @@
+"""Every sampling setting a request may carry yields a valid distribution on both heads: finite logprobs
+<= 0, sampled tokens inside the processed support, and rollout == teacher-forced recompute within 1e-5."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from v2.fields import PENALTY_MAX, PENALTY_MIN, TEMPERATURE_MAX, TEMPERATURE_MIN, TOP_K_MAX
+from v2.rollout import logprobs
+from v2.runtime import Runtime
+
+# the accepted domain, edges first: hypothesis shrinks towards them and always tries some
+temperature = st.one_of(st.sampled_from([0.0, TEMPERATURE_MIN, TEMPERATURE_MAX, np.nextafter(TEMPERATURE_MIN, 1.0)]),
+                        st.floats(TEMPERATURE_MIN, TEMPERATURE_MAX))
+top_k = st.one_of(st.sampled_from([0, 1, 2, 25, TOP_K_MAX]), st.integers(0, 2000))
+top_p = st.one_of(st.sampled_from([1.0, 1e-30, 0.5]), st.floats(1e-30, 1.0, exclude_min=False))
+penalty = st.one_of(st.sampled_from([PENALTY_MIN, 1.0, PENALTY_MAX]), st.floats(PENALTY_MIN, PENALTY_MAX))
+head = st.fixed_dictionaries({"temperature": temperature, "top_k": top_k, "top_p": top_p})
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    rt = Runtime.from_card("moss_tts_local_tiny", device="cpu")
+    yield rt
+    rt.close()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(head, head, penalty, st.integers(0, 2**32))
+def test_the_whole_accepted_domain_gives_valid_exact_logprobs(runtime, stop, audio, rep, seed):
+    (t,) = runtime.rollout(["Every setting is a distribution."], n=1, seed=seed, max_frames=10, min_frames=1,
+                           stop=stop, audio=audio, repetition_penalty=rep).trajectories(120)
+    assert np.isfinite(t.logprobs).all() and (t.logprobs <= 0).all()
+    assert t.stop_logprob is None or (np.isfinite(t.stop_logprob) and t.stop_logprob <= 0)
+    with torch.no_grad():  # finite here = every sampled token has a finite processed logit: it is in the support
+        again = logprobs(runtime.model, torch.from_numpy(t.prompt_rows), torch.from_numpy(t.codes), t.sampling,
+                         min_frames=t.min_frames, final_stop=t.stop_logprob is not None)
+    f = len(t.codes)
+    torch.testing.assert_close(again[:f], torch.from_numpy(t.logprobs), atol=1e-5, rtol=0)
+    if t.stop_logprob is not None:
+        assert abs(float(again[f, 0]) - t.stop_logprob) < 1e-5
