@@ -1,4 +1,5 @@
-"""Command line: `python -m v2 synth "text" -o out.wav` speaks a text through the runtime.
+"""Command line: `python -m v2 synth "text" -o out.wav` speaks a text through the runtime;
+`python -m v2 serve` serves it over HTTP (v2/server).
 
 Owns: argument parsing, one runtime for the job, a progress bar on stderr fed by the stream's chunks,
 and writing the wav (16-bit PCM; with --stream, written chunk by chunk as the audio arrives).
@@ -20,6 +21,7 @@ from v2.card import DEFAULT_CARD
 from v2.loops.vocoder import AudioChunk
 from v2.request import RequestError
 from v2.runtime import Runtime
+from v2.server.options import add_arguments as add_serve_arguments
 
 DEFAULT_TEXT = "Hello from v2, a runtime for dual autoregressive speech models."
 
@@ -110,7 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     synth.add_argument("--device", default=None, help="default: cuda when present, else cpu")
     synth.add_argument("--codes-out", default=None, help="also write the codes [F, 12] as .npy")
     synth.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    return _synth(parser.parse_args(argv))
+    serve = sub.add_parser("serve", help="serve the runtime over HTTP (OpenAI-compatible; needs the server extra)")
+    add_serve_arguments(serve)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        from v2.server.serve import run  # the server extra, imported only when serving
+
+        return run(args)
+    return _synth(args)
 
 
 if __name__ == "__main__":

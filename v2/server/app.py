@@ -1,0 +1,67 @@
+"""The FastAPI application over one runtime: `create_app(runtime, config)`.
+
+Owns: putting the parts together (the gate middleware, the speech route, the other routes, the static
+playground files), the state routes reach, and turning every error (ours, FastAPI's validation errors,
+unknown routes, anything unexpected) into OpenAI's error shape.
+Must not know: the engine's internals, uvicorn, signals, the command line.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from v2 import __version__
+from v2.server import routes, speech
+from v2.server.errors import ApiError
+from v2.server.metrics import ServerMetrics
+from v2.server.middleware import Gate
+from v2.server.state import ServerConfig, ServerState
+from v2.server.voices import VoiceBook
+
+log = logging.getLogger("v2.server")
+
+
+def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
+    """An app serving `runtime` (which the caller owns and closes)."""
+    config = config or ServerConfig.for_card(runtime.card.name)
+    state = ServerState(runtime=runtime, config=config, metrics=ServerMetrics(runtime.stats),
+                        voices=VoiceBook(runtime), native_rate=int(runtime.codec.sample_rate),
+                        native_channels=int(runtime.codec.cfg.channels))
+    app = FastAPI(title="v2 speech server", version=__version__, docs_url="/docs", redoc_url=None)
+    app.state.server = state
+    app.include_router(speech.router)
+    app.include_router(routes.router)
+    app.mount("/static", StaticFiles(directory=routes.STATIC), name="static")
+    app.add_middleware(Gate, state=state)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        err = exc.errors()[0]
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path", "form")]
+        param = loc[0] if loc else None
+        return JSONResponse(ApiError(400, f"{param or 'request'}: {err.get('msg')}", param=param,
+                                     code="invalid_value").body(), status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse(ApiError(exc.status_code, str(exc.detail), code=f"http_{exc.status_code}").body(),
+                            status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return JSONResponse(ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error").body(),
+                            status_code=500)
+
+    return app

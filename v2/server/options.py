@@ -1,0 +1,37 @@
+"""The options of `python -m v2 serve`, with nothing but argparse behind them.
+
+Owns: the option names, defaults and help. The command line builds its parser from here without
+importing the server's dependencies (they are an optional extra).
+Must not know: the server, the runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from v2.card import DEFAULT_CARD
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--card", default=DEFAULT_CARD, help="card name in cards/ or a path to a card file")
+    p.add_argument("--checkpoint", default=None, help="model checkpoint directory (overrides the card's)")
+    p.add_argument("--codec-checkpoint", default=None, help="codec checkpoint directory (overrides the card's)")
+    p.add_argument("--device", default=None, help="default: cuda when present, else cpu")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (the URL printed says which)")
+    p.add_argument("--api-key", default=os.environ.get("V2_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on /v1/* (default: $V2_API_KEY, else none)")
+    p.add_argument("--served-model-name", nargs="+", default=None,
+                   help="names clients may give as `model` (default: the card's name)")
+    p.add_argument("--no-openai-aliases", action="store_true",
+                   help="refuse OpenAI's model names (tts-1, tts-1-hd, gpt-4o-mini-tts) instead of serving them")
+    p.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="seconds in-flight requests may run on after SIGTERM before they are aborted")
+    p.add_argument("--max-body-mb", type=float, default=16.0, help="larger request bodies get 413")
+    p.add_argument("--max-input-chars", type=int, default=4096, help="longer `input` gets 400 (OpenAI's cap)")
+    p.add_argument("--allowed-local-media-path", type=Path, default=None,
+                   help="folder that file:// reference audio may be read from (default: none)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--no-access-log", action="store_true")

@@ -1,0 +1,93 @@
+"""Every route but speech: models, the voice store, health, metrics, and the playground page.
+
+Owns: `GET /v1/models` (the served names, aliases included), `GET/POST/DELETE /v1/audio/voices` (multipart
+`audio_sample`, `name`, optional `ref_text`; `DELETE /v1/audio/voices/{name}` or `?name=`), `GET /health`
+(the engine answers `stats()` within 2 s, version, weight version), `GET /metrics` (Prometheus text) and
+`GET /` (the static playground page). Store calls and stats run in worker threads.
+Must not know: the engine's internals, audio encoding, how the speech route streams.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+from fastapi import APIRouter, File, Form, Request, Response, UploadFile
+from fastapi.responses import FileResponse, JSONResponse
+
+from v2 import __version__
+from v2.server.errors import ApiError
+from v2.server.metrics import CONTENT_TYPE
+from v2.server.state import server_state
+
+STATIC = Path(__file__).resolve().parent / "static"
+router = APIRouter()
+_STARTED = int(time.time())
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict[str, object]:
+    names = server_state(request).config.model_names
+    return {"object": "list", "data": [{"id": n, "object": "model", "created": _STARTED, "owned_by": "v2"}
+                                       for n in names]}
+
+
+@router.get("/v1/audio/voices")
+async def list_voices(request: Request) -> dict[str, object]:
+    book = server_state(request).voices
+    entries = await anyio.to_thread.run_sync(book.listing)
+    return {"voices": entries, "cloning": book.store is not None}
+
+
+@router.post("/v1/audio/voices")
+async def add_voice(request: Request, audio_sample: UploadFile = File(...), name: str = Form(...),
+                    ref_text: str | None = Form(None)) -> dict[str, object]:
+    book = server_state(request).voices
+    if not name.strip():
+        raise ApiError(400, "name: must not be empty", param="name", code="invalid_value")
+    data = await audio_sample.read()
+    if not data:
+        raise ApiError(400, "audio_sample: the file is empty", param="audio_sample", code="invalid_value")
+    await anyio.to_thread.run_sync(book.add, name, data, ref_text)
+    return {"success": True, "voice": {"id": name, "name": name, "kind": "stored", "ref_text": ref_text}}
+
+
+@router.delete("/v1/audio/voices/{name}")
+async def delete_voice(request: Request, name: str) -> dict[str, object]:
+    await anyio.to_thread.run_sync(server_state(request).voices.remove, name)
+    return {"id": name, "object": "voice", "deleted": True}
+
+
+@router.delete("/v1/audio/voices")
+async def delete_voice_by_query(request: Request, name: str | None = None) -> dict[str, object]:
+    if not name:
+        raise ApiError(400, "name: give the voice to delete (/v1/audio/voices/NAME or ?name=NAME)", param="name",
+                       code="invalid_value")
+    return await delete_voice(request, name)
+
+
+@router.get("/health")
+async def health(request: Request) -> JSONResponse:
+    st = server_state(request)
+    try:
+        with anyio.fail_after(2.0):
+            stats = await anyio.to_thread.run_sync(st.runtime.stats, abandon_on_cancel=True)
+    except TimeoutError:
+        return JSONResponse({"status": "unresponsive", "engine": "no answer to stats() within 2 s",
+                             "version": __version__}, status_code=503)
+    return JSONResponse({"status": "draining" if st.draining else "ok", "engine": "alive", "version": __version__,
+                         "model": st.config.model_names[0], "weight_version": st.runtime.weight_version,
+                         "running": stats.get("running"), "waiting": stats.get("waiting"),
+                         "steps": stats.get("steps")}, status_code=503 if st.draining else 200)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    text = await anyio.to_thread.run_sync(server_state(request).metrics.render)
+    return Response(text, media_type=CONTENT_TYPE)
+
+
+@router.get("/", include_in_schema=False)
+async def playground() -> FileResponse:
+    return FileResponse(STATIC / "index.html", media_type="text/html")

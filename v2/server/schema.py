@@ -1,0 +1,176 @@
+"""The OpenAI speech request and how it maps onto the runtime's `SpeechRequest` fields.
+
+Owns: `SpeechBody` (OpenAI's `POST /v1/audio/speech` fields plus the peers' extensions, strictly typed:
+a bool is not a number, unknown fields are refused), the checks that belong to HTTP (model name, input
+length, speed, format and rate, streaming mode, reference audio sources), and `plan()`: a `SpeechPlan`
+holding the runtime request dict, the output spec and how to answer. Reference audio is read from base64 or
+a data URL; a `file://` path only inside the allow-listed folder; never a URL on the network.
+Must not know: FastAPI, the engine, handles, encoders beyond their spec.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote, urlparse
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from v2.request import SpeechRequest
+from v2.server.audio import OutputSpec, output_spec
+from v2.server.errors import ApiError
+
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+NO_CLONING = "voice cloning is not available on this runtime"
+
+
+class VoiceId(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    id: str
+
+
+class SpeechBody(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    model: str | None = None
+    input: str
+    voice: str | VoiceId | None = None
+    instructions: str | None = None
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: float = 1.0
+    stream_format: Literal["audio", "sse"] | None = None
+    # extensions (vllm-omni / sglang-omni names)
+    stream: bool | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+    max_new_tokens: int | None = None
+    max_frames: int | None = None
+    language: str | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    sample_rate: int | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    model_names: tuple[str, ...]           # accepted `model` values (the first is the served name)
+    max_input_chars: int = 4096            # OpenAI's cap on `input`
+    allowed_media_path: Path | None = None  # `file://` reference audio only under this folder
+
+
+@dataclass(frozen=True)
+class SpeechPlan:
+    request: dict[str, Any]   # the runtime request, less the voice
+    voice: str | None         # a voice name still to resolve against the voice store
+    spec: OutputSpec
+    streaming: bool
+    sse: bool
+    frames_param: str         # what the client called the frame limit
+
+
+def parse_body(raw: dict[str, Any]) -> SpeechBody:
+    try:
+        return SpeechBody.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        param = ".".join(str(x) for x in err["loc"]) or None
+        param = param.split(".")[0] if param else None
+        raise ApiError(400, f"{param or 'body'}: {err['msg']}", param=param, code="invalid_value") from None
+
+
+def runtime_supports(field: str) -> bool:
+    """Whether the runtime's request schema has a field (reference audio and voices arrive with the voice store)."""
+    return field in SpeechRequest.model_fields
+
+
+def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels: int) -> SpeechPlan:
+    if body.model is not None and body.model not in limits.model_names:
+        raise ApiError(404, f"model: {body.model!r} is not served here (served: {', '.join(limits.model_names)})",
+                       param="model", code="model_not_found")
+    if len(body.input) > limits.max_input_chars:
+        raise ApiError(400, f"input: {len(body.input)} characters, over the limit of {limits.max_input_chars}",
+                       param="input", code="string_above_max_length")
+    if body.speed != 1.0:
+        raise ApiError(400, f"speed: only 1.0 is supported, got {body.speed}", param="speed", code="invalid_value")
+    try:
+        spec = output_spec(body.response_format, body.sample_rate, native_rate, native_channels)
+    except ValueError as e:
+        raise ApiError(400, str(e), param=str(e).split(":")[0], code="invalid_value") from None
+    sse = body.stream_format == "sse"
+    streaming = body.stream if body.stream is not None else (body.stream_format is not None or spec.format == "pcm")
+    if sse and not streaming:
+        raise ApiError(400, "stream: stream_format 'sse' needs a stream", param="stream", code="invalid_value")
+    frames_param = "max_frames" if body.max_frames is not None else "max_new_tokens"
+    if body.max_frames is not None and body.max_new_tokens is not None and body.max_frames != body.max_new_tokens:
+        raise ApiError(400, "max_frames: give max_frames or max_new_tokens, not two different limits",
+                       param="max_frames", code="invalid_value")
+    request: dict[str, Any] = {"text": body.input, "stream": streaming}
+    optional = {"instruction": body.instructions, "language": body.language, "seed": body.seed,
+                "max_frames": body.max_frames if body.max_frames is not None else body.max_new_tokens}
+    request.update({k: v for k, v in optional.items() if v is not None})
+    audio = {k: v for k, v in (("temperature", body.temperature), ("top_p", body.top_p), ("top_k", body.top_k))
+             if v is not None}
+    sampling: dict[str, Any] = {"audio": audio} if audio else {}
+    if body.repetition_penalty is not None:
+        sampling["repetition_penalty"] = body.repetition_penalty
+    if sampling:
+        request["sampling"] = sampling
+    request.update(_reference(body, limits))
+    voice = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
+    return SpeechPlan(request, voice, spec, streaming, sse, frames_param)
+
+
+def _reference(body: SpeechBody, limits: Limits) -> dict[str, Any]:
+    if body.ref_audio is None:
+        if body.ref_text is not None:
+            raise ApiError(400, "ref_text: give it with ref_audio", param="ref_text", code="invalid_value")
+        return {}
+    if not runtime_supports("reference_audio"):
+        raise ApiError(400, f"ref_audio: {NO_CLONING}", param="ref_audio", code="unsupported")
+    out: dict[str, Any] = {"reference_audio": read_reference(body.ref_audio, limits.allowed_media_path)}
+    if body.ref_text is not None:
+        out["reference_text"] = body.ref_text
+    return out
+
+
+def read_reference(value: str, allowed: Path | None) -> bytes:
+    """The bytes of a reference audio file from base64, a base64 data URL, or an allow-listed `file://` path."""
+    if value.startswith("data:"):
+        head, sep, data = value.partition(",")
+        if not sep or not head.endswith(";base64"):
+            raise ApiError(400, "ref_audio: a data URL must be base64 (data:audio/wav;base64,...)", param="ref_audio",
+                           code="invalid_value")
+        return _b64(data)
+    if value.startswith("file://"):
+        return _local(value, allowed)
+    if "://" in value[:16]:
+        raise ApiError(400, "ref_audio: URLs are not fetched; send base64 or a data URL", param="ref_audio",
+                       code="invalid_value")
+    return _b64(value)
+
+
+def _b64(data: str) -> bytes:
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "ref_audio: not valid base64", param="ref_audio", code="invalid_value") from None
+    if not raw:
+        raise ApiError(400, "ref_audio: empty", param="ref_audio", code="invalid_value")
+    return raw
+
+
+def _local(url: str, allowed: Path | None) -> bytes:
+    if allowed is None:
+        raise ApiError(400, "ref_audio: file:// is off on this server (see --allowed-local-media-path)",
+                       param="ref_audio", code="invalid_value")
+    path = Path(unquote(urlparse(url).path)).resolve()
+    if not path.is_relative_to(allowed.resolve()) or not path.is_file():
+        raise ApiError(400, "ref_audio: not a file inside the allowed folder", param="ref_audio", code="invalid_value")
+    return path.read_bytes()

@@ -1,0 +1,94 @@
+"""`python -m v2 serve`: load one runtime, serve it over HTTP with uvicorn, drain on SIGTERM / Ctrl-C, exit 0.
+
+Owns: the serve options, binding the socket (127.0.0.1 unless told otherwise; port 0 picks a free one),
+printing the URL once the server accepts, and shutting down: on the first SIGTERM or SIGINT new requests
+get 503 and the listening socket closes, requests in flight run on for up to `--drain-timeout` seconds,
+the rest are cancelled (their requests abort), the runtime is closed, and the process exits 0.
+Must not know: routes, request mapping, audio encoding, the engine's internals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import socket
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from v2.runtime import Runtime
+from v2.server.app import create_app
+from v2.server.options import add_arguments
+from v2.server.state import ServerConfig, ServerState
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server that marks the app draining on the first signal and prints its URL once up."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState, banner: str) -> None:
+        super().__init__(config)
+        self.state, self.banner = state, banner
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            print(self.banner, flush=True)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.state.draining = True
+        super().handle_exit(sig, frame)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def run(args: argparse.Namespace) -> int:
+    runtime = Runtime.from_card(args.card, checkpoint=args.checkpoint, codec_checkpoint=args.codec_checkpoint,
+                                device=args.device)
+    try:
+        config = ServerConfig.for_card(runtime.card.name, served_names=args.served_model_name,
+                                       openai_aliases=not args.no_openai_aliases, api_key=args.api_key or None,
+                                       max_body_bytes=int(args.max_body_mb * 2**20),
+                                       max_input_chars=args.max_input_chars,
+                                       allowed_media_path=args.allowed_local_media_path)
+        app = create_app(runtime, config)
+        sock = bind(args.host, args.port)
+        url = url_of(sock)
+        uv = uvicorn.Config(app, log_level=args.log_level, access_log=not args.no_access_log, lifespan="off",
+                            timeout_graceful_shutdown=max(args.drain_timeout, 0.001))
+        server = _Server(uv, app.state.server, f"v2 serving {config.model_names[0]} at {url} "
+                                               f"(playground: {url}/, API: {url}/v1)")
+        for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn re-raises the signal it caught once it has
+            signal.signal(sig, _ignore)               # shut down: land it here, so a drained exit is 0
+        server.run(sockets=[sock])
+    finally:
+        runtime.close(drain=False, timeout=30)
+    return 0
+
+
+def _ignore(sig: int, frame: Any) -> None:
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m v2 serve", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""`POST /v1/audio/speech`: an OpenAI speech request in, audio out (streamed, SSE, or the whole file).
+
+Owns: reading the body (JSON only: 415 otherwise, 400 for malformed JSON), planning it (schema.py),
+resolving the voice and submitting in a worker thread (validation tokenises; the event loop never waits on
+the runtime), mapping refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with
+Retry-After, a closed runtime -> 503), recording every request's result in the metrics, and choosing
+the response: a watched stream or the whole file with its rate, channels and timings in headers.
+Must not know: the engine's internals, how formats are encoded (audio.py), how bodies stream (streaming.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Request, Response
+
+from v2.request import OverloadedError, RequestError
+from v2.server import audio
+from v2.server.errors import ApiError, runtime_field_error
+from v2.server.schema import SpeechPlan, parse_body, plan
+from v2.server.state import ServerState, server_state
+from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, audio_body, whole_result
+
+router = APIRouter()
+
+
+def _read_json(raw: bytes, content_type: str) -> dict[str, Any]:
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        raise ApiError(415, f"the body must be application/json, not {content_type or 'unlabelled'}",
+                       code="unsupported_media_type")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the body is not valid JSON: {e}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _submit(st: ServerState, p: SpeechPlan) -> Any:
+    """Resolve the voice and submit (runs in a worker thread)."""
+    request = dict(p.request)
+    voice = st.voices.resolve(p.voice)
+    if voice is not None:
+        request["voice"] = voice
+    try:
+        handle = st.runtime.submit(request)
+    except RequestError as e:
+        raise runtime_field_error(str(e), frames_param=p.frames_param) from None
+    except OverloadedError as e:
+        raise ApiError(429, f"the server is busy: {e}", code="overloaded",
+                       headers={"Retry-After": str(st.config.retry_after_s)}) from None
+    except RuntimeError as e:  # the runtime is closed
+        raise ApiError(503, f"the runtime is not taking requests: {e}", code="shutting_down") from None
+    handle.on_done(st.metrics.observe)
+    return handle
+
+
+@router.post("/v1/audio/speech")
+async def create_speech(request: Request) -> Response:
+    st = server_state(request)
+    body = parse_body(_read_json(await request.body(), request.headers.get("content-type", "")))
+    codec_rate, codec_channels = st.native_rate, st.native_channels
+    p = plan(body, st.config.limits(), native_rate=codec_rate, native_channels=codec_channels)
+    handle = await anyio.to_thread.run_sync(_submit, st, p)
+    spec = p.spec
+    headers = {"X-Sample-Rate": str(spec.sample_rate), "X-Channels": str(spec.channels),
+               "X-Bits-Per-Sample": "16" if spec.format in ("pcm", "wav", "flac") else "0",
+               "X-Request-Id": str(handle.request_id)}
+    if p.streaming:
+        encoder = audio.make_encoder(spec, codec_rate, codec_channels, streaming=True)
+        media = "text/event-stream" if p.sse else audio.CONTENT_TYPES[spec.format]
+        if p.sse:
+            headers["Cache-Control"] = "no-cache"
+        body_iter = audio_body(handle, encoder, sse=p.sse, offload=spec.format not in audio.CHEAP)
+        st.metrics.streams.inc()
+        handle.on_done(lambda _: st.metrics.streams.dec())
+        return WatchedStreamingResponse(body_iter, on_disconnect=handle.cancel, media_type=media, headers=headers)
+    result = await whole_result(handle, request.receive)
+    if result is None:
+        return Response(status_code=499)  # the client left; nobody reads this
+    if result.finish_reason not in GOOD_ENDINGS:
+        status = 503 if result.finish_reason == "abort" else 500
+        raise ApiError(status, f"the request ended with {result.finish_reason}" +
+                       (f": {result.error}" if result.error else ""), code=result.finish_reason)
+    data = await anyio.to_thread.run_sync(audio.encode_whole, result.audio, spec, result.sample_rate)
+    m = result.metrics
+    headers.update({"X-Finish-Reason": result.finish_reason, "X-Audio-Seconds": f"{m.audio_seconds:.4f}",
+                    "X-Frames": str(m.frames)})
+    if m.ttfa_s is not None:
+        headers["X-TTFA-Ms"] = f"{m.ttfa_s * 1e3:.1f}"
+    return Response(data, media_type=audio.CONTENT_TYPES[spec.format], headers=headers)
+

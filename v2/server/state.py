@@ -1,0 +1,58 @@
+"""What one server instance holds: its settings (`ServerConfig`) and its live parts (`ServerState`).
+
+Owns: the served model names (the card's name, `--served-model-name`, OpenAI's model names as aliases),
+the API key, body and input limits, the reference-audio folder allow-list, Retry-After, and the state
+object routes reach through `request.app.state.server`: the runtime, metrics, voice book, draining flag.
+Must not know: routes, encoders, the engine's internals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+
+from v2.server.metrics import ServerMetrics
+from v2.server.schema import OPENAI_MODELS, Limits
+from v2.server.voices import VoiceBook
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    model_names: tuple[str, ...]                 # accepted `model` values; the first is listed as the served model
+    api_key: str | None = None                   # required as `Authorization: Bearer KEY` on /v1/* when set
+    max_body_bytes: int = 16 * 2**20             # larger bodies: 413
+    max_input_chars: int = 4096                  # OpenAI's cap on `input`
+    allowed_media_path: Path | None = None       # `file://` reference audio only under this folder
+    retry_after_s: int = 1                       # Retry-After on a 429
+
+    @classmethod
+    def for_card(cls, card_name: str, *, served_names: list[str] | None = None, openai_aliases: bool = True,
+                 **options: Any) -> "ServerConfig":
+        names = list(served_names or [card_name])
+        if card_name not in names:
+            names.append(card_name)
+        if openai_aliases:
+            names += [n for n in OPENAI_MODELS if n not in names]
+        return cls(model_names=tuple(names), **options)
+
+    def limits(self) -> Limits:
+        return Limits(self.model_names, self.max_input_chars, self.allowed_media_path)
+
+
+@dataclass
+class ServerState:
+    runtime: Any
+    config: ServerConfig
+    metrics: ServerMetrics
+    voices: VoiceBook
+    native_rate: int                             # the runtime's audio: rate and channels (its codec's)
+    native_channels: int
+    draining: bool = False                       # set on SIGTERM: new requests get 503
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def server_state(request: Request) -> ServerState:
+    return request.app.state.server  # type: ignore[no-any-return]

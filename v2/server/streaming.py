@@ -1,0 +1,121 @@
+"""Response bodies over a request's handle: raw audio bytes or SSE events as chunks arrive, or the whole result.
+
+Owns: the streamed body (each chunk encoded as it arrives, in a worker thread for the costly formats; SSE
+`speech.audio.delta` events with base64 audio and exactly one `speech.audio.done` with OpenAI's `usage`),
+what a stream does when its request ends badly (SSE: an `error` event; raw audio: the connection is cut
+without the closing chunk, so the client sees a truncated body, not a short file), a streaming response
+that watches the socket so a client that leaves cancels its request at once, and waiting for a whole result
+while watching for the same.
+Must not know: the engine's internals, request mapping, routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from typing import Any, AsyncIterator, Callable
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from v2.server.audio import Encoder
+
+log = logging.getLogger("v2.server")
+GOOD_ENDINGS = ("stop", "length")
+
+
+class StreamAborted(Exception):
+    """The request ended with abort or error after the response had started."""
+
+
+def sse_event(kind: str, payload: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **payload})}\n\n".encode()
+
+
+async def final_result(handle: Any) -> Any:
+    """The handle's result once its chunks are consumed (waiting in a worker thread if it is not set yet)."""
+    if handle.done:
+        return handle.result()
+    return await anyio.to_thread.run_sync(handle.result)
+
+
+async def _run(fn: Callable[..., bytes], *args: Any, offload: bool) -> bytes:
+    return await anyio.to_thread.run_sync(fn, *args) if offload else fn(*args)
+
+
+async def audio_body(handle: Any, encoder: Encoder, *, sse: bool, offload: bool) -> AsyncIterator[bytes]:
+    """The streamed body; the request is cancelled when the body stops early for any reason."""
+    wrap: Callable[[bytes], bytes] = (lambda b: sse_event("speech.audio.delta", {"audio": base64.b64encode(b).decode()})
+                                      ) if sse else (lambda b: b)
+    try:
+        async for chunk in handle:
+            data = await _run(encoder.feed, chunk.audio, offload=offload)
+            if data:
+                yield wrap(data)
+        result = await final_result(handle)
+        if result.finish_reason not in GOOD_ENDINGS:
+            message = f"the request ended with {result.finish_reason}" + (f": {result.error}" if result.error else "")
+            if not sse:
+                raise StreamAborted(message)
+            yield sse_event("error", {"error": {"message": message, "type": "server_error", "param": None,
+                                                "code": result.finish_reason}})
+            return
+        tail = await _run(encoder.finish, offload=offload)
+        if tail:
+            yield wrap(tail)
+        if sse:
+            m = result.metrics
+            yield sse_event("speech.audio.done", {"usage": {"input_tokens": m.prompt_rows, "output_tokens": m.frames,
+                                                            "total_tokens": m.prompt_rows + m.frames}})
+    finally:
+        handle.cancel()  # idempotent; a finished request is left as it is
+
+
+class WatchedStreamingResponse(StreamingResponse):
+    """A streaming response that listens for the client leaving while it streams, and says so at once."""
+
+    def __init__(self, content: AsyncIterator[bytes], *, on_disconnect: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.on_disconnect = on_disconnect
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+            async def stream() -> None:
+                try:
+                    await self.stream_response(send)
+                except OSError:
+                    self.on_disconnect()
+                except StreamAborted as e:  # leave without the closing chunk: the client sees a cut body
+                    log.warning("stream cut: %s", e)
+                group.cancel_scope.cancel()
+
+            group.start_soon(stream)
+            await self.listen_for_disconnect(receive)
+            self.on_disconnect()
+            group.cancel_scope.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def whole_result(handle: Any, receive: Receive) -> Any | None:
+    """The request's result, or None if the client left first (the request is then cancelled)."""
+    async def consume() -> Any:
+        async for _ in handle:
+            pass
+        return await final_result(handle)
+
+    result_task = asyncio.ensure_future(consume())
+    watch_task = asyncio.ensure_future(_disconnected(receive))
+    try:
+        done, _ = await asyncio.wait({result_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+        return result_task.result() if result_task in done else None
+    finally:
+        watch_task.cancel()
+        result_task.cancel()
+        handle.cancel()

@@ -1,0 +1,93 @@
+"""The runtime's voice store as the server uses it, and which voice a request speaks with.
+
+Owns: detecting the store (`rt.voices` with `add(name, audio, text=...)`, `list()`, `get(name)`,
+`remove(name)`, and a `voice` request field); listing voices for `GET /v1/audio/voices` (stored ones, then
+OpenAI's built-in names, which speak with the card's default voice unless a stored voice has that name);
+resolving a request's `voice`; adding and removing. Every call may touch disk: run them off the event loop.
+Must not know: HTTP, FastAPI, audio encoding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from v2.server.errors import ApiError
+from v2.server.schema import NO_CLONING, OPENAI_VOICES, runtime_supports
+
+
+class VoiceBook:
+    def __init__(self, runtime: Any) -> None:
+        self._runtime = runtime
+
+    @property
+    def store(self) -> Any | None:
+        """The runtime's voice store, or None where the runtime has none (or cannot take a `voice` field)."""
+        store = getattr(self._runtime, "voices", None)
+        return store if store is not None and runtime_supports("voice") else None
+
+    def stored_names(self) -> list[str]:
+        store = self.store
+        if store is None:
+            return []
+        return sorted(_name_of(v) for v in store.list())
+
+    def has(self, name: str) -> bool:
+        store = self.store
+        if store is None:
+            return False
+        try:
+            return store.get(name) is not None
+        except (KeyError, LookupError, ValueError):
+            return False
+
+    def listing(self) -> list[dict[str, Any]]:
+        stored = self.stored_names()
+        entries = [{"id": n, "name": n, "kind": "stored"} for n in stored]
+        entries += [{"id": n, "name": n, "kind": "builtin"} for n in OPENAI_VOICES if n not in stored]
+        return entries
+
+    def resolve(self, voice: str | None) -> str | None:
+        """The stored voice to put in the request, or None for the card's default voice."""
+        if voice is None:
+            return None
+        if self.has(voice):
+            return voice
+        if voice in OPENAI_VOICES:
+            return None
+        known = ", ".join(self.stored_names()) or "none stored"
+        raise ApiError(400, f"voice: {voice!r} is neither a stored voice ({known}) nor one of OpenAI's voice names",
+                       param="voice", code="voice_not_found")
+
+    def add(self, name: str, audio: bytes, text: str | None) -> None:
+        store = self._require("audio_sample")
+        try:
+            store.add(name, audio, text=text)
+        except (ValueError, TypeError, KeyError) as e:
+            message = str(e.args[0]) if e.args else type(e).__name__
+            param = {"name": "name", "text": "ref_text"}.get(message.partition(":")[0], "audio_sample")
+            raise ApiError(400, message, param=param, code="invalid_value") from None
+
+    def remove(self, name: str) -> None:
+        store = self._require("name")
+        try:
+            found = store.get(name) is not None
+        except (KeyError, LookupError, ValueError):
+            found = False
+        if not found:
+            raise ApiError(404, f"name: no stored voice {name!r}", param="name", code="voice_not_found")
+        store.remove(name)
+
+    def _require(self, param: str) -> Any:
+        store = self.store
+        if store is None:
+            raise ApiError(400, f"{param}: {NO_CLONING}", param=param, code="unsupported")
+        return store
+
+
+def _name_of(entry: Any) -> str:
+    """A listed voice: a name, a mapping with "name", or an object with `.name`."""
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, dict):
+        return str(entry["name"])
+    return str(entry.name)
