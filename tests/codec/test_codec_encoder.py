@@ -194,3 +194,17 @@ def test_tiny_card_seeded_encoder(tiny_card, tiny_codec):
     assert codes[0].unique().numel() > 12  # codes vary: the seeded encoder is not degenerate
     decoded = tiny_codec.decode(codes[:1, :, :12])
     assert decoded.shape == (1, 2, 12 * 3840) and bool(torch.isfinite(decoded).all())
+
+
+@pytest.mark.gpu
+def test_cuda_encoder_matches_the_reference(batch_ref):
+    """On CUDA (banded SDPA attention, float32): the reference codes exactly, latents within 1e-4."""
+    enc = MossAudioEncoder.from_pretrained(SRC, device="cuda")
+    w0, w1 = batch_ref["wav_0"], batch_ref["wav_1"]
+    audio = torch.zeros(2, 2, w0.shape[1])
+    audio[0], audio[1, :, : w1.shape[1]] = torch.from_numpy(w0), torch.from_numpy(w1)
+    codes, frames = enc.encode(audio.cuda(), [w0.shape[1], w1.shape[1]])
+    assert codes.device.type == "cuda" and frames.tolist() == [37, 23]
+    assert torch.equal(codes.cpu(), torch.from_numpy(batch_ref["codes_batch"]))
+    latent, _ = enc.encode_latent(audio[:1].cuda())
+    close(latent[0].T.cpu(), batch_ref["latent_alone_0"])

@@ -1,0 +1,114 @@
+"""`python -m v2.bench.encode`: reference-audio encode throughput, one at a time vs batched; one JSON line last.
+
+Owns: building the codec encoder (from a codec checkpoint, or a card's seeded codec config), a seeded set
+of references of mixed lengths, timing their encoding one after another (batch 1) and in one padded batch,
+and timing their preparation (soundfile-free: 16 kHz mono samples -> soxr -> stereo 48 kHz, level-set).
+Figures are seconds of reference audio per second of wall time.
+Must not know: the runtime, requests, scheduling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from v2.bench.__main__ import machine
+from v2.card import load_card
+from v2.models.codec import MossAudioEncoder, prepare_reference
+
+
+def best_seconds(fn: Callable[[], Any], iters: int, device: torch.device) -> float:
+    """The fastest of `iters` timed calls after one warm-up call."""
+    fn()
+    best = float("inf")
+    for _ in range(iters):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def build_encoder(card_name: str, checkpoint: str | None, device: torch.device) -> tuple[MossAudioEncoder, str]:
+    if checkpoint is not None:
+        return MossAudioEncoder.from_pretrained(Path(checkpoint), device=device), f"checkpoint {checkpoint}"
+    card = load_card(card_name)
+    source = card.experts.vocoder.checkpoint
+    if not source.startswith("seed:"):
+        return MossAudioEncoder.from_pretrained(Path(source), device=device), f"card {card.name} ({source})"
+    seeded = card.seeded[source.removeprefix("seed:")]
+    if "encoder_kwargs" not in seeded.config:
+        sys.exit(f"card {card.name}: [seeded.{source.removeprefix('seed:')}.config] has no encoder_kwargs; "
+                 f"pass --checkpoint DIR (a codec checkpoint with its encoder)")
+    return MossAudioEncoder.from_seed(seeded.config, seeded.seed, device=device), f"card {card.name} (seeded)"
+
+
+def references(count: int, shortest: float, longest: float, rate: int) -> list[np.ndarray]:
+    """`count` seeded stereo signals [2, n] at `rate`, lengths spread evenly over [shortest, longest] seconds."""
+    gen = np.random.default_rng(0)
+    spans = np.linspace(shortest, longest, count)
+    return [(0.1 * gen.standard_normal((2, int(s * rate)))).astype(np.float32) for s in spans]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m v2.bench.encode", description=__doc__.splitlines()[0])
+    p.add_argument("--card", default="moss_tts_local_tiny", help="card whose codec is encoded with")
+    p.add_argument("--checkpoint", default=None, help="a codec checkpoint directory instead of the card's codec")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--batch", type=int, default=8, help="references per batched call")
+    p.add_argument("--seconds", type=float, nargs=2, default=[3.0, 10.0], metavar=("SHORTEST", "LONGEST"))
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the card's runtime setting)")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    threads = args.threads or load_card(args.card).runtime.cpu_threads
+    if threads:
+        torch.set_num_threads(threads)
+    encoder, source = build_encoder(args.card, args.checkpoint, device)
+    rate = encoder.sample_rate
+    refs = references(args.batch, *args.seconds, rate)
+    audio_seconds = sum(r.shape[1] for r in refs) / rate
+    lengths = [r.shape[1] for r in refs]
+    padded = torch.zeros(len(refs), 2, max(lengths))
+    for i, r in enumerate(refs):
+        padded[i, :, : r.shape[1]] = torch.from_numpy(r)
+    alone_inputs = [torch.from_numpy(r)[None].to(device) for r in refs]
+    padded = padded.to(device)
+
+    def one_at_a_time() -> None:
+        for x in alone_inputs:
+            encoder.encode(x)
+
+    alone_s = best_seconds(one_at_a_time, args.iters, device)
+    batched_s = best_seconds(lambda: encoder.encode(padded, lengths), args.iters, device)
+    mono_16k = [r[0, :: rate // 16000].copy() for r in refs] if rate % 16000 == 0 else [r[0] for r in refs]
+    prep_rate = 16000 if rate % 16000 == 0 else rate
+    prepare_s = best_seconds(lambda: [prepare_reference((m, prep_rate), sample_rate=rate) for m in mono_16k],
+                             args.iters, torch.device("cpu"))
+    result = {
+        "bench": "v2.encode", "encoder": source, "machine": machine(args.device), "references": len(refs),
+        "reference_seconds": [round(n / rate, 3) for n in lengths], "audio_seconds": round(audio_seconds, 3),
+        "alone_s": alone_s, "batched_s": batched_s,
+        "alone_audio_s_per_s": audio_seconds / alone_s, "batched_audio_s_per_s": audio_seconds / batched_s,
+        "batched_speedup": alone_s / batched_s,
+        "prepare_from_16k_mono_audio_s_per_s": audio_seconds / prepare_s,
+    }
+    print(f"alone {result['alone_audio_s_per_s']:.1f} audio s/s, batched x{len(refs)} "
+          f"{result['batched_audio_s_per_s']:.1f} audio s/s, prepare {result['prepare_from_16k_mono_audio_s_per_s']:.0f}"
+          f" audio s/s", file=sys.stderr)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
