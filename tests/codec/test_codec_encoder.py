@@ -101,6 +101,38 @@ def test_batched_equals_alone(encoder, lengths, seed):
         assert torch.equal(latent[i, :f], alone_latent[0, :f])  # bit for bit, not just close
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(splits=st.lists(st.integers(1, 9), min_size=1, max_size=8))
+def test_chunked_encoding_equals_whole(encoder, batch_ref, splits):
+    audio = torch.from_numpy(batch_ref["wav_0"])[None]  # 37 frames
+    whole, _ = encoder.encode(audio)
+    state = encoder.allocate_state(2)
+    pieces, done = [], 0
+    for k in splits + [37]:
+        k = min(k, 37 - done)
+        if k == 0:
+            break
+        pieces.append(encoder.encode_chunk(torch.tensor([1]), audio[:, :, done * 480 : (done + k) * 480], state=state))
+        done += k
+    assert torch.equal(torch.cat(pieces, dim=2), whole)
+
+
+def test_chunked_streams_share_a_batch(encoder, batch_ref):
+    """Two encodes in one state: unequal advances, a padding row in the dummy slot; each equals its whole."""
+    w0, w1 = (torch.from_numpy(batch_ref[f"wav_{i}"]) for i in (0, 1))
+    whole0, whole1 = encoder.encode(w0[None])[0][0], encoder.encode(w1[None])[0][0]
+    state = encoder.allocate_state(2)
+    first = torch.stack([w0[:, : 10 * 480], w1[:, : 10 * 480]])
+    a = encoder.encode_chunk(torch.tensor([0, 1]), first, state=state, frames=torch.tensor([10, 4]))
+    second = torch.stack([w1[:, 4 * 480 : 23 * 480], torch.zeros(2, 19 * 480)])
+    b = encoder.encode_chunk(torch.tensor([1, state.dummy_slot]), second, state=state)
+    assert torch.equal(a[0], whole0[:, :10])
+    assert torch.equal(torch.cat([a[1, :, :4], b[0]], dim=1), whole1)
+    assert state.frames[:2].tolist() == [10, 23]
+    with pytest.raises(ValueError, match="whole frames"):
+        encoder.encode_chunk(torch.tensor([0]), w0[None, :, :500], state=state)
+
+
 def test_a_partial_last_frame_is_dropped(encoder, batch_ref):
     """Lengths that are not whole frames: the partial frame is zero-padded and computed, the length counts
     whole frames only, and the whole frames do not depend on it (the stages are causal)."""

@@ -6,10 +6,12 @@ stages run over whole sequences (position 0 at the first sample), the encode sid
 the residual), and the batching rule: items right-padded, samples past an item's length zeroed, the longest
 item padded to whole frames, an item's frames counted as `floor(length / hop)`, and the residual zeroed past
 them (those frames get the codes of a zero residual, as in the reference).
-Why batched equals alone: every stage is causal and per position (the decoder's `StableLinear` and exact
-per-query window attention), so an item's frames never see the padding and get the same arithmetic at any
-batch size; the quantizer is per frame.
-Must not know: files, resampling, loudness, requests, the runtime.
+Also `encode_chunk`: a long recording encoded a few frames at a time over `CodecState` (the decoder's
+per-slot window K/V history), so a scheduler can spread one reference over several steps.
+Why batched equals alone (and chunked equals whole): every stage is causal and per position (the decoder's
+`StableLinear` and exact per-query window attention), so an item's frames never see the padding and get the
+same arithmetic at any batch size or chunking; the quantizer is per frame.
+Must not know: files, resampling, loudness, requests, the runtime, how slots are allocated.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from v2.models.codec.config import DECODE_CODEBOOKS, CodecConfig, StageConfig
+from v2.models.codec.decoder import CodecState, MossAudioDecoder
 from v2.models.codec.layers import CodecStage, PatchDownsample, StableLinear, stable_linear
 from v2.models.config import ConfigError
 
@@ -114,7 +117,6 @@ class MossAudioEncoder(nn.Module):
                   init_device: torch.device | str = "cpu") -> "MossAudioEncoder":
         """Weights drawn from `seed`, sharing the codebooks and `out_proj` of `decoder` (default: the decoder
         `MossAudioDecoder.from_seed(config, seed)` builds), as one checkpoint's two sides do."""
-        from v2.models.codec.decoder import MossAudioDecoder
         from v2.models.codec.loader import seeded_encoder
 
         if decoder is None:
@@ -183,3 +185,44 @@ class MossAudioEncoder(nn.Module):
         it gets encoded alone. A partial last frame is computed (zero-padded) and left past the length."""
         latent, frame_lengths = self.encode_latent(audio, lengths)
         return self.quantize(latent, frame_lengths), frame_lengths
+
+    def allocate_state(self, num_slots: int) -> CodecState:
+        """Zeroed state for `num_slots` chunked encodes plus the dummy slot (the last), as the decoder's."""
+        if num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        ks, vs = [], []
+        for stage in self.cfg.encoder_stages:
+            shape = (num_slots + 1, stage.num_heads, stage.window - 1, stage.head_dim)
+            for _ in range(stage.num_layers):
+                ks.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
+                vs.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
+        return CodecState(ks, vs, torch.zeros(num_slots + 1, dtype=torch.long, device=self.device))
+
+    @torch.no_grad()
+    def encode_chunk(self, slots: Tensor, audio: Tensor, *, state: CodecState, frames: Tensor | None = None) -> Tensor:
+        """Advance B encodes by whole frames: slots [B] (the dummy slot for padding rows, real slots distinct),
+        audio [B, channels, n * hop] the next samples of each; frames [B] (default n) frames of each row that
+        are real, the rest padding. Returns codes [B, 12, n]; row b's first frames[b] are its next codes, the
+        same as encoding its whole recording at once (bit for bit on CPU). A recording's last partial frame
+        is not encoded (as `encode` counts it out)."""
+        b, channels, s = audio.shape
+        hop = self.cfg.hop
+        if channels != self.cfg.channels or s < hop or s % hop:
+            raise ValueError(f"audio: expected [B, {channels}, n * {hop}] (whole frames), got {list(audio.shape)}")
+        n = s // hop
+        start = state.frames[slots]  # [B] frames encoded so far
+        x = audio.to(device=self.device, dtype=self.dtype).transpose(1, 2).reshape(b, s * channels, 1)  # L R L R ...
+        layer = 0
+        for module in self.encoder:
+            if isinstance(module, CodecStage):
+                up, count = module.cfg.upsample, module.cfg.num_layers
+                history = [(state.k[i][slots], state.v[i][slots]) for i in range(layer, layer + count)]
+                x, history = module(x, start * up, history, None if frames is None else frames.to(self.device) * up)
+                for i, (k, v) in enumerate(history, start=layer):
+                    state.k[i][slots], state.v[i][slots] = k.to(state.k[i].dtype), v.to(state.v[i].dtype)
+                layer += count
+            else:
+                x = module(x)
+        real = torch.full((b,), n, device=self.device) if frames is None else frames.to(self.device)
+        state.frames[slots] = start + real
+        return self.quantizer(x, real)
