@@ -9,6 +9,7 @@ Must not know: FastAPI routes, the runtime object, audio.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Mapping
 
 # the runtime's field -> the OpenAI (or peer extension) parameter; a longer dotted name wins
@@ -21,6 +22,8 @@ _PARAMS: dict[str, str] = {
     "reference_audio": "ref_audio", "reference_text": "ref_text", "reference_codes": "ref_audio",
     "stream": "stream",
 }
+
+_FIELD = re.compile(r"([A-Za-z_][\w.]*)(?=[\[: ])")  # the dotted field a runtime message starts with
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
           413: "invalid_request_error", 415: "invalid_request_error", 429: "rate_limit_error",
@@ -44,20 +47,22 @@ class ApiError(Exception):
         return json.dumps(self.body()).encode()
 
 
-def runtime_field_error(message: str, *, frames_param: str = "max_new_tokens") -> ApiError:
+def runtime_field_error(message: str, *, aliases: Mapping[str, str] | None = None) -> ApiError:
     """A 400 from a runtime `RequestError`: the first error's dotted field mapped to the client's parameter.
-    `frames_param`: what the client called the frame limit (`max_new_tokens` or `max_frames`)."""
+    `aliases`: runtime fields the client named its own way (e.g. max_frames sent as `max_new_tokens`)."""
     first = message.split("; ")[0]
-    name, sep, rest = first.partition(": ")
-    param = _param_for(name, frames_param) if sep else None
-    text = f"{param}: {rest}" if param else first
+    if first.startswith("request: "):  # a whole-request check that names its field after this prefix
+        first = first[len("request: "):]
+    match = _FIELD.match(first)
+    param = _param_for(match.group(1), aliases or {}) if match else None
+    text = param + first[len(match.group(1)):] if match and param else first
     if "; " in message:
         text += " (and: " + message.split("; ", 1)[1] + ")"
     return ApiError(400, text, param=param, code="invalid_value")
 
 
-def _param_for(name: str, frames_param: str) -> str | None:
-    mapping = {**_PARAMS, "max_frames": frames_param, "min_frames": frames_param}
+def _param_for(name: str, aliases: Mapping[str, str]) -> str | None:
+    mapping = {**_PARAMS, "max_frames": "max_new_tokens", "min_frames": "min_new_tokens", **aliases}
     parts = name.split(".")
     for end in range(len(parts), 0, -1):  # the longest known prefix: "reference_audio.0" -> ref_audio
         hit = mapping.get(".".join(parts[:end]))

@@ -52,6 +52,8 @@ class SpeechBody(BaseModel):
     repetition_penalty: float | None = None
     max_new_tokens: int | None = None
     max_frames: int | None = None
+    min_new_tokens: int | None = None
+    min_frames: int | None = None
     language: str | None = None
     ref_audio: str | None = None
     ref_text: str | None = None
@@ -72,7 +74,7 @@ class SpeechPlan:
     spec: OutputSpec
     streaming: bool
     sse: bool
-    frames_param: str         # what the client called the frame limit
+    aliases: dict[str, str]   # runtime fields the client named its own way (for error messages)
 
 
 def parse_body(raw: dict[str, Any]) -> SpeechBody:
@@ -107,13 +109,12 @@ def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels:
     streaming = body.stream if body.stream is not None else (body.stream_format is not None or spec.format == "pcm")
     if sse and not streaming:
         raise ApiError(400, "stream: stream_format 'sse' needs a stream", param="stream", code="invalid_value")
-    frames_param = "max_frames" if body.max_frames is not None else "max_new_tokens"
-    if body.max_frames is not None and body.max_new_tokens is not None and body.max_frames != body.max_new_tokens:
-        raise ApiError(400, "max_frames: give max_frames or max_new_tokens, not two different limits",
-                       param="max_frames", code="invalid_value")
+    aliases = {"max_frames": "max_frames" if body.max_frames is not None else "max_new_tokens",
+               "min_frames": "min_frames" if body.min_frames is not None else "min_new_tokens"}
     request: dict[str, Any] = {"text": body.input, "stream": streaming}
     optional = {"instruction": body.instructions, "language": body.language, "seed": body.seed,
-                "max_frames": body.max_frames if body.max_frames is not None else body.max_new_tokens}
+                "max_frames": _one_of(body.max_frames, body.max_new_tokens, "max_frames", "max_new_tokens"),
+                "min_frames": _one_of(body.min_frames, body.min_new_tokens, "min_frames", "min_new_tokens")}
     request.update({k: v for k, v in optional.items() if v is not None})
     audio = {k: v for k, v in (("temperature", body.temperature), ("top_p", body.top_p), ("top_k", body.top_k))
              if v is not None}
@@ -124,7 +125,15 @@ def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels:
         request["sampling"] = sampling
     request.update(_reference(body, limits))
     voice = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
-    return SpeechPlan(request, voice, spec, streaming, sse, frames_param)
+    return SpeechPlan(request, voice, spec, streaming, sse, aliases)
+
+
+def _one_of(a: int | None, b: int | None, name_a: str, name_b: str) -> int | None:
+    """A value that two names can give (ours and the peers'); two different values are refused."""
+    if a is not None and b is not None and a != b:
+        raise ApiError(400, f"{name_a}: give {name_a} or {name_b}, not two different values", param=name_a,
+                       code="invalid_value")
+    return a if a is not None else b
 
 
 def _reference(body: SpeechBody, limits: Limits) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def _submit(st: ServerState, p: SpeechPlan) -> Any:
     try:
         handle = st.runtime.submit(request)
     except RequestError as e:
-        raise runtime_field_error(str(e), frames_param=p.frames_param) from None
+        raise runtime_field_error(str(e), aliases=p.aliases) from None
     except OverloadedError as e:
         raise ApiError(429, f"the server is busy: {e}", code="overloaded",
                        headers={"Retry-After": str(st.config.retry_after_s)}) from None
