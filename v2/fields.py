@@ -139,10 +139,11 @@ def _strict_bool(v: Any) -> Any:
 def _strict_text(v: Any) -> Any:
     if not isinstance(v, str):
         raise ValueError(f"expected text (str), got {type(v).__name__}")
-    try:
-        v.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(f"character {e.start} cannot be encoded as UTF-8 (a lone surrogate?)") from None
+    if not v.isascii():  # ASCII (the common case) holds no surrogate: no encoded copy of a long text
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"character {e.start} is a lone surrogate, which cannot be encoded as UTF-8") from None
     return v
 
 
