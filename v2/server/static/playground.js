@@ -34,7 +34,7 @@ async function loadVoices() {
 class Player {
   // Schedules s16 interleaved samples back to back on one AudioContext.
   constructor(rate, channels) {
-    this.rate = rate; this.channels = channels; this.at = 0;
+    this.rate = rate; this.channels = channels; this.at = 0; this.scheduled = 0;
     try { this.ctx = new AudioContext({ sampleRate: rate }); } catch (e) { this.ctx = null; }
   }
   push(samples) {
@@ -51,6 +51,7 @@ class Player {
     this.at = Math.max(this.at, this.ctx.currentTime + 0.05);
     src.start(this.at);
     this.at += buffer.duration;
+    this.scheduled += buffer.duration;
   }
   close() { if (this.ctx) this.ctx.close(); }
 }
@@ -101,6 +102,7 @@ async function streamed(resp, format, stats, t0) {
       show(stats);
     }
   } finally {
+    $("audio-seconds").dataset.played = player.scheduled.toFixed(6);  // handed to Web Audio
     setTimeout(() => player.close(), Math.max(0, (player.at - (player.ctx ? player.ctx.currentTime : 0)) * 1000) + 500);
   }
 }

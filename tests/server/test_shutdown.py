@@ -1,0 +1,78 @@
+"""`python -m v2 serve` as users run it: prints its URL, and on SIGTERM stops accepting, lets a request in
+flight finish, aborts one that outlives the drain deadline, and exits 0."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from serverkit import TEXT
+
+ROOT = Path(__file__).resolve().parents[2]
+DRAIN_S = 4.0
+
+
+def _stream(url: str, body: dict, out: dict, started: threading.Event) -> None:
+    received = 0
+    try:
+        with httpx.stream("POST", url + "/v1/audio/speech", json=body, timeout=60) as r:
+            out["status"] = r.status_code
+            for piece in r.iter_bytes():
+                received += len(piece)
+                started.set()
+        out["complete"] = True
+    except httpx.HTTPError as e:  # a cut stream: the body ended without its closing chunk
+        out["error"] = type(e).__name__
+    finally:
+        out["bytes"] = received
+        started.set()
+
+
+def test_sigterm_drains_then_aborts_the_rest_and_exits_0():
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "v2", "serve", "--port", "0", "--drain-timeout", str(DRAIN_S),
+                             "--no-access-log", "--log-level", "warning"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # the server prints its URL once it accepts
+        match = re.search(r"at (http://127\.0\.0\.1:\d+) ", line)
+        assert match, (line, proc.stderr.read() if proc.poll() is not None else "")
+        url = match.group(1)
+        short = {"input": TEXT, "max_frames": 40, "min_frames": 40, "response_format": "pcm", "sample_rate": 48000}
+        long = {**short, "max_frames": 600, "min_frames": 600}
+        results: dict[str, dict] = {"short": {}, "long": {}}
+        flowing = {k: threading.Event() for k in results}
+        threads = [threading.Thread(target=_stream, args=(url, body, results[k], flowing[k]))
+                   for k, body in (("short", short), ("long", long))]
+        for t in threads:
+            t.start()
+        for event in flowing.values():
+            assert event.wait(30)
+        proc.send_signal(signal.SIGTERM)
+        sent = time.perf_counter()
+        time.sleep(0.3)
+        try:  # no longer accepting: the socket is closed, or a request that still got in is told 503
+            refused = httpx.post(url + "/v1/audio/speech", json=short, timeout=5).status_code == 503
+        except (httpx.ConnectError, httpx.RemoteProtocolError):
+            refused = True
+        assert refused
+        for t in threads:
+            t.join(30)
+        rc = proc.wait(30)
+        elapsed = time.perf_counter() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 0, proc.stderr.read()[-2000:]
+    assert results["short"].get("complete") and results["short"]["bytes"] == 40 * 3840 * 2  # drained: all of it
+    assert not results["long"].get("complete") and results["long"]["bytes"] < 600 * 3840 * 2  # aborted at the deadline
+    assert DRAIN_S - 0.5 < elapsed < DRAIN_S + 15
