@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import functools
 import io
-import threading
 import time
 from typing import Any
 
 import av
 import numpy as np
-import uvicorn
 
 from v2.runtime import Runtime
 from v2.server import ServerConfig, create_app
 from v2.server.audio import to_s16
-from v2.server.serve import bind, url_of
+from v2.server.serve import ThreadedServer
 
 CARD = "moss_tts_local_tiny"
 TEXT = "The quiet river runs past old stone houses."
@@ -28,32 +26,16 @@ def shared_runtime() -> Runtime:
     return Runtime.from_card(CARD)
 
 
-class LiveServer:
-    """uvicorn serving an app on 127.0.0.1 on a free port, in a thread, for a `with` block."""
+class LiveServer(ThreadedServer):
+    """A real uvicorn server for the app over `runtime`, on 127.0.0.1 on a free port, in a thread."""
 
     def __init__(self, runtime: Any, config: ServerConfig | None = None, **options: Any) -> None:
         self.app = create_app(runtime, config or ServerConfig.for_card(CARD, **options))
-        self.sock = bind("127.0.0.1", 0)
-        self.url = url_of(self.sock)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off",
-                                                    timeout_graceful_shutdown=2))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        super().__init__(self.app)
 
     @property
     def state(self) -> Any:
         return self.app.state.server
-
-    def __enter__(self) -> "LiveServer":
-        self.thread.start()
-        deadline = time.time() + 20
-        while not self.server.started:
-            assert time.time() < deadline and self.thread.is_alive(), "the server did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
 
 
 def in_process(runtime: Runtime, **request: Any) -> Any:

@@ -13,7 +13,8 @@ import argparse
 import signal
 import socket
 import sys
-from pathlib import Path
+import threading
+import time
 from types import FrameType
 from typing import Any
 
@@ -54,6 +55,32 @@ def bind(host: str, port: int) -> socket.socket:
 def url_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class ThreadedServer:
+    """uvicorn serving an app on a bound socket in a background thread, for a `with` block (tests, benchmarks).
+    No signal handling: the thread that owns the block stops it."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, graceful_s: float = 2.0) -> None:
+        self.sock = bind(host, port)
+        self.url = url_of(self.sock)
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                                    timeout_graceful_shutdown=graceful_s))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True,
+                                       name="v2-http")
+
+    def __enter__(self) -> "ThreadedServer":
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the HTTP server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,114 @@
+"""`python -m v2.bench.http`: what the HTTP server costs, measured against the same workload in-process, in one
+run: audio-s/s and TTFA p50/p99 at concurrency 1, 16 and 64, both ways; one JSON line last.
+
+Owns: one runtime serving both ways (in-process through `run_serving`, and over HTTP through the server on a
+free loopback port in this process), the HTTP clients in a child process (v2.bench.http_client: streaming
+wav, TTFA taken at the first audio byte past the header), the comparison (throughput cost, TTFA added) and
+the report. Goal (issue 15): HTTP costs <= 5% of throughput and <= 10 ms of TTFA p50.
+Must not know: engine or model internals, the server's routes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import torch
+
+from v2.bench.__main__ import build_runtime, machine
+from v2.bench.metrics import percentile
+from v2.bench.serving import run_serving, workload
+from v2.server import ServerConfig, create_app
+from v2.server.serve import ThreadedServer
+
+
+def run_http(url: str, requests: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
+    job = json.dumps({"url": url, "requests": requests, "concurrency": concurrency})
+    done = subprocess.run([sys.executable, "-m", "v2.bench.http_client"], input=job, capture_output=True, text=True,
+                          timeout=3600, check=True)
+    out = json.loads(done.stdout)
+    traces, wall = out["traces"], out["wall_s"]
+    audio = sum(t["audio_s"] for t in traces)
+    ttfa = [t["first"] - t["sent"] for t in traces if t["first"] is not None]
+    return {"concurrency": concurrency, "requests": len(traces), "wall_s": wall, "audio_s": audio,
+            "audio_s_per_s": audio / wall, "ttfa_p50_s": percentile(ttfa, 50), "ttfa_p99_s": percentile(ttfa, 99)}
+
+
+KEYS = ("requests", "wall_s", "audio_s", "audio_s_per_s", "ttfa_p50_s", "ttfa_p99_s")
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over repeated runs (the machine may be shared: one run can be unlucky)."""
+    out: dict[str, Any] = {k: float(np.median([r[k] for r in runs])) for k in KEYS}
+    return out | {"requests": runs[0]["requests"], "runs": len(runs)}
+
+
+def compare(level: int, inproc: dict[str, Any], http: dict[str, Any]) -> dict[str, Any]:
+    return {"concurrency": level, "in_process": inproc, "http": http,
+            "throughput_cost": 1 - http["audio_s_per_s"] / inproc["audio_s_per_s"],
+            "ttfa_p50_added_ms": (http["ttfa_p50_s"] - inproc["ttfa_p50_s"]) * 1e3,
+            "ttfa_p99_added_ms": (http["ttfa_p99_s"] - inproc["ttfa_p99_s"]) * 1e3,
+            "same_audio_seconds": abs(http["audio_s"] - inproc["audio_s"]) < 1e-6}  # same seeds, same lengths
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'conc':>4} {'reqs':>4} {'way':>10} {'audio-s/s':>9} {'TTFA p50':>9} {'TTFA p99':>9}   "
+            f"{'HTTP cost':>9} {'+TTFA p50':>9}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        for way in ("in_process", "http"):
+            f = r[way]
+            extra = (f"   {r['throughput_cost'] * 100:>8.1f}% {r['ttfa_p50_added_ms']:>7.1f}ms" if way == "http" else "")
+            lines.append(f"{r['concurrency']:>4} {f['requests']:>4} {way:>10} {f['audio_s_per_s']:>9.2f} "
+                         f"{f['ttfa_p50_s'] * 1e3:>7.1f}ms {f['ttfa_p99_s'] * 1e3:>7.1f}ms{extra}")
+    lines.append("Medians of alternating runs. HTTP cost = 1 - HTTP audio-s/s / in-process audio-s/s (goal <= 5%); "
+                 "+TTFA p50 goal <= 10 ms.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m v2.bench.http", description=__doc__.splitlines()[0])
+    p.add_argument("--card", default="moss_tts_local_tiny")
+    p.add_argument("--random-weights", action="store_true", help="the release's dimensions with random weights")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    p.add_argument("--requests", type=int, default=0, help="per level; 0: max(8, 2 x concurrency)")
+    p.add_argument("--max-frames", type=int, default=40)
+    p.add_argument("--repeat", type=int, default=3, help="runs per way and level, alternating; medians reported")
+    args = p.parse_args(argv)
+    runtime = build_runtime(args)
+    load_before = os.getloadavg()[0]
+    rows = []
+    try:
+        app = create_app(runtime, ServerConfig.for_card(runtime.card.name))
+        with ThreadedServer(app) as server:
+            warm = workload(2, seed=999, max_frames=8)
+            run_serving(runtime, warm, concurrency=2, stream=True)
+            run_http(server.url, warm, 2)
+            for level in args.concurrency:
+                n = args.requests or max(8, 2 * level)
+                requests = workload(n, seed=level, max_frames=args.max_frames)
+                inproc, http = [], []
+                for i in range(args.repeat):  # alternating, so a busy spell on the machine hits both ways
+                    print(f"concurrency {level}: {n} requests in-process, then over HTTP ({i + 1}/{args.repeat})",
+                          file=sys.stderr, flush=True)
+                    inproc.append(run_serving(runtime, requests, concurrency=level, stream=True))
+                    http.append(run_http(server.url, requests, level))
+                rows.append(compare(level, median_of(inproc), median_of(http)))
+    finally:
+        runtime.close()
+    print(table(rows))
+    print(json.dumps({"bench": "v2.http", "card": runtime.card.name, "random_weights": args.random_weights,
+                      "max_frames": args.max_frames, "format": "wav, streamed", "machine": machine(args.device),
+                      "load_avg_1min": {"before": load_before, "after": os.getloadavg()[0]},
+                      "levels": rows, "goal": {"throughput_cost_max": 0.05, "ttfa_p50_added_ms_max": 10.0}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
