@@ -13,3 +13,8 @@ if [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ]; then
     .venv/bin/python -c "import triton" 2>/dev/null || .venv/bin/python -m pip install --quiet "triton==3.6.0"
 fi
 .venv/bin/python -m pip install --quiet -e ".[test]"
+# Debian's chromium for the playground page's browser test (tests/server/test_playground.py skips without it)
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+        >/dev/null 2>&1 || echo "setup: chromium could not be installed; the browser test will be skipped" >&2
+fi
