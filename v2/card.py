@@ -58,6 +58,7 @@ class LocalTransformerExpert(Expert):
 
 class VocoderExpert(Expert):
     class_: Literal["MossAudioDecoder"] = Field(alias="class")
+    encoder: bool = False  # also load the codec's encoder (reference audio -> codes) from the same checkpoint
 
 
 class Experts(_Frozen):
@@ -135,14 +136,27 @@ class VocoderSettings(_Frozen):
         return self
 
 
+class EncodeSettings(_Frozen):
+    """Reference audio: limits at submit, and how much encoding one engine step takes on."""
+
+    class_: Literal["EncodeLoop"] = Field(default="EncodeLoop", alias="class")
+    max_reference_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)  # per recording, as given
+    max_references: int = Field(default=4, ge=1)         # recordings per request
+    step_seconds: float = Field(default=60.0, gt=0, allow_inf_nan=False)  # audio encoded per step, all requests
+    # together; a request's recordings always run whole, so one longer than this still runs (alone)
+
+
 class Loops(_Frozen):
     ar_decode: ARDecodeSettings
     vocoder: VocoderSettings
+    encode: EncodeSettings = EncodeSettings()
 
 
 class RuntimeSettings(_Frozen):
     # intra-op threads of the engine thread when the experts run on a CPU (None: torch's default)
     cpu_threads: int | None = Field(default=None, ge=1)
+    # where stored voices live (None: $XDG_CACHE_HOME/v2/voices/<card name>)
+    voices_dir: str | None = None
 
 
 class ModelCard(_Frozen):
@@ -226,6 +240,23 @@ def build_codec(card: ModelCard, *, checkpoint: str | Path | None = None, dtype:
                 device: Any = "cpu") -> Any:
     """The vocoder expert (a `MossAudioDecoder`), from the card or `checkpoint`."""
     return _build(card, card.experts.vocoder, card.experts.vocoder.class_, checkpoint, dtype, device)
+
+
+def build_encoder(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: Any = None, device: Any = "cpu",
+                  decoder: Any = None) -> Any:
+    """The codec's encoder (a `MossAudioEncoder`) from the vocoder's checkpoint; a seeded codec's encoder
+    shares `decoder`'s codebooks, as one checkpoint's two sides do."""
+    import torch
+
+    from v2.models.codec.encoder import MossAudioEncoder
+
+    expert = card.experts.vocoder
+    dtype = dtype or getattr(torch, expert.dtype)
+    source = str(checkpoint) if checkpoint is not None else expert.checkpoint
+    if source.startswith(SEED_PREFIX):
+        seeded = card.seeded[source[len(SEED_PREFIX):]]
+        return MossAudioEncoder.from_seed(seeded.config, seeded.seed, decoder=decoder, dtype=dtype, device=device)
+    return MossAudioEncoder.from_pretrained(Path(source), dtype=dtype, device=device)
 
 
 def build_tokenizer(card: ModelCard, checkpoint: str | Path | None = None) -> Any:

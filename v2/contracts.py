@@ -19,11 +19,13 @@ class WorkUnitKind(enum.Enum):
     PREFILL = "prefill"          # prompt rows through the backbone into a request's KV slot
     AR_FRAME = "ar_frame"        # one frame: backbone decode step + local decode + 13 samplings
     AUDIO_CHUNK = "audio_chunk"  # N frames of a stream through the codec decoder
+    ENCODE = "encode"            # reference recordings through the codec encoder into codes
 
 
 class LoopKind(enum.Enum):
     AR_DECODE = "ar_decode"
     VOCODER = "vocoder"
+    ENCODE = "encode"
 
 
 class ExecutionProfile(enum.Enum):

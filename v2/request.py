@@ -8,6 +8,9 @@ Must not know: the engine, slots, devices.
 
 from __future__ import annotations
 
+import numbers
+import os
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
@@ -17,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from v2.card import ModelCard
 from v2.contracts import ExecutionProfile
 from v2.fields import (
-    INT64_MAX, TOP_K_MAX, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature, int_tensor,
+    INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature, int_tensor,
 )
 from v2.models.config import MossTTSLocalConfig
 from v2.models.prompt import PromptError, build_prompt, check_rows
@@ -82,6 +85,9 @@ class SpeechRequest(_Strict):
     text: OptionalText = None
     prompt_rows: Any = None          # explicit rows [T, 13] (list, array or tensor) instead of text
     reference_codes: Any = None      # [N, 12] codes of a voice prompt (or a list of them)
+    reference_audio: Any = None      # a recording (path, file bytes, or (samples, sample_rate)) or a list of them
+    reference_text: OptionalText = None  # the one reference's transcript: "continuation" mode
+    voice: OptionalText = None       # the name of a stored voice (rt.voices)
     instruction: OptionalText = None
     language: OptionalText = None
     duration_frames: Annotated[StrictInt | None, Field(ge=1)] = None  # the prompt's "Tokens" duration target
@@ -114,19 +120,63 @@ class SpeechRequest(_Strict):
         codes = int_tensor(v, "reference_codes")
         return tuple(codes.unbind(0)) if codes.dim() == 3 else (codes,)
 
+    @field_validator("reference_audio")
+    @classmethod
+    def _recordings(cls, v: Any) -> tuple[Any, ...] | None:
+        """One recording or a list of them; raw samples are copied now (files are read at submit)."""
+        if v is None:
+            return None
+        items = v if isinstance(v, list) or (isinstance(v, tuple) and not _is_samples(v)) else [v]
+        if not items:
+            raise ValueError("give at least one recording")
+        return tuple(_recording(x, f"reference_audio[{i}]" if len(items) > 1 else "reference_audio")
+                     for i, x in enumerate(items))
+
     @model_validator(mode="after")
     def _one_source(self) -> "SpeechRequest":
         if (self.text is None) == (self.prompt_rows is None):
             raise ValueError("give exactly one of 'text' and 'prompt_rows'")
         if self.text is not None and not self.text.strip():
             raise ValueError("text: must not be empty or whitespace")
-        if self.prompt_rows is not None and self.reference_codes is not None:
-            raise ValueError("reference_codes: give them inside prompt_rows when prompt_rows is used")
+        given = [f for f in ("reference_codes", "reference_audio", "voice") if getattr(self, f) is not None]
+        if self.prompt_rows is not None and (given or self.reference_text is not None):
+            raise ValueError(f"{(given or ['reference_text'])[0]}: give references inside prompt_rows when prompt_rows is used")
+        if len(given) > 1:
+            raise ValueError(f"{given[1]}: give only one of reference_codes, reference_audio and voice")
+        if self.reference_text is not None:
+            count = 1 if self.voice is not None else len(getattr(self, given[0])) if given else 0
+            if count != 1:
+                raise ValueError("reference_text: continuation needs exactly one reference (audio, codes or voice)")
+            if not self.reference_text.strip():
+                raise ValueError("reference_text: must not be empty or whitespace")
         if self.max_frames is not None and self.min_frames > self.max_frames:
             raise ValueError(f"min_frames ({self.min_frames}) exceeds max_frames ({self.max_frames})")
         if self.stream and not self.decode_audio:
             raise ValueError("stream: a stream needs decode_audio")
         return self
+
+
+def _is_samples(v: tuple[Any, ...]) -> bool:
+    """(samples, sample_rate): a pair whose second item is a number."""
+    return len(v) == 2 and isinstance(v[1], numbers.Real) and not isinstance(v[1], bool)
+
+
+def _recording(x: Any, field: str) -> Any:
+    """A path (as str), a private copy of file bytes, or (a private copy of the samples, rate)."""
+    if isinstance(x, (str, os.PathLike)):
+        return os.fspath(x)
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    if isinstance(x, tuple) and _is_samples(x):
+        samples = x[0].detach().cpu().numpy() if isinstance(x[0], torch.Tensor) else x[0]
+        if isinstance(samples, np.ndarray) and samples.dtype.kind not in "fi":
+            raise FieldError(f"{field}: samples must be float, int16 or int32 PCM, got {samples.dtype}")
+        try:
+            return (np.array(samples, copy=True), x[1])
+        except (TypeError, ValueError) as e:
+            raise FieldError(f"{field}: samples are not an array of numbers ({e})") from None
+    raise FieldError(f"{field}: expected a path, the bytes of an audio file, or (samples, sample_rate); "
+                     f"got {type(x).__name__}")
 
 
 def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
@@ -147,9 +197,28 @@ def _describe(err: Any) -> str:
     return message if message.startswith((f"{loc}:", f"{loc}[")) else f"{loc}: {message}"
 
 
+@dataclass(frozen=True)
+class CodecSpec:
+    """What preparing reference audio needs to know of the codec."""
+
+    sample_rate: int
+    hop: int  # samples per channel per frame
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request checked against the card and turned into what the engine runs."""
+
+    rows: torch.Tensor            # [T, 13]; while `audio` waits for the encoder its rows hold placeholder codes
+    sampling: SamplingSettings
+    max_frames: int
+    audio: tuple[np.ndarray, ...] = ()  # recordings to encode first: [channels, n] float32 at the codec's rate
+    transcript: str | None = None       # continuation mode: the reference's transcript
+
+
 def _text_limits(request: SpeechRequest, limits: Any) -> None:
     """Cheap bounds first: a text field over the card's character cap is refused before any tokenising."""
-    for name in ("text", "instruction", "language"):
+    for name in ("text", "instruction", "language", "reference_text"):
         value = getattr(request, name)
         if value is not None and len(value) > limits.max_text_chars:
             raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({limits.max_text_chars})")
@@ -157,32 +226,74 @@ def _text_limits(request: SpeechRequest, limits: Any) -> None:
         raise RequestError(f"duration_frames: {request.duration_frames} exceeds the card's max_frames ({limits.max_frames})")
 
 
-def _longest_field(request: SpeechRequest, tokenizer: TextTokenizer) -> str:
+def _longest_field(request: SpeechRequest, tokenizer: TextTokenizer, references: tuple[torch.Tensor, ...]) -> str:
     """Which field contributes the most rows to a prompt that is too long (only on that error path)."""
     if request.prompt_rows is not None:
         return "prompt_rows"
-    sizes = {name: len(tokenizer.encode(getattr(request, name))) for name in ("text", "instruction", "language")
-             if getattr(request, name)}
-    sizes["reference_codes"] = sum(len(r) + 2 for r in request.reference_codes or ())
+    sizes = {name: len(tokenizer.encode(getattr(request, name)))
+             for name in ("text", "instruction", "language", "reference_text") if getattr(request, name)}
+    source = next((f for f in ("reference_audio", "voice") if getattr(request, f) is not None), "reference_codes")
+    sizes[source] = sum(len(r) + 2 for r in references)
     return max(sizes, key=lambda k: sizes[k])
 
 
-def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig,
-            tokenizer: TextTokenizer) -> tuple[torch.Tensor, SamplingSettings, int]:
-    """Prompt rows [T, 13], resolved sampling and max frames for a request, checked against the card."""
+def _recordings(request: SpeechRequest, card: ModelCard, codec: CodecSpec | None) -> tuple[np.ndarray, ...]:
+    """Read, resample and level-set each reference recording (the caller's thread; encoding runs later)."""
+    from v2.models.codec.audio_in import AudioError, prepare_reference
+
+    limits = card.loops.encode
+    audio = request.reference_audio or ()
+    if not audio:
+        return ()
+    if codec is None:
+        raise RequestError("reference_audio: this runtime has no codec encoder (the card does not enable it)")
+    if len(audio) > limits.max_references:
+        raise RequestError(f"reference_audio: {len(audio)} recordings, over the card's max_references ({limits.max_references})")
+    out = []
+    for i, source in enumerate(audio):
+        field = f"reference_audio[{i}]" if len(audio) > 1 else "reference_audio"
+        try:
+            out.append(prepare_reference(source, sample_rate=codec.sample_rate, min_seconds=codec.hop / codec.sample_rate,
+                                         max_seconds=limits.max_reference_seconds))
+        except AudioError as e:
+            raise RequestError(f"{field}: {e}") from None
+    return tuple(out)
+
+
+def build_rows(request: SpeechRequest, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer,
+               references: tuple[torch.Tensor, ...], transcript: str | None) -> torch.Tensor:
+    """The prompt rows [T, 13]: explicit rows, or the template with the references in the user turn ("clone")
+    or, with a transcript, the one reference as assistant audio after `transcript + text` ("continuation")."""
+    if request.prompt_rows is not None:
+        return check_rows(cfg, request.prompt_rows)
+    common = dict(instruction=request.instruction, language=request.language, tokens=request.duration_frames)
+    if transcript is not None:
+        return build_prompt(tokenizer, cfg, transcript + (request.text or ""), assistant_codes=references[0], **common)
+    return build_prompt(tokenizer, cfg, request.text or "", reference_codes=references or None, **common)
+
+
+def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer, *,
+            codec: CodecSpec | None = None, voice: Any = None) -> Prepared:
+    """Check a request against the card and lay out its prompt. `voice`: the stored voice `request.voice`
+    names (its codes, and its transcript unless `reference_text` is given). Reference recordings are
+    read and prepared here; their rows hold placeholder codes of the right length until encoded."""
     limits = card.loops.ar_decode
     _text_limits(request, limits)
+    audio = _recordings(request, card, codec)
+    if audio:
+        assert codec is not None
+        references = tuple(torch.zeros(a.shape[1] // codec.hop, cfg.n_vq, dtype=torch.long) for a in audio)
+    elif voice is not None:
+        references = (torch.as_tensor(voice.codes, dtype=torch.long),)
+    else:
+        references = tuple(request.reference_codes or ())
+    transcript = request.reference_text if request.reference_text is not None else getattr(voice, "text", None)
     try:
-        if request.prompt_rows is not None:
-            rows = check_rows(cfg, request.prompt_rows)
-        else:
-            rows = build_prompt(tokenizer, cfg, request.text or "", reference_codes=request.reference_codes,
-                                instruction=request.instruction, language=request.language,
-                                tokens=request.duration_frames)
+        rows = build_rows(request, cfg, tokenizer, references, transcript)
     except (PromptError, ValueError, TypeError) as e:
         raise RequestError(str(e)) from None
     if len(rows) > limits.max_prompt_rows:
-        field = _longest_field(request, tokenizer)
+        field = _longest_field(request, tokenizer, references)
         raise RequestError(f"{field}: the prompt is {len(rows)} rows, over the card's max_prompt_rows "
                            f"({limits.max_prompt_rows})")
     max_frames = request.max_frames if request.max_frames is not None else limits.max_frames
@@ -194,4 +305,4 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig,
         sampling = request.sampling.resolve(limits.sampling.settings())
     except ValueError as e:
         raise RequestError(f"sampling: {e}") from None
-    return rows, sampling, max_frames
+    return Prepared(rows, sampling, max_frames, audio, transcript)

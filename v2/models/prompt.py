@@ -27,8 +27,8 @@ def _field(value: object) -> str:
     return "None" if value is None or value == "" else str(value)
 
 
-def _reference_rows(cfg: MossTTSLocalConfig, codes: Tensor, index: int) -> Tensor:
-    name = f"reference_codes[{index}]"
+def _reference_rows(cfg: MossTTSLocalConfig, codes: Tensor, index: int, field: str = "reference_codes") -> Tensor:
+    name = f"{field}[{index}]"
     if not isinstance(codes, Tensor):
         codes = torch.as_tensor(codes)
     if codes.dim() != 2 or codes.shape[1] != cfg.n_vq or codes.shape[0] < 1:
@@ -51,11 +51,15 @@ def _reference_rows(cfg: MossTTSLocalConfig, codes: Tensor, index: int) -> Tenso
 def build_prompt(tokenizer: TextTokenizer, cfg: MossTTSLocalConfig, text: str, *,
                  reference_codes: Tensor | Sequence[Tensor] | None = None, instruction: str | None = None,
                  tokens: int | None = None, quality: str | None = None, sound_event: str | None = None,
-                 ambient_sound: str | None = None, language: str | None = None) -> Tensor:
-    """Lay out one prompt as rows [T, 13] (int64); it ends with the `audio_start` row.
+                 ambient_sound: str | None = None, language: str | None = None,
+                 assistant_codes: Tensor | None = None) -> Tensor:
+    """Lay out one prompt as rows [T, 13] (int64); it ends with the `audio_start` row, or, in continuation
+    mode, with the prompt audio's rows after it.
 
     `tokens` is a duration target in frames (12.5 per second); `reference_codes` is one [N, 12] tensor
-    or a sequence of them (one voice prompt each).
+    or a sequence of them (one voice prompt each, in the user turn: "clone" mode). `assistant_codes`
+    [N, 12] is audio the assistant has already spoken ("continuation" mode: `text` then holds its transcript
+    followed by the new text, and generation continues after these rows).
     """
     if not isinstance(text, str) or not text.strip():
         raise PromptError("text: must be a non-empty string")
@@ -92,6 +96,10 @@ def build_prompt(tokenizer: TextTokenizer, cfg: MossTTSLocalConfig, text: str, *
     special(cfg.ids.im_start)
     say("assistant\n")
     special(cfg.ids.audio_start)
+    if assistant_codes is not None:
+        rows = _reference_rows(cfg, assistant_codes, 0, "assistant_codes")[1:-1]  # [N, 13], no start/end rows
+        rows[:, 0] = cfg.ids.audio_assistant_slot
+        pieces.append(rows)
     return torch.cat(pieces)
 
 

@@ -19,25 +19,31 @@ from typing import Any
 import numpy as np
 import torch
 
-from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_model, build_tokenizer, load_card
+from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_encoder, build_model, build_tokenizer, load_card
 from v2.contracts import FinishReason, LoopKind, StepResult, WorkPlan, WorkUnitKind
 from v2.loops.ar_decode import ARDecodeLoop, FrameRow
+from v2.loops.encode import EncodeLoop
 from v2.loops.vocoder import VocoderLoop
-from v2.request import OverloadedError, SpeechRequest, parse_request, prepare
+from v2.request import CodecSpec, OverloadedError, RequestError, SpeechRequest, build_rows, parse_request, prepare
 from v2.runtime import updates
+from v2.runtime.encoding import EncodeExecutor, EncodeJob, EncodeStage
 from v2.runtime.executors import ARExecutor, CodecExecutor, to_host
 from v2.runtime.results import publish
 from v2.runtime.scheduler import Batch, schedule
 from v2.runtime.slots import SlotPool
 from v2.runtime.records import Group, RequestRecord, share_prefixes
 from v2.runtime.streams import Dispatcher, SpeechHandle
+from v2.runtime.voices import VoiceError, VoiceStore, default_directory
 
 
 class Runtime:
-    def __init__(self, card: ModelCard, model: Any, codec: Any, tokenizer: Any, *, graphs: bool = True) -> None:
-        """`graphs`: capture and replay CUDA graphs for AR_FRAME and AUDIO_CHUNK steps (on CUDA only)."""
+    def __init__(self, card: ModelCard, model: Any, codec: Any, tokenizer: Any, *, graphs: bool = True,
+                 encoder: Any = None, voices_dir: str | None = None) -> None:
+        """`graphs`: capture and replay CUDA graphs for AR_FRAME and AUDIO_CHUNK steps (on CUDA only).
+        `encoder`: the codec's encoder (reference audio -> codes); without it reference audio is refused.
+        `voices_dir`: the voice store's directory (default: the card's, else the user's cache)."""
         ar, voc = card.loops.ar_decode, card.loops.vocoder
-        self.card, self.model, self.codec, self.tokenizer = card, model, codec, tokenizer
+        self.card, self.model, self.codec, self.tokenizer, self.encoder = card, model, codec, tokenizer, encoder
         self.ar_loop, self.voc_loop = ARDecodeLoop(ar), VocoderLoop(voc)
         self.ar_exec = ARExecutor(model, num_slots=ar.max_running, max_len=ar.max_prompt_rows + ar.max_frames,
                                   batch_buckets=ar.batch_buckets, graphs=graphs)
@@ -45,6 +51,11 @@ class Runtime:
                                         frame_buckets=voc.frame_buckets, graphs=graphs)
         self.pools = {"kv": SlotPool("kv", ar.max_running), "codec": SlotPool("codec", voc.max_streams)}
         self._buckets = {WorkUnitKind.AR_FRAME: ar.batch_buckets, WorkUnitKind.AUDIO_CHUNK: voc.batch_buckets}
+        self.encode_exec = EncodeExecutor(encoder) if encoder is not None else None
+        self._codec_spec = CodecSpec(encoder.sample_rate, encoder.cfg.hop) if encoder is not None else None
+        self._encoding = EncodeStage(EncodeLoop(), encoder.cfg.hop if encoder is not None else 1)
+        self.voices = VoiceStore(voices_dir or card.runtime.voices_dir or default_directory(card.name),
+                                 encode=self.encode_audio, width=model.cfg.n_vq, codebook_size=model.cfg.codebook_size)
         self._cond = threading.Condition()
         self._results = Dispatcher("v2-results")     # publishes results: runs no user code
         self._callbacks = Dispatcher("v2-callbacks")  # runs done callbacks: user code
@@ -65,13 +76,16 @@ class Runtime:
     @classmethod
     def from_card(cls, card: str | ModelCard = DEFAULT_CARD, *, checkpoint: str | None = None,
                   codec_checkpoint: str | None = None, device: str | None = None, dtype: torch.dtype | None = None,
-                  graphs: bool = True) -> "Runtime":
+                  graphs: bool = True, voices_dir: str | None = None) -> "Runtime":
         """`card`: a card name in cards/, a path, or a loaded card. Default device: CUDA when present."""
         card = card if isinstance(card, ModelCard) else load_card(card)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = build_model(card, checkpoint=checkpoint, dtype=dtype, device=device)
         codec = build_codec(card, checkpoint=codec_checkpoint, dtype=dtype, device=device)
-        return cls(card, model, codec, build_tokenizer(card, checkpoint), graphs=graphs)
+        encoder = (build_encoder(card, checkpoint=codec_checkpoint, dtype=dtype, device=device, decoder=codec)
+                   if card.experts.vocoder.encoder else None)
+        return cls(card, model, codec, build_tokenizer(card, checkpoint), graphs=graphs, encoder=encoder,
+                   voices_dir=voices_dir)
 
     # ----- caller side -----------------------------------------------------------------------------
     def submit(self, request: SpeechRequest | dict[str, Any]) -> SpeechHandle:
@@ -86,12 +100,16 @@ class Runtime:
         prepared = []
         for request in requests:
             req = parse_request(request)
-            prepared.append((req, *prepare(req, self.card, self.model.cfg, self.tokenizer)))
+            prepared.append((req, prepare(req, self.card, self.model.cfg, self.tokenizer, codec=self._codec_spec,
+                                          voice=self._voice(req.voice))))
         if share_prompt:
             if len(prepared) > self.card.loops.ar_decode.max_running:
                 raise ValueError(f"n: a group of {len(prepared)} exceeds the card's max_running")
-            if any(not torch.equal(p[1], prepared[0][1]) for p in prepared):
+            if any(not torch.equal(p.rows, prepared[0][1].rows) for _, p in prepared):
                 raise ValueError("prompts: a shared prompt must be the same for every request of the group")
+            if prepared[0][1].audio:
+                raise RequestError("reference_audio: a group shares one prompt; store the voice once "
+                                   "(rt.voices.add) and pass voice=NAME, or pass reference_codes")
         handles = []
         limits = self.card.loops.ar_decode
         with self._cond:
@@ -101,17 +119,54 @@ class Runtime:
                 raise OverloadedError(f"queue: {len(self._waiting)} requests are already waiting for a slot "
                                       f"(max_waiting {limits.max_waiting}); nothing was queued, try again later")
             group = Group([]) if share_prompt else None
-            for i, (req, rows, sampling, max_frames) in enumerate(prepared):
+            for i, (req, p) in enumerate(prepared):
                 rid = next(self._ids)
                 handle = SpeechHandle(rid, self._request_cancel, self._callbacks, limits.max_buffered_chunks)
-                record = RequestRecord(rid, handle, req, rows, sampling, max_frames, time.perf_counter(), group=group,
-                                  group_id=group_id, sample_id=i)
+                record = RequestRecord(rid, handle, req, p.rows, p.sampling, p.max_frames, time.perf_counter(),
+                                       group=group, group_id=group_id, sample_id=i, transcript=p.transcript,
+                                       enc=self._encoding.loop.init(rid, p.audio) if p.audio else None)
                 if group is not None:
                     group.members.append(rid)
                 self._waiting.append(record)
                 handles.append(handle)
             self._cond.notify_all()
         return handles
+
+    def encode_audio(self, audio: Any, *, timeout: float | None = None) -> np.ndarray:
+        """One recording (a path, file bytes or (samples, sample_rate)) -> its codes [N, 12], encoded on the
+        engine as ENCODE work batched with requests' references (this thread waits)."""
+        from v2.models.codec.audio_in import AudioError, prepare_reference
+
+        spec = self._codec_spec
+        if spec is None:
+            raise RequestError("reference_audio: this runtime has no codec encoder (the card does not enable it)")
+        try:
+            wav = prepare_reference(audio, sample_rate=spec.sample_rate, min_seconds=spec.hop / spec.sample_rate,
+                                    max_seconds=self.card.loops.encode.max_reference_seconds)
+        except AudioError as e:
+            raise RequestError(f"reference_audio: {e}") from None
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the runtime is closed")
+            rid = next(self._ids)
+            job = self._encoding.jobs[rid] = EncodeJob(self._encoding.loop.init(rid, (wav,)))
+            self._cond.notify_all()
+        if not job.done.wait(timeout):
+            with self._cond:
+                self._encoding.fail(rid, "timed out")
+            raise TimeoutError(f"reference encode not finished within {timeout} s")
+        if job.error is not None:
+            raise RuntimeError(f"encode failed: {job.error}")
+        assert job.codes is not None
+        return job.codes[0]
+
+    def _voice(self, name: str | None) -> Any:
+        if name is None:
+            return None
+        try:
+            return self.voices.get(name)
+        except VoiceError as e:
+            raise RequestError(str(e)) from None
 
     def rollout(self, prompts: list[Any], *, n: int = 1, seed: int = 0, **options: Any) -> Any:
         """n samples per prompt (member i seeded `seed + i`, one shared prefill per prompt): a `RolloutBatch`
@@ -152,7 +207,8 @@ class Runtime:
             return {"steps": self._steps, "kinds": kinds, "waiting": len(self._waiting), "running": len(self._running),
                     "kv_slots_in_use": self.pools["kv"].in_use, "codec_slots_in_use": self.pools["codec"].in_use,
                     "graphs": graphs, "shared_prefills": self._shared_prefills, "prefilled_rows": self._prefilled_rows,
-                    "weight_version": self._gate.version}
+                    "weight_version": self._gate.version,
+                    "encoding": sum(not r.ready for r in self._waiting) + len(self._encoding.jobs)}
 
     def close(self, *, drain: bool = False, timeout: float | None = None) -> None:
         """Stop taking requests; finish the ones in flight (`drain`) or abort them; free everything.
@@ -190,10 +246,12 @@ class Runtime:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._closed or self._waiting or self._running or self._cancels
-                                    or self._gate.pending is not None)
+                                    or self._gate.pending is not None or self._encoding.jobs)
                 if self._closed and not self._drain:
                     self._cancels.update(r.id for r in (*self._waiting, *self._running.values()))
-                idle = not (self._waiting or self._running or self._cancels or self._gate.pending)
+                    self._encoding.fail_all("the runtime is closed")
+                idle = not (self._waiting or self._running or self._cancels or self._gate.pending
+                            or self._encoding.jobs)
             if self._closed and idle:
                 break
             try:
@@ -223,10 +281,15 @@ class Runtime:
                 plans.extend(self._plans_of(req))
             except Exception as e:  # one request's loop code fails that request alone
                 self._fail(req.id, f"{type(e).__name__}: {e}")
+        with self._cond:
+            plans.extend(self._encoding.plans(self._waiting))
         prefill_rows = {p.request_id: int(p.payload.rows.shape[0]) for p in plans
                         if p.signature.kind is WorkUnitKind.PREFILL}
+        encode_samples = {p.request_id: p.payload.samples for p in plans if p.signature.kind is WorkUnitKind.ENCODE}
+        step_samples = int(self.card.loops.encode.step_seconds * (self._codec_spec.sample_rate if self._codec_spec else 1))
         batches = schedule(plans, prefill_budget=self.card.loops.ar_decode.prefill_chunk_rows,
-                           prefill_rows=prefill_rows, buckets=self._buckets)
+                           prefill_rows=prefill_rows, buckets=self._buckets, encode_budget=step_samples,
+                           encode_samples=encode_samples)
         ran: list[tuple[Batch, torch.Tensor | None]] = []
         for batch in batches:
             start = time.perf_counter()
@@ -234,12 +297,17 @@ class Runtime:
                 ran.append((batch, self._execute(batch)))
             except Exception as e:  # a failing batched call fails only its requests
                 for plan in batch.plans:
-                    self._fail(plan.request_id, f"{batch.kind.value} failed: {type(e).__name__}: {e}")
+                    self._fail_any(plan.request_id, f"{batch.kind.value} failed: {type(e).__name__}: {e}")
             with self._cond:  # host time of the call (on a GPU: launch time; the step's sync comes later)
                 self._counters[batch.kind]["seconds"] += time.perf_counter() - start
         outputs = iter(to_host([t for _, t in ran if t is not None]))
         for batch, tensor in ran:
             host = next(outputs) if tensor is not None else None
+            if batch.kind is WorkUnitKind.ENCODE:
+                with self._cond:
+                    waiting = {r.id: r for r in self._waiting}
+                    self._encoding.scatter(batch.plans, host, waiting, self._encoded, self._fail_any)
+                continue
             if batch.kind is WorkUnitKind.AR_FRAME:
                 host = host.tolist()  # one conversion per batch: rows of Python floats
             for i, plan in enumerate(batch.plans):
@@ -277,6 +345,9 @@ class Runtime:
             return None
         if batch.kind is WorkUnitKind.AR_FRAME:
             return self.ar_exec.frame(payloads, batch.bucket)
+        if batch.kind is WorkUnitKind.ENCODE:
+            assert self.encode_exec is not None
+            return self.encode_exec.encode(payloads)
         return self.codec_exec.chunk(payloads, batch.bucket, batch.plans[0].signature.bucket)
 
     def _advance(self, req: RequestRecord, plan: WorkPlan, host: Any, i: int) -> None:
@@ -311,9 +382,9 @@ class Runtime:
     def _admit(self) -> None:
         while True:
             with self._cond:
-                if not self._waiting:
+                head = next((r for r in self._waiting if r.ready), None)
+                if head is None:
                     return
-                head = self._waiting[0]
                 batch = [r for r in self._waiting if r.group is head.group] if head.group else [head]
                 audio = sum(r.request.decode_audio for r in batch)
                 if self.pools["kv"].free_count < len(batch) or self.pools["codec"].free_count < audio:
@@ -387,6 +458,25 @@ class Runtime:
 
     def _fail(self, rid: int, message: str) -> None:
         req = self._running.get(rid)
+        if req is not None:
+            req.error = message
+            self._finish(req, FinishReason.ERROR)
+
+    def _encoded(self, req: RequestRecord) -> None:
+        """A waiting request's recordings are encoded: lay its prompt out with the real codes (it is admissible)."""
+        assert req.enc is not None and req.enc.codes is not None
+        references = tuple(torch.from_numpy(c) for c in req.enc.codes)
+        req.rows = build_rows(req.request, self.model.cfg, self.tokenizer, references, req.transcript)
+
+    def _fail_any(self, rid: int, message: str) -> None:
+        """Fail a running request, a waiting one (its encode failed) or an encode job."""
+        if rid in self._running or self._encoding.fail(rid, message):
+            self._fail(rid, message)
+            return
+        with self._cond:
+            req = next((r for r in self._waiting if r.id == rid), None)
+            if req is not None:
+                self._waiting.remove(req)
         if req is not None:
             req.error = message
             self._finish(req, FinishReason.ERROR)

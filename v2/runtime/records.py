@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from v2.loops.ar_decode import ARState
+from v2.loops.encode import EncodeState
 from v2.loops.vocoder import VocoderState
 from v2.models.sampling import SamplingSettings
 from v2.request import SpeechRequest
@@ -49,6 +50,14 @@ class RequestRecord:
     group_id: int = 0
     sample_id: int = 0
     version: int = 0  # weights it runs under, fixed at admission
+    enc: EncodeState | None = None  # reference recordings still to encode (it waits until they are)
+    transcript: str | None = None   # continuation mode: the reference's transcript (the prompt is laid out again
+                                    # with the real codes once they are encoded)
+
+    @property
+    def ready(self) -> bool:
+        """Its prompt is final: nothing left to encode."""
+        return self.enc is None or self.enc.codes is not None
 
 
 
