@@ -2,7 +2,8 @@
 
 Owns: building the codec encoder (from a codec checkpoint, or a card's seeded codec config), a seeded set
 of references of mixed lengths, timing their encoding one after another (batch 1) and in one padded batch,
-and timing their preparation (soundfile-free: 16 kHz mono samples -> soxr -> stereo 48 kHz, level-set).
+one long reference whole vs in chunks (`encode_chunk`, what a step-sized scheduler would run), and their
+preparation (16 kHz mono samples -> soxr -> stereo at the codec rate, level-set; no file decoding).
 Figures are seconds of reference audio per second of wall time.
 Must not know: the runtime, requests, scheduling.
 """
@@ -39,6 +40,20 @@ def best_seconds(fn: Callable[[], Any], iters: int, device: torch.device) -> flo
     return best
 
 
+def chunk_seconds(encoder: MossAudioEncoder, audio: torch.Tensor, chunk_frames: int, device: torch.device) -> list[float]:
+    """Wall time of each `encode_chunk` call that encodes audio [1, channels, S] `chunk_frames` at a time."""
+    state = encoder.allocate_state(1)
+    step = chunk_frames * encoder.cfg.hop
+    times = []
+    for start in range(0, audio.shape[2] // step * step, step):
+        begin = time.perf_counter()
+        encoder.encode_chunk(torch.tensor([0]), audio[:, :, start : start + step], state=state)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - begin)
+    return times
+
+
 def build_encoder(card_name: str, checkpoint: str | None, device: torch.device) -> tuple[MossAudioEncoder, str]:
     if checkpoint is not None:
         return MossAudioEncoder.from_pretrained(Path(checkpoint), device=device), f"checkpoint {checkpoint}"
@@ -68,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=8, help="references per batched call")
     p.add_argument("--seconds", type=float, nargs=2, default=[3.0, 10.0], metavar=("SHORTEST", "LONGEST"))
     p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--long-seconds", type=float, default=30.0, help="one long reference: whole vs in chunks")
+    p.add_argument("--chunk-frames", type=int, default=25)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the card's runtime setting)")
     args = p.parse_args(argv)
     device = torch.device(args.device)
@@ -91,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
 
     alone_s = best_seconds(one_at_a_time, args.iters, device)
     batched_s = best_seconds(lambda: encoder.encode(padded, lengths), args.iters, device)
+    long_ref = torch.from_numpy(references(1, args.long_seconds, args.long_seconds, rate)[0])[None].to(device)
+    long_whole_s = best_seconds(lambda: encoder.encode(long_ref), args.iters, device)
+    chunk_seconds(encoder, long_ref, args.chunk_frames, device)  # warm-up
+    chunks = chunk_seconds(encoder, long_ref, args.chunk_frames, device)
     mono_16k = [r[0, :: rate // 16000].copy() for r in refs] if rate % 16000 == 0 else [r[0] for r in refs]
     prep_rate = 16000 if rate % 16000 == 0 else rate
     prepare_s = best_seconds(lambda: [prepare_reference((m, prep_rate), sample_rate=rate) for m in mono_16k],
@@ -102,10 +123,15 @@ def main(argv: list[str] | None = None) -> int:
         "alone_audio_s_per_s": audio_seconds / alone_s, "batched_audio_s_per_s": audio_seconds / batched_s,
         "batched_speedup": alone_s / batched_s,
         "prepare_from_16k_mono_audio_s_per_s": audio_seconds / prepare_s,
+        "long_reference_seconds": args.long_seconds, "long_whole_s": long_whole_s,
+        "long_chunk_frames": args.chunk_frames, "long_chunks": len(chunks),
+        "long_chunk_mean_s": sum(chunks) / len(chunks), "long_chunk_max_s": max(chunks),
     }
     print(f"alone {result['alone_audio_s_per_s']:.1f} audio s/s, batched x{len(refs)} "
           f"{result['batched_audio_s_per_s']:.1f} audio s/s, prepare {result['prepare_from_16k_mono_audio_s_per_s']:.0f}"
-          f" audio s/s", file=sys.stderr)
+          f" audio s/s; {args.long_seconds:g} s whole {long_whole_s * 1e3:.0f} ms, {len(chunks)} chunks of "
+          f"{args.chunk_frames} frames {result['long_chunk_mean_s'] * 1e3:.1f} ms each (max "
+          f"{result['long_chunk_max_s'] * 1e3:.1f})", file=sys.stderr)
     print(json.dumps(result))
     return 0
 

@@ -94,6 +94,8 @@ def _run_stage(stage: CodecStage, x: Tensor) -> Tensor:
 
 
 class MossAudioEncoder(nn.Module):
+    """The encode side of a codec checkpoint: `encoder.{i}` modules and the encode-side quantizer."""
+
     def __init__(self, cfg: CodecConfig) -> None:
         super().__init__()
         if not cfg.encoder_modules:
