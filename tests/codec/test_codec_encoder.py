@@ -240,3 +240,14 @@ def test_cuda_encoder_matches_the_reference(batch_ref):
     assert torch.equal(codes.cpu(), torch.from_numpy(batch_ref["codes_batch"]))
     latent, _ = enc.encode_latent(audio[:1].cuda())
     close(latent[0].T.cpu(), batch_ref["latent_alone_0"])
+
+
+def test_encode_bench_prints_one_json_line(capsys):
+    from v2.bench.encode import main
+
+    argv = ["--checkpoint", str(SRC), "--batch", "2", "--seconds", "0.2", "0.3", "--long-seconds", "0.5",
+            "--chunk-frames", "10", "--iters", "1", "--device", "cpu"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["bench"] == "v2.encode" and result["references"] == 2 and result["long_chunks"] == 5
+    assert result["alone_audio_s_per_s"] > 0 and result["batched_audio_s_per_s"] > 0

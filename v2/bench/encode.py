@@ -87,10 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk-frames", type=int, default=25)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the card's runtime setting)")
     args = p.parse_args(argv)
-    device = torch.device(args.device)
-    threads = args.threads or load_card(args.card).runtime.cpu_threads
+    threads, saved = args.threads or load_card(args.card).runtime.cpu_threads, torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
+    try:
+        print(json.dumps(run(args)))
+    finally:
+        torch.set_num_threads(saved)
+    return 0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    device = torch.device(args.device)
     encoder, source = build_encoder(args.card, args.checkpoint, device)
     rate = encoder.sample_rate
     refs = references(args.batch, *args.seconds, rate)
@@ -132,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
           f" audio s/s; {args.long_seconds:g} s whole {long_whole_s * 1e3:.0f} ms, {len(chunks)} chunks of "
           f"{args.chunk_frames} frames {result['long_chunk_mean_s'] * 1e3:.1f} ms each (max "
           f"{result['long_chunk_max_s'] * 1e3:.1f})", file=sys.stderr)
-    print(json.dumps(result))
-    return 0
+    return result
 
 
 if __name__ == "__main__":
