@@ -115,6 +115,8 @@ def test_loudness_is_set_to_minus_20_dbfs_within_3_db():
 @pytest.mark.parametrize("fmt,subtype,exact", [("WAV", "FLOAT", True), ("WAV", "PCM_16", True),
                                                 ("FLAC", "PCM_16", True), ("OGG", "VORBIS", False)])
 def test_files_round_trip_through_soundfile(tmp_path, fmt, subtype, exact):
+    if fmt not in sf.available_formats():
+        pytest.skip(f"this libsndfile has no {fmt}")
     x = np.stack([tone(24000, 24000, 300.0, 0.3), tone(24000, 24000, 450.0, 0.2)], axis=1)  # [n, 2]
     if subtype == "PCM_16":
         x = np.round(x * 32768).astype(np.int16)  # stored exactly
