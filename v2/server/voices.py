@@ -64,7 +64,7 @@ class VoiceBook:
             store.add(name, audio, text=text)
         except (ValueError, TypeError, KeyError) as e:
             message = str(e.args[0]) if e.args else type(e).__name__
-            param = {"name": "name", "text": "ref_text"}.get(message.partition(":")[0], "audio_sample")
+            param = {"name": "name", "voice": "name", "text": "ref_text"}.get(message.partition(":")[0], "audio_sample")
             raise ApiError(400, message, param=param, code="invalid_value") from None
 
     def remove(self, name: str) -> None:
