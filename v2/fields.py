@@ -57,8 +57,8 @@ def _from_tensor(t: torch.Tensor, field: str) -> torch.Tensor:
         raise FieldError(f"{field}: a meta tensor holds no values")
     if t.dtype not in _INT_TORCH:
         raise FieldError(f"{field}: expected an integer dtype, got {t.dtype}")
-    if t.dtype == torch.uint64 and t.numel() and int(t.max()) > INT64_MAX:  # read before any narrowing
-        raise FieldError(f"{field}: values must fit in int64 (the largest is {int(t.max())})")
+    if t.dtype in (torch.uint16, torch.uint32, torch.uint64):  # torch has few ops for these: numpy checks them
+        return _from_numpy(t.detach().cpu().numpy(), field)
     return t.detach().to(device="cpu", dtype=torch.int64, copy=True).contiguous()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -192,9 +193,14 @@ def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
 
 def _describe(err: Any) -> str:
     """'field: message'; a converter's message that already names the field (and row) is kept as it is."""
-    loc = ".".join(str(x) for x in err["loc"]) or "request"
+    loc = ".".join(str(x) for x in err["loc"])
     message = str(err["ctx"]["error"]) if err["type"] == "value_error" and "error" in err.get("ctx", {}) else err["msg"]
+    if not loc:  # a whole-request rule: its message names the field when one is to blame
+        return message if _NAMED.match(message) else f"request: {message}"
     return message if message.startswith((f"{loc}:", f"{loc}[")) else f"{loc}: {message}"
+
+
+_NAMED = re.compile(r"^[a-z_][a-z0-9_.]*(\[\d+\])*: ")
 
 
 @dataclass(frozen=True)

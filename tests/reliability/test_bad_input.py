@@ -63,7 +63,7 @@ PAD = [1024] * 12
     ({"text": "x", "max_frames": 601}, "max_frames"), ({"text": "x", "max_frames": 0}, "max_frames"),
     ({"text": "x", "min_frames": 20, "max_frames": 10}, "request"), ({"text": "x", "min_frames": 700}, "min_frames"),
     ({"text": "x", "profile": "training"}, "profile"), ({"text": "x", "seed": -1}, "seed"),
-    ({"text": "x", "timeout": 0}, "timeout"), ({"text": "x", "stream": True, "decode_audio": False}, "request"),
+    ({"text": "x", "timeout": 0}, "timeout"), ({"text": "x", "stream": True, "decode_audio": False}, "stream"),
     ({"text": "x", "surprise": 1}, "surprise"),
 ])
 def test_each_bad_input_class_is_refused_naming_the_field(runtime, bystander, request_, field):

@@ -91,7 +91,7 @@ def test_every_integer_dtype_in_range_converts_exactly(dtype, rows, cols, kind, 
     ([[1, 2], [3]], "ragged"), ([[1, None]], r"f\[0\]\[1\]: expected an integer, got NoneType"),
     ([[1, {}]], "dict"), ([["1", 2]], "str"), ([[True, 2]], "bool"), ([[1.0, 2]], "float"),
     ([[2**63, 0]], "does not fit in int64"), ([[-(2**63) - 1, 0]], "does not fit in int64"),
-    (np.array([2**63], dtype=np.uint64), "fit in int64"), ("12", "got str"), (None, "NoneType"),
+    (np.array([2**63], dtype=np.uint64), "fit in int64"), (torch.tensor([2**63], dtype=torch.uint64), "fit in int64"), ("12", "got str"), (None, "NoneType"),
 ])
 def test_the_converter_refuses_with_the_field_named(value, message):
     with pytest.raises(FieldError, match=message) as e:
