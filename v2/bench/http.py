@@ -63,7 +63,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         for way in ("in_process", "http"):
             f = r[way]
-            extra = (f"   {r['throughput_cost'] * 100:>8.1f}% {r['ttfa_p50_added_ms']:>7.1f}ms" if way == "http" else "")
+            extra = f"   {r['throughput_cost'] * 100:>8.1f}% {r['ttfa_p50_added_ms']:>7.1f}ms" if way == "http" else ""
             lines.append(f"{r['concurrency']:>4} {f['requests']:>4} {way:>10} {f['audio_s_per_s']:>9.2f} "
                          f"{f['ttfa_p50_s'] * 1e3:>7.1f}ms {f['ttfa_p99_s'] * 1e3:>7.1f}ms{extra}")
     lines.append("Medians of alternating runs. HTTP cost = 1 - HTTP audio-s/s / in-process audio-s/s (goal <= 5%); "

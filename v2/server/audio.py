@@ -34,7 +34,7 @@ class OutputSpec:
 
 
 def output_spec(fmt: str, requested_rate: int | None, native_rate: int, native_channels: int) -> OutputSpec:
-    """The rate and channels a response carries; ValueError (starting "sample_rate:") for a rate the format cannot hold."""
+    """The rate and channels a response carries; ValueError ("sample_rate: ...") for a rate the format cannot hold."""
     if fmt not in FORMATS:
         raise ValueError(f"response_format: {fmt!r} is not one of {', '.join(FORMATS)}")
     channels = 1 if fmt == "pcm" else native_channels

@@ -1,8 +1,8 @@
 """`POST /v1/audio/speech`: an OpenAI speech request in, audio out (streamed, SSE, or the whole file).
 
-Owns: reading the body (JSON only: 415 otherwise, 400 for malformed JSON), planning it (schema.py),
-resolving the voice and submitting in a worker thread (validation tokenises; the event loop never waits on
-the runtime), mapping refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with
+Owns: reading the body (JSON only: 415 otherwise, 400 for malformed JSON), then in a worker thread (the
+event loop never waits on parsing, reference audio or the runtime) planning it (schema.py), resolving the
+voice and submitting, mapping refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with
 Retry-After, a closed runtime -> 503), recording every request's result in the metrics, and choosing
 the response: a watched stream or the whole file with its rate, channels and timings in headers.
 Must not know: the engine's internals, how formats are encoded (audio.py), how bodies stream (streaming.py).
@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request, Response
 from v2.request import OverloadedError, RequestError
 from v2.server import audio
 from v2.server.errors import ApiError, runtime_field_error
+from v2.server.audio import Encoder
 from v2.server.schema import SpeechPlan, parse_body, plan
 from v2.server.state import ServerState, server_state
 from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, audio_body, whole_result
@@ -39,8 +40,13 @@ def _read_json(raw: bytes, content_type: str) -> dict[str, Any]:
     return body
 
 
-def _submit(st: ServerState, p: SpeechPlan) -> Any:
-    """Resolve the voice and submit (runs in a worker thread)."""
+def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan, Encoder | None, Any]:
+    """Parse, plan, resolve the voice and submit: in a worker thread (JSON of megabytes, base64 reference
+    audio, a store lookup and the runtime's tokenising must not hold up the event loop). The plan, the
+    stream's encoder (made before submitting: nothing can fail between submit and the response) and the handle."""
+    p = plan(parse_body(_read_json(raw, content_type)), st.config.limits(), native_rate=st.native_rate,
+             native_channels=st.native_channels)
+    encoder = audio.make_encoder(p.spec, st.native_rate, st.native_channels, streaming=True) if p.streaming else None
     request = dict(p.request)
     voice = st.voices.resolve(p.voice)
     if voice is not None:
@@ -55,22 +61,20 @@ def _submit(st: ServerState, p: SpeechPlan) -> Any:
     except RuntimeError as e:  # the runtime is closed
         raise ApiError(503, f"the runtime is not taking requests: {e}", code="shutting_down") from None
     handle.on_done(st.metrics.observe)
-    return handle
+    return p, encoder, handle
 
 
 @router.post("/v1/audio/speech")
 async def create_speech(request: Request) -> Response:
     st = server_state(request)
-    body = parse_body(_read_json(await request.body(), request.headers.get("content-type", "")))
-    codec_rate, codec_channels = st.native_rate, st.native_channels
-    p = plan(body, st.config.limits(), native_rate=codec_rate, native_channels=codec_channels)
-    handle = await anyio.to_thread.run_sync(_submit, st, p)
+    raw = await request.body()
+    p, encoder, handle = await anyio.to_thread.run_sync(_accept, st, raw, request.headers.get("content-type", ""))
     spec = p.spec
     headers = {"X-Sample-Rate": str(spec.sample_rate), "X-Channels": str(spec.channels),
-               "X-Bits-Per-Sample": "16" if spec.format in ("pcm", "wav", "flac") else "0",
                "X-Request-Id": str(handle.request_id)}
-    if p.streaming:
-        encoder = audio.make_encoder(spec, codec_rate, codec_channels, streaming=True)
+    if spec.format in ("pcm", "wav", "flac"):
+        headers["X-Bits-Per-Sample"] = "16"
+    if encoder is not None:
         media = "text/event-stream" if p.sse else audio.CONTENT_TYPES[spec.format]
         if p.sse:
             headers["Cache-Control"] = "no-cache"
