@@ -13,9 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
-from typing import Any
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -39,12 +43,48 @@ def run_http(url: str, requests: list[dict[str, Any]], concurrency: int) -> dict
             "audio_s_per_s": audio / wall, "ttfa_p50_s": percentile(ttfa, 50), "ttfa_p99_s": percentile(ttfa, 99)}
 
 
-KEYS = ("requests", "wall_s", "audio_s", "audio_s_per_s", "ttfa_p50_s", "ttfa_p99_s")
+KEYS = ("requests", "wall_s", "audio_s", "audio_s_per_s", "ttfa_p50_s", "ttfa_p99_s", "cpu_s_per_audio_s")
+
+
+HTTP_THREADS = ("v2-http", "AnyIO worker thread")  # uvicorn's event loop; submit and encoders
+
+
+def with_cpu(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A run's figures plus CPU seconds per second of audio: this whole process (engine, server, in-process
+    clients), the server's own threads alone, and the child clients (HTTP). The server threads' share is the
+    HTTP layer's cost that a busy machine does not blur."""
+    own, children, server = time.process_time(), _children_cpu(), _threads_cpu(HTTP_THREADS)
+    figures = run()
+    audio = figures["audio_s"]
+    figures["cpu_s_per_audio_s"] = (time.process_time() - own) / audio
+    figures["server_cpu_s_per_audio_s"] = (_threads_cpu(HTTP_THREADS) - server) / audio
+    figures["client_cpu_s_per_audio_s"] = (_children_cpu() - children) / audio
+    return figures
+
+
+def _threads_cpu(prefixes: tuple[str, ...]) -> float:
+    """CPU seconds so far of this process's threads whose names start with one of `prefixes` (Linux /proc;
+    0 elsewhere). A worker thread that ends between two readings takes its seconds with it."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for thread in threading.enumerate():
+        if thread.name.startswith(prefixes) and thread.native_id is not None:
+            try:
+                fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return total
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Each figure's median over repeated runs (the machine may be shared: one run can be unlucky)."""
-    out: dict[str, Any] = {k: float(np.median([r[k] for r in runs])) for k in KEYS}
+    extra = ("server_cpu_s_per_audio_s", "client_cpu_s_per_audio_s")
+    out: dict[str, Any] = {k: float(np.median([r[k] for r in runs])) for k in (*KEYS, *extra)}
     return out | {"requests": runs[0]["requests"], "runs": len(runs)}
 
 
@@ -53,21 +93,25 @@ def compare(level: int, inproc: dict[str, Any], http: dict[str, Any]) -> dict[st
             "throughput_cost": 1 - http["audio_s_per_s"] / inproc["audio_s_per_s"],
             "ttfa_p50_added_ms": (http["ttfa_p50_s"] - inproc["ttfa_p50_s"]) * 1e3,
             "ttfa_p99_added_ms": (http["ttfa_p99_s"] - inproc["ttfa_p99_s"]) * 1e3,
+            "cpu_added_per_audio_s": http["cpu_s_per_audio_s"] - inproc["cpu_s_per_audio_s"],
             "same_audio_seconds": abs(http["audio_s"] - inproc["audio_s"]) < 1e-6}  # same seeds, same lengths
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'conc':>4} {'reqs':>4} {'way':>10} {'audio-s/s':>9} {'TTFA p50':>9} {'TTFA p99':>9}   "
-            f"{'HTTP cost':>9} {'+TTFA p50':>9}")
+    head = (f"{'conc':>4} {'reqs':>4} {'way':>10} {'audio-s/s':>9} {'TTFA p50':>9} {'TTFA p99':>9} {'CPU/aud-s':>9}"
+            f" {'server':>7}   {'HTTP cost':>9} {'+TTFA p50':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
         for way in ("in_process", "http"):
             f = r[way]
             extra = f"   {r['throughput_cost'] * 100:>8.1f}% {r['ttfa_p50_added_ms']:>7.1f}ms" if way == "http" else ""
             lines.append(f"{r['concurrency']:>4} {f['requests']:>4} {way:>10} {f['audio_s_per_s']:>9.2f} "
-                         f"{f['ttfa_p50_s'] * 1e3:>7.1f}ms {f['ttfa_p99_s'] * 1e3:>7.1f}ms{extra}")
+                         f"{f['ttfa_p50_s'] * 1e3:>7.1f}ms {f['ttfa_p99_s'] * 1e3:>7.1f}ms "
+                         f"{f['cpu_s_per_audio_s']:>9.3f} {f['server_cpu_s_per_audio_s']:>7.4f}{extra}")
     lines.append("Medians of alternating runs. HTTP cost = 1 - HTTP audio-s/s / in-process audio-s/s (goal <= 5%); "
-                 "+TTFA p50 goal <= 10 ms.")
+                 "+TTFA p50 goal <= 10 ms.\nCPU/aud-s: CPU seconds of the serving process (engine and server) per "
+                 "second of audio; server: of that, the HTTP server's threads (event loop, workers); the HTTP "
+                 "clients run in a child process and are in neither.")
     return "\n".join(lines)
 
 
@@ -97,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(args.repeat):  # alternating, so a busy spell on the machine hits both ways
                     print(f"concurrency {level}: {n} requests in-process, then over HTTP ({i + 1}/{args.repeat})",
                           file=sys.stderr, flush=True)
-                    inproc.append(run_serving(runtime, requests, concurrency=level, stream=True))
-                    http.append(run_http(server.url, requests, level))
+                    inproc.append(with_cpu(lambda: run_serving(runtime, requests, concurrency=level, stream=True)))
+                    http.append(with_cpu(lambda: run_http(server.url, requests, level)))
                 rows.append(compare(level, median_of(inproc), median_of(http)))
     finally:
         runtime.close()
