@@ -30,6 +30,15 @@ TINY_CARD_ENCODER = tomllib.loads(
     (Path(__file__).with_name("tiny_card_encoder.toml")).read_text())["encoder_kwargs"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matmuls: one intra-op thread is as fast, and does not spin against other processes for a core."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(scope="module")
 def encoder() -> MossAudioEncoder:
     return MossAudioEncoder.from_pretrained(SRC)
