@@ -137,13 +137,19 @@ class VocoderSettings(_Frozen):
 
 
 class EncodeSettings(_Frozen):
-    """Reference audio: limits at submit, and how much encoding one engine step takes on."""
+    """Reference audio: limits at submit, and how encoding is spread over engine steps."""
 
     class_: Literal["EncodeLoop"] = Field(default="EncodeLoop", alias="class")
     max_reference_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)  # per recording, as given
-    max_references: int = Field(default=4, ge=1)         # recordings per request
-    step_seconds: float = Field(default=60.0, gt=0, allow_inf_nan=False)  # audio encoded per step, all requests
-    # together; a request's recordings always run whole, so one longer than this still runs (alone)
+    max_references: int = Field(default=4, ge=1)  # recordings per request
+    chunk_frames: int = Field(default=25, ge=1)   # frames of each recording encoded per step (25 = 2 s)
+    max_streams: int = Field(default=8, ge=1)     # encoder state slots: recordings encoding at once
+
+    @model_validator(mode="after")
+    def _fits(self) -> "EncodeSettings":
+        if self.max_streams < self.max_references:
+            raise ValueError(f"max_streams ({self.max_streams}) must be >= max_references ({self.max_references})")
+        return self
 
 
 class Loops(_Frozen):

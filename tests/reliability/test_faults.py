@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -131,6 +132,7 @@ def small():
 
 OPS = st.lists(st.one_of(
     st.tuples(st.just("submit"), st.integers(1, 3), st.integers(1, 12), st.booleans()),
+    st.tuples(st.just("clone"), st.floats(0.1, 2.5), st.integers(1, 6)),  # a reference recording to encode first
     st.tuples(st.just("cancel"), st.integers(0, 20)),
     st.tuples(st.just("fail"), st.integers(0, 20)),
     st.tuples(st.just("update"), st.sampled_from(["wait", "abort"])),
@@ -165,6 +167,10 @@ def test_invariants_over_random_sequences(small, monkeypatch, ops):
             _, count, frames, stream = op
             handles += small.submit_many([{"text": f"op {len(handles) + i}", "seed": len(handles) + i,
                                            "max_frames": frames, "stream": stream} for i in range(count)])
+        elif op[0] == "clone":
+            _, seconds, frames = op
+            audio = (np.sin(np.arange(int(seconds * 48000)) * 0.05).astype(np.float32) * 0.3, 48000)
+            handles.append(small.submit({"text": f"op {len(handles)}", "reference_audio": audio, "max_frames": frames}))
         elif op[0] in ("cancel", "fail") and handles:
             target = handles[op[1] % len(handles)]
             target.cancel() if op[0] == "cancel" else doomed.add(target.request_id)
@@ -179,6 +185,7 @@ def test_invariants_over_random_sequences(small, monkeypatch, ops):
     assert all(finished.get(h.request_id) == 1 for h in handles)  # every request ended exactly once
     s = wait_idle(small)
     assert s["weight_version"] == version and small._thread.is_alive()
-    assert not small.pools["kv"]._owner and not small.pools["codec"]._owner
+    assert not small.pools["kv"]._owner and not small.pools["codec"]._owner and not small.pools["encode"]._owner
+    assert s["encoding"] == 0
     assert small.pools["kv"].free_count == 3 and not small._waiting and not small._running
     assert torch.isfinite(small.model.local_transformer.ln_f.weight).all()

@@ -4,6 +4,7 @@ prompts, the voice store on disk, and bad audio refused naming the field."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -188,20 +189,36 @@ def test_a_request_cancelled_while_its_reference_waits_is_freed(runtime):
     handle.cancel()
     assert handle.result(60).finish_reason == "abort"
     s = wait_idle(runtime)
-    assert s["encoding"] == 0
+    assert s["encoding"] == 0 and s["encode_slots_in_use"] == 0
 
 
-def test_encode_work_is_spread_over_steps_by_the_card_budget(tmp_path):
+def test_a_long_reference_is_encoded_a_chunk_per_step_while_frames_keep_flowing(tmp_path):
     from v2.card import load_card
 
     card = load_card("moss_tts_local_tiny")
-    loops = card.loops.model_copy(update={"encode": card.loops.encode.model_copy(update={"step_seconds": 1.0})})
-    rt = Runtime.from_card(card.model_copy(update={"loops": loops}), device="cpu", voices_dir=str(tmp_path))
+    encode = card.loops.encode.model_copy(update={"chunk_frames": 4, "max_streams": 4, "max_references": 2})
+    rt = Runtime.from_card(card.model_copy(update={"loops": card.loops.model_copy(update={"encode": encode})}),
+                           device="cpu", voices_dir=str(tmp_path))
     try:
-        handles = rt.submit_many([{"text": "x", "reference_audio": (speech_like(0.8, i), RATE), "max_frames": 2}
-                                  for i in range(3)])
-        assert all(h.result(60).finish_reason in ("length", "stop") for h in handles)
-        kinds = rt.stats()["kinds"]["encode"]
-        assert kinds["calls"] == 3 and kinds["rows"] == 3  # 0.8 s each under a 1 s budget: one a step
+        long_ref = (speech_like(6.0, 21), RATE)  # 75 frames: 19 chunks of 4
+        bystander = rt.submit({"text": "frames keep coming", "seed": 1, "max_frames": 300, "min_frames": 300})
+        while rt.stats()["running"] == 0:
+            time.sleep(0.002)
+        frames_before = rt.stats()["kinds"]["ar_frame"]["calls"]
+        handles = rt.submit_many([{"text": "x", "reference_audio": [long_ref, (speech_like(1.0, 22), RATE)],
+                                   "seed": 3, "max_frames": 3, "min_frames": 3}]
+                                 + [{"text": "y", "reference_audio": (speech_like(0.6, 23 + i), RATE), "max_frames": 2}
+                                    for i in range(3)])  # 2 + 3 recordings for 4 slots: one request waits for slots
+        results = [h.result(120) for h in handles]
+        kinds = rt.stats()["kinds"]
+        assert kinds["encode"]["calls"] >= 19 and kinds["ar_frame"]["calls"] - frames_before >= 19
+        whole = [encoder_codes(rt, long_ref), encoder_codes(rt, (speech_like(1.0, 22), RATE))]
+        by_codes = rt.submit({"text": "x", "reference_codes": whole, "seed": 3, "max_frames": 3,
+                              "min_frames": 3}).result(60)
+        assert np.array_equal(results[0].codes, by_codes.codes)  # chunked == whole, through the prompt
+        assert all(r.finish_reason in ("length", "stop") for r in results)
+        bystander.cancel()
+        s = wait_idle(rt)
+        assert s["encode_slots_in_use"] == 0 and s["encoding"] == 0
     finally:
         rt.close()

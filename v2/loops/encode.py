@@ -1,15 +1,20 @@
-"""The encode loop of one request: its reference recordings -> codes, as ENCODE work the runtime batches.
+"""The encode loop of one request: its reference recordings -> codes, a chunk of frames per engine step.
 
-Owns: `EncodeState` (the recordings, already at the codec's rate and level-set, and the codes made) and
-`EncodeLoop`, a stateless driven loop: `next` (one ENCODE plan carrying all of the request's recordings,
-or Done once they are encoded), `advance` (take the codes), `finalize`.
+Owns: `EncodeState` (the recordings, already at the codec's rate and level-set; per recording its encoder
+state slot, the frames encoded so far and the codes made) and `EncodeLoop`, a stateless driven loop:
+`next` (one ENCODE plan per step with the next `chunk_frames` of every unfinished recording, or Done),
+`advance` (append the chunk's codes), `finalize`. A recording encodes to `samples // hop` frames (a partial
+last frame is left out, as the codec's batched encode does), chunk by chunk, so a long reference never
+holds up a step for more than one chunk's work.
 Must not know: tensors on a device, batching, other requests, the codec.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from v2.contracts import Done, FinishReason, LoopKind, LoopResult, LoopState, ShapeSignature, StepResult, WorkPlan, WorkUnitKind
 
@@ -17,36 +22,69 @@ EXPERT = "vocoder_encoder"
 
 
 @dataclass(frozen=True)
+class EncodeRow:
+    slot: int      # the recording's encoder state slot
+    audio: Any     # float32 [channels, chunk_frames * hop] (numpy): the next samples, zero-padded past the end
+    frames: int    # how many of the chunk's frames are real
+
+
+@dataclass(frozen=True)
 class EncodePlan:
-    audio: tuple[Any, ...]  # each recording float32 [channels, n] (numpy) at the codec's rate
-    samples: int            # all recordings' samples per channel: what the step budget counts
+    rows: tuple[EncodeRow, ...]  # one per unfinished recording of the request
 
 
 @dataclass
 class EncodeState(LoopState):
     audio: tuple[Any, ...] = ()
-    codes: list[Any] | None = None  # one int64 [N, 12] array per recording, once encoded
+    hop: int = 1
+    slots: list[int] = field(default_factory=list)  # set by the runtime when it starts the encode
+    done: list[int] = field(default_factory=list)   # frames encoded, per recording
+    parts: list[list[Any]] = field(default_factory=list)  # codes [n, 12] per chunk, per recording
+    codes: list[Any] | None = None  # one int64 [N, 12] array per recording, once all are encoded
+
+    def frames(self, i: int) -> int:
+        return int(self.audio[i].shape[1]) // self.hop
 
 
 class EncodeLoop:
     kind = LoopKind.ENCODE
 
-    def init(self, request_id: int, audio: tuple[Any, ...]) -> EncodeState:
+    def __init__(self, chunk_frames: int) -> None:
+        self.chunk_frames = chunk_frames
+
+    def init(self, request_id: int, audio: tuple[Any, ...], hop: int) -> EncodeState:
         if not audio:
             raise ValueError("an encode needs at least one recording")
-        return EncodeState(request_id, audio=tuple(audio))
+        return EncodeState(request_id, audio=tuple(audio), hop=hop, done=[0] * len(audio),
+                           parts=[[] for _ in audio])
 
     def next(self, state: EncodeState) -> WorkPlan | Done:
         if state.codes is not None:
             return Done(FinishReason.STOP)
-        plan = EncodePlan(state.audio, sum(int(a.shape[1]) for a in state.audio))
-        return WorkPlan(state.request_id, LoopKind.ENCODE, ShapeSignature(WorkUnitKind.ENCODE, EXPERT), plan)
+        n, hop = self.chunk_frames, state.hop
+        rows = []
+        for i, audio in enumerate(state.audio):
+            real = min(n, state.frames(i) - state.done[i])
+            if real <= 0:
+                continue
+            start = state.done[i] * hop
+            chunk = np.zeros((audio.shape[0], n * hop), dtype=np.float32)  # [channels, n * hop]
+            chunk[:, : real * hop] = audio[:, start : start + real * hop]
+            rows.append(EncodeRow(state.slots[i], chunk, real))
+        signature = ShapeSignature(WorkUnitKind.ENCODE, EXPERT, n)
+        return WorkPlan(state.request_id, LoopKind.ENCODE, signature, EncodePlan(tuple(rows)))
 
     def advance(self, state: EncodeState, result: StepResult) -> None:
-        codes = list(result.data)
-        if len(codes) != len(state.audio):
-            raise RuntimeError(f"encode returned {len(codes)} code arrays for {len(state.audio)} recordings")
-        state.codes, state.finish = codes, FinishReason.STOP
+        """result.data: codes [real frames, 12] per row of the plan."""
+        pending = [i for i in range(len(state.audio)) if state.done[i] < state.frames(i)]
+        if len(result.data) != len(pending):
+            raise RuntimeError(f"encode returned {len(result.data)} rows for {len(pending)} recordings")
+        for i, codes in zip(pending, result.data):
+            state.parts[i].append(codes)
+            state.done[i] += len(codes)
+        if all(d >= state.frames(i) for i, d in enumerate(state.done)):
+            state.codes = [np.concatenate(p) for p in state.parts]
+            state.finish = FinishReason.STOP
 
     def finalize(self, state: EncodeState) -> LoopResult:
         return LoopResult(state.finish or FinishReason.ABORT, {"codes": state.codes or []})

@@ -1,11 +1,13 @@
 """Reference encoding inside the engine: requests whose recordings wait for codes, and encode-only jobs.
 
 Owns: `EncodeJob` (a caller waiting for the codes of one recording, e.g. a voice being stored),
-`EncodeExecutor` (a batch of ENCODE plans -> one padded, length-aware encoder call -> codes on the device),
-and `EncodeStage`: collecting the ENCODE plans of waiting requests and jobs each step, scattering the codes
-back (a request's prompt is then laid out with the real codes and it becomes admissible; a job's caller is
-woken), and failing jobs when the runtime closes.
-Must not know: scheduling policy, slots, HTTP, files (recordings arrive prepared, at the codec's rate).
+`EncodeExecutor` (the encoder's per-slot streaming state; a batch of ENCODE plans -> one chunked encoder call
+-> codes on the device), and `EncodeStage`: the encoder state slots (a recording takes one when its encode
+starts, all of a request's at once, and gives it back when it is encoded or its request ends), collecting
+the ENCODE plans of waiting requests and jobs each step, scattering the codes back (a request's prompt is
+then laid out with the real codes and it becomes admissible; a job's caller is woken), and failing jobs
+when the runtime closes.
+Must not know: scheduling policy, HTTP, files (recordings arrive prepared, at the codec's rate).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch import Tensor
 
 from v2.contracts import StepResult, WorkPlan
 from v2.loops.encode import EncodeLoop, EncodePlan, EncodeState
+from v2.runtime.slots import SlotPool
 
 
 @dataclass
@@ -37,68 +40,96 @@ class EncodeJob:
 
 
 class EncodeExecutor:
-    """Every recording of every plan in one call: right-padded, each item's own length given."""
+    """Every row of every plan in one `encode_chunk` call over the encoder's slot-indexed state."""
 
-    def __init__(self, encoder: Any) -> None:
+    def __init__(self, encoder: Any, num_slots: int) -> None:
         self.encoder = encoder
-        self.hop = int(encoder.cfg.hop)
+        self.state = encoder.allocate_state(num_slots)
+
+    def start(self, slots: Sequence[int]) -> None:
+        """Fresh streams in `slots` (nothing of an earlier recording is ever read)."""
+        self.state.reset(list(slots))
 
     def encode(self, plans: Sequence[EncodePlan]) -> Tensor:
-        """codes [items, F, 12] on the encoder's device, items in plan order; item k is valid for its
-        first `samples_k // hop` frames."""
-        items = [a for p in plans for a in p.audio]
-        lengths = [int(a.shape[1]) for a in items]
-        audio = torch.zeros(len(items), items[0].shape[0], max(lengths), dtype=torch.float32)  # [B, C, S]
-        for k, a in enumerate(items):
-            audio[k, :, : lengths[k]] = torch.from_numpy(a)
+        """codes [rows, n, 12] on the encoder's device, rows in plan order (row k real for its first
+        `frames` frames)."""
+        rows = [r for p in plans for r in p.rows]
         device = self.encoder.device
+        audio = torch.from_numpy(np.stack([r.audio for r in rows]))  # [B, C, n * hop]
+        slots = torch.tensor([r.slot for r in rows], dtype=torch.long)
+        frames = torch.tensor([r.frames for r in rows], dtype=torch.long)
         if device.type == "cuda":
-            audio = audio.pin_memory().to(device, non_blocking=True)
-        codes, _ = self.encoder.encode(audio, lengths)  # [B, 12, F]
-        return codes.transpose(1, 2)  # [B, F, 12]
+            audio, slots, frames = (t.pin_memory().to(device, non_blocking=True) for t in (audio, slots, frames))
+        codes = self.encoder.encode_chunk(slots, audio, state=self.state, frames=frames)  # [B, 12, n]
+        return codes.transpose(1, 2)  # [B, n, 12]
 
 
 class EncodeStage:
-    """The engine's side of encoding: which states need work, and where their codes go."""
+    """The engine's side of encoding: slots, which states need work, and where their codes go."""
 
-    def __init__(self, loop: EncodeLoop, hop: int) -> None:
-        self.loop = loop
-        self.hop = hop
+    def __init__(self, loop: EncodeLoop, pool: SlotPool, executor: EncodeExecutor | None) -> None:
+        self.loop, self.pool, self.executor = loop, pool, executor
         self.jobs: dict[int, EncodeJob] = {}  # by id (the engine's request-id counter)
 
     def plans(self, waiting: Sequence[Any]) -> list[WorkPlan]:
-        """This step's ENCODE plans: waiting requests whose recordings are not encoded yet, and jobs."""
+        """This step's ENCODE plans: encodes that hold their slots, then new ones while slots last (in
+        queue order: requests, then jobs)."""
         states = [r.enc for r in waiting if r.enc is not None and r.enc.codes is None]
         states += [j.state for j in self.jobs.values()]
-        return [p for p in (self.loop.next(s) for s in states) if isinstance(p, WorkPlan)]
+        plans = []
+        for state in states:
+            if not state.slots:
+                if self.pool.free_count < len(state.audio):
+                    continue  # waits for slots
+                state.slots = [self.pool.allocate(state.request_id) for _ in state.audio]
+                assert self.executor is not None
+                self.executor.start(state.slots)
+            plan = self.loop.next(state)
+            if isinstance(plan, WorkPlan):
+                plans.append(plan)
+        return plans
 
     def scatter(self, plans: Sequence[WorkPlan], host: np.ndarray, waiting: dict[int, Any],
                 encoded: Callable[[Any], None], failed: Callable[[int, str], None]) -> None:
-        """host [items, F, 12]: each plan's codes to its loop; then `encoded(record)` for a request (which
-        lays out its prompt) or the job's caller woken. A failure fails that request or job alone."""
+        """host [rows, n, 12]: each plan's codes to its loop; a finished encode gives its slots back, then
+        `encoded(record)` for a request (which lays out its prompt) or the job's caller is woken. A failure
+        fails that request or job alone."""
         k = 0
         for plan in plans:
-            n = len(plan.payload.audio)
-            codes = [np.ascontiguousarray(host[k + j, : int(a.shape[1]) // self.hop]) for j, a in
-                     enumerate(plan.payload.audio)]
-            k += n
+            rows = plan.payload.rows
+            codes = [np.ascontiguousarray(host[k + j, : r.frames]) for j, r in enumerate(rows)]
+            k += len(rows)
             rid = plan.request_id
             try:
-                if rid in self.jobs:
-                    job = self.jobs.pop(rid)
-                    self.loop.advance(job.state, StepResult(plan, codes))
-                    job.codes = codes
+                job = self.jobs.get(rid)
+                state = job.state if job is not None else waiting[rid].enc if rid in waiting else None
+                if state is None:
+                    continue  # ended meanwhile (its slots were given back then)
+                self.loop.advance(state, StepResult(plan, codes))
+                if state.codes is None:
+                    continue
+                self.release(state)
+                if job is not None:
+                    del self.jobs[rid]
+                    job.codes = state.codes
                     job.done.set()
-                elif rid in waiting:
-                    self.loop.advance(waiting[rid].enc, StepResult(plan, codes))
+                else:
                     encoded(waiting[rid])
             except Exception as e:  # this request's or job's fault alone
                 failed(rid, f"{type(e).__name__}: {e}")
+
+    def release(self, state: EncodeState | None) -> None:
+        """Give an encode's slots back (once; a no-op for one that never started)."""
+        if state is not None:
+            for slot in state.slots:
+                self.pool.release(slot, state.request_id)
+            state.slots = []
 
     def fail(self, rid: int, message: str) -> bool:
         """Fail a job; False when `rid` is not a job."""
         job = self.jobs.pop(rid, None)
         if job is not None:
+            self.release(job.state)
             job.fail(message)
         return job is not None
 

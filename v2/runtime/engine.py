@@ -51,9 +51,11 @@ class Runtime:
                                         frame_buckets=voc.frame_buckets, graphs=graphs)
         self.pools = {"kv": SlotPool("kv", ar.max_running), "codec": SlotPool("codec", voc.max_streams)}
         self._buckets = {WorkUnitKind.AR_FRAME: ar.batch_buckets, WorkUnitKind.AUDIO_CHUNK: voc.batch_buckets}
-        self.encode_exec = EncodeExecutor(encoder) if encoder is not None else None
+        enc = card.loops.encode
+        self.pools["encode"] = SlotPool("encode", enc.max_streams)
         self._codec_spec = CodecSpec(encoder.sample_rate, encoder.cfg.hop) if encoder is not None else None
-        self._encoding = EncodeStage(EncodeLoop(), encoder.cfg.hop if encoder is not None else 1)
+        self._encoding = EncodeStage(EncodeLoop(enc.chunk_frames), self.pools["encode"],
+                                     EncodeExecutor(encoder, enc.max_streams) if encoder is not None else None)
         self.voices = VoiceStore(voices_dir or card.runtime.voices_dir or default_directory(card.name),
                                  encode=self.encode_audio, width=model.cfg.n_vq, codebook_size=model.cfg.codebook_size)
         self._cond = threading.Condition()
@@ -124,7 +126,7 @@ class Runtime:
                 handle = SpeechHandle(rid, self._request_cancel, self._callbacks, limits.max_buffered_chunks)
                 record = RequestRecord(rid, handle, req, p.rows, p.sampling, p.max_frames, time.perf_counter(),
                                        group=group, group_id=group_id, sample_id=i, transcript=p.transcript,
-                                       enc=self._encoding.loop.init(rid, p.audio) if p.audio else None)
+                                       enc=self._encode_state(rid, p.audio))
                 if group is not None:
                     group.members.append(rid)
                 self._waiting.append(record)
@@ -149,7 +151,7 @@ class Runtime:
             if self._closed:
                 raise RuntimeError("the runtime is closed")
             rid = next(self._ids)
-            job = self._encoding.jobs[rid] = EncodeJob(self._encoding.loop.init(rid, (wav,)))
+            job = self._encoding.jobs[rid] = EncodeJob(self._encoding.loop.init(rid, (wav,), spec.hop))
             self._cond.notify_all()
         if not job.done.wait(timeout):
             with self._cond:
@@ -159,6 +161,9 @@ class Runtime:
             raise RuntimeError(f"encode failed: {job.error}")
         assert job.codes is not None
         return job.codes[0]
+
+    def _encode_state(self, rid: int, audio: tuple[np.ndarray, ...]) -> Any:
+        return self._encoding.loop.init(rid, audio, self._codec_spec.hop) if audio and self._codec_spec else None
 
     def _voice(self, name: str | None) -> Any:
         if name is None:
@@ -208,7 +213,8 @@ class Runtime:
                     "kv_slots_in_use": self.pools["kv"].in_use, "codec_slots_in_use": self.pools["codec"].in_use,
                     "graphs": graphs, "shared_prefills": self._shared_prefills, "prefilled_rows": self._prefilled_rows,
                     "weight_version": self._gate.version,
-                    "encoding": sum(not r.ready for r in self._waiting) + len(self._encoding.jobs)}
+                    "encoding": sum(not r.ready for r in self._waiting) + len(self._encoding.jobs),
+                    "encode_slots_in_use": self.pools["encode"].in_use}
 
     def close(self, *, drain: bool = False, timeout: float | None = None) -> None:
         """Stop taking requests; finish the ones in flight (`drain`) or abort them; free everything.
@@ -285,11 +291,8 @@ class Runtime:
             plans.extend(self._encoding.plans(self._waiting))
         prefill_rows = {p.request_id: int(p.payload.rows.shape[0]) for p in plans
                         if p.signature.kind is WorkUnitKind.PREFILL}
-        encode_samples = {p.request_id: p.payload.samples for p in plans if p.signature.kind is WorkUnitKind.ENCODE}
-        step_samples = int(self.card.loops.encode.step_seconds * (self._codec_spec.sample_rate if self._codec_spec else 1))
         batches = schedule(plans, prefill_budget=self.card.loops.ar_decode.prefill_chunk_rows,
-                           prefill_rows=prefill_rows, buckets=self._buckets, encode_budget=step_samples,
-                           encode_samples=encode_samples)
+                           prefill_rows=prefill_rows, buckets=self._buckets)
         ran: list[tuple[Batch, torch.Tensor | None]] = []
         for batch in batches:
             start = time.perf_counter()
@@ -346,8 +349,8 @@ class Runtime:
         if batch.kind is WorkUnitKind.AR_FRAME:
             return self.ar_exec.frame(payloads, batch.bucket)
         if batch.kind is WorkUnitKind.ENCODE:
-            assert self.encode_exec is not None
-            return self.encode_exec.encode(payloads)
+            assert self._encoding.executor is not None
+            return self._encoding.executor.encode(payloads)
         return self.codec_exec.chunk(payloads, batch.bucket, batch.plans[0].signature.bucket)
 
     def _advance(self, req: RequestRecord, plan: WorkPlan, host: Any, i: int) -> None:
@@ -494,6 +497,7 @@ class Runtime:
         req.ended = True
         with self._cond:
             self._running.pop(req.id, None)
+            self._encoding.release(req.enc)  # an encode cut short gives its slots back
         for pool in list(req.slots):
             self._release(req, pool)
         try:

@@ -1,8 +1,8 @@
 """The step policy: which plans run this step and how they group into batched calls. Pure Python, no torch.
 
 Owns: grouping plans by their batch key (equal keys run as one call), the order of kinds in a step
-(ENCODE, PREFILL, AR_FRAME, AUDIO_CHUNK), the prefill row budget and the encode sample budget (the first
-plan of the kind always runs; others join while the step stays within the budget, the rest wait a step), splitting a
+(ENCODE, PREFILL, AR_FRAME, AUDIO_CHUNK), the prefill row budget (the first prefill chunk always runs;
+others join while the step's prompt rows stay within the budget, the rest wait a step), splitting a
 group that exceeds the largest batch bucket, and padding a batch size up to its bucket.
 Must not know: tensors, models, threads, how plans are executed.
 """
@@ -26,26 +26,20 @@ class Batch:
 
 
 def schedule(plans: list[WorkPlan], *, prefill_budget: int, prefill_rows: dict[int, int],
-             buckets: dict[WorkUnitKind, list[int]], encode_budget: int = 0,
-             encode_samples: dict[int, int] | None = None) -> list[Batch]:
+             buckets: dict[WorkUnitKind, list[int]]) -> list[Batch]:
     """Group this step's plans into batches, in kind order.
 
-    prefill_rows: rows of each PREFILL plan, by request id; encode_samples: samples of each ENCODE plan.
-    Each budgeted kind takes its first plan always and others while the step stays within the budget.
-    buckets: batch-size buckets per kind (a kind absent from it runs unpadded, as one call).
+    prefill_rows: rows of each PREFILL plan, by request id. buckets: batch-size buckets per kind (a kind
+    absent from it runs unpadded, as one call).
     """
-    budgets = {WorkUnitKind.PREFILL: (prefill_budget, prefill_rows),
-               WorkUnitKind.ENCODE: (encode_budget, encode_samples or {})}
-    used = dict.fromkeys(budgets, 0)
     groups: dict[tuple, list[WorkPlan]] = {}
+    used = 0
     for plan in plans:
-        kind = plan.signature.kind
-        if kind in budgets:
-            budget, sizes = budgets[kind]
-            size = sizes[plan.request_id]
-            if used[kind] and used[kind] + size > budget:
+        if plan.signature.kind is WorkUnitKind.PREFILL:
+            rows = prefill_rows[plan.request_id]
+            if used and used + rows > prefill_budget:
                 continue  # waits for a later step
-            used[kind] += size
+            used += rows
         groups.setdefault(plan.signature.batch_key, []).append(plan)
     batches: list[Batch] = []
     for kind in KIND_ORDER:
