@@ -255,8 +255,11 @@ def test_encode_bench_prints_one_json_line(capsys):
     from v2.bench.encode import main
 
     argv = ["--checkpoint", str(SRC), "--batch", "2", "--seconds", "0.2", "0.3", "--long-seconds", "0.5",
-            "--chunk-frames", "10", "--iters", "1", "--device", "cpu"]
+            "--chunk-frames", "10", "--iters", "1", "--device", "cpu", "--concurrency", "1", "2", "--frames", "2",
+            "--reference-seconds", "0.3"]
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["bench"] == "v2.encode" and result["references"] == 2 and result["long_chunks"] == 5
     assert result["alone_audio_s_per_s"] > 0 and result["batched_audio_s_per_s"] > 0
+    for c in (1, 2):  # cloned requests through the runtime: TTFA with the reference to encode, and with its codes
+        assert result[f"c{c}_audio_ttfa_p50_s"] > 0 and result[f"c{c}_codes_ttfa_p50_s"] > 0

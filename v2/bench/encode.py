@@ -1,11 +1,13 @@
-"""`python -m v2.bench.encode`: reference-audio encode throughput, one at a time vs batched; one JSON line last.
+"""`python -m v2.bench.encode`: reference-audio encode throughput, one at a time vs batched, and the time to
+first audio of cloned requests through the runtime; one JSON line last.
 
-Owns: building the codec encoder (from a codec checkpoint, or a card's seeded codec config), a seeded set
-of references of mixed lengths, timing their encoding one after another (batch 1) and in one padded batch,
-one long reference whole vs in chunks (`encode_chunk`, what a step-sized scheduler would run), and their
-preparation (16 kHz mono samples -> soxr -> stereo at the codec rate, level-set; no file decoding).
-Figures are seconds of reference audio per second of wall time.
-Must not know: the runtime, requests, scheduling.
+Owns: building the codec encoder (from a codec checkpoint, or the card's), a seeded set of references of
+mixed lengths, timing their encoding one after another (batch 1) and in one padded batch, one long
+reference whole vs in chunks (`encode_chunk`, what the engine runs a step at a time), their preparation
+(16 kHz mono samples -> soxr -> stereo at the codec rate, level-set; no file decoding), and TTFA of
+streaming requests that carry reference audio vs the same requests with the references' codes, at
+concurrency 1 and 16. Throughput figures are seconds of reference audio per second of wall time.
+Must not know: the engine's internals, scheduling.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +24,7 @@ import numpy as np
 import torch
 
 from v2.bench.__main__ import machine
+from v2.card import build_encoder as build_card_encoder
 from v2.card import load_card
 from v2.models.codec import MossAudioEncoder, prepare_reference
 
@@ -55,17 +59,28 @@ def chunk_seconds(encoder: MossAudioEncoder, audio: torch.Tensor, chunk_frames: 
 
 
 def build_encoder(card_name: str, checkpoint: str | None, device: torch.device) -> tuple[MossAudioEncoder, str]:
-    if checkpoint is not None:
-        return MossAudioEncoder.from_pretrained(Path(checkpoint), device=device), f"checkpoint {checkpoint}"
     card = load_card(card_name)
-    source = card.experts.vocoder.checkpoint
-    if not source.startswith("seed:"):
-        return MossAudioEncoder.from_pretrained(Path(source), device=device), f"card {card.name} ({source})"
-    seeded = card.seeded[source.removeprefix("seed:")]
-    if "encoder_kwargs" not in seeded.config:
-        sys.exit(f"card {card.name}: [seeded.{source.removeprefix('seed:')}.config] has no encoder_kwargs; "
-                 f"pass --checkpoint DIR (a codec checkpoint with its encoder)")
-    return MossAudioEncoder.from_seed(seeded.config, seeded.seed, device=device), f"card {card.name} (seeded)"
+    source = checkpoint or card.experts.vocoder.checkpoint
+    return build_card_encoder(card, checkpoint=checkpoint, device=device), f"card {card.name} ({source})"
+
+
+def cloned_ttfa(card_name: str, refs: list[np.ndarray], rate: int, concurrency: int, frames: int) -> dict[str, float]:
+    """TTFA p50 / max (s) of `concurrency` streaming requests each carrying one reference recording, and of the
+    same requests given the references' codes instead (no encode): the difference is what cloning costs."""
+    from v2.runtime import Runtime
+
+    with tempfile.TemporaryDirectory() as voices, Runtime.from_card(card_name, voices_dir=voices) as rt:
+        rt.submit({"text": "warm up", "max_frames": 2, "reference_audio": (refs[0], rate)}).result(300)
+        picks = [refs[i % len(refs)] for i in range(concurrency)]
+        codes = [rt.encode_audio((r, rate)) for r in picks]
+        out = {}
+        for kind, fields in (("audio", [{"reference_audio": (r, rate)} for r in picks]),
+                             ("codes", [{"reference_codes": c} for c in codes])):
+            handles = rt.submit_many([{"text": f"Cloned voice number {i}.", "seed": i, "stream": True,
+                                       "max_frames": frames, "min_frames": frames, **f} for i, f in enumerate(fields)])
+            ttfa = sorted(h.result(600).metrics.ttfa_s or float("nan") for h in handles)
+            out[f"{kind}_ttfa_p50_s"], out[f"{kind}_ttfa_max_s"] = ttfa[len(ttfa) // 2], ttfa[-1]
+        return out
 
 
 def references(count: int, shortest: float, longest: float, rate: int) -> list[np.ndarray]:
@@ -86,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long-seconds", type=float, default=30.0, help="one long reference: whole vs in chunks")
     p.add_argument("--chunk-frames", type=int, default=25)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the card's runtime setting)")
+    p.add_argument("--concurrency", type=int, nargs="*", default=[1, 16], help="cloned requests at once (runtime)")
+    p.add_argument("--reference-seconds", type=float, default=5.0, help="each cloned request's reference")
+    p.add_argument("--frames", type=int, default=20, help="frames each cloned request speaks")
     args = p.parse_args(argv)
     threads, saved = args.threads or load_card(args.card).runtime.cpu_threads, torch.get_num_threads()
     if threads:
@@ -135,11 +153,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "long_chunk_frames": args.chunk_frames, "long_chunks": len(chunks),
         "long_chunk_mean_s": sum(chunks) / len(chunks), "long_chunk_max_s": max(chunks),
     }
+    clone_refs = references(4, args.reference_seconds, args.reference_seconds, rate)
+    for c in args.concurrency:
+        for key, value in cloned_ttfa(args.card, clone_refs, rate, c, args.frames).items():
+            result[f"c{c}_{key}"] = value
     print(f"alone {result['alone_audio_s_per_s']:.1f} audio s/s, batched x{len(refs)} "
           f"{result['batched_audio_s_per_s']:.1f} audio s/s, prepare {result['prepare_from_16k_mono_audio_s_per_s']:.0f}"
           f" audio s/s; {args.long_seconds:g} s whole {long_whole_s * 1e3:.0f} ms, {len(chunks)} chunks of "
           f"{args.chunk_frames} frames {result['long_chunk_mean_s'] * 1e3:.1f} ms each (max "
           f"{result['long_chunk_max_s'] * 1e3:.1f})", file=sys.stderr)
+    for c in args.concurrency:
+        print(f"concurrency {c}: TTFA p50 {result[f'c{c}_audio_ttfa_p50_s'] * 1e3:.0f} ms with a "
+              f"{args.reference_seconds:g} s reference to encode, {result[f'c{c}_codes_ttfa_p50_s'] * 1e3:.0f} ms "
+              f"with its codes", file=sys.stderr)
     return result
 
 
