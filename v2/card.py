@@ -17,7 +17,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from v2.fields import TOP_K_MAX, check_penalty, check_temperature
-from v2.models.sampling import HeadSampling, SamplingSettings
 
 CARDS_DIR = Path(__file__).resolve().parent.parent / "cards"
 DEFAULT_CARD = "moss_tts_local_tiny"
@@ -82,7 +81,10 @@ class SamplingDefaults(_Frozen):
 
     _penalty = field_validator("repetition_penalty")(check_penalty)
 
-    def settings(self) -> SamplingSettings:
+    def settings(self) -> Any:
+        """The defaults as `SamplingSettings` (imported here: the card itself needs no torch)."""
+        from v2.models.sampling import HeadSampling, SamplingSettings
+
         return SamplingSettings(
             stop=HeadSampling(self.stop.temperature, self.stop.top_k, self.stop.top_p),
             audio=HeadSampling(self.audio.temperature, self.audio.top_k, self.audio.top_p),

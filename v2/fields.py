@@ -10,10 +10,10 @@ Must not know: the model, cards, the engine.
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Annotated, Any
 
 import numpy as np
-import torch
 from pydantic import BeforeValidator
 
 INT64_MAX = 2**63 - 1
@@ -31,14 +31,18 @@ class FieldError(ValueError):
     """A value cannot be used; the message starts with the field's name."""
 
 
-_INT_TORCH = {torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
-              torch.uint64}
+def _is_tensor(value: Any) -> bool:
+    """A torch tensor, told without importing torch (a caller who has one has loaded torch already)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
-def int_tensor(value: Any, field: str) -> torch.Tensor:
+def int_tensor(value: Any, field: str) -> Any:
     """A new int64 CPU tensor holding `value`'s integers (every integer dtype whose values fit int64);
     refuses floats, bools, complex, object arrays, sparse or meta tensors, ragged lists and non-integer
     elements with the field (and row) named."""
+    import torch  # the result is a tensor
+
     if isinstance(value, torch.Tensor):
         return _from_tensor(value, field)
     if isinstance(value, np.ndarray):
@@ -50,19 +54,29 @@ def int_tensor(value: Any, field: str) -> torch.Tensor:
     raise FieldError(f"{field}: expected a list, numpy array or tensor of integers, got {type(value).__name__}")
 
 
-def _from_tensor(t: torch.Tensor, field: str) -> torch.Tensor:
+def _int_dtypes() -> set[Any]:
+    import torch
+
+    return {torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32, torch.uint64}
+
+
+def _from_tensor(t: Any, field: str) -> Any:
+    import torch
+
     if t.layout is not torch.strided:
         raise FieldError(f"{field}: sparse tensors are not accepted; give a dense integer tensor")
     if t.is_meta:
         raise FieldError(f"{field}: a meta tensor holds no values")
-    if t.dtype not in _INT_TORCH:
+    if t.dtype not in _int_dtypes():
         raise FieldError(f"{field}: expected an integer dtype, got {t.dtype}")
     if t.dtype in (torch.uint16, torch.uint32, torch.uint64):  # torch has few ops for these: numpy checks them
         return _from_numpy(t.detach().cpu().numpy(), field)
     return t.detach().to(device="cpu", dtype=torch.int64, copy=True).contiguous()
 
 
-def _from_numpy(a: np.ndarray, field: str) -> torch.Tensor:
+def _from_numpy(a: np.ndarray, field: str) -> Any:
+    import torch
+
     if a.dtype.kind not in "iu":
         kind = {"b": "bool", "f": "floating", "c": "complex", "O": "object"}.get(a.dtype.kind, str(a.dtype))
         raise FieldError(f"{field}: expected an integer dtype, got {kind} ({a.dtype})")
@@ -82,7 +96,7 @@ def _walk(value: Any, where: str, flat: list[int], depth: int) -> tuple[int, ...
         at = f"{where}[{i}]"
         if isinstance(item, (list, tuple)):
             shape = _walk(item, at, flat, depth + 1)
-        elif isinstance(item, (np.ndarray, torch.Tensor)) and item.ndim > 0:
+        elif (isinstance(item, np.ndarray) or _is_tensor(item)) and item.ndim > 0:
             converted = int_tensor(item, at)
             flat.extend(converted.reshape(-1).tolist())
             shape = tuple(converted.shape)
@@ -102,7 +116,7 @@ def _int_item(item: Any, where: str) -> int:
         raise FieldError(f"{where}: expected an integer, got a bool")
     if isinstance(item, np.ndarray) and item.ndim == 0:
         item = item[()]
-    if isinstance(item, torch.Tensor) and item.ndim == 0 and item.dtype in _INT_TORCH:
+    if _is_tensor(item) and item.ndim == 0 and item.dtype in _int_dtypes():
         item = int(item)
     elif isinstance(item, np.generic) and item.dtype.kind in "iu":
         item = int(item)

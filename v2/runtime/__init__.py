@@ -1,8 +1,21 @@
-"""The central runtime: one engine thread running every request's work as batched steps."""
+"""The central runtime: one engine thread running every request's work as batched steps.
 
-from v2.loops.vocoder import AudioChunk
-from v2.runtime.engine import Runtime
-from v2.rollout import Trajectory
-from v2.runtime.streams import Metrics, SpeechHandle, SpeechResult
+The names below load on first use, so importing a torch-free part of the runtime (the scheduler, the slot
+pools) does not load torch.
+"""
 
-__all__ = ["AudioChunk", "Metrics", "Runtime", "SpeechHandle", "SpeechResult", "Trajectory"]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_WHERE = {"AudioChunk": "v2.loops.vocoder", "Metrics": "v2.runtime.streams", "Runtime": "v2.runtime.engine",
+          "SpeechHandle": "v2.runtime.streams", "SpeechResult": "v2.runtime.streams", "Trajectory": "v2.rollout"}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'v2.runtime' has no attribute {name!r}")
+    return getattr(import_module(_WHERE[name]), name)
