@@ -24,7 +24,8 @@ from v2.contracts import FinishReason, LoopKind, StepResult, WorkPlan, WorkUnitK
 from v2.loops.ar_decode import ARDecodeLoop, FrameRow
 from v2.loops.encode import EncodeLoop
 from v2.loops.vocoder import VocoderLoop
-from v2.request import CodecSpec, OverloadedError, RequestError, SpeechRequest, build_rows, parse_request, prepare
+from v2.prepare import CodecSpec, build_rows, prepare
+from v2.request import OverloadedError, RequestError, SpeechRequest, parse_request
 from v2.runtime import updates
 from v2.runtime.encoding import EncodeExecutor, EncodeJob, EncodeStage
 from v2.runtime.executors import ARExecutor, CodecExecutor, to_host

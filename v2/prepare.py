@@ -1,0 +1,135 @@
+"""Checking a request against a card and laying out its prompt: what the engine runs.
+
+Owns: the cheap bounds first (text fields against the card's character cap), reading, resampling and
+level-setting reference recordings (refusals name `reference_audio`), the prompt layout (explicit rows;
+the template with references in the user turn, "clone"; or one reference as assistant audio after its
+transcript, "continuation"), placeholder codes of the right length while recordings wait for the encoder,
+naming the field that makes a prompt too long, frame limits, and resolving sampling against the card.
+Must not know: the engine, slots, devices, the encoder's weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from v2.card import ModelCard
+from v2.models.config import MossTTSLocalConfig
+from v2.models.prompt import PromptError, build_prompt, check_rows
+from v2.models.sampling import SamplingSettings
+from v2.models.tokenizer import TextTokenizer
+from v2.request import RequestError, SpeechRequest
+
+
+@dataclass(frozen=True)
+class CodecSpec:
+    """What preparing reference audio needs to know of the codec."""
+
+    sample_rate: int
+    hop: int  # samples per channel per frame
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request checked against the card and turned into what the engine runs."""
+
+    rows: torch.Tensor            # [T, 13]; while `audio` waits for the encoder its rows hold placeholder codes
+    sampling: SamplingSettings
+    max_frames: int
+    audio: tuple[np.ndarray, ...] = ()  # recordings to encode first: [channels, n] float32 at the codec's rate
+    transcript: str | None = None       # continuation mode: the reference's transcript
+
+
+def _text_limits(request: SpeechRequest, limits: Any) -> None:
+    """Cheap bounds first: a text field over the card's character cap is refused before any tokenising."""
+    for name in ("text", "instruction", "language", "reference_text"):
+        value = getattr(request, name)
+        if value is not None and len(value) > limits.max_text_chars:
+            raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({limits.max_text_chars})")
+    if request.duration_frames is not None and request.duration_frames > limits.max_frames:
+        raise RequestError(f"duration_frames: {request.duration_frames} exceeds the card's max_frames ({limits.max_frames})")
+
+
+def _longest_field(request: SpeechRequest, tokenizer: TextTokenizer, references: tuple[torch.Tensor, ...]) -> str:
+    """Which field contributes the most rows to a prompt that is too long (only on that error path)."""
+    if request.prompt_rows is not None:
+        return "prompt_rows"
+    sizes = {name: len(tokenizer.encode(getattr(request, name)))
+             for name in ("text", "instruction", "language", "reference_text") if getattr(request, name)}
+    source = next((f for f in ("reference_audio", "voice") if getattr(request, f) is not None), "reference_codes")
+    sizes[source] = sum(len(r) + 2 for r in references)
+    return max(sizes, key=lambda k: sizes[k])
+
+
+def _recordings(request: SpeechRequest, card: ModelCard, codec: CodecSpec | None) -> tuple[np.ndarray, ...]:
+    """Read, resample and level-set each reference recording (the caller's thread; encoding runs later)."""
+    from v2.models.codec.audio_in import AudioError, prepare_reference
+
+    limits = card.loops.encode
+    audio = request.reference_audio or ()
+    if not audio:
+        return ()
+    if codec is None:
+        raise RequestError("reference_audio: this runtime has no codec encoder (the card does not enable it)")
+    if len(audio) > limits.max_references:
+        raise RequestError(f"reference_audio: {len(audio)} recordings, over the card's max_references ({limits.max_references})")
+    out = []
+    for i, source in enumerate(audio):
+        field = f"reference_audio[{i}]" if len(audio) > 1 else "reference_audio"
+        try:
+            out.append(prepare_reference(source, sample_rate=codec.sample_rate, min_seconds=codec.hop / codec.sample_rate,
+                                         max_seconds=limits.max_reference_seconds))
+        except AudioError as e:
+            raise RequestError(f"{field}: {e}") from None
+    return tuple(out)
+
+
+def build_rows(request: SpeechRequest, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer,
+               references: tuple[torch.Tensor, ...], transcript: str | None) -> torch.Tensor:
+    """The prompt rows [T, 13]: explicit rows, or the template with the references in the user turn ("clone")
+    or, with a transcript, the one reference as assistant audio after `transcript + text` ("continuation")."""
+    if request.prompt_rows is not None:
+        return check_rows(cfg, request.prompt_rows)
+    common = dict(instruction=request.instruction, language=request.language, tokens=request.duration_frames)
+    if transcript is not None:
+        return build_prompt(tokenizer, cfg, transcript + (request.text or ""), assistant_codes=references[0], **common)
+    return build_prompt(tokenizer, cfg, request.text or "", reference_codes=references or None, **common)
+
+
+def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer, *,
+            codec: CodecSpec | None = None, voice: Any = None) -> Prepared:
+    """Check a request against the card and lay out its prompt. `voice`: the stored voice `request.voice`
+    names (its codes, and its transcript unless `reference_text` is given). Reference recordings are
+    read and prepared here; their rows hold placeholder codes of the right length until encoded."""
+    limits = card.loops.ar_decode
+    _text_limits(request, limits)
+    audio = _recordings(request, card, codec)
+    if audio:
+        assert codec is not None
+        references = tuple(torch.zeros(a.shape[1] // codec.hop, cfg.n_vq, dtype=torch.long) for a in audio)
+    elif voice is not None:
+        references = (torch.as_tensor(voice.codes, dtype=torch.long),)
+    else:
+        references = tuple(request.reference_codes or ())
+    transcript = request.reference_text if request.reference_text is not None else getattr(voice, "text", None)
+    try:
+        rows = build_rows(request, cfg, tokenizer, references, transcript)
+    except (PromptError, ValueError, TypeError) as e:
+        raise RequestError(str(e)) from None
+    if len(rows) > limits.max_prompt_rows:
+        field = _longest_field(request, tokenizer, references)
+        raise RequestError(f"{field}: the prompt is {len(rows)} rows, over the card's max_prompt_rows "
+                           f"({limits.max_prompt_rows})")
+    max_frames = request.max_frames if request.max_frames is not None else limits.max_frames
+    if max_frames > limits.max_frames:
+        raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})")
+    if request.min_frames > max_frames:
+        raise RequestError(f"min_frames: {request.min_frames} exceeds max_frames ({max_frames})")
+    try:
+        sampling = request.sampling.resolve(limits.sampling.settings())
+    except ValueError as e:
+        raise RequestError(f"sampling: {e}") from None
+    return Prepared(rows, sampling, max_frames, audio, transcript)
