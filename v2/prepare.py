@@ -64,27 +64,27 @@ def _longest_field(request: SpeechRequest, tokenizer: TextTokenizer, references:
     return max(sizes, key=lambda k: sizes[k])
 
 
-def _recordings(request: SpeechRequest, card: ModelCard, codec: CodecSpec | None) -> tuple[np.ndarray, ...]:
-    """Read, resample and level-set each reference recording (the caller's thread; encoding runs later)."""
+def prepare_recording(source: Any, card: ModelCard, codec: CodecSpec | None, field: str = "reference_audio") -> np.ndarray:
+    """One reference recording read, resampled and level-set for the encoder: [channels, n] float32 at the
+    codec's rate (the caller's thread; encoding runs later). Refusals name `field`."""
     from v2.models.codec.audio_in import AudioError, prepare_reference
 
-    limits = card.loops.encode
-    audio = request.reference_audio or ()
-    if not audio:
-        return ()
     if codec is None:
-        raise RequestError("reference_audio: this runtime has no codec encoder (the card does not enable it)")
-    if len(audio) > limits.max_references:
-        raise RequestError(f"reference_audio: {len(audio)} recordings, over the card's max_references ({limits.max_references})")
-    out = []
-    for i, source in enumerate(audio):
-        field = f"reference_audio[{i}]" if len(audio) > 1 else "reference_audio"
-        try:
-            out.append(prepare_reference(source, sample_rate=codec.sample_rate, min_seconds=codec.hop / codec.sample_rate,
-                                         max_seconds=limits.max_reference_seconds))
-        except AudioError as e:
-            raise RequestError(f"{field}: {e}") from None
-    return tuple(out)
+        raise RequestError(f"{field}: this runtime has no codec encoder (the card does not enable it)")
+    try:
+        return prepare_reference(source, sample_rate=codec.sample_rate, min_seconds=codec.hop / codec.sample_rate,
+                                 max_seconds=card.loops.encode.max_reference_seconds)
+    except AudioError as e:
+        raise RequestError(f"{field}: {e}") from None
+
+
+def _recordings(request: SpeechRequest, card: ModelCard, codec: CodecSpec | None) -> tuple[np.ndarray, ...]:
+    audio = request.reference_audio or ()
+    if len(audio) > card.loops.encode.max_references:
+        raise RequestError(f"reference_audio: {len(audio)} recordings, over the card's max_references "
+                           f"({card.loops.encode.max_references})")
+    return tuple(prepare_recording(source, card, codec, f"reference_audio[{i}]" if len(audio) > 1 else "reference_audio")
+                 for i, source in enumerate(audio))
 
 
 def build_rows(request: SpeechRequest, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer,

@@ -24,7 +24,7 @@ from v2.contracts import FinishReason, LoopKind, StepResult, WorkPlan, WorkUnitK
 from v2.loops.ar_decode import ARDecodeLoop, FrameRow
 from v2.loops.encode import EncodeLoop
 from v2.loops.vocoder import VocoderLoop
-from v2.prepare import CodecSpec, build_rows, prepare
+from v2.prepare import CodecSpec, build_rows, prepare, prepare_recording
 from v2.request import OverloadedError, RequestError, SpeechRequest, parse_request
 from v2.runtime import updates
 from v2.runtime.encoding import EncodeExecutor, EncodeJob, EncodeStage
@@ -138,26 +138,18 @@ class Runtime:
     def encode_audio(self, audio: Any, *, timeout: float | None = None) -> np.ndarray:
         """One recording (a path, file bytes or (samples, sample_rate)) -> its codes [N, 12], encoded on the
         engine as ENCODE work batched with requests' references (this thread waits)."""
-        from v2.models.codec.audio_in import AudioError, prepare_reference
-
-        spec = self._codec_spec
-        if spec is None:
-            raise RequestError("reference_audio: this runtime has no codec encoder (the card does not enable it)")
-        try:
-            wav = prepare_reference(audio, sample_rate=spec.sample_rate, min_seconds=spec.hop / spec.sample_rate,
-                                    max_seconds=self.card.loops.encode.max_reference_seconds)
-        except AudioError as e:
-            raise RequestError(f"reference_audio: {e}") from None
+        wav = prepare_recording(audio, self.card, self._codec_spec)
         with self._cond:
             if self._closed:
                 raise RuntimeError("the runtime is closed")
             rid = next(self._ids)
-            job = self._encoding.jobs[rid] = EncodeJob(self._encoding.loop.init(rid, (wav,), spec.hop))
+            job = self._encoding.jobs[rid] = EncodeJob(self._encode_state(rid, (wav,)))
             self._cond.notify_all()
         if not job.done.wait(timeout):
             with self._cond:
-                self._encoding.fail(rid, "timed out")
-            raise TimeoutError(f"reference encode not finished within {timeout} s")
+                withdrawn = self._encoding.fail(rid, "timed out")
+            if withdrawn:
+                raise TimeoutError(f"reference encode not finished within {timeout} s")
         if job.error is not None:
             raise RuntimeError(f"encode failed: {job.error}")
         assert job.codes is not None
@@ -271,6 +263,7 @@ class Runtime:
     def _fail_everything(self, message: str) -> None:
         with self._cond:
             waiting, self._waiting = list(self._waiting), deque()
+            self._encoding.fail_all(message)
         for req in (*waiting, *list(self._running.values())):
             req.error = message
             self._finish(req, FinishReason.ERROR)
