@@ -70,12 +70,16 @@ class EncodeStage:
     def __init__(self, loop: EncodeLoop, pool: SlotPool, executor: EncodeExecutor | None) -> None:
         self.loop, self.pool, self.executor = loop, pool, executor
         self.jobs: dict[int, EncodeJob] = {}  # by id (the engine's request-id counter)
+        self.requests: dict[int, Any] = {}    # waiting requests whose recordings are not encoded yet, by id
 
-    def plans(self, waiting: Sequence[Any]) -> list[WorkPlan]:
+    @property
+    def pending(self) -> int:
+        return len(self.requests) + len(self.jobs)
+
+    def plans(self) -> list[WorkPlan]:
         """This step's ENCODE plans: encodes that hold their slots, then new ones while slots last (in
-        queue order: requests, then jobs)."""
-        states = [r.enc for r in waiting if r.enc is not None and r.enc.codes is None]
-        states += [j.state for j in self.jobs.values()]
+        submission order: requests, then jobs)."""
+        states = [r.enc for r in self.requests.values()] + [j.state for j in self.jobs.values()]
         plans = []
         for state in states:
             if not state.slots:
@@ -89,8 +93,8 @@ class EncodeStage:
                 plans.append(plan)
         return plans
 
-    def scatter(self, plans: Sequence[WorkPlan], host: np.ndarray, waiting: dict[int, Any],
-                encoded: Callable[[Any], None], failed: Callable[[int, str], None]) -> None:
+    def scatter(self, plans: Sequence[WorkPlan], host: np.ndarray, encoded: Callable[[Any], None],
+                failed: Callable[[int, str], None]) -> None:
         """host [rows, n, 12]: each plan's codes to its loop; a finished encode gives its slots back, then
         `encoded(record)` for a request (which lays out its prompt) or the job's caller is woken. A failure
         fails that request or job alone."""
@@ -101,26 +105,27 @@ class EncodeStage:
             k += len(rows)
             rid = plan.request_id
             try:
-                job = self.jobs.get(rid)
-                state = job.state if job is not None else waiting[rid].enc if rid in waiting else None
+                job, record = self.jobs.get(rid), self.requests.get(rid)
+                state = job.state if job is not None else record.enc if record is not None else None
                 if state is None:
                     continue  # ended meanwhile (its slots were given back then)
                 self.loop.advance(state, StepResult(plan, codes))
                 if state.codes is None:
                     continue
-                self.release(state)
+                self.release(state)  # (forgets the request)
                 if job is not None:
                     del self.jobs[rid]
                     job.codes = state.codes
                     job.done.set()
                 else:
-                    encoded(waiting[rid])
+                    encoded(record)
             except Exception as e:  # this request's or job's fault alone
                 failed(rid, f"{type(e).__name__}: {e}")
 
     def release(self, state: EncodeState | None) -> None:
-        """Give an encode's slots back (once; a no-op for one that never started)."""
+        """Give an encode's slots back and forget it (once; a no-op for one that never started)."""
         if state is not None:
+            self.requests.pop(state.request_id, None)
             for slot in state.slots:
                 self.pool.release(slot, state.request_id)
             state.slots = []

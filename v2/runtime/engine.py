@@ -130,6 +130,8 @@ class Runtime:
                                        enc=self._encode_state(rid, p.audio))
                 if group is not None:
                     group.members.append(rid)
+                if record.enc is not None:
+                    self._encoding.requests[rid] = record
                 self._waiting.append(record)
                 handles.append(handle)
             self._cond.notify_all()
@@ -206,7 +208,7 @@ class Runtime:
                     "kv_slots_in_use": self.pools["kv"].in_use, "codec_slots_in_use": self.pools["codec"].in_use,
                     "graphs": graphs, "shared_prefills": self._shared_prefills, "prefilled_rows": self._prefilled_rows,
                     "weight_version": self._gate.version,
-                    "encoding": sum(not r.ready for r in self._waiting) + len(self._encoding.jobs),
+                    "encoding": self._encoding.pending,
                     "encode_slots_in_use": self.pools["encode"].in_use}
 
     def close(self, *, drain: bool = False, timeout: float | None = None) -> None:
@@ -282,7 +284,7 @@ class Runtime:
             except Exception as e:  # one request's loop code fails that request alone
                 self._fail(req.id, f"{type(e).__name__}: {e}")
         with self._cond:
-            plans.extend(self._encoding.plans(self._waiting))
+            plans.extend(self._encoding.plans())
         prefill_rows = {p.request_id: int(p.payload.rows.shape[0]) for p in plans
                         if p.signature.kind is WorkUnitKind.PREFILL}
         batches = schedule(plans, prefill_budget=self.card.loops.ar_decode.prefill_chunk_rows,
@@ -302,8 +304,7 @@ class Runtime:
             host = next(outputs) if tensor is not None else None
             if batch.kind is WorkUnitKind.ENCODE:
                 with self._cond:
-                    waiting = {r.id: r for r in self._waiting}
-                    self._encoding.scatter(batch.plans, host, waiting, self._encoded, self._fail_any)
+                    self._encoding.scatter(batch.plans, host, self._encoded, self._fail_any)
                 continue
             if batch.kind is WorkUnitKind.AR_FRAME:
                 host = host.tolist()  # one conversion per batch: rows of Python floats
