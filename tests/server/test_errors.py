@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 
 import httpx
 import numpy as np
@@ -170,3 +171,32 @@ def test_bad_requests_leave_the_server_up_and_a_bystander_intact(live):
     assert got and np.array_equal(np.frombuffer(got[0][44:], "<i2").reshape(-1, 2), want)
     assert httpx.get(live.url + "/health").json()["status"] == "ok"
     wait_idle(rt)
+
+
+def test_a_request_aborted_mid_stream_is_never_passed_off_as_complete():
+    rt = Runtime.from_card(CARD)
+    long = {"input": TEXT, "max_frames": 600, "min_frames": 600}
+    outcome: dict[str, object] = {}
+    try:
+        with LiveServer(rt) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+            with client.stream("POST", SPEECH, json={**long, "response_format": "wav", "stream_format": "sse"}) as sse, \
+                    client.stream("POST", SPEECH, json={**long, "response_format": "pcm"}) as raw:
+                lines, pieces = sse.iter_lines(), raw.iter_bytes()
+                assert next(lines) and next(pieces)  # both are streaming
+                whole = threading.Thread(target=lambda: outcome.update(
+                    whole=httpx.post(server.url + SPEECH, json={**long, "response_format": "wav"}, timeout=60)))
+                whole.start()
+                deadline = time.time() + 10
+                while rt.stats()["running"] < 3 and time.time() < deadline:
+                    time.sleep(0.01)
+                rt.close(drain=False)  # every request in flight ends with "abort"
+                events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+                with pytest.raises(httpx.RemoteProtocolError):  # cut without the closing chunk
+                    for _ in pieces:
+                        pass
+                whole.join(30)
+        assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "abort"
+        assert "speech.audio.done" not in [e["type"] for e in events]
+        _error(outcome["whole"], 503, None, "abort")
+    finally:
+        rt.close()

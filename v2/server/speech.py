@@ -18,8 +18,8 @@ from fastapi import APIRouter, Request, Response
 
 from v2.request import OverloadedError, RequestError
 from v2.server import audio
-from v2.server.errors import ApiError, runtime_field_error
 from v2.server.audio import Encoder
+from v2.server.errors import ApiError, runtime_field_error
 from v2.server.schema import SpeechPlan, parse_body, plan
 from v2.server.state import ServerState, server_state
 from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, audio_body, whole_result
