@@ -1,8 +1,10 @@
 """The OpenAI-compatible speech server over one runtime (FastAPI + uvicorn): `create_app`, `ServerConfig`.
 
-Talks to the runtime only through its public API: `submit`, handles (async iteration, `cancel`,
-`result`, `on_done`), `stats`, `weight_version`, `close`, and the voice store where the runtime has one.
-Imports nothing heavy itself, so `python -m v2` builds its `serve` options without the server extra.
+Owns: the package's two entry names, imported on first use, so `python -m v2` builds its `serve` options
+without the server extra installed.
+Must not know: the engine's internals. The package talks to the runtime only through its public API:
+`submit`, handles (async iteration, `cancel`, `result`, `on_done`), `stats`, `weight_version`, `close`,
+and the voice store where the runtime has one (designs/server.md).
 """
 
 from __future__ import annotations
