@@ -16,7 +16,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-from serverkit import CARD, TEXT, LiveServer, decode, in_process, s16, shared_runtime
+from serverkit import CARD, TEXT, LiveServer, decode, in_process, s16, shared_runtime, wait_idle
 from v2.server.audio import FORMATS, to_s16
 
 SEED, FRAMES = 5, 20
@@ -80,6 +80,7 @@ def test_streamed_pcm_arrives_before_the_request_ends(client):
     rt = shared_runtime()
     seed, frames = 11, 24  # at least 24 frames: the first chunk (3 frames) leaves long before the end
     ref = in_process(rt, text=TEXT, seed=seed, max_frames=frames, min_frames=frames)
+    wait_idle(rt)  # so the one request running below is this one
     received, running_at_first = [], None
     with client.audio.speech.with_streaming_response.create(
             model=CARD, voice="alloy", input=TEXT, response_format="pcm",
