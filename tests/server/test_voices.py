@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from serverkit import TEXT, LiveServer, in_process, s16, shared_runtime
+from serverkit import CARD, TEXT, LiveServer, in_process, s16, shared_runtime
+from v2.card import load_card
+from v2.runtime import Runtime
 from v2.server import voices as voices_module
 from v2.server.schema import OPENAI_VOICES, runtime_supports
 
@@ -94,6 +96,24 @@ def test_ref_audio_as_a_data_url_clones(live, sample_wav):
     assert np.array_equal(sf.read(io.BytesIO(r.content), dtype="int16")[0], s16(want.audio))
     bad = httpx.post(live.url + SPEECH, json={**body, "ref_audio": base64.b64encode(b"not audio").decode()})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "ref_audio"
+
+
+@pytest.mark.skipif(not HAS_STORE, reason="needs the runtime's voice store (rt.voices, the `voice` field)")
+def test_a_card_without_the_encoder_refuses_cloning_naming_the_param(sample_wav, tmp_path):
+    card = load_card(CARD)
+    vocoder = card.experts.vocoder.model_copy(update={"encoder": False})
+    card = card.model_copy(update={"experts": card.experts.model_copy(update={"vocoder": vocoder})})
+    rt = Runtime.from_card(card, voices_dir=str(tmp_path))
+    try:
+        with LiveServer(rt) as server:
+            url = "data:audio/wav;base64," + base64.b64encode(sample_wav).decode()
+            r = httpx.post(server.url + SPEECH, json={"input": TEXT, "ref_audio": url})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "ref_audio"
+            assert "encoder" in r.json()["error"]["message"]
+            r = httpx.post(server.url + VOICES, files={"audio_sample": ("v.wav", sample_wav)}, data={"name": "kept"})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "audio_sample"
+    finally:
+        rt.close()
 
 
 class _MemoryStore:
