@@ -107,3 +107,18 @@ def test_metrics_count_what_ran(live):
     assert ("v2_slots_in_use", (("pool", "kv"),)) in after and ("v2_slots_in_use", (("pool", "codec"),)) in after
     assert after[("v2_weight_version", ())] == rt.weight_version
     assert after[("v2_engine_steps_total", ())] > 0
+
+
+@pytest.mark.parametrize("stats", [{"prefix_cache_hits": 3, "prefix_cache_misses": 4, "kv_blocks_free": 9},
+                                   {"prefix_cache": {"hits": 3, "misses": 4}}])
+def test_the_collector_reads_the_stats_the_runtime_reports(stats):
+    from v2.server.metrics import ServerMetrics
+
+    base = {"waiting": 2, "running": 1, "kv_slots_in_use": 1, "codec_slots_in_use": 0, "steps": 7,
+            "kinds": {"ar_frame": {"calls": 5, "rows": 6, "seconds": 0.5}}, "weight_version": 2}
+    got = _samples(ServerMetrics(lambda: {**base, **stats}).render().decode())
+    assert got[("v2_prefix_cache_hits_total", ())] == 3 and got[("v2_prefix_cache_misses_total", ())] == 4
+    assert (("v2_kv_blocks_free", ()) in got) == ("kv_blocks_free" in stats)
+    assert got[("v2_queue_depth", ())] == 2 and got[("v2_engine_steps_total", ())] == 7
+    assert got[("v2_step_rows_total", (("kind", "ar_frame"),))] == 6
+    assert got[("v2_slots_in_use", (("pool", "codec"),))] == 0

@@ -34,7 +34,8 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     state = ServerState(runtime=runtime, config=config, metrics=ServerMetrics(runtime.stats),
                         voices=VoiceBook(runtime), native_rate=int(runtime.codec.sample_rate),
                         native_channels=int(runtime.codec.cfg.channels))
-    app = FastAPI(title="v2 speech server", version=__version__, docs_url="/docs", redoc_url=None)
+    # no /docs: Swagger UI would load its scripts from a CDN; the schema stays at /openapi.json
+    app = FastAPI(title="v2 speech server", version=__version__, docs_url=None, redoc_url=None)
     app.state.server = state
     app.include_router(speech.router)
     app.include_router(routes.router)

@@ -3,8 +3,8 @@
 Owns: one registry per app (two apps in a process never collide): requests by finish reason, refusals by
 HTTP status, TTFA and RTF histograms, audio seconds produced, open streams; and a collector that reads
 `runtime.stats()` when scraped: queue depth, running requests, slots in use, engine steps, step calls,
-rows and host seconds by work kind, shared prefills, prefix-cache hits (when the runtime reports them),
-the weight version.
+rows and host seconds by work kind, shared prefills, prefix-cache hits and misses and free KV blocks
+(when the runtime reports them), the weight version.
 Must not know: HTTP routes, FastAPI, audio encoding.
 """
 
@@ -62,7 +62,8 @@ class _RuntimeCollector:
         s = self._stats()
         gauges = {"v2_queue_depth": ("Requests waiting for a slot", s.get("waiting")),
                   "v2_requests_running": ("Requests admitted and running", s.get("running")),
-                  "v2_weight_version": ("Version of the weights in use", s.get("weight_version"))}
+                  "v2_weight_version": ("Version of the weights in use", s.get("weight_version")),
+                  "v2_kv_blocks_free": ("KV cache blocks free (paged KV)", s.get("kv_blocks_free"))}
         for name, (doc, value) in gauges.items():
             if value is not None:
                 yield GaugeMetricFamily(name, doc, value=value)
@@ -73,8 +74,8 @@ class _RuntimeCollector:
         yield slots
         counters = {"v2_engine_steps": ("Engine steps run", s.get("steps")),
                     "v2_shared_prefills": ("Prompts prefilled once for a group", s.get("shared_prefills")),
-                    "v2_prefix_cache_hits": ("Prompt prefixes served from the prefix cache",
-                                             (s.get("prefix_cache") or {}).get("hits"))}
+                    "v2_prefix_cache_hits": ("Prompt blocks served from the prefix cache", _prefix(s, "hits")),
+                    "v2_prefix_cache_misses": ("Prompt blocks not in the prefix cache", _prefix(s, "misses"))}
         for name, (doc, value) in counters.items():
             if value is not None:
                 yield CounterMetricFamily(name, doc, value=value)
@@ -87,3 +88,10 @@ class _RuntimeCollector:
                 if field in counts:
                     family.add_metric([kind], counts[field])
             yield family
+
+
+def _prefix(stats: dict[str, Any], what: str) -> Any:
+    """A prefix-cache counter, reported flat (`prefix_cache_hits`) or nested (`prefix_cache: {hits}`)."""
+    flat = stats.get(f"prefix_cache_{what}")
+    return flat if flat is not None else (stats.get("prefix_cache") or {}).get(what)
+
