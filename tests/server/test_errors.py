@@ -15,7 +15,6 @@ import pytest
 from serverkit import CARD, TEXT, LiveServer, in_process, s16, shared_runtime, wait_idle
 from v2.card import load_card
 from v2.runtime import Runtime
-from v2.server.schema import runtime_supports
 
 SPEECH = "/v1/audio/speech"
 
@@ -98,14 +97,6 @@ def test_huge_bodies_are_refused(live):
 
     r = httpx.post(live.url + SPEECH, content=chunks(), headers={"content-type": "application/json"}, timeout=60)
     _error(r, 413, None, "request_too_large")
-
-
-@pytest.mark.skipif(runtime_supports("reference_audio"), reason="this runtime clones voices (tested in test_voices)")
-def test_ref_audio_without_cloning_says_so(live):
-    audio = "data:audio/wav;base64," + base64.b64encode(b"RIFF....WAVE").decode()
-    err = _error(httpx.post(live.url + SPEECH, json={"input": TEXT, "ref_audio": audio}, timeout=30), 400,
-                 "ref_audio")
-    assert "voice cloning is not available on this runtime" in err["message"]
 
 
 def test_api_key_is_required_when_set():

@@ -17,6 +17,7 @@ import soundfile as sf
 from serverkit import CARD, TEXT, LiveServer, in_process, s16, shared_runtime
 from v2.card import load_card
 from v2.runtime import Runtime
+from v2.server import schema as schema_module
 from v2.server import voices as voices_module
 from v2.server.schema import OPENAI_VOICES, runtime_supports
 
@@ -48,15 +49,38 @@ def test_listing_has_the_openai_names(live):
     assert data["cloning"] is HAS_STORE
 
 
-@pytest.mark.skipif(HAS_STORE, reason="this runtime has a voice store")
-def test_without_a_store_adding_is_a_clear_400(live, sample_wav):
-    r = httpx.post(live.url + VOICES, files={"audio_sample": ("v.wav", sample_wav, "audio/wav")},
-                   data={"name": "kept"})
-    assert r.status_code == 400
-    err = r.json()["error"]
-    assert err["param"] == "audio_sample" and "voice cloning is not available on this runtime" in err["message"]
-    r = httpx.delete(live.url + VOICES + "/kept")
-    assert r.status_code == 400 and r.json()["error"]["param"] == "name"
+class _WithoutStore:
+    """The runtime as one from before voice cloning: no `voices` attribute."""
+
+    def __init__(self, runtime: Any) -> None:
+        self._runtime = runtime
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "voices":
+            raise AttributeError(name)
+        return getattr(self._runtime, name)
+
+
+def test_a_runtime_without_voice_cloning_says_so(monkeypatch, sample_wav):
+    for module in (schema_module, voices_module):  # requests without reference_audio / voice fields
+        monkeypatch.setattr(module, "runtime_supports", lambda field: False)
+    with LiveServer(_WithoutStore(shared_runtime())) as server:
+        url = "data:audio/wav;base64," + base64.b64encode(sample_wav).decode()
+        r = httpx.post(server.url + SPEECH, json={"input": TEXT, "ref_audio": url})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "ref_audio"
+        assert "voice cloning is not available on this runtime" in r.json()["error"]["message"]
+        r = httpx.post(server.url + VOICES, files={"audio_sample": ("v.wav", sample_wav, "audio/wav")},
+                       data={"name": "kept"})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == "audio_sample"
+        assert "voice cloning is not available on this runtime" in err["message"]
+        r = httpx.delete(server.url + VOICES + "/kept")
+        assert r.status_code == 400 and r.json()["error"]["param"] == "name"
+        listing = httpx.get(server.url + VOICES).json()
+        assert listing["cloning"] is False and {v["kind"] for v in listing["voices"]} == {"builtin"}
+        r = httpx.post(server.url + SPEECH, json={"input": TEXT, "voice": "alloy", "max_frames": 4,
+                                                 "response_format": "wav"})
+        assert r.status_code == 200  # OpenAI's names still speak, with the card's voice
 
 
 def test_upload_needs_its_fields(live, sample_wav):
