@@ -61,7 +61,9 @@ class HeadParams(_Strict):
 
 
 class SamplingParams(_Strict):
-    """Per-head settings; a top-level temperature/top_k/top_p applies to both heads (the heads' own win)."""
+    """Per-head settings. A top-level temperature/top_k/top_p is the audio head's, as in the reference
+    implementation's `generate()` (the stop head keeps the card's unless `stop` sets it; `audio` wins over
+    the top level)."""
 
     stop: HeadParams = HeadParams()
     audio: HeadParams = HeadParams()
@@ -71,10 +73,10 @@ class SamplingParams(_Strict):
     repetition_penalty: Penalty = None
 
     def resolve(self, defaults: SamplingSettings) -> SamplingSettings:
-        both = HeadParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+        top = HeadParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
         return SamplingSettings(
-            stop=self.stop.over(both.over(defaults.stop)),
-            audio=self.audio.over(both.over(defaults.audio)),
+            stop=self.stop.over(defaults.stop),
+            audio=self.audio.over(top.over(defaults.audio)),
             repetition_penalty=defaults.repetition_penalty if self.repetition_penalty is None else self.repetition_penalty,
         )
 

@@ -1,8 +1,9 @@
 """Group rollouts on the runtime: n samples per prompt, one shared prefill each, trajectories back.
 
-Owns: turning prompts (text, request fields, or prompt rows) and sampling options into ROLLOUT requests
-(member i of a group seeded `seed + i`), submitting each group so its prompt is prefilled once, and
-`RolloutBatch`: the trajectories in a stable order, or as they finish.
+Owns: turning prompts (text, request fields, or prompt rows) and sampling options into ROLLOUT requests,
+each sample's seed (`sample_seed(seed, prompt index, sample index)`: no two samples of a rollout share
+noise, and the recorded seed alone reproduces the sample), submitting each group so its prompt is
+prefilled once, and `RolloutBatch`: the trajectories in a stable order, or as they finish.
 Must not know: model internals, scheduling.
 """
 
@@ -17,6 +18,22 @@ import torch
 from v2.rollout import Trajectory
 
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "stop", "audio")
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64's finaliser: a bijection of 64-bit ints that spreads every input bit."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK64
+    return x ^ (x >> 31)
+
+
+def sample_seed(seed: int, prompt_index: int, sample_index: int) -> int:
+    """The seed of sample `sample_index` of prompt `prompt_index` in a rollout seeded `seed`: a 63-bit int
+    (what a request's `seed` accepts), distinct for distinct (prompt, sample) pairs in practice."""
+    h = _mix64((seed & _MASK64) ^ 0x9E3779B97F4A7C15)
+    h = _mix64(h ^ (prompt_index & _MASK64))
+    return _mix64(h ^ ((sample_index * 0xD1B54A32D192ED03) & _MASK64)) >> 1
 
 
 class RolloutBatch:
@@ -53,7 +70,10 @@ def _request(prompt: Any) -> dict[str, Any]:
 
 
 def start_rollout(runtime: Any, prompts: list[Any], *, n: int, seed: int, decode_audio: bool = False,
-                  max_frames: int | None = None, min_frames: int = 0, **sampling: Any) -> RolloutBatch:
+                  max_frames: int | None = None, min_frames: int = 0, first_prompt_index: int = 0,
+                  **sampling: Any) -> RolloutBatch:
+    """`first_prompt_index`: the index of `prompts[0]` in a larger rollout split across runtimes (its groups
+    then get exactly the seeds and group ids the whole rollout on one runtime gives them)."""
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)):
         raise TypeError(f"prompts: expected a list of prompts, got {type(prompts).__name__} "
                         "(wrap a single text in a list: [text])")
@@ -63,12 +83,12 @@ def start_rollout(runtime: Any, prompts: list[Any], *, n: int, seed: int, decode
     if n < 1:
         raise ValueError(f"n: must be >= 1, got {n}")
     handles = []
-    for g, prompt in enumerate(prompts):
+    for g, prompt in enumerate(prompts, start=first_prompt_index):
         base = _request(prompt)
         base.update(profile="rollout", decode_audio=decode_audio, min_frames=min_frames, stream=False,
                     sampling={**base.get("sampling", {}), **sampling})
         if max_frames is not None:
             base["max_frames"] = max_frames
-        members = [{**base, "seed": seed + i} for i in range(n)]
+        members = [{**base, "seed": sample_seed(seed, g, i)} for i in range(n)]
         handles += runtime.submit_many(members, share_prompt=n > 1, group_id=g)
     return RolloutBatch(handles)
