@@ -1,3 +1,38 @@
-"""v2: a step-scheduled multi-loop runtime for dual-AR text-to-speech."""
+"""v2: a step-scheduled multi-loop runtime for dual-AR text-to-speech.
+
+Owns: the public names (`Runtime`, `SpeechRequest`, `SpeechResult`, `AudioChunk`, `Trajectory`) and the
+version. Each name loads its module on first use, so `import v2` stays cheap (no torch) for the command
+line's fast paths (`v2 cards`, `--help`) and for torch-free parts of the package.
+Must not know: anything behind those names.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_WHERE = {"AudioChunk": "v2.loops.vocoder", "Runtime": "v2.runtime.engine", "SpeechRequest": "v2.request",
+          "SpeechResult": "v2.runtime.streams", "Trajectory": "v2.rollout"}
+
+__all__ = ["AudioChunk", "Runtime", "SpeechRequest", "SpeechResult", "Trajectory"]
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads each on first use
+    from v2.loops.vocoder import AudioChunk
+    from v2.request import SpeechRequest
+    from v2.rollout import Trajectory
+    from v2.runtime.engine import Runtime
+    from v2.runtime.streams import SpeechResult
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'v2' has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name]), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

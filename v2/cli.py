@@ -1,10 +1,11 @@
-"""Command line: `python -m v2 synth "text" -o out.wav` speaks a text through the runtime (a cloned voice with
-`--reference speaker.wav` or `--voice NAME`); `python -m v2 voices add|list|remove` manages stored voices;
-`python -m v2 serve` serves it over HTTP (v2/server).
+"""Command line: `v2 synth "text" -o out.wav` speaks a text through the runtime (a cloned voice with
+`--reference speaker.wav` or `--voice NAME`); `v2 voices add|list|remove` manages stored voices; `v2 cards`
+lists the cards; `v2 serve` serves the runtime over HTTP (v2/server). `python -m v2` is the same command.
 
-Owns: argument parsing, one runtime for the job, a progress bar on stderr fed by the stream's chunks,
-and writing the wav (16-bit PCM; with --stream, written chunk by chunk as the audio arrives).
-Must not know: model internals, scheduling.
+Owns: the options (every default shown by --help), checking options, the device and the output path before
+any model loads, one runtime per job, the progress line on stderr, writing the audio file, and turning each
+expected failure into one line `error: ...` on stderr and a non-zero exit (`--debug` adds the traceback).
+Must not know: model internals, scheduling, the server's internals.
 """
 
 from __future__ import annotations
@@ -12,49 +13,70 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from pathlib import Path
+import traceback
+from typing import Any, Callable, NoReturn
 
-import numpy as np
-import soundfile as sf
-
-from v2.card import DEFAULT_CARD
-from v2.loops.vocoder import AudioChunk
-from v2.request import RequestError
-from v2.runtime import Runtime
+from v2.audiofile import FORMATS, OutputError, check_writable, format_for
+from v2.card import DEFAULT_CARD, CardError, known_cards, load_card
+from v2.checkpoints import CheckpointNotFound
+from v2.cli_options import add_runtime_arguments, add_synth_arguments, sampling_fields
+from v2.progress import Progress
 from v2.server.options import add_arguments as add_serve_arguments
 
-DEFAULT_TEXT = "Hello from v2, a runtime for dual autoregressive speech models."
+
+class CliError(Exception):
+    """An expected failure of a command; its message is the one line the user sees."""
 
 
-class Progress:
-    """A one-line bar: seconds of audio made so far against the request's frame budget."""
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one `error: ...` line (exit 2) instead of the usage text."""
 
-    def __init__(self, budget_seconds: float, enabled: bool) -> None:
-        self.budget, self.enabled, self.made = budget_seconds, enabled, 0.0
-        self.start = time.perf_counter()
-
-    def update(self, chunk: AudioChunk) -> None:
-        self.made += chunk.audio.shape[1] / chunk.sample_rate
-        if self.enabled:
-            width = 30
-            filled = min(width, int(width * self.made / self.budget)) if self.budget else width
-            bar = "#" * filled + "." * (width - filled)
-            sys.stderr.write(f"\r[{bar}] {self.made:6.2f} s of audio, {time.perf_counter() - self.start:6.2f} s")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {message} (see: {self.prog} --help)\n")
+        raise SystemExit(2)
 
 
-def _runtime(args: argparse.Namespace) -> Runtime:
-    return Runtime.from_card(args.card, checkpoint=args.checkpoint, codec_checkpoint=args.codec_checkpoint,
-                             device=args.device, voices_dir=args.voices_dir)
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends `(default: X)` to every option whose help does not already say what its default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        return text if "default" in text else super()._get_help_string(action)
 
 
-def _voice_fields(args: argparse.Namespace) -> dict:
-    fields: dict = {}
+def _check_device(device: str | None) -> str:
+    """The device to run on: `device`, else cuda when present, else cpu; refused before anything loads."""
+    import torch
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise CliError(f"--device {device!r}: not a device (use cpu, cuda or cuda:N)") from None
+    if parsed.type not in ("cpu", "cuda"):
+        raise CliError(f"--device {device!r}: the runtime runs on cpu or cuda")
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+        raise CliError(f"--device {device}: CUDA is not available ({why}, torch {torch.__version__})")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise CliError(f"--device {device}: there are {torch.cuda.device_count()} CUDA devices")
+    return device
+
+
+def _runtime(args: argparse.Namespace, progress: Progress | None = None) -> Any:
+    card = load_card(args.card)  # a bad card is refused before the device is looked at
+    device = _check_device(args.device)
+    if progress is not None:
+        progress.loading(card.name, device)
+    from v2.runtime import Runtime
+
+    return Runtime.from_card(card, checkpoint=args.checkpoint, codec_checkpoint=args.codec_checkpoint,
+                             device=device, voices_dir=args.voices_dir)
+
+
+def _voice_fields(args: argparse.Namespace) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
     if args.reference:
         fields["reference_audio"] = args.reference if len(args.reference) > 1 else args.reference[0]
     if args.reference_text is not None:
@@ -64,21 +86,66 @@ def _voice_fields(args: argparse.Namespace) -> dict:
     return fields
 
 
+def _synth(args: argparse.Namespace) -> int:
+    from v2.audiofile import AudioWriter, write_audio
+
+    out = check_writable(args.out)
+    fmt = format_for(out, args.format)
+    if args.codes_out:
+        check_writable(args.codes_out, "--codes-out")
+    with Progress(enabled=not args.quiet) as progress:
+        runtime = _runtime(args, progress)
+        try:
+            request: dict[str, Any] = {
+                "text": args.text, "seed": args.seed, "min_frames": args.min_frames, "stream": True,
+                "language": args.language, "instruction": args.instruction, **_voice_fields(args),
+                **sampling_fields(args)}
+            if args.max_frames:
+                request["max_frames"] = args.max_frames
+            if args.duration is not None:
+                frame_rate = runtime.codec.sample_rate / runtime.codec.cfg.hop  # 12.5 frames per second
+                request["duration_frames"] = max(1, round(args.duration * frame_rate))
+            handle = runtime.submit(request)
+            progress.started()
+            channels, rate = runtime.codec.cfg.channels, runtime.codec.sample_rate
+            writer = AudioWriter(out, fmt, rate, channels) if args.stream else None
+            try:
+                for chunk in handle:
+                    progress.update(chunk.frames, chunk.audio.shape[1] / chunk.sample_rate)
+                    if writer is not None:
+                        writer.write(chunk.audio)
+            finally:
+                if writer is not None:
+                    writer.close()
+            result = handle.result()
+            m = result.metrics
+            progress.done(m.frames, m.audio_seconds, result.finish_reason)
+            if result.finish_reason not in ("stop", "length"):
+                raise CliError(f"synthesis ended with {result.finish_reason}: {result.error or 'no audio'}")
+            if not args.stream:
+                write_audio(out, fmt, result.audio, rate)
+            if args.codes_out:
+                import numpy as np
+
+                np.save(args.codes_out, result.codes)
+        finally:
+            runtime.close()
+    print(json.dumps({"card": runtime.card.name, "out": str(out), "format": fmt, "finish_reason": result.finish_reason,
+                      "frames": m.frames, "audio_seconds": round(m.audio_seconds, 3), "channels": channels,
+                      "sample_rate": rate, "prompt_rows": m.prompt_rows,
+                      "ttfa_s": None if m.ttfa_s is None else round(m.ttfa_s, 4), "total_s": round(m.total_s, 3),
+                      "rtf": None if m.rtf is None else round(m.rtf, 4)}))
+    return 0
+
+
 def _voices(args: argparse.Namespace) -> int:
     runtime = _runtime(args)
     try:
         store = runtime.voices
         if args.action == "add":
-            try:
-                voice = store.add(args.name, args.audio, text=args.text)
-            except ValueError as e:
-                raise SystemExit(str(e)) from None
-            print(json.dumps(voice.info()))
+            print(json.dumps(store.add(args.name, args.audio, text=args.text).info()))
         elif args.action == "remove":
-            try:
-                store.remove(args.name)
-            except ValueError as e:
-                raise SystemExit(str(e)) from None
+            store.remove(args.name)
         else:
             for voice in store.list():
                 print(json.dumps(voice.info()))
@@ -89,98 +156,85 @@ def _voices(args: argparse.Namespace) -> int:
         runtime.close()
 
 
-def _synth(args: argparse.Namespace) -> int:
-    runtime = _runtime(args)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+def _cards(args: argparse.Namespace) -> int:
+    names = known_cards()
+    width = max(len(n) for n in names)
+    for name in names:
+        card = load_card(name)
+        mark = " (default)" if name == DEFAULT_CARD else ""
+        print(f"{name:<{width}}  {card.description}{mark}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    load_card(args.card)
+    args.device = _check_device(args.device)
     try:
-        request = {"text": args.text, "seed": args.seed, "min_frames": args.min_frames, "stream": True,
-                   "language": args.language, "instruction": args.instruction, **_voice_fields(args)}
-        if args.max_frames:
-            request["max_frames"] = args.max_frames
-        try:
-            handle = runtime.submit(request)
-        except RequestError as e:
-            raise SystemExit(str(e)) from None
-        budget = (args.max_frames or runtime.card.loops.ar_decode.max_frames) * runtime.codec.cfg.hop / runtime.codec.sample_rate
-        progress = Progress(budget, enabled=not args.quiet)
-        channels, rate = runtime.codec.cfg.channels, runtime.codec.sample_rate
-        with sf.SoundFile(out, "w", samplerate=rate, channels=channels, subtype="PCM_16") if args.stream else _Nothing() as wav:
-            for chunk in handle:
-                progress.update(chunk)
-                if wav is not None:
-                    wav.write(np.clip(chunk.audio, -1, 1).T)
-        progress.close()
-        result = handle.result()
-        if not args.stream:
-            sf.write(out, np.clip(result.audio, -1, 1).T, rate, subtype="PCM_16")
-        if args.codes_out:
-            np.save(args.codes_out, result.codes)
-        m = result.metrics
-        print(json.dumps({"card": runtime.card.name, "out": str(out), "finish_reason": result.finish_reason,
-                          "frames": m.frames, "audio_seconds": round(m.audio_seconds, 3), "channels": channels,
-                          "sample_rate": rate, "prompt_rows": m.prompt_rows,
-                          "ttfa_s": None if m.ttfa_s is None else round(m.ttfa_s, 4), "total_s": round(m.total_s, 3),
-                          "rtf": None if m.rtf is None else round(m.rtf, 4)}))
-        return 0 if result.finish_reason in ("stop", "length") else 1
-    finally:
-        runtime.close()
+        from v2.server.serve import run  # the server extra, imported only when serving
+    except ImportError as e:
+        raise CliError(f"serve needs the server extra ({e.name or e} is missing): pip install 'v2[server]'") from None
+    return run(args)
 
 
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "synth": _synth, "voices": _voices, "cards": _cards, "serve": _serve}
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="v2", formatter_class=_Help,
+                     description="Speech from text through the v2 runtime: synth, voices, cards, serve.")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a failure (default: off)")
+    common = _Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of a failure (default: off)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    synth = sub.add_parser("synth", parents=[common], formatter_class=_Help, help="speak one text into an audio file",
+                           description=f"Speak one text into an audio file ({', '.join(FORMATS)}).")
+    add_runtime_arguments(synth)
+    add_synth_arguments(synth)
+    voices = sub.add_parser("voices", parents=[common], formatter_class=_Help,
+                            help="store, list and remove voices (encoded once, kept on disk)")
+    add_runtime_arguments(voices)
+    actions = voices.add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", formatter_class=_Help, help="encode a recording and store it under a name")
+    add.add_argument("name", help="the voice's name")
+    add.add_argument("audio", help="a recording of the voice (wav, flac, ogg, mp3)")
+    add.add_argument("--text", default=None,
+                     help="its transcript (then the voice speaks by continuation; default: none)")
+    actions.add_parser("list", help="one JSON line per stored voice")
+    remove = actions.add_parser("remove", help="delete a stored voice")
+    remove.add_argument("name", help="the voice's name")
+    sub.add_parser("cards", parents=[common], help="list the shipped cards with their descriptions")
+    serve = sub.add_parser("serve", parents=[common], formatter_class=_Help,
+                           help="serve the runtime over HTTP (OpenAI-compatible; needs the server extra)")
+    add_serve_arguments(serve)
+    return parser
+
+
+def _expected(error: BaseException) -> bool:
+    """A failure the user can act on (shown as one line) rather than a bug (shown with its traceback)."""
+    if isinstance(error, (CliError, OutputError, CardError, CheckpointNotFound)):
+        return True
+    # these modules load torch; an error of theirs means they are loaded already
+    request, voices = sys.modules.get("v2.request"), sys.modules.get("v2.runtime.voices")
+    return (request is not None and isinstance(error, (request.RequestError, request.OverloadedError))
+            or voices is not None and isinstance(error, voices.VoiceError))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m v2", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    synth = sub.add_parser("synth", help="speak one text into a wav file")
-    _runtime_arguments(synth)
-    synth.add_argument("text", nargs="?", default=DEFAULT_TEXT)
-    synth.add_argument("-o", "--out", default="out/speech.wav", help="the wav to write (16-bit PCM)")
-    synth.add_argument("--reference", action="append", default=[], metavar="AUDIO",
-                       help="a recording of the voice to clone (wav, flac, ogg, mp3); repeat for several")
-    synth.add_argument("--reference-text", default=None,
-                       help="the reference's transcript: the speech continues that recording")
-    synth.add_argument("--voice", default=None, help="a stored voice (python -m v2 voices list)")
-    synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--stream", action="store_true", help="write the wav chunk by chunk as audio arrives")
-    synth.add_argument("--max-frames", type=int, default=0, help="0: the card's limit (12.5 frames per second)")
-    synth.add_argument("--min-frames", type=int, default=0, help="ignore the stop decision before this many frames")
-    synth.add_argument("--language", default=None)
-    synth.add_argument("--instruction", default=None)
-    synth.add_argument("--codes-out", default=None, help="also write the codes [F, 12] as .npy")
-    synth.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    voices = sub.add_parser("voices", help="store, list and remove voices (encoded once, kept on disk)")
-    _runtime_arguments(voices)
-    actions = voices.add_subparsers(dest="action", required=True)
-    add = actions.add_parser("add", help="encode a recording (or load codes) and store it under a name")
-    add.add_argument("name")
-    add.add_argument("audio", help="a recording of the voice")
-    add.add_argument("--text", default=None, help="its transcript (the voice then speaks by continuation)")
-    actions.add_parser("list", help="one JSON line per stored voice")
-    remove = actions.add_parser("remove", help="delete a stored voice")
-    remove.add_argument("name")
-    serve = sub.add_parser("serve", help="serve the runtime over HTTP (OpenAI-compatible; needs the server extra)")
-    add_serve_arguments(serve)
-    args = parser.parse_args(argv)
-    if args.command == "serve":
-        from v2.server.serve import run  # the server extra, imported only when serving
-
-        return run(args)
-    return _voices(args) if args.command == "voices" else _synth(args)
-
-
-def _runtime_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--card", default=DEFAULT_CARD, help="card name in cards/ or a path to a card file")
-    parser.add_argument("--checkpoint", default=None, help="model checkpoint directory (overrides the card's)")
-    parser.add_argument("--codec-checkpoint", default=None, help="codec checkpoint directory (overrides the card's)")
-    parser.add_argument("--device", default=None, help="default: cuda when present, else cpu")
-    parser.add_argument("--voices-dir", default=None, help="the voice store (default: the card's, else ~/.cache/v2)")
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - sorted into expected failures and bugs right here
+        if not _expected(e):
+            raise
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,123 @@
+"""The options of `v2 synth` and of the commands that load a runtime, with their value checks.
+
+Owns: option names, defaults and help texts; refusing a bad value at parse time, naming the option, with
+the same ranges a request or a card accepts (v2/fields.py); mapping the sampling knobs onto the request's
+audio head (`sampling.audio.*`) and `sampling.repetition_penalty`.
+Must not know: the runtime, models, the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any, Callable
+
+from v2.audiofile import FORMATS
+from v2.card import DEFAULT_CARD
+from v2.fields import INT64_MAX, TOP_K_MAX, check_penalty, check_temperature
+
+DEFAULT_TEXT = "Hello from v2, a runtime for dual autoregressive speech models."
+
+
+def _parsed(convert: Callable[[str], Any], text: str, kind: str) -> Any:
+    try:
+        return convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+
+
+def _checked(value: Any, check: Callable[[Any], Any]) -> Any:
+    try:
+        check(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
+def _in_range(low: float, high: float, *, open_low: bool = False) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if not (low < v <= high if open_low else low <= v <= high):
+            raise ValueError(f"must lie in {'(' if open_low else '['}{low}, {high}], got {v!r}")
+    return check
+
+
+def temperature(text: str) -> float:
+    return _checked(_parsed(float, text, "a number"), check_temperature)
+
+
+def top_k(text: str) -> int:
+    return _checked(_parsed(int, text, "a whole number"), _in_range(0, TOP_K_MAX))
+
+
+def top_p(text: str) -> float:
+    return _checked(_parsed(float, text, "a number"), _in_range(0, 1, open_low=True))
+
+
+def penalty(text: str) -> float:
+    return _checked(_parsed(float, text, "a number"), check_penalty)
+
+
+def count(text: str) -> int:
+    return _checked(_parsed(int, text, "a whole number"), _in_range(0, INT64_MAX))
+
+
+def seconds(text: str) -> float:
+    value = _parsed(float, text, "a number of seconds")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--card", default=DEFAULT_CARD, help="a shipped card's name (v2 cards) or a path to a card file")
+    p.add_argument("--checkpoint", default=None,
+                   help="model checkpoint: a directory or a hub repo id in the Hugging Face cache "
+                        "(default: the card's)")
+    p.add_argument("--codec-checkpoint", default=None,
+                   help="codec checkpoint: a directory or a hub repo id (default: the card's)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
+    p.add_argument("--voices-dir", default=None,
+                   help="the voice store (default: the card's, else ~/.cache/v2/voices/CARD)")
+
+
+def add_synth_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", nargs="?", default=DEFAULT_TEXT, help="what to say")
+    p.add_argument("-o", "--out", default="out/speech.wav", help="the audio file to write (48 kHz stereo)")
+    p.add_argument("--format", choices=list(FORMATS), default=None,
+                   help="wav and flac: 16-bit PCM; ogg: Vorbis; mp3 (default: from the --out suffix)")
+    p.add_argument("--stream", action="store_true",
+                   help="write the file chunk by chunk as audio arrives (default: off, written once at the end)")
+    p.add_argument("--reference", action="append", default=[], metavar="AUDIO",
+                   help="a recording of the voice to clone (wav, flac, ogg, mp3); repeat for several (default: none)")
+    p.add_argument("--reference-text", default=None,
+                   help="the reference's transcript: the speech continues that recording (default: none)")
+    p.add_argument("--voice", default=None, help="a stored voice (v2 voices list; default: none)")
+    p.add_argument("--seed", type=count, default=0, help="the sampling seed: the same seed gives the same audio")
+    p.add_argument("--temperature", type=temperature, default=None,
+                   help="audio head: sampling temperature, 0 = greedy (default: the card's)")
+    p.add_argument("--top-k", type=top_k, default=None,
+                   help="audio head: keep the k likeliest codes (default: the card's)")
+    p.add_argument("--top-p", type=top_p, default=None,
+                   help="audio head: keep the codes within this probability mass (default: the card's)")
+    p.add_argument("--repetition-penalty", type=penalty, default=None,
+                   help="penalty on codes already sampled, 1 = off (default: the card's)")
+    p.add_argument("--duration", type=seconds, default=None, metavar="SECONDS",
+                   help="the length to aim for, told to the model as 12.5 frames per second (default: none, "
+                        "the model decides)")
+    p.add_argument("--max-frames", type=count, default=0,
+                   help="stop after this many frames, 12.5 per second (default: 0 = the card's limit)")
+    p.add_argument("--min-frames", type=count, default=0, help="ignore the stop decision before this many frames")
+    p.add_argument("--language", default=None, help="the language of the text, e.g. en or zh (default: none)")
+    p.add_argument("--instruction", default=None, help="a style instruction (default: none)")
+    p.add_argument("--codes-out", default=None, help="also write the codes [F, 12] as .npy (default: none)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line (default: off)")
+
+
+def sampling_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The request's `sampling`: the knobs given, on the audio head (the stop head keeps the card's)."""
+    audio = {k: v for k, v in (("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p))
+             if v is not None}
+    sampling: dict[str, Any] = {"audio": audio} if audio else {}
+    if args.repetition_penalty is not None:
+        sampling["repetition_penalty"] = args.repetition_penalty
+    return {"sampling": sampling} if sampling else {}

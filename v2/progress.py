@@ -1,0 +1,63 @@
+"""The command line's progress line on stderr: the model loading, then frames and seconds of audio so far.
+
+Owns: what the line says and when it is written. On a terminal one status line is rewritten in place
+(loading, then the count of frames and seconds of audio, then the result), and a failure clears it so that
+the error is the one line left. Elsewhere (a log, a pipe) only the final line is written. There is no bar
+against a frame budget: a request ends when the model stops, so the count runs up to the real end.
+Must not know: the runtime, requests, audio formats.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from types import TracebackType
+
+
+class Progress:
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.out = sys.stderr
+        self.live = enabled and self.out.isatty()
+        self.frames, self.seconds = 0, 0.0
+        self.start = self.begun = time.perf_counter()
+        self._open = 0  # characters of the status line now on the terminal
+
+    def _status(self, text: str) -> None:
+        if self.live:
+            self.out.write("\r" + text.ljust(self._open))
+            self.out.flush()
+            self._open = len(text)
+
+    def loading(self, card: str, device: str) -> None:
+        self._status(f"loading {card} on {device} ...")
+
+    def started(self) -> None:
+        """The model is loaded and the request submitted: time from here."""
+        self.begun = time.perf_counter()
+        self._status(f"loaded in {self.begun - self.start:.1f} s; generating ...")
+
+    def update(self, frames: int, seconds: float) -> None:
+        self.frames += frames
+        self.seconds += seconds
+        self._status(f"{self.frames} frames, {self.seconds:.2f} s of audio, {time.perf_counter() - self.begun:.1f} s")
+
+    def done(self, frames: int, seconds: float, finish_reason: str) -> None:
+        """The final line, from the result (the real end)."""
+        if not self.enabled:
+            return
+        text = (f"{frames} frames, {seconds:.2f} s of audio in {time.perf_counter() - self.begun:.1f} s "
+                f"({finish_reason})")
+        self.out.write(("\r" + text.ljust(self._open) if self.live else text) + "\n")
+        self.out.flush()
+        self._open = 0
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._open:  # a failure while the status line shows: clear it for the error message
+            self.out.write("\r" + " " * self._open + "\r")
+            self.out.flush()
+            self._open = 0
