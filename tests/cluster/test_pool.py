@@ -41,15 +41,17 @@ def push(pool, single, factor: float, **kw) -> int:
 
 
 def alone(single, prompts, **options):
-    """What the single runtime gives when each prompt's group runs by itself (the batch a replica ran)."""
-    return [t for p in prompts for t in single.rollout([p], **options).trajectories(120)]
+    """What the single runtime gives when each prompt's group runs by itself (the batch a replica ran),
+    seeded by its index in the whole rollout."""
+    return [t for g, p in enumerate(prompts)
+            for t in single.rollout([p], first_prompt_index=g, **options).trajectories(120)]
 
 
 def assert_same(got, want, *, exact: bool) -> None:
     assert len(got) == len(want)
     for a, b in zip(got, want):
-        assert (a.sample_id, a.seed, a.weight_version, a.finish_reason) == \
-            (b.sample_id, b.seed, b.weight_version, b.finish_reason)
+        assert (a.group_id, a.sample_id, a.seed, a.weight_version, a.finish_reason) == \
+            (b.group_id, b.sample_id, b.seed, b.weight_version, b.finish_reason)
         assert np.array_equal(a.codes, b.codes) and np.array_equal(a.stop_decisions, b.stop_decisions)
         assert np.array_equal(a.prompt_rows, b.prompt_rows)
         if exact:
@@ -63,16 +65,18 @@ def test_trajectories_equal_a_single_runtime_whichever_replica_runs_them(pool, s
     batch = pool.rollout(PROMPTS, **options)
     got = batch.trajectories(120)
     assert batch.placements == [[0], [1]]  # both idle: the first group to replica 0, the next to the idle one
-    assert [(t.group_id, t.sample_id, t.seed) for t in got] == [(g, i, 7 + i) for g in (0, 1) for i in range(4)]
+    assert [(t.group_id, t.sample_id) for t in got] == [(g, i) for g in (0, 1) for i in range(4)]
+    assert len({t.seed for t in got}) == 8  # every sample its own noise
+    assert got[0].logprobs.flags.writeable and got[0].codes.flags.writeable  # copies, not views of the store
     assert_same(got, alone(single, PROMPTS, **options), exact=True)
     # the same call on one runtime: every code is the same; logprobs within the runtime's own batch bound
     assert_same(got, single.rollout(PROMPTS, **options).trajectories(120), exact=False)
-    swapped = pool.rollout(PROMPTS[::-1], **options)
-    as_they_finish = list(swapped)
-    assert swapped.placements == [[0], [1]]  # so each prompt now ran on the other replica
-    by_prompt = {(t.group_id, t.sample_id): t for t in as_they_finish}
-    assert len(by_prompt) == 8
-    assert_same([by_prompt[(1 - t.group_id, t.sample_id)] for t in got], got, exact=True)
+    # the second prompt alone, as prompt 1 of a larger rollout: now the first group, so replica 0 runs it
+    moved = pool.rollout(PROMPTS[1:], first_prompt_index=1, **options)
+    as_they_finish = list(moved)
+    assert moved.placements == [[0]]
+    assert [t.sample_id for t in as_they_finish] == [0, 1, 2, 3]  # a group comes whole, sample-minor
+    assert_same(as_they_finish, got[4:], exact=True)
 
 
 def test_groups_follow_outstanding_work_not_round_robin(pool):

@@ -11,12 +11,14 @@ Must not know: the runtime's internals, how trajectories are built, the placemen
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError
 
@@ -24,6 +26,7 @@ from v2.cluster.batch import PoolBatch
 from v2.cluster.placement import Load, choose
 from v2.cluster.replica import StaleReplicaError
 from v2.cluster.weights import WeightLog, WeightUpdate
+from v2.rollout import Trajectory
 
 POLL_S = 0.02   # the longest a newly queued group waits for the dispatcher's attention
 RETRY_S = 0.1   # before asking a restarting replica again
@@ -32,7 +35,8 @@ RETRY_S = 0.1   # before asking a restarting replica again
 @dataclass(eq=False)
 class GroupTask:
     batch: PoolBatch
-    group_id: int
+    position: int              # its place in the batch
+    group_id: int              # its prompt's index in the whole rollout (what seeds it)
     prompt: Any
     n: int
     seed: int
@@ -181,7 +185,7 @@ class Dispatcher:
             ref = r.actor.rollout_group.remote(task.prompt, task.group_id, task.n, task.seed, r.version, task.options)
             r.inflight[ref] = task
             r.load.add(task.n, task.frames)
-            task.batch.placed(task.group_id, i)
+            task.batch.placed(task.position, i)
 
     def _collect(self, ref: Any, r: Replica, epoch: int, task: GroupTask | None) -> None:
         try:
@@ -205,7 +209,7 @@ class Dispatcher:
                     c["groups"] += 1
                     c["trajectories"] += len(value)
                     c["frames"] += sum(len(t.codes) for t in value)
-                    task.batch.deliver(task.group_id, value)
+                    task.batch.deliver(task.position, [_writable(t) for t in value])
             self.cond.notify_all()
 
     def _lose(self, r: Replica, epoch: int, why: str) -> None:
@@ -260,6 +264,13 @@ class Dispatcher:
             for t in self.pending:
                 t.batch.fail(RuntimeError(f"every replica of the pool is dead (last: {r.error})"))
             self.pending.clear()
+
+
+def _writable(t: Trajectory) -> Trajectory:
+    """Arrays read out of the object store are read-only views of it; the caller gets its own, as from a runtime."""
+    arrays = {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
+    return dataclasses.replace(t, **{k: v.copy() for k, v in arrays.items()
+                                     if isinstance(v, np.ndarray) and not v.flags.writeable})
 
 
 def _entry(u: WeightUpdate) -> tuple[int, Any, str | None]:

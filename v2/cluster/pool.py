@@ -1,8 +1,9 @@
 """`RolloutPool`: rollouts on N runtime replicas (Ray actors), with the single runtime's API and results.
 
 Owns: starting the replicas (one actor each, on its own GPU, or CPU actors), turning a rollout into prompt
-groups (a prompt's n samples stay together on one replica, so its prefill is shared; every group is seeded
-exactly as `Runtime.rollout` seeds it, so each trajectory equals a single runtime's), weight updates (one
+groups (a prompt's n samples stay together on one replica, so its prefill is shared; each group is seeded
+by its index in the whole rollout, exactly as `Runtime.rollout` seeds it, so each trajectory equals a single
+runtime's), weight updates (one
 put into the object store, applied by every replica, versions strictly increasing), the pool's stats, and
 closing it. Placement, collection and recovery run on the dispatcher (dispatch.py).
 Must not know: the runtime's internals (replicas use its public API only), placement policy details.
@@ -71,8 +72,8 @@ class RolloutPool:
         return pool
 
     def rollout(self, prompts: list[Any], *, n: int = 1, seed: int = 0, max_frames: int | None = None,
-                **options: Any) -> PoolBatch:
-        """n samples per prompt, as `Runtime.rollout` (member i seeded `seed + i`; the same options): a
+                first_prompt_index: int = 0, **options: Any) -> PoolBatch:
+        """n samples per prompt, as `Runtime.rollout` (the same seeds, group ids and options): a
         `PoolBatch` to iterate as groups finish, or `.trajectories()` in prompt-major, sample-minor order.
         Each group runs on the replica with the least outstanding work when it is placed."""
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)):
@@ -85,8 +86,8 @@ class RolloutPool:
             options["max_frames"] = max_frames
         budget = n * (max_frames or self.card.loops.ar_decode.max_frames)
         batch = PoolBatch(len(prompts), n, self._dispatcher.cancel)
-        self._dispatcher.submit([GroupTask(batch, g, prompt, n, seed, budget, options)
-                                 for g, prompt in enumerate(prompts)])
+        self._dispatcher.submit([GroupTask(batch, i, first_prompt_index + i, prompt, n, seed, budget, options)
+                                 for i, prompt in enumerate(prompts)])
         return batch
 
     @property

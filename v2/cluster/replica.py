@@ -1,17 +1,16 @@
 """One rollout replica: a Ray actor process holding one `Runtime`, driven by the pool.
 
 Owns: loading the runtime in the actor (on the GPU Ray gave it, or on the CPU with a bounded number of
-intra-op threads), running one prompt group per call (`rt.rollout([prompt], n, seed)`: one shared prefill,
-member i seeded `seed + i`, exactly as a single runtime seeds it) and relabelling its trajectories with
-the group's index in the pool's rollout, refusing a group sent for a weight version it does not hold (a
-replica Ray restarted behind the pool's back), replaying weight updates in order, and its stats.
+intra-op threads), running one prompt group per call (`rt.rollout([prompt], n, seed, first_prompt_index=g)`:
+one shared prefill, and the seeds and group id the whole rollout on a single runtime gives that prompt),
+refusing a group sent for a weight version it does not hold (a replica Ray restarted behind the pool's
+back), replaying weight updates in order, and its stats.
 Must not know: placement, other replicas, resubmission (the pool's dispatcher owns those).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 from typing import Any
 
@@ -46,7 +45,7 @@ class RolloutReplica:
         if self.runtime.weight_version != version:
             raise StaleReplicaError(f"replica {self.index} holds weight version {self.runtime.weight_version}, "
                                     f"the group was sent for {version}")
-        batch = self.runtime.rollout([prompt], n=n, seed=seed, **options)
+        batch = self.runtime.rollout([prompt], n=n, seed=seed, first_prompt_index=group_id, **options)
         loop = asyncio.get_running_loop()
         done = [loop.create_future() for _ in batch.handles]
         for handle, future in zip(batch.handles, done):
@@ -56,7 +55,7 @@ class RolloutReplica:
         except asyncio.CancelledError:  # the pool cancelled the rollout: free the runtime's slots at once
             batch.cancel()
             raise
-        return [dataclasses.replace(r.trajectory, group_id=group_id) for r in results]
+        return [r.trajectory for r in results]
 
     async def apply(self, updates: list[tuple[int, Any, str | None]], mode: str,
                     timeout: float | None) -> tuple[int, list[frozenset[str] | None]]:

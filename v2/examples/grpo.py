@@ -5,6 +5,7 @@ profile, exact per-codebook logprobs, one shared prefill per prompt), score each
 its length is to a target duration, normalise rewards within each group (the advantages), recompute the
 same logprobs differentiably on a trainer copy of the model, take a policy-gradient step on the local
 transformer and the stop head, and push the new weights into the runtime with a version number.
+`--replicas N` rolls out on a pool of N runtime replicas on Ray instead (v2.cluster; the same trajectories).
 Must not know: engine internals.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 import torch
 
@@ -40,6 +42,15 @@ def advantages(trajectories: list[Trajectory], target_frames: int) -> list[float
     return out
 
 
+def rollout_engine(card: Any, replicas: int) -> Any:
+    """One runtime in this process, or (replicas > 0) a pool of runtimes on Ray, one CPU each here."""
+    if not replicas:
+        return Runtime.from_card(card, device="cpu")
+    from v2.cluster import RolloutPool  # the ray extra, imported only when asked for
+
+    return RolloutPool.from_card(card, replicas=replicas, device="cpu", resources_per_replica={"num_cpus": 1})
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.examples.grpo", description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=4)
@@ -47,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target-frames", type=int, default=12)
     p.add_argument("--max-frames", type=int, default=40)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--replicas", type=int, default=0, help="roll out on a Ray pool of this many runtimes (0: one "
+                                                            "runtime in this process)")
     args = p.parse_args(argv)
     card = load_card("moss_tts_local_tiny")
     policy = build_model(card)  # the trainer's copy: the same seeded weights as the runtime's
@@ -54,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     for q in params.values():
         q.requires_grad_(True)
     optimizer = torch.optim.Adam(params.values(), lr=args.lr)
-    with Runtime.from_card(card, device="cpu") as runtime:
+    with rollout_engine(card, args.replicas) as runtime:
         for it in range(args.iterations):
             batch = runtime.rollout(PROMPTS, n=args.n, seed=1000 * it, max_frames=args.max_frames, temperature=1.0)
             trajectories = batch.trajectories(timeout=120)

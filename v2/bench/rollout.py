@@ -1,0 +1,94 @@
+"""`python -m v2.bench.rollout --replicas 1 2`: rollout throughput on one runtime in this process and on Ray
+pools of N replicas, in one run; one JSON line last.
+
+Owns: the workload (P prompts x n samples, every sample forced to exactly `--frames` frames, so each
+configuration does the same work), timing it after a warm-up rollout, and the figures: trajectories/s,
+frames/s, the speed-up over one replica, and the pool's start-up time. Ray is imported only here, in main.
+Must not know: the runtime's or the pool's internals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import date
+from typing import Any
+
+from v2.bench.__main__ import machine
+from v2.card import load_card
+from v2.runtime import Runtime
+
+PROMPT = "Rollout benchmark prompt number {i}, long enough to be a real sentence."
+
+
+def timed(engine: Any, args: argparse.Namespace) -> dict[str, float]:
+    """The best of `--repeat` rollouts of the workload after one warm-up."""
+    prompts = [PROMPT.format(i=i) for i in range(args.prompts)]
+    options = dict(n=args.n, max_frames=args.frames, min_frames=args.frames)
+    engine.rollout(prompts[: max(1, len(prompts) // 4)], seed=99, **options).trajectories(600)
+    best: dict[str, float] | None = None
+    for r in range(args.repeat):
+        start = time.perf_counter()
+        got = engine.rollout(prompts, seed=r, **options).trajectories(600)
+        wall = time.perf_counter() - start
+        frames = sum(len(t.codes) for t in got)
+        row = {"wall_s": round(wall, 3), "trajectories": len(got), "frames": frames,
+               "trajectories_per_s": round(len(got) / wall, 2), "frames_per_s": round(frames / wall, 1)}
+        if best is None or row["wall_s"] < best["wall_s"]:
+            best = row
+    assert best is not None
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m v2.bench.rollout", description=__doc__.splitlines()[0])
+    p.add_argument("--card", default="moss_tts_local_tiny")
+    p.add_argument("--replicas", type=int, nargs="+", default=[1, 2], help="pool sizes to measure")
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--n", type=int, default=4, help="samples per prompt")
+    p.add_argument("--frames", type=int, default=60, help="frames per trajectory (forced: min = max)")
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--cpus-per-replica", type=float, default=1.0, help="Ray CPUs per replica without GPUs")
+    p.add_argument("--no-baseline", action="store_true", help="skip the runtime in this process")
+    args = p.parse_args(argv)
+    card = load_card(args.card)
+    results: dict[str, Any] = {}
+    if not args.no_baseline:
+        with Runtime.from_card(card) as rt:
+            results["in_process"] = timed(rt, args)
+        print(json.dumps({"in_process": results["in_process"]}), file=sys.stderr)
+    import ray
+
+    from v2.cluster import RolloutPool
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    gpus = ray.cluster_resources().get("GPU", 0) > 0
+    resources = {"num_gpus": 1} if gpus else {"num_cpus": args.cpus_per_replica}
+    for n in args.replicas:
+        start = time.perf_counter()
+        with RolloutPool.from_card(card, replicas=n, resources_per_replica=resources) as pool:
+            startup = time.perf_counter() - start
+            row = timed(pool, args)
+            row["startup_s"] = round(startup, 2)
+        results[f"replicas_{n}"] = row
+        print(json.dumps({f"replicas_{n}": row}), file=sys.stderr)
+    base = results.get(f"replicas_{min(args.replicas)}")
+    for n in args.replicas:
+        if base:
+            results[f"replicas_{n}"]["speedup_vs_fewest"] = round(
+                results[f"replicas_{n}"]["trajectories_per_s"] / base["trajectories_per_s"], 2)
+    info = machine("cuda" if gpus else "cpu")
+    info["ray"] = ray.__version__
+    print(json.dumps({"bench": "rollout", "date": date.today().isoformat(), "card": card.name,
+                      "workload": {"prompts": args.prompts, "n": args.n, "frames": args.frames,
+                                   "resources_per_replica": resources},
+                      "results": results, "machine": info, "cpus": os.cpu_count()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
