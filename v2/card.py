@@ -109,13 +109,30 @@ class ARDecodeSettings(_Frozen):
     prefill_chunk_rows: int = Field(ge=1)  # prompt rows prefilled per engine step, all requests together
     batch_buckets: list[int]               # AR_FRAME batches are padded up to one of these
     sampling: SamplingDefaults
+    # paged KV: rows per block; the pool as a number of blocks, or as a fraction of the device memory free
+    # when the runtime starts (weights loaded; codec streams, graphs and activations live in the rest).
+    # Neither: max_running requests at full length (the memory a contiguous cache would take).
+    block_size: int = Field(default=16, ge=1)
+    kv_blocks: int | None = Field(default=None, ge=1)
+    kv_memory_fraction: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+    prefix_cache: bool = True              # full prompt blocks stay cached for later requests until evicted
 
     _buckets = field_validator("batch_buckets")(_check_buckets)
+
+    @property
+    def max_blocks(self) -> int:
+        """Blocks one request holds at its longest (max_prompt_rows + max_frames rows)."""
+        return -(-(self.max_prompt_rows + self.max_frames) // self.block_size)
 
     @model_validator(mode="after")
     def _fits(self) -> "ARDecodeSettings":
         if self.max_running > self.batch_buckets[-1]:
             raise ValueError(f"max_running ({self.max_running}) exceeds the largest batch bucket")
+        if self.kv_blocks is not None and self.kv_memory_fraction is not None:
+            raise ValueError("kv_blocks and kv_memory_fraction: give one KV budget, not both")
+        if self.kv_blocks is not None and self.kv_blocks < self.max_blocks:
+            raise ValueError(f"kv_blocks ({self.kv_blocks}) cannot hold one request at full length "
+                             f"({self.max_blocks} blocks of {self.block_size} rows)")
         return self
 
 
@@ -185,8 +202,6 @@ class ModelCard(_Frozen):
         if (e.local_transformer.checkpoint, e.local_transformer.dtype) != (e.backbone.checkpoint, e.backbone.dtype):
             raise ValueError("experts.local_transformer: checkpoint and dtype must equal the backbone's "
                              "(one release checkpoint holds both)")
-        if self.loops.vocoder.max_streams < self.loops.ar_decode.max_running:
-            raise ValueError("loops.vocoder.max_streams must be >= loops.ar_decode.max_running")
         return self
 
 

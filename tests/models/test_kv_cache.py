@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from v2.models.qwen3 import KVCache
+from v2.models.kv_cache import KVCache, PagedKVCache
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -71,13 +71,20 @@ def test_padded_rows_write_only_the_dummy_slot(tiny_model):
     assert cache.k[:, cache.dummy_slot].abs().sum() > 0  # padding landed in the dummy slot
 
 
-def test_cache_shape_and_copy_slot(tiny_model):
+def test_cache_shapes_and_block_copies(tiny_model):
     cache = tiny_model.allocate_kv(4, 10)
     cfg = tiny_model.cfg.backbone
     assert cache.k.shape == (cfg.num_layers, 5, cfg.num_kv_heads, 10, cfg.head_dim)
     assert (cache.num_slots, cache.dummy_slot, cache.max_len) == (4, 4, 10)
-    cache.k[:, 1, :, :6] = 1.0
-    cache.copy_slot(1, 3, 6)
-    assert torch.equal(cache.k[:, 3], cache.k[:, 1])
     with pytest.raises(ValueError, match="num_slots"):
         KVCache.allocate(cfg, 0, 10, dtype=torch.float32, device="cpu")
+    pages = tiny_model.allocate_paged_kv(6, 4)
+    assert pages.k.shape == (cfg.num_layers, 7, cfg.num_kv_heads, 4, cfg.head_dim)
+    assert (pages.num_blocks, pages.dummy_block, pages.block_size) == (6, 6, 4)
+    pages.k[:, 1], pages.v[:, 2] = 1.0, 2.0
+    pages.copy_blocks(torch.tensor([1, 2]), torch.tensor([3, 5]))  # copy-on-write of two blocks at once
+    assert torch.equal(pages.k[:, 3], pages.k[:, 1]) and torch.equal(pages.v[:, 5], pages.v[:, 2])
+    assert not pages.k[:, [0, 2, 4, 5]].any() and not pages.v[:, [0, 1, 3, 4]].any()
+    assert PagedKVCache.block_bytes(cfg, 4, torch.bfloat16) == pages.k[:, 0].numel() * 2 * 2
+    with pytest.raises(ValueError, match="num_blocks"):
+        PagedKVCache.allocate(cfg, 0, 4, dtype=torch.float32, device="cpu")

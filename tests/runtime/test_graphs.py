@@ -32,11 +32,19 @@ def test_step_graphs_fall_back_eagerly_without_cuda_and_count_why():
 
 def _ar(tiny_model) -> ARExecutor:
     ex = ARExecutor(tiny_model, num_slots=8, max_len=256, batch_buckets=[1, 2, 4, 8])
+    width = ex.tables.shape[1]
+    ex.apply([], [(slot, i, slot * width + i) for slot in range(8) for i in range(width)])  # blocks of its own each
     settings = [SamplingSettings(), SamplingSettings.uniform(1.1, 10, 0.9, 1.3), SamplingSettings.uniform(0.0)]
     for slot in range(8):
         ex.admit(slot, settings[slot % 3], seed=40 + slot)
         ex.hidden[slot] = torch.randn(tiny_model.cfg.hidden_size, generator=torch.Generator().manual_seed(slot))
     return ex
+
+
+def _keys(ex: ARExecutor, slots: list[int]) -> torch.Tensor:
+    """K of the slots' rows: [layers, slots, Hkv, W * S, D]."""
+    # [layers, n, W, Hkv, S, D] -> [layers, n, Hkv, W, S, D] -> [layers, n, Hkv, W * S, D]
+    return ex.kv.k[:, ex.tables[slots]].transpose(2, 3).flatten(3, 4)
 
 
 def test_a_padded_frame_batch_gives_the_same_rows_as_the_unpadded_one(tiny_model):
@@ -46,7 +54,7 @@ def test_a_padded_frame_batch_gives_the_same_rows_as_the_unpadded_one(tiny_model
         ex = _ar(tiny_model)
         out = ex.frame(plans, bucket)
         assert out.shape == (bucket, 26)
-        runs.append((out[:3], ex.hidden[[5, 1, 6]].clone(), ex.kv.k[:, [5, 1, 6]].clone()))
+        runs.append((out[:3], ex.hidden[[5, 1, 6]].clone(), _keys(ex, [5, 1, 6]).clone()))
         assert ex.graphs.stats()["eager_fallbacks"] == {"no_cuda": 1}
         assert int(ex.inputs[0, 3:bucket].eq(ex.dummy_slot).sum()) == bucket - 3  # padding aims at the dummy slot
     for out, hidden, k in runs[1:]:
@@ -60,14 +68,18 @@ def test_padding_rows_touch_only_the_dummy_slot_which_reset_dummy_clears(tiny_mo
     ex = _ar(tiny_model)
     before = (ex.hidden[:-1].clone(), ex.presence[:-1].clone(), ex.kv.k[:, :-1].clone())
     ex.frame([FramePlan(2, 40, 1, True)], 4)  # one real row, three padding rows
-    d = ex.dummy_slot
-    assert ex.presence[d].any() and ex.kv.k[:, d].abs().sum() > 0  # the padding rows wrote the dummy slot
+    d, dummy = ex.dummy_slot, ex.kv.dummy_block
+    assert ex.presence[d].any() and ex.kv.k[:, dummy].abs().sum() > 0  # the padding rows wrote the dummy block
+    assert bool(ex.tables[d].eq(dummy).all())  # the dummy slot reads and writes only the dummy block
     others = [s for s in range(d) if s != 2]
     assert torch.equal(ex.hidden[others], before[0][others]) and torch.equal(ex.presence[others], before[1][others])
-    assert torch.equal(ex.kv.k[:, others], before[2][:, others])
+    written = int(ex.tables[2, 40 // ex.kv.block_size])  # the one block the real row wrote
+    untouched = [b for b in range(ex.kv.num_blocks) if b != written]
+    assert torch.equal(ex.kv.k[:, untouched], before[2][:, untouched])
+    assert not torch.equal(ex.kv.k[:, written], before[2][:, written])
     ex.reset_dummy()  # what the executor does after capture's warm-ups
     assert not ex.presence[d].any() and not ex.hidden[d].any()
-    assert not ex.kv.k[:, d].any() and not ex.kv.v[:, d].any()
+    assert not ex.kv.k[:, dummy].any() and not ex.kv.v[:, dummy].any()
 
 
 def test_the_static_step_at_a_context_bucket_equals_the_exact_context(tiny_model):

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from v2.bench.__main__ import machine
+from v2.bench.kv import spread_blocks
 from v2.bench.shapes import SHAPES
 from v2.card import build_model, load_card
 from v2.loops.ar_decode import FramePlan
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         model = MossTTSLocal.from_seed(config, 0, dtype=torch.bfloat16, device=device, init_device=device)
     slots = max(args.buckets)
     ex = ARExecutor(model, num_slots=slots, max_len=args.context, batch_buckets=sorted(args.buckets), graphs=False)
+    spread_blocks(ex)  # each row's KV in blocks of its own, scattered over the pool
     for slot in range(slots):
         ex.admit(slot, SamplingSettings(), seed=slot)
     rows = []

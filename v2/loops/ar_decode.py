@@ -1,8 +1,10 @@
 """The AR decode loop of one request: prefill its prompt in chunks, then one frame per step until stop.
 
 Owns: `ARState` (prompt, prefill cursor, emitted frames and every decision's logprobs, limits, its KV
-slot) and `ARDecodeLoop`, a stateless driven loop: `init` / `next` (a PREFILL or AR_FRAME plan, or
-Done; no kernel) / `advance` (take one row of a batched result) / `finalize`.
+slot, whether its KV was taken back) and `ARDecodeLoop`, a stateless driven loop: `init` / `next` (a
+PREFILL or AR_FRAME plan, or Done; no kernel) / `advance` (take one row of a batched result) /
+`finalize`. After a preemption the runtime hands back rows to recompute (the prompt and the rows of the
+frames already made); they are prefilled like a prompt, and decoding goes on from the next frame.
 Must not know: tensors on a device, batching, other requests, the codec.
 """
 
@@ -27,7 +29,7 @@ class PrefillPlan:
     slot: int
     start: int        # position of rows[0] in the slot
     rows: Any         # int64 [n, 13] prompt rows (CPU tensor)
-    last: bool        # the chunk ends the prompt: its last row's state decodes frame 0
+    last: bool        # the chunk ends the prompt of a request with no frame yet: its last row's state decodes frame 0
 
 
 @dataclass(frozen=True)
@@ -49,13 +51,15 @@ class FrameRow:
 
 @dataclass
 class ARState(LoopState):
-    rows: Any = None                 # int64 [T, 13] prompt rows (CPU tensor)
-    prompt_len: int = 0              # T
+    rows: Any = None                 # int64 [T', 13] rows to prefill (CPU tensor): the prompt, and after a
+                                     # preemption also the rows of the frames made so far
+    prompt_len: int = 0              # T, prompt rows
     max_frames: int = 0
     min_frames: int = 0
     slot: int = -1                   # KV slot, set at admission
-    prefilled: int = 0               # prompt rows already in the slot
-    prefix_from: int | None = None   # a group leader whose prefilled prompt is copied in instead of prefilling
+    prefilled: int = 0               # rows of `rows` already in the KV
+    prefix_from: int | None = None   # a group leader whose prefilled prompt is shared instead of prefilling
+    paused: bool = False             # its KV was taken back (preempted); it waits to be given rows to recompute
     codes: list[tuple[int, ...]] = field(default_factory=list)     # emitted frames
     logprobs: list[tuple[float, ...]] = field(default_factory=list)  # every decision, the final stop included
     fresh: list[tuple[int, ...]] = field(default_factory=list)     # frames emitted by the last advance
@@ -78,11 +82,15 @@ class ARDecodeLoop:
         """The next plan, Done, or None (waiting for a group leader's prompt)."""
         if state.finish is not None:
             return Done(state.finish)
-        if state.prefilled < state.prompt_len:
+        if state.paused:
+            return None
+        total = int(state.rows.shape[0])
+        if state.prefilled < total:
             if state.prefix_from is not None:
                 return None
-            end = min(state.prompt_len, state.prefilled + self.settings.prefill_chunk_rows)
-            plan: Any = PrefillPlan(state.slot, state.prefilled, state.rows[state.prefilled:end], end == state.prompt_len)
+            end = min(total, state.prefilled + self.settings.prefill_chunk_rows)
+            last = end == state.prompt_len and not state.codes  # a resumed request keeps its decoding state
+            plan: Any = PrefillPlan(state.slot, state.prefilled, state.rows[state.prefilled:end], last)
             return WorkPlan(state.request_id, self.kind, PREFILL, plan)
         frame = len(state.codes)
         plan = FramePlan(state.slot, state.prompt_len + frame, frame, frame >= state.min_frames)

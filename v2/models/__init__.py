@@ -3,10 +3,10 @@
 from v2.models.config import ConfigError, MossTTSLocalConfig
 from v2.models.weights import CheckpointError
 from v2.models.moss_tts_local import FrameOutput, MossTTSLocal
-from v2.models.qwen3 import KVCache
+from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.sampling import HeadSampling, SamplingSettings, SamplingTensors
 
 __all__ = [
     "CheckpointError", "ConfigError", "FrameOutput", "HeadSampling", "KVCache", "MossTTSLocal",
-    "MossTTSLocalConfig", "SamplingSettings", "SamplingTensors",
+    "MossTTSLocalConfig", "PagedKVCache", "SamplingSettings", "SamplingTensors",
 ]

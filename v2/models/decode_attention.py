@@ -1,14 +1,19 @@
-"""Decode attention over the slot KV cache: one query token per row, each row reading only its own keys.
+"""Decode attention over a KV cache: one query token per row, each row reading only its own keys.
 
-Owns: `decode_attention(q, k_cache, v_cache, slots, lengths, max_context)`, the one-token attention of a
-decode step, and the choice of how it runs. On CUDA (with Triton) it is a split-K ("flash-decoding")
-Triton kernel that reads the cache in place: program (row, kv head, split) loads the row's slot pointer and
-real length from device memory, walks only keys `split * SPLIT .. min((split + 1) * SPLIT, length) - 1`
-and returns at once when its split starts past the row's length; a second kernel merges the splits by
-their log-sum-exp. All query heads of one kv head (GQA) share each key block. Lengths live on the
+Owns: `paged_decode_attention(q, k_pages, v_pages, tables, lengths, max_context)`, the one-token attention
+of a decode step through block tables, `decode_attention(..., slots, ...)` for a contiguous slot cache (a
+slot is one block of max_len rows: the same kernel with one-entry tables), and the choice of how they
+run. On CUDA (with Triton) it is a split-K ("flash-decoding") Triton kernel that reads the pages in
+place: program (row, kv head, split) loads the row's real length from device memory, walks only keys
+`split * SPLIT .. min((split + 1) * SPLIT, length) - 1` in tiles of BLOCK_N keys, finds each key's block
+through the row's table (key n: block `tables[row, n // block_size]`, offset `n % block_size`), and
+returns at once when its split starts past the row's length; a second kernel merges the splits by their
+log-sum-exp. All query heads of one kv head (GQA) share each key tile. Lengths and tables live on the
 device, so one captured graph serves rows at any positions; `max_context` only sizes the launch grid.
-Elsewhere `decode_attention_reference` gathers the keys and runs SDPA with a per-row length mask.
-Must not know: layers, RoPE, requests, graphs. The cache layout is [slots + 1, kv_heads, max_len, head_dim].
+The tiles and their arithmetic do not depend on the block size, so paged and contiguous give the same bits.
+Elsewhere the references gather the keys and run SDPA with a per-row length mask.
+Must not know: layers, RoPE, requests, graphs, which blocks a request holds. Layout: [blocks + 1,
+kv_heads, block_size, head_dim] (a contiguous cache: [slots + 1, kv_heads, max_len, head_dim]).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from v2.models.kernels import kernels_on, tl, triton
+from v2.models.kv_cache import gather_pages
 
 SPLIT = 256    # keys per program: one row's long context spreads over several SMs
 BLOCK_N = 64   # keys per inner block (SPLIT / BLOCK_N blocks, each masked to the row's length)
@@ -33,16 +39,39 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
     <= max_context <= L). Returns [B, Hq, D] in q's dtype.
     """
     if kernels_on(q.device):
-        return _decode_attention_triton(q, k_cache, v_cache, slots, lengths, max_context)
+        return _paged_triton(q, k_cache, v_cache, slots[:, None], lengths, max_context)
     return decode_attention_reference(q, k_cache, v_cache, slots, lengths, max_context)
+
+
+def paged_decode_attention(q: Tensor, k_pages: Tensor, v_pages: Tensor, tables: Tensor, lengths: Tensor,
+                           max_context: int) -> Tensor:
+    """Softmax attention of one query per row over keys 0 .. lengths[b] - 1 of its blocks.
+
+    q [B, Hq, D]; k_pages, v_pages [N + 1, Hkv, S, D]; tables [B, W] (key n of row b is row n % S of block
+    tables[b, n // S]); lengths [B] (device, 1 <= lengths <= max_context <= W * S). Returns [B, Hq, D].
+    """
+    if kernels_on(q.device):
+        return _paged_triton(q, k_pages, v_pages, tables, lengths, max_context)
+    return paged_decode_attention_reference(q, k_pages, v_pages, tables, lengths, max_context)
 
 
 def decode_attention_reference(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
                                max_context: int) -> Tensor:
-    """The same function through a gather of keys 0 .. max_context - 1 and SDPA with a length mask."""
-    k = k_cache[slots, :, :max_context].to(q.dtype)  # [B, Hkv, C, D]
-    v = v_cache[slots, :, :max_context].to(q.dtype)
-    keys = torch.arange(max_context, device=q.device)
+    """The contiguous function through a gather of keys 0 .. max_context - 1 and SDPA with a length mask."""
+    return _sdpa(q, k_cache[slots, :, :max_context].to(q.dtype), v_cache[slots, :, :max_context].to(q.dtype),
+                 lengths)
+
+
+def paged_decode_attention_reference(q: Tensor, k_pages: Tensor, v_pages: Tensor, tables: Tensor, lengths: Tensor,
+                                     max_context: int) -> Tensor:
+    """The paged function through a gather of each row's blocks and SDPA with a length mask."""
+    used = tables[:, : -(-max_context // k_pages.shape[2])]  # [B, n]
+    return _sdpa(q, gather_pages(k_pages, used, max_context).to(q.dtype),
+                 gather_pages(v_pages, used, max_context).to(q.dtype), lengths)
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor) -> Tensor:
+    keys = torch.arange(k.shape[2], device=q.device)
     mask = (keys[None, :] < lengths[:, None])[:, None, None]  # [B, 1, 1, C]
     out = F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, 1, D]
     return out[:, :, 0]
@@ -50,13 +79,18 @@ def decode_attention_reference(q: Tensor, k_cache: Tensor, v_cache: Tensor, slot
 
 def _decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
                              max_context: int) -> Tensor:
+    return _paged_triton(q, k_cache, v_cache, slots[:, None], lengths, max_context)
+
+
+def _paged_triton(q: Tensor, k_pages: Tensor, v_pages: Tensor, tables: Tensor, lengths: Tensor,
+                  max_context: int) -> Tensor:
     b, hq, d = q.shape
-    hkv = k_cache.shape[1]
-    if (hq % hkv or k_cache.shape[-1] != d or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1
-            or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype):
+    hkv = k_pages.shape[1]
+    if (hq % hkv or k_pages.shape[-1] != d or k_pages.stride(-1) != 1 or v_pages.stride(-1) != 1
+            or k_pages.dtype != q.dtype or v_pages.dtype != q.dtype):
         raise ValueError(f"decode_attention: q {tuple(q.shape)} {q.dtype} does not fit the cache "
-                         f"{tuple(k_cache.shape)} {k_cache.dtype} (heads, head_dim, dtype, unit stride)")
-    q, slots, lengths = q.contiguous(), slots.contiguous(), lengths.contiguous()  # the kernels index them densely
+                         f"{tuple(k_pages.shape)} {k_pages.dtype} (heads, head_dim, dtype, unit stride)")
+    q, tables, lengths = q.contiguous(), tables.contiguous(), lengths.contiguous()  # the kernels index them densely
     group = hq // hkv
     splits = triton.cdiv(max_context, SPLIT)
     part = torch.empty(b, hq, splits, d, dtype=torch.float32, device=q.device)  # per-split normalised outputs
@@ -64,12 +98,12 @@ def _decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots:
     out = torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
     block_d = max(16, triton.next_power_of_2(d))
     _split_kernel[(b, hkv, splits)](
-        q, k_cache, v_cache, slots, lengths, part, lse,
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        1.0 / math.sqrt(d), hq, splits,
+        q, k_pages, v_pages, tables, lengths, part, lse,
+        k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
+        v_pages.stride(0), v_pages.stride(1), v_pages.stride(2),
+        tables.shape[1], 1.0 / math.sqrt(d), hq, splits,
         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=d, BLOCK_D=block_d,
-        BLOCK_N=BLOCK_N, SPLIT_LEN=SPLIT, IEEE=q.dtype == torch.float32)
+        BLOCK_N=BLOCK_N, SPLIT_LEN=SPLIT, PAGE=k_pages.shape[2], IEEE=q.dtype == torch.float32)
     _merge_kernel[(b, hq)](part, lse, lengths, out, splits, HEAD_DIM=d, BLOCK_D=block_d,
                            BLOCK_S=max(2, triton.next_power_of_2(splits)), SPLIT_LEN=SPLIT)
     return out
@@ -78,15 +112,15 @@ def _decode_attention_triton(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots:
 if triton is not None:
 
     @triton.jit
-    def _split_kernel(q_ptr, k_ptr, v_ptr, slot_ptr, len_ptr, part_ptr, lse_ptr,
-                      sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, scale, num_heads, num_splits,
+    def _split_kernel(q_ptr, k_ptr, v_ptr, table_ptr, len_ptr, part_ptr, lse_ptr,
+                      sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, table_width, scale, num_heads, num_splits,
                       GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                      BLOCK_N: tl.constexpr, SPLIT_LEN: tl.constexpr, IEEE: tl.constexpr):
+                      BLOCK_N: tl.constexpr, SPLIT_LEN: tl.constexpr, PAGE: tl.constexpr, IEEE: tl.constexpr):
         row = tl.program_id(0)
         kvh = tl.program_id(1)
         split = tl.program_id(2)
         length = tl.load(len_ptr + row)
-        slot = tl.load(slot_ptr + row).to(tl.int64)
+        table = table_ptr + row.to(tl.int64) * table_width  # this row's block ids
         g = tl.arange(0, BLOCK_G)
         d = tl.arange(0, BLOCK_D)
         gmask = g < GROUP
@@ -99,8 +133,8 @@ if triton is not None:
         m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_G], tl.float32)
         acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-        k_base = k_ptr + slot * sk_s + kvh * sk_h
-        v_base = v_ptr + slot * sv_s + kvh * sv_h
+        k_head = k_ptr + kvh * sk_h
+        v_head = v_ptr + kvh * sv_h
         end = tl.minimum(start + SPLIT_LEN, length)
         for i in range(0, SPLIT_LEN // BLOCK_N):
             n0 = start + i * BLOCK_N
@@ -108,7 +142,10 @@ if triton is not None:
                 n = n0 + tl.arange(0, BLOCK_N)
                 nmask = n < end
                 kv_mask = nmask[:, None] & dmask[None, :]
-                k = tl.load(k_base + n[:, None] * sk_l + d[None, :], mask=kv_mask, other=0.0)  # [N, D]
+                block = tl.load(table + n // PAGE, mask=nmask, other=0).to(tl.int64)  # [N] each key's block
+                at = n % PAGE  # [N] its row in the block
+                k = tl.load(k_head + block[:, None] * sk_s + at[:, None] * sk_l + d[None, :], mask=kv_mask,
+                            other=0.0)  # [N, D]
                 if IEEE:
                     s = tl.dot(q, tl.trans(k), input_precision="ieee")
                 else:
@@ -117,7 +154,8 @@ if triton is not None:
                 m_new = tl.maximum(m_i, tl.max(s, 1))
                 alpha = tl.exp(m_i - m_new)  # m_new is finite: the block holds key n0
                 p = tl.exp(s - m_new[:, None])
-                v = tl.load(v_base + n[:, None] * sv_l + d[None, :], mask=kv_mask, other=0.0)  # [N, D]
+                v = tl.load(v_head + block[:, None] * sv_s + at[:, None] * sv_l + d[None, :], mask=kv_mask,
+                            other=0.0)  # [N, D]
                 if IEEE:
                     pv = tl.dot(p, v, input_precision="ieee")
                 else:

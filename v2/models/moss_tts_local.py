@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from v2.models.config import MossTTSLocalConfig
 from v2.models.local_transformer import LocalKV, LocalTransformer
-from v2.models.qwen3 import KVCache, Qwen3Backbone
+from v2.models.kv_cache import KVCache, PagedKVCache
+from v2.models.qwen3 import Qwen3Backbone
 from v2.models.kernels import kernels_on
 from v2.models.sample_kernel import sample_fused
 from v2.models.sampling import (SamplingSettings, SamplingTensors, apply_repetition_penalty, frame_noise,
@@ -78,6 +79,9 @@ class MossTTSLocal(nn.Module):
 
     def allocate_kv(self, num_slots: int, max_len: int) -> KVCache:
         return KVCache.allocate(self.cfg.backbone, num_slots, max_len, dtype=self.dtype, device=self.device)
+
+    def allocate_paged_kv(self, num_blocks: int, block_size: int) -> PagedKVCache:
+        return PagedKVCache.allocate(self.cfg.backbone, num_blocks, block_size, dtype=self.dtype, device=self.device)
 
     # ----- embeddings ----------------------------------------------------------------------------
     def embed_codes(self, codes: Tensor) -> Tensor:

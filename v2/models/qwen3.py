@@ -1,24 +1,23 @@
-"""The Qwen3 backbone: decoder layers over row embeddings, and the slot-indexed KV cache it writes.
+"""The Qwen3 backbone: decoder layers over row embeddings, reading and writing a KV cache it is given.
 
 Owns: RMSNorm, rotate-half RoPE, grouped-query attention with q/k norms, SwiGLU (q/k/v and gate/up each
-fused into one projection; `fused_parts` says which release keys make them), the layer stack, and
-`KVCache` (one preallocated tensor per K and V for every layer, indexed by slot, plus one dummy slot
-that padded rows write into). One entry point serves prefill and decode: rows of several requests, each
-at its own positions, each reading and writing only its own slot.
-Must not know: rows/codebooks, sampling, requests, the scheduler. The cache is always passed in.
+fused into one projection; `fused_parts` says which release keys make them), and the layer stack. One
+entry point serves prefill and decode: rows of several requests, each at its own positions, each reading
+and writing only its own slot (`KVCache`) or its own blocks (`PagedKVCache`, through a block table).
+Must not know: rows/codebooks, sampling, requests, the scheduler, which blocks a request holds. The
+cache and the tables are always passed in (kv_cache.py owns both caches).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from v2.models.config import BackboneConfig
-from v2.models.decode_attention import decode_attention
+from v2.models.decode_attention import paged_decode_attention
 from v2.models.kernels import inference_kernels, kernels_on
+from v2.models.kv_cache import Cache, CacheView, KVCache
 from v2.models.qk_rope_kernel import qk_norm_rope_write
 from v2.models.rms_norm_kernel import add_rms_norm_fused, rms_norm_fused
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
@@ -41,55 +40,6 @@ class RMSNorm(nn.Module):
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(dtype)
-
-
-@dataclass
-class KVCache:
-    """Backbone K/V for every layer: k, v are [layers, num_slots + 1, kv_heads, max_len, head_dim].
-
-    Slot `dummy_slot` (the last) belongs to nobody: padded rows write there so that real slots are
-    never touched by them.
-    """
-
-    k: Tensor
-    v: Tensor
-
-    @classmethod
-    def allocate(cls, cfg: BackboneConfig, num_slots: int, max_len: int, *,
-                 dtype: torch.dtype, device: torch.device | str) -> "KVCache":
-        if num_slots < 1 or max_len < 1:
-            raise ValueError(f"KVCache needs num_slots >= 1 and max_len >= 1, got {num_slots}, {max_len}")
-        shape = (cfg.num_layers, num_slots + 1, cfg.num_kv_heads, max_len, cfg.head_dim)
-        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-
-    @property
-    def num_slots(self) -> int:
-        return self.k.shape[1] - 1
-
-    @property
-    def dummy_slot(self) -> int:
-        return self.k.shape[1] - 1
-
-    @property
-    def max_len(self) -> int:
-        return self.k.shape[3]
-
-    def copy_slot(self, src: int, dst: int, length: int) -> None:
-        """Copy the first `length` positions of slot `src` into slot `dst` (a shared prompt prefix)."""
-        self.k[:, dst, :, :length] = self.k[:, src, :, :length]
-        self.v[:, dst, :, :length] = self.v[:, src, :, :length]
-
-
-@dataclass
-class CacheView:
-    """Where one batched call reads and writes: per-row slot, per-token write target, context bound."""
-
-    cache: KVCache
-    slots: Tensor        # [B] the slot each row reads
-    write_slots: Tensor  # [B, T] slot each token writes (dummy slot for padding)
-    write_pos: Tensor    # [B, T] position each token writes (0 for padding)
-    context_len: int     # keys read per row: positions 0 .. context_len - 1
-    lengths: Tensor | None = None  # [B] decode only: row b reads keys 0 .. lengths[b] - 1 (the decode kernel)
 
 
 def fused_parts(cfg: BackboneConfig) -> dict[str, list[tuple[str, int]]]:
@@ -120,10 +70,10 @@ class Qwen3Attention(nn.Module):
         cfg = self.cfg
         b, t, _ = x.shape
         if view is not None and inference_kernels(x.device):
-            kc, vc = view.cache.k[layer], view.cache.v[layer]  # [S + 1, Hkv, L, D]
+            kc, vc = view.cache.k[layer], view.cache.v[layer]  # [N + 1, Hkv, S, D]
             # q/k norms, RoPE and the cache writes in one kernel
             q = qk_norm_rope_write(self.qkv_proj(x), cfg.num_heads, cfg.num_kv_heads, self.q_norm.weight,
-                                   self.k_norm.weight, self.q_norm.eps, cos, sin, kc, vc, view.write_slots,
+                                   self.k_norm.weight, self.q_norm.eps, cos, sin, kc, vc, view.write_blocks,
                                    view.write_pos).transpose(1, 2)  # [B, Hq, T, D]
         else:
             q, k, v = self.qkv_proj(x).split([n * cfg.head_dim for n in (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads)], -1)
@@ -134,15 +84,14 @@ class Qwen3Attention(nn.Module):
             if view is None:
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, T, D]
                 return self.o_proj(out.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim))
-            kc, vc = view.cache.k[layer], view.cache.v[layer]  # [S + 1, Hkv, L, D]
+            kc, vc = view.cache.k[layer], view.cache.v[layer]  # [N + 1, Hkv, S, D]
             # advanced indices around a slice: indexed dims lead, so the target is [B, T, Hkv, D]
-            kc[view.write_slots, :, view.write_pos] = k.transpose(1, 2).to(kc.dtype)
-            vc[view.write_slots, :, view.write_pos] = v.transpose(1, 2).to(vc.dtype)
+            kc[view.write_blocks, :, view.write_pos] = k.transpose(1, 2).to(kc.dtype)
+            vc[view.write_blocks, :, view.write_pos] = v.transpose(1, 2).to(vc.dtype)
         if view.lengths is not None:  # one token per row: the decode kernel reads each row's own length
-            out = decode_attention(q[:, :, 0], kc, vc, view.slots, view.lengths, view.context_len)  # [B, Hq, D]
+            out = paged_decode_attention(q[:, :, 0], kc, vc, view.tables, view.lengths, view.context_len)  # [B, Hq, D]
             return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim))
-        k = kc[view.slots, :, : view.context_len].to(q.dtype)  # [B, Hkv, C, D]
-        v = vc[view.slots, :, : view.context_len].to(q.dtype)
+        k, v = view.keys(layer, q.dtype)  # [B, Hkv, C, D] each
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim))
 
@@ -198,29 +147,25 @@ class Qwen3Backbone(nn.Module):
             mask = mask & valid[:, None, None, :]
         return self._run(x, positions, mask, None, layer_inputs)
 
-    def forward_cached(self, x: Tensor, cache: KVCache, slots: Tensor, positions: Tensor,
+    def forward_cached(self, x: Tensor, cache: Cache, index: Tensor, positions: Tensor,
                        valid: Tensor | None = None, context_len: int | None = None) -> Tensor:
-        """Prefill or decode through the slot cache.
+        """Prefill or decode through a cache.
 
-        x [B, T, H]: row b's tokens sit at positions[b] ([B, T], consecutive) of slot slots[b] ([B]).
-        valid [B, T] (default all) marks real tokens; padding writes to the dummy slot.
-        context_len bounds the keys read (must exceed every valid position; default: the whole cache). A
-        decode call (T == 1) on CUDA reads each row's own length through the decode kernel instead.
+        x [B, T, H]: row b's tokens sit at positions[b] ([B, T], consecutive). index: the slot of each row
+        ([B], a `KVCache`) or its block table ([B, W], a `PagedKVCache`: position p in block index[b, p // size]).
+        valid [B, T] (default all) marks real tokens; padding writes to the dummy slot / block.
+        context_len bounds the keys read (must exceed every valid position; default: the whole slot or
+        table). A decode call (T == 1) on CUDA reads each row's own length through the decode kernel instead.
         Returns the final-norm output [B, T, H]; outputs at padded tokens are meaningless.
         """
         b, t, _ = x.shape
         if valid is None:
             valid = torch.ones(b, t, dtype=torch.bool, device=x.device)
         positions = torch.where(valid, positions, torch.zeros_like(positions))
-        ctx = cache.max_len if context_len is None else context_len
-        view = CacheView(
-            cache=cache,
-            slots=slots,
-            write_slots=torch.where(valid, slots[:, None].expand(b, t), torch.full_like(positions, cache.dummy_slot)),
-            write_pos=positions,
-            context_len=ctx,
-            lengths=positions[:, 0] + 1 if t == 1 and kernels_on(x.device) else None,
-        )
+        ctx = context_len if context_len is not None else (
+            cache.max_len if isinstance(cache, KVCache) else index.shape[1] * cache.block_size)
+        lengths = positions[:, 0] + 1 if t == 1 and kernels_on(x.device) else None
+        view = CacheView.build(cache, index, positions, valid, ctx, lengths)
         mask = None  # the decode kernel bounds each row by its length
         if view.lengths is None:
             keys = torch.arange(ctx, device=x.device)

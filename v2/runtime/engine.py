@@ -29,6 +29,7 @@ from v2.request import OverloadedError, RequestError, SpeechRequest, parse_reque
 from v2.runtime import updates
 from v2.runtime.encoding import EncodeExecutor, EncodeJob, EncodeStage
 from v2.runtime.executors import ARExecutor, CodecExecutor, to_host
+from v2.runtime.kv import RequestKV, pool_blocks
 from v2.runtime.results import publish
 from v2.runtime.scheduler import Batch, schedule
 from v2.runtime.slots import SlotPool
@@ -47,7 +48,9 @@ class Runtime:
         self.card, self.model, self.codec, self.tokenizer, self.encoder = card, model, codec, tokenizer, encoder
         self.ar_loop, self.voc_loop = ARDecodeLoop(ar), VocoderLoop(voc)
         self.ar_exec = ARExecutor(model, num_slots=ar.max_running, max_len=ar.max_prompt_rows + ar.max_frames,
-                                  batch_buckets=ar.batch_buckets, graphs=graphs)
+                                  batch_buckets=ar.batch_buckets, graphs=graphs, num_blocks=pool_blocks(ar, model),
+                                  block_size=ar.block_size)
+        self.kv = RequestKV.build(ar, self.ar_exec, model.cfg.ids.audio_assistant_slot)  # paged KV: blocks, cache
         self.codec_exec = CodecExecutor(codec, num_slots=voc.max_streams, batch_buckets=voc.batch_buckets,
                                         frame_buckets=voc.frame_buckets, graphs=graphs)
         self.pools = {"kv": SlotPool("kv", ar.max_running), "codec": SlotPool("codec", voc.max_streams)}
@@ -99,7 +102,7 @@ class Runtime:
                     group_id: int = 0) -> list[SpeechHandle]:
         """Validate every request first (one bad request queues none), then queue them all at once, so
         they are admitted together while slots last. `share_prompt`: the requests have the same prompt;
-        it is prefilled once and copied into each one's slot (they are admitted all together)."""
+        it is prefilled once and its KV blocks are shared by all (they are admitted all together)."""
         prepared = []
         for request in requests:
             req = parse_request(request)
@@ -108,6 +111,9 @@ class Runtime:
         if share_prompt:
             if len(prepared) > self.card.loops.ar_decode.max_running:
                 raise ValueError(f"n: a group of {len(prepared)} exceeds the card's max_running")
+            if sum(r.decode_audio for r, _ in prepared) > self.card.loops.vocoder.max_streams:
+                raise ValueError(f"n: a group decoding audio needs a codec stream each; the card has "
+                                 f"{self.card.loops.vocoder.max_streams}")
             if any(not torch.equal(p.rows, prepared[0][1].rows) for _, p in prepared):
                 raise ValueError("prompts: a shared prompt must be the same for every request of the group")
             if prepared[0][1].audio:
@@ -206,6 +212,7 @@ class Runtime:
             graphs = {"ar_frame": self.ar_exec.graphs.stats(), "audio_chunk": self.codec_exec.graphs.stats()}
             return {"steps": self._steps, "kinds": kinds, "waiting": len(self._waiting), "running": len(self._running),
                     "kv_slots_in_use": self.pools["kv"].in_use, "codec_slots_in_use": self.pools["codec"].in_use,
+                    **self.kv.stats(), "kv_preempted": sum(bool(r.ar and r.ar.paused) for r in self._running.values()),
                     "graphs": graphs, "shared_prefills": self._shared_prefills, "prefilled_rows": self._prefilled_rows,
                     "weight_version": self._gate.version,
                     "encoding": self._encoding.pending,
@@ -283,6 +290,8 @@ class Runtime:
                 plans.extend(self._plans_of(req))
             except Exception as e:  # one request's loop code fails that request alone
                 self._fail(req.id, f"{type(e).__name__}: {e}")
+        plans, _ = self.kv.before_step(self._running, plans)  # KV blocks for every write (may preempt)
+        self.kv.flush()
         with self._cond:
             plans.extend(self._encoding.plans())
         prefill_rows = {p.request_id: int(p.payload.rows.shape[0]) for p in plans
@@ -371,6 +380,7 @@ class Runtime:
     def _settle(self, req: RequestRecord) -> None:
         """Release the KV slot as soon as the AR loop ends; finish the request when the vocoder loop is done."""
         assert req.ar is not None and req.voc is not None
+        self.kv.computed([req])  # its computed full prompt blocks enter the prefix cache
         if req.ar.finish is not None:
             self._release(req, "kv")
         if req.voc.finish is not None:
@@ -378,6 +388,11 @@ class Runtime:
 
     # ----- lifecycle -------------------------------------------------------------------------------
     def _admit(self) -> None:
+        """Preempted requests get their KV back first (oldest first); then waiting requests, in order, while
+        slots, codec streams and KV blocks for their prompts (what the prefix cache lacks) last."""
+        self.kv.set_weights(self._gate.version)  # new weights invalidate the prefix cache
+        if not self.kv.resume(self._running):
+            return
         while True:
             with self._cond:
                 head = next((r for r in self._waiting if r.ready), None)
@@ -385,7 +400,8 @@ class Runtime:
                     return
                 batch = [r for r in self._waiting if r.group is head.group] if head.group else [head]
                 audio = sum(r.request.decode_audio for r in batch)
-                if self.pools["kv"].free_count < len(batch) or self.pools["codec"].free_count < audio:
+                if (self.pools["kv"].free_count < len(batch) or self.pools["codec"].free_count < audio
+                        or not self.kv.fits(head)):
                     return
                 for r in batch:
                     self._waiting.remove(r)
@@ -402,23 +418,23 @@ class Runtime:
         if req.group is not None and req.group.members[0] != req.id and not req.group.shared:
             req.ar.prefix_from = req.group.members[0]
         need = self.ar_loop.resources(req.ar, decode_audio=audio)
-        if need.kv_rows > self.ar_exec.kv.max_len:
-            raise RuntimeError(f"needs {need.kv_rows} KV rows; slots hold {self.ar_exec.kv.max_len}")
+        if need.kv_rows > self.kv.max_rows:
+            raise RuntimeError(f"needs {need.kv_rows} KV rows; a request may hold {self.kv.max_rows}")
         with self._cond:
             req.ar.slot = req.slots["kv"] = self.pools["kv"].allocate(req.id)
             if need.codec_stream:
                 req.voc.slot = req.slots["codec"] = self.pools["codec"].allocate(req.id)
+        if req.ar.prefix_from is None:  # a group member shares its leader's blocks instead
+            self.kv.admit(req)
         self.ar_exec.admit(req.ar.slot, req.sampling, req.request.seed)
         if need.codec_stream:
             self.codec_exec.admit(req.voc.slot)
 
     def _share_prefixes(self) -> None:
-        share_prefixes(self._running, lambda leader, f: self._guard(f, lambda: self._copy_prefix(leader, f)))
+        share_prefixes(self._running, lambda leader, f: self._guard(f, lambda: self._fork(leader, f)))
 
-    def _copy_prefix(self, leader: RequestRecord, follower: RequestRecord) -> None:
-        assert leader.ar is not None and follower.ar is not None
-        self.ar_exec.copy_prefix(leader.ar.slot, follower.ar.slot, leader.ar.prompt_len)
-        follower.ar.prefilled, follower.ar.prefix_from = follower.ar.prompt_len, None
+    def _fork(self, leader: RequestRecord, follower: RequestRecord) -> None:
+        self.kv.fork(leader, follower)  # the leader's prompt blocks, shared: no copy
         with self._cond:
             self._shared_prefills += 1
 
@@ -482,6 +498,8 @@ class Runtime:
     def _release(self, req: RequestRecord, pool: str) -> None:
         slot = req.slots.pop(pool, None)
         if slot is not None:
+            if pool == "kv":
+                self.kv.release(req)  # its blocks (prompt blocks stay cached until evicted)
             with self._cond:
                 self.pools[pool].release(slot, req.id)
 

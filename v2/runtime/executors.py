@@ -1,12 +1,13 @@
 """Executors: a batch of plans -> static buffers -> one expert call (a graph replay on CUDA) -> device results.
 
-Owns: the device-side per-slot state of the AR experts (KV cache, the backbone state each slot decodes
-its next frame from, per-slot sampling settings, seeds and repetition-penalty presence masks) and of the
-vocoder (codec streaming state); writing a request's settings at admission; the static input buffers
-(allocated once at the largest bucket; padding rows aim at the dummy slot); running a PREFILL batch
-(eager), an AR_FRAME batch and an AUDIO_CHUNK batch through `StepGraphs`; and the one device-to-host
-copy per step.
-Must not know: requests, loops' state, scheduling policy, threads.
+Owns: the device-side state of the AR experts (the paged KV pool and each slot's block table, the backbone
+state each slot decodes its next frame from, per-slot sampling settings, seeds and repetition-penalty
+presence masks) and of the vocoder (codec streaming state); writing a request's settings at admission;
+applying block-table entries and block copies; the static input buffers (allocated once at the largest
+bucket; padding rows aim at the dummy slot, whose table points only at the dummy block); running a
+PREFILL batch (eager), an AR_FRAME batch and an AUDIO_CHUNK batch through `StepGraphs`; and the one
+device-to-host copy per step.
+Must not know: requests, loops' state, scheduling policy, which blocks are free, threads.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from v2.loops.ar_decode import FramePlan, PrefillPlan
 from v2.contracts import bucket_for
 from v2.loops.vocoder import ChunkPlan
 from v2.models.codec import MossAudioDecoder
+from v2.models.kernels import kernels_on
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.models.sampling import CHANNELS, SamplingSettings, SamplingTensors, needs_full_sort
 from v2.runtime.graphs import StepGraphs
@@ -39,37 +41,44 @@ def context_buckets(max_len: int) -> list[int]:
 
 
 class ARExecutor:
-    """Backbone + local transformer over slot-indexed state; `num_slots` real slots and one dummy."""
+    """Backbone + local transformer over slot-indexed state and a paged KV pool; `num_slots` real slots and
+    one dummy, `num_blocks` blocks of `block_size` rows and one dummy. A slot's KV row p lives in block
+    `tables[slot, p // block_size]`; what the table holds is written by `apply` (the caller's block manager
+    decides). Default `num_blocks`: every slot at `max_len` rows (the contiguous cache's memory)."""
 
     def __init__(self, model: MossTTSLocal, *, num_slots: int, max_len: int, batch_buckets: list[int],
-                 graphs: bool = True) -> None:
+                 graphs: bool = True, num_blocks: int | None = None, block_size: int = 16) -> None:
         self.model = model
-        self.kv = model.allocate_kv(num_slots, max_len)
+        width = -(-max_len // block_size)  # blocks of one request at max_len rows
+        self.kv = model.allocate_paged_kv(num_slots * width if num_blocks is None else num_blocks, block_size)
         s, dev, cfg = num_slots + 1, model.device, model.cfg
+        self.tables = torch.full((s, width), self.kv.dummy_block, dtype=torch.long, device=dev)  # [S + 1, W]
         self.hidden = torch.zeros(s, cfg.hidden_size, dtype=model.dtype, device=dev)
         self.sampling = SamplingTensors.build([SamplingSettings()] * s, [0] * s, dev)
         self.presence = torch.zeros(s, cfg.n_vq, cfg.codebook_size, dtype=torch.bool, device=dev)
         self.full_sort: set[int] = set()  # slots whose codebook settings need the full sort (host side)
         # static inputs of the frame step, [largest bucket]: slot, position, step, allow_stop, valid
         self.inputs = torch.zeros(5, batch_buckets[-1], dtype=torch.long, device=dev)
-        self.inputs[0] = self.kv.dummy_slot
-        self.contexts = context_buckets(max_len)
+        self.inputs[0] = self.dummy_slot
+        # the decode kernel reads each row's own length through its table, so one graph per batch bucket
+        # (grid sized for max_len) serves any lengths; the torch path gathers keys up to a context bucket
+        self.contexts = [max_len] if kernels_on(dev) else context_buckets(max_len)
         keys = [(b, c, 1) for b in batch_buckets for c in self.contexts]  # graphs always run the full sort
         self.graphs = StepGraphs("ar_frame", self._frame_step, keys, device=dev, enabled=graphs)
         self.graphs.capture()
         self.reset_dummy()  # capture's warm-ups ran padding rows through the dummy slot
 
     def reset_dummy(self) -> None:
-        """Clear the dummy slot's state, KV and presence (only padding rows ever touch them)."""
+        """Clear the dummy slot's state and presence and the dummy block (only padding rows touch them)."""
         d = self.dummy_slot
         self.hidden[d] = 0
         self.presence[d] = False
-        self.kv.k[:, d] = 0
-        self.kv.v[:, d] = 0
+        self.kv.k[:, self.kv.dummy_block] = 0
+        self.kv.v[:, self.kv.dummy_block] = 0
 
     @property
     def dummy_slot(self) -> int:
-        return self.kv.dummy_slot
+        return self.tables.shape[0] - 1
 
     def admit(self, slot: int, settings: SamplingSettings, seed: int) -> None:
         """Write a new request's sampling settings and seed into its slot and clear its presence mask."""
@@ -84,9 +93,25 @@ class ARExecutor:
             self.full_sort.add(slot)
 
     @torch.no_grad()
-    def copy_prefix(self, src: int, dst: int, length: int) -> None:
-        """Give slot `dst` slot `src`'s first `length` KV positions and its backbone state (a shared prompt)."""
-        self.kv.copy_slot(src, dst, length)
+    def apply(self, copies: Sequence[tuple[int, int]], entries: Sequence[tuple[int, int, int]]) -> None:
+        """Copy blocks (source, destination) in every layer, all read before any is written, then write table
+        entries (slot, index, block; the last one for a place wins): one host-to-device copy and two indexed
+        writes, no sync."""
+        if not copies and not entries:
+            return
+        last = {(s, i): b for s, i, b in entries}
+        host = torch.tensor([[s, d, -1] for s, d in copies] + [[s, i, b] for (s, i), b in last.items()],
+                            dtype=torch.long)  # [n, 3]
+        ops = to_device(host, self.model.device)
+        if copies:
+            self.kv.copy_blocks(ops[: len(copies), 0], ops[: len(copies), 1])
+        if entries:
+            e = ops[len(copies):]
+            self.tables[e[:, 0], e[:, 1]] = e[:, 2]
+
+    @torch.no_grad()
+    def fork(self, src: int, dst: int) -> None:
+        """Slot `dst` takes slot `src`'s backbone state (a group's shared prompt; its blocks are shared)."""
         self.hidden[dst] = self.hidden[src]
 
     @torch.no_grad()
@@ -105,8 +130,8 @@ class ARExecutor:
         valid = to_device(torch.arange(width)[None] < lengths[:, None], dev)  # [B, W]
         slots = to_device(torch.tensor([p.slot for p in plans]), dev)
         context = int((starts + lengths).max())
-        out = self.model.transformer.forward_cached(self.model.embed_rows(to_device(rows, dev)), self.kv, slots,
-                                                    positions, valid, context)  # [B, W, H]
+        out = self.model.transformer.forward_cached(self.model.embed_rows(to_device(rows, dev)), self.kv,
+                                                    self.tables[slots], positions, valid, context)  # [B, W, H]
         last = [i for i, p in enumerate(plans) if p.last]
         if last:
             idx = to_device(torch.tensor(last), dev)
@@ -145,8 +170,8 @@ class ARExecutor:
                                         presence=self.presence[slots], allow_stop=allow, full_sort=bool(full))
         # padding rows write only the dummy slot's presence, state and KV
         self.presence[slots[:, None], torch.arange(frame.codes.shape[1], device=slots.device), frame.codes] = True
-        out = self.model.transformer.forward_cached(frame.next_embed[:, None], self.kv, slots, positions[:, None],
-                                                    valid[:, None], context)  # [b, 1, H]
+        out = self.model.transformer.forward_cached(frame.next_embed[:, None], self.kv, self.tables[slots],
+                                                    positions[:, None], valid[:, None], context)  # [b, 1, H]
         self.hidden[slots] = out[:, 0]
         return torch.cat([frame.stop[:, None].float(), frame.codes.float(), frame.logprobs], dim=1)
 

@@ -1,9 +1,9 @@
 """The engine's record of each request, group and pending weight update: plain mutable data.
 
 Owns: what the engine tracks per request between submit and result (the request, its prompt, resolved
-settings, loop states, slots held, timestamps, group membership, weight version), a group sharing one
-prompt; and `share_prefixes`, the rule for when a group
-leader's prefilled prompt is copied to the other members.
+settings, loop states, slots held, timestamps, group membership, weight version, its prompt's KV block
+keys), a group sharing one prompt; and `share_prefixes`, the rule for when a group leader's prefilled
+prompt blocks are shared with the other members.
 Must not know: tensors beyond the prompt rows it carries, scheduling, executors.
 """
 
@@ -24,7 +24,7 @@ from v2.runtime.streams import SpeechHandle
 
 @dataclass
 class Group:
-    """Requests that share one prompt: the first prefills it, the others get a copy of its KV rows."""
+    """Requests that share one prompt: the first prefills it, the others share its KV blocks."""
 
     members: list[int]
     shared: bool = False
@@ -53,6 +53,7 @@ class RequestRecord:
     enc: EncodeState | None = None  # reference recordings still to encode (it waits until they are)
     transcript: str | None = None   # continuation mode: the reference's transcript (the prompt is laid out again
                                     # with the real codes once they are encoded)
+    kv_keys: list[bytes] | None = None  # chained keys of its prompt's full KV blocks (made once it is ready)
 
     @property
     def ready(self) -> bool:
@@ -62,19 +63,20 @@ class RequestRecord:
 
 
 
-def share_prefixes(running: dict[int, RequestRecord], copy: Callable[[RequestRecord, RequestRecord], None]) -> None:
-    """For each group not yet shared: once its leader has prefilled the prompt, `copy(leader, member)` for every
-    running member; if the leader ended before that, every member prefills its own prompt."""
+def share_prefixes(running: dict[int, RequestRecord], share: Callable[[RequestRecord, RequestRecord], None]) -> None:
+    """For each group not yet shared: once its leader has prefilled the prompt, `share(leader, member)` for every
+    running member; if the leader ended before that, every member waits for KV blocks of its own (`paused`,
+    as a preempted request does) and then prefills its own prompt."""
     groups = {id(r.group): r.group for r in running.values() if r.group is not None and not r.group.shared}
     for group in groups.values():
         leader = running.get(group.members[0])
         followers = [running[m] for m in group.members[1:] if m in running]
         if leader is None or leader.ar is None:
             for f in followers:
-                if f.ar is not None:
-                    f.ar.prefix_from = None
+                if f.ar is not None and f.ar.prefix_from is not None:
+                    f.ar.prefix_from, f.ar.paused = None, True
             group.shared = True
         elif leader.ar.prefilled >= leader.ar.prompt_len:
             for f in followers:
-                copy(leader, f)
+                share(leader, f)
             group.shared = True

@@ -1,0 +1,159 @@
+"""The engine's paged KV: requests' records meet the block pager (policy) and the AR executor (device).
+
+Owns: `RequestKV`: a request's prompt keys (chained hashes of its rows, made once per record), whether a
+request fits (admission by free blocks), taking blocks at admission (rows found in the prefix cache count
+as prefilled), growing every request's blocks before a step, oldest first, and preempting the newest
+when the pool runs dry (its KV goes back; its slot, codec stream, backbone state and frames stay, and
+once blocks are free again it recomputes the prompt and its frames' rows, then decodes on), resuming
+preempted requests oldest first, a group member sharing its leader's prompt blocks, entering computed
+prompt blocks into the prefix cache, releasing, the cache's invalidation by new weights, and handing the
+device its work (block copies, table entries) once per step.
+Must not know: scheduling, threads, streams, the engine's queues.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+import torch
+
+from v2.card import ARDecodeSettings
+from v2.contracts import LoopKind, WorkPlan, WorkUnitKind
+from v2.models.kv_cache import PagedKVCache
+from v2.runtime.blocks import chain_keys
+from v2.runtime.executors import ARExecutor
+from v2.runtime.paging import KVPager
+from v2.runtime.records import RequestRecord
+
+
+def pool_blocks(settings: ARDecodeSettings, model: Any) -> int:
+    """The KV pool's size in blocks from the card: `kv_blocks`; or `kv_memory_fraction` of the memory free on
+    the model's device now (CUDA: `mem_get_info`; a CPU: the host's available memory); else max_running
+    requests at full length."""
+    if settings.kv_blocks is not None:
+        return settings.kv_blocks
+    if settings.kv_memory_fraction is None:
+        return settings.max_running * settings.max_blocks
+    device = model.device
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    per_block = PagedKVCache.block_bytes(model.cfg.backbone, settings.block_size, model.dtype)
+    blocks = int(free * settings.kv_memory_fraction) // per_block
+    if blocks < settings.max_blocks:
+        raise RuntimeError(f"kv_memory_fraction: {settings.kv_memory_fraction} of {free / 2**30:.1f} GiB free holds "
+                           f"{blocks} KV blocks, fewer than one request at full length ({settings.max_blocks}); "
+                           "raise it or lower max_prompt_rows / max_frames")
+    return blocks
+
+
+class RequestKV:
+    def __init__(self, pager: KVPager, executor: ARExecutor, assistant_slot: int) -> None:
+        self.pager = pager
+        self.executor = executor
+        self.assistant_slot = assistant_slot
+        self.version = 0  # weights the cached blocks were computed with
+
+    @classmethod
+    def build(cls, settings: ARDecodeSettings, executor: ARExecutor, assistant_slot: int) -> "RequestKV":
+        """The pager over the executor's pool; admissions keep 1% of the pool free while anything runs."""
+        blocks = executor.kv.num_blocks
+        pager = KVPager(blocks, settings.block_size, max_blocks=settings.max_blocks,
+                        prefix_cache=settings.prefix_cache, watermark=blocks // 100)
+        return cls(pager, executor, assistant_slot)
+
+    @property
+    def max_rows(self) -> int:
+        """Rows one request may hold."""
+        return self.pager.max_blocks * self.pager.block_size
+
+    # ----- admission -----------------------------------------------------------------------------
+    def keys(self, req: RequestRecord) -> list[bytes]:
+        """Chained keys of the full blocks of the request's prompt (made once; the prompt never changes
+        after it is ready)."""
+        if req.kv_keys is None:
+            rows = req.rows.contiguous().numpy()
+            req.kv_keys = chain_keys(rows.tobytes(), rows.shape[1] * rows.itemsize, self.pager.block_size)
+        return req.kv_keys
+
+    def fits(self, req: RequestRecord) -> bool:
+        """Whether the request's prompt (what is not cached) fits in the free blocks now."""
+        return self.pager.can_admit(self.keys(req), int(req.rows.shape[0]))
+
+    def admit(self, req: RequestRecord) -> None:
+        """Blocks for the prompt of an admitted request (not a group member that will share its leader's)."""
+        assert req.ar is not None
+        req.ar.prefilled = self.pager.admit(req.id, req.ar.slot, self.keys(req), int(req.rows.shape[0]))
+
+    def set_weights(self, version: int) -> None:
+        """New weights: nothing computed before may be reused."""
+        if version != self.version:
+            self.pager.clear_cache()
+            self.version = version
+
+    # ----- preemption and resumption -------------------------------------------------------------
+    def before_step(self, running: dict[int, RequestRecord], plans: list[WorkPlan]) -> tuple[list[WorkPlan], list[int]]:
+        """Blocks for every AR write of this step, oldest request first; preempts the newest when dry.
+        Returns the plans that may run (a preempted request's AR plan does not) and the preempted ids."""
+        writes = []
+        for plan in plans:
+            if plan.loop is LoopKind.AR_DECODE:
+                p = plan.payload
+                start, end = ((p.start, p.start + int(p.rows.shape[0])) if plan.signature.kind is WorkUnitKind.PREFILL
+                              else (p.position, p.position + 1))
+                writes.append((plan.request_id, start, end))
+        preempted = self.pager.grow(sorted(writes))
+        for rid in preempted:
+            ar = running[rid].ar
+            assert ar is not None
+            ar.paused, ar.prefilled = True, 0
+        gone = set(preempted)
+        return [p for p in plans if not (p.loop is LoopKind.AR_DECODE and p.request_id in gone)], preempted
+
+    def resume(self, running: dict[int, RequestRecord]) -> bool:
+        """Give preempted requests, oldest first, blocks to recompute their rows; True when none waits."""
+        for req in sorted((r for r in running.values() if r.ar is not None and r.ar.paused), key=lambda r: r.id):
+            ar = req.ar
+            assert ar is not None
+            rows = self.recompute_rows(req)
+            if not self.pager.can_admit(self.keys(req), int(rows.shape[0])):
+                return False
+            ar.rows, ar.paused = rows, False
+            ar.prefilled = self.pager.admit(req.id, ar.slot, self.keys(req), int(rows.shape[0]))
+        return True
+
+    def recompute_rows(self, req: RequestRecord) -> torch.Tensor:
+        """The rows whose KV a resumed request needs: its prompt, then one row per frame made so far."""
+        assert req.ar is not None
+        prompt = req.ar.rows[: req.ar.prompt_len]
+        if not req.ar.codes:
+            return prompt
+        frames = torch.tensor([(self.assistant_slot, *codes) for codes in req.ar.codes], dtype=prompt.dtype)
+        return torch.cat([prompt, frames])  # [T + F, 13]
+
+    # ----- sharing, caching, release -------------------------------------------------------------
+    def fork(self, leader: RequestRecord, member: RequestRecord) -> None:
+        """The member shares the leader's prompt blocks and takes its backbone state: no prefill, no copy."""
+        assert leader.ar is not None and member.ar is not None
+        self.pager.fork(leader.id, member.id, member.ar.slot, leader.ar.prompt_len)
+        self.executor.fork(leader.ar.slot, member.ar.slot)
+        member.ar.prefilled, member.ar.prefix_from = member.ar.prompt_len, None
+
+    def computed(self, reqs: Iterable[RequestRecord]) -> None:
+        """After prefill: the requests' computed full prompt blocks enter the prefix cache."""
+        for req in reqs:
+            if req.ar is not None and req.version == self.version:
+                self.pager.commit(req.id, req.ar.prefilled)
+
+    def release(self, req: RequestRecord) -> None:
+        self.pager.release(req.id)
+
+    def flush(self) -> None:
+        """The step's device work (block copies, then table entries), before any batch runs."""
+        ops = self.pager.take_ops()
+        self.executor.apply(ops.copies, ops.entries)
+
+    def stats(self) -> dict[str, int]:
+        return self.pager.stats()
