@@ -2,23 +2,35 @@
 
 Owns: the card schema (experts `backbone`, `local_transformer`, `vocoder` with class, checkpoint and
 dtype; seeded weight sources; loops `ar_decode`, `vocoder` with their settings; runtime settings such as
-the engine's CPU threads), finding a card by name
-or path, refusing a bad card with the field named, and instantiating experts from a fixed registry.
-No code is ever imported from a card.
+the engine's CPU threads), finding a card by name (the shipped cards are package data, `v2/cards/` in an
+installed package, the top-level `cards/` in a checkout) or path, refusing a bad card with the field named,
+and instantiating experts from a fixed registry (checkpoints found by `v2.checkpoints`: a directory or a
+hub repo id). No code is ever imported from a card.
 Must not know: the runtime, requests, scheduling.
 """
 
 from __future__ import annotations
 
 import tomllib
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from v2.checkpoints import resolve_checkpoint
 from v2.fields import TOP_K_MAX, check_penalty, check_temperature
 
-CARDS_DIR = Path(__file__).resolve().parent.parent / "cards"
+
+def _cards_dir() -> Traversable:
+    """The shipped cards: `v2/cards/` inside an installed wheel, else the checkout's top-level `cards/` (a plain
+    checkout or an editable install)."""
+    packaged = resources.files("v2").joinpath("cards")
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "cards"
+
+
+CARDS_DIR = _cards_dir()
 DEFAULT_CARD = "moss_tts_local_tiny"
 SEED_PREFIX = "seed:"
 DType = Literal["float32", "bfloat16", "float16"]
@@ -40,7 +52,8 @@ class SeededWeights(_Frozen):
 
 
 class Expert(_Frozen):
-    """checkpoint: a directory (relative paths from the working directory) or `seed:NAME` ([seeded.NAME])."""
+    """checkpoint: a directory (relative paths from the working directory), a hub repo id `org/name` found in the
+    Hugging Face cache, or `seed:NAME` ([seeded.NAME])."""
 
     checkpoint: str = Field(min_length=1)
     dtype: DType
@@ -205,16 +218,20 @@ class ModelCard(_Frozen):
         return self
 
 
-def card_path(name_or_path: str | Path) -> Path:
-    """A card name in `cards/` (with or without .toml) or a path to a card file."""
+def known_cards() -> list[str]:
+    """The names of the shipped cards, sorted."""
+    return sorted(f.name[: -len(".toml")] for f in CARDS_DIR.iterdir() if f.name.endswith(".toml"))
+
+
+def card_path(name_or_path: str | Path) -> Path | Traversable:
+    """A shipped card's name (with or without .toml) or a path to a card file."""
     p = Path(name_or_path)
     if p.suffix == ".toml" and p.is_file():
         return p
-    candidate = CARDS_DIR / f"{p.stem if p.suffix == '.toml' else name_or_path}.toml"
+    candidate = CARDS_DIR.joinpath(f"{p.stem if p.suffix == '.toml' else name_or_path}.toml")
     if candidate.is_file():
         return candidate
-    known = sorted(f.stem for f in CARDS_DIR.glob("*.toml"))
-    raise CardError(f"card {str(name_or_path)!r} not found (known cards: {', '.join(known)})")
+    raise CardError(f"card {str(name_or_path)!r} not found (known cards: {', '.join(known_cards())})")
 
 
 def load_card(name_or_path: str | Path = DEFAULT_CARD) -> ModelCard:
@@ -250,7 +267,7 @@ def _build(card: ModelCard, expert: Expert, class_: str, checkpoint: str | Path 
     if source.startswith(SEED_PREFIX):
         seeded = card.seeded[source[len(SEED_PREFIX):]]
         return cls.from_seed(seeded.config, seeded.seed, dtype=dtype, device=device)
-    return cls.from_pretrained(Path(source), dtype=dtype, device=device)
+    return cls.from_pretrained(resolve_checkpoint(source), dtype=dtype, device=device)
 
 
 def build_model(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: Any = None,
@@ -279,11 +296,12 @@ def build_encoder(card: ModelCard, *, checkpoint: str | Path | None = None, dtyp
     if source.startswith(SEED_PREFIX):
         seeded = card.seeded[source[len(SEED_PREFIX):]]
         return MossAudioEncoder.from_seed(seeded.config, seeded.seed, decoder=decoder, dtype=dtype, device=device)
-    return MossAudioEncoder.from_pretrained(Path(source), dtype=dtype, device=device)
+    return MossAudioEncoder.from_pretrained(resolve_checkpoint(source), dtype=dtype, device=device)
 
 
 def build_tokenizer(card: ModelCard, checkpoint: str | Path | None = None) -> Any:
     from v2.models.tokenizer import load_tokenizer
 
     source = str(checkpoint) if checkpoint is not None else card.experts.backbone.checkpoint
-    return load_tokenizer(card.experts.backbone.tokenizer, None if source.startswith(SEED_PREFIX) else Path(source))
+    return load_tokenizer(card.experts.backbone.tokenizer,
+                          None if source.startswith(SEED_PREFIX) else resolve_checkpoint(source))
