@@ -112,13 +112,11 @@ Cache = KVCache | PagedKVCache
 
 
 def gather_pages(pages: Tensor, tables: Tensor, context: int) -> Tensor:
-    """Rows 0 .. context - 1 of each table's blocks: pages [N + 1, Hkv, S, D], tables [B, n] -> [B, Hkv, C, D]
-    (its [C, D] matrices dense, as a slot cache's slice is). Whole blocks are copied (index_select over
-    the block dim), then laid out per head: on a CPU the fastest of the forms measured (designs/perf.md)."""
-    b, n = tables.shape
-    x = pages.index_select(0, tables.reshape(-1)).view(b, n, *pages.shape[1:])  # [B, n, Hkv, S, D]
-    # [B, n, Hkv, S, D] -> [B, Hkv, n, S, D] -> [B, Hkv, n * S, D], first C rows
-    return x.transpose(1, 2).reshape(b, pages.shape[1], n * pages.shape[2], pages.shape[3])[:, :, :context]
+    """Rows 0 .. context - 1 of each table's blocks, in one copy: pages [N + 1, Hkv, S, D], tables [B, n]
+    -> [B, Hkv, C, D], a view whose [C, D] matrices are dense (as a slot cache's slice is). Of the forms
+    measured on a CPU (designs/perf.md) the closest to a slot cache's one gather."""
+    x = pages.transpose(0, 1)[:, tables]  # [Hkv, B, n, S, D]: the only copy
+    return x.permute(1, 0, 2, 3, 4).flatten(2, 3)[:, :, :context]  # [B, Hkv, n * S, D] (a view), first C
 
 
 @dataclass
