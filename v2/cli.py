@@ -169,6 +169,17 @@ def _cards(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     load_card(args.card)
     args.device = _check_device(args.device)
+    if args.replicas is not None:
+        if args.replicas < 1:
+            raise CliError(f"--replicas: must be at least 1, got {args.replicas}")
+        if args.port == 0:
+            raise CliError("--port: with --replicas, Ray Serve's proxy needs a fixed port (0 is not supported)")
+        try:
+            from v2.cluster.serve import run as run_replicas  # the ray extra, imported only for replicas
+        except ImportError as e:
+            raise CliError(f"serve --replicas needs the ray extra ({e.name or e} is missing): "
+                           "pip install 'v2[ray,server]'") from None
+        return run_replicas(args)
     try:
         from v2.server.serve import run  # the server extra, imported only when serving
     except ImportError as e:

@@ -35,3 +35,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="folder that file:// reference audio may be read from (default: none)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--no-access-log", action="store_true")
+    p.add_argument("--replicas", type=int, default=None,
+                   help="serve N runtime replicas behind one endpoint on Ray Serve (needs the ray extra; "
+                        "default: one runtime in this process)")
