@@ -113,11 +113,11 @@ def ttfa(rounds: int) -> dict[str, Any]:
         for _ in range(rounds):
             for key, rt in runtimes.items():  # alternate: both sides see the same machine load
                 before = rt.stats()["prefilled_rows"]
-                for i in range(4):
+                for i in range(8):
                     samples[key][1].append(rt.submit(ask(i)).result(120).metrics.ttfa_s)
                 results = [h.result(120) for h in rt.submit_many([ask(i) for i in range(16)])]
                 samples[key][16] += [r.metrics.ttfa_s for r in results]
-                rows[key].append((rt.stats()["prefilled_rows"] - before) // 20)
+                rows[key].append((rt.stats()["prefilled_rows"] - before) // 24)
         stats = {k: rt.stats() for k, rt in runtimes.items()}
     finally:
         for rt in runtimes.values():
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                            for b in buckets]
     print(f"attention: {report['attention']}", file=sys.stderr)
     if not args.skip_ttfa:
-        report["ttfa"] = ttfa(max(1, args.rounds // 2))
+        report["ttfa"] = ttfa(args.rounds)
         print(f"ttfa: {report['ttfa']}", file=sys.stderr)
     print(json.dumps(report))
     return 0
