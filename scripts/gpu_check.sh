@@ -7,9 +7,9 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions soundfile cffi pycparser
-# Output lands in $OUT (or ./out when unset): gpu_tests.log, framestep.json, compile.json, serving.json.
-# Parts: scripts/gpu_check.sh [tests] [framestep] [compile] [serving] (default: all four, about 12 minutes at
-# most by their timeouts; a device call runs at most 10, so split them over two calls when needed).
+# Output lands in $OUT (or ./out when unset): gpu_tests.log, framestep.json, compile.json, serving.json, kv.json.
+# Parts: scripts/gpu_check.sh [tests] [framestep] [compile] [serving] [kv] (default: all five, about 15 minutes
+# at most by their timeouts; a device call runs at most 10, so split them over two calls when needed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"
@@ -21,7 +21,7 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-parts="${*:-tests framestep compile serving}"
+parts="${*:-tests framestep compile serving kv}"
 status=0
 for part in $parts; do
     case "$part" in
@@ -37,7 +37,12 @@ for part in $parts; do
         timeout 240 python3 -m v2.bench --card moss_tts_local_v1_5 --random-weights --quick --no-progress \
             --concurrency 1 16 64 2>&1 | tee "$OUT/serving.log"
         tail -n 1 "$OUT/serving.log" > "$OUT/serving.json" ;;
-    *) echo "unknown part: $part (tests, framestep, compile, serving)"; exit 2 ;;
+    kv)  # paged KV: the decode kernel over pages vs a contiguous slot (batch 1 and 64), the frame step at 256 rows
+        timeout 120 python3 -m v2.bench.kv --skip-ttfa --rounds 5 2>&1 | tee "$OUT/kv.log"
+        tail -n 1 "$OUT/kv.log" > "$OUT/kv.json"
+        timeout 120 python3 -m v2.bench.framestep --no-compile --buckets 64 256 2>&1 | tee "$OUT/framestep256.log"
+        tail -n 1 "$OUT/framestep256.log" > "$OUT/framestep256.json" ;;
+    *) echo "unknown part: $part (tests, framestep, compile, serving, kv)"; exit 2 ;;
     esac
 done
 exit $status
