@@ -65,7 +65,7 @@ def test_codes_equal_the_reference_for_greedy(ref_model, ref_codec, ref):
     card = load_card("moss_tts_local_tiny")
     rt = Runtime(card, ref_model, ref_codec, tokenizer=None)
     try:
-        greedy = {"temperature": 0.0}
+        greedy = {"stop": {"temperature": 0.0}, "audio": {"temperature": 0.0}}  # both heads, as the reference ran
         forced = [rt.submit({"prompt_rows": ref[f"{p}_input_ids"], "sampling": greedy, "max_frames": 8, "min_frames": 8})
                   for p in ("p1", "p2")]
         free = [rt.submit({"prompt_rows": ref[f"{p}_input_ids"], "sampling": greedy, "max_frames": 12})
