@@ -13,6 +13,7 @@ from v2.card import build_model, load_card
 from v2.models.sampling import SamplingSettings
 from v2.rollout import collate, logprobs, write_jsonl, write_npz
 from v2.runtime import Runtime
+from v2.runtime.rollouts import sample_seed
 from v2.runtime.updates import WeightUpdateError
 
 TEXTS = ["Hello there, this is a rollout.", "Second prompt for the group test."]
@@ -49,7 +50,8 @@ def check_exact(model, t) -> None:
 def test_rollout_logprobs_equal_the_teacher_forced_recompute(runtime, sampling):
     batch = runtime.rollout(TEXTS, n=2, seed=11, max_frames=24, min_frames=3, **sampling)
     trajectories = batch.trajectories(120)
-    assert [(t.group_id, t.sample_id, t.seed) for t in trajectories] == [(0, 0, 11), (0, 1, 12), (1, 0, 11), (1, 1, 12)]
+    assert [(t.group_id, t.sample_id, t.seed) for t in trajectories] == [
+        (g, i, sample_seed(11, g, i)) for g in range(2) for i in range(2)]
     for t in trajectories:
         assert t.logprobs.dtype == np.float32 and t.logprobs.shape == (len(t.codes), 13)
         assert np.all(t.logprobs[:3, 0] == 0.0)  # forced "continue" before min_frames
@@ -158,7 +160,7 @@ def test_collate_pads_and_masks(runtime, tmp_path):
     assert len(lines) == 4 and json.loads(lines[1])["sample_id"] == 1
     write_npz(trajectories, tmp_path / "t.npz")
     with np.load(tmp_path / "t.npz") as z:
-        assert z["logprobs"].shape == tuple(batch["logprobs"].shape) and list(z["seed"]) == [20, 21, 20, 21]
+        assert z["logprobs"].shape == tuple(batch["logprobs"].shape) and list(z["seed"]) == [t.seed for t in trajectories]
 
 
 def test_gradients_flow_through_the_recompute(runtime):

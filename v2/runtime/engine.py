@@ -175,8 +175,9 @@ class Runtime:
             raise RequestError(str(e)) from None
 
     def rollout(self, prompts: list[Any], *, n: int = 1, seed: int = 0, **options: Any) -> Any:
-        """n samples per prompt (member i seeded `seed + i`, one shared prefill per prompt): a `RolloutBatch`
-        to iterate as trajectories finish, or `.trajectories()` in prompt-major, sample-minor order."""
+        """n samples per prompt (sample i of prompt g seeded `rollouts.sample_seed(seed, g, i)`, one shared
+        prefill per prompt): a `RolloutBatch` to iterate as trajectories finish, or `.trajectories()` in
+        prompt-major, sample-minor order."""
         from v2.runtime.rollouts import start_rollout
 
         return start_rollout(self, prompts, n=n, seed=seed, **options)
