@@ -140,6 +140,21 @@ def test_a_dry_pool_preempts_the_newest_and_every_request_finishes_with_its_own_
         assert np.array_equal(whole, results[4].audio)
 
 
+def test_a_weight_update_waits_for_preempted_requests_too():
+    """An update in "wait" mode admits nothing until running requests end; preempted ones still resume."""
+    with make(max_prompt_rows=128, max_frames=64, kv_blocks=12, prefix_cache=False) as rt:
+        handles = rt.submit_many([{"prompt_rows": short_rows(rt, 20, i), "seed": i, "max_frames": 60,
+                                   "min_frames": 60} for i in range(5)])
+        deadline = time.time() + 30
+        while rt.stats()["kv_preempted"] == 0 and time.time() < deadline:
+            time.sleep(0.002)
+        assert rt.stats()["kv_preempted"] > 0
+        weight = rt.model.local_transformer.ln_f.weight.detach().clone()
+        rt.update_weights({"local_transformer.ln_f.weight": weight}, version=1, mode="wait", timeout=30)
+        assert [h.result(60).finish_reason for h in handles] == ["length"] * 5
+        leak_free(rt)
+
+
 @pytest.fixture(scope="module")
 def dry():
     rt = make(max_prompt_rows=128, max_frames=64, kv_blocks=14, max_waiting=64)
@@ -153,6 +168,7 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("cancel"), st.integers(0, 20)),
     st.tuples(st.just("fail"), st.integers(0, 20)),
     st.tuples(st.just("pause"), st.floats(0, 0.05)),
+    st.tuples(st.just("update"), st.sampled_from(["wait", "abort"])),  # preempted requests finish first too
 ), min_size=1, max_size=8)
 
 
@@ -181,6 +197,10 @@ def test_nothing_leaks_after_any_mix_of_finish_cancel_failure_and_preemption(dry
         elif op[0] in ("cancel", "fail") and handles:
             target = handles[op[1] % len(handles)]
             target.cancel() if op[0] == "cancel" else doomed.add(target.request_id)
+        elif op[0] == "update":
+            weight = dry.model.local_transformer.ln_f.weight.detach().clone()
+            dry.update_weights({"local_transformer.ln_f.weight": weight}, version=dry.weight_version + 1, mode=op[1],
+                               timeout=60)
         else:
             time.sleep(op[1] if op[0] == "pause" else 0)
     results = [h.result(120) for h in handles]

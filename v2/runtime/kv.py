@@ -96,7 +96,10 @@ class RequestKV:
     # ----- preemption and resumption -------------------------------------------------------------
     def before_step(self, running: dict[int, RequestRecord], plans: list[WorkPlan]) -> tuple[list[WorkPlan], list[int]]:
         """Blocks for every AR write of this step, oldest request first; preempts the newest when dry.
-        Returns the plans that may run (a preempted request's AR plan does not) and the preempted ids."""
+        Returns the plans that may run (a preempted request's AR plan does not) and the preempted ids.
+        Preempted requests are resumed here too when blocks allow (they plan from the next step): admission,
+        which resumes them first, does not run while a weight update waits for running requests to end."""
+        self.resume(running)
         writes = []
         for plan in plans:
             if plan.loop is LoopKind.AR_DECODE:
