@@ -12,11 +12,15 @@ import numpy as np  # noqa: E402
 
 from conftest import CARD, scaled_weights, wait_for  # noqa: E402
 from v2.cluster import RolloutCancelled, RolloutPool  # noqa: E402
+from v2.request import RequestError  # noqa: E402
 from v2.runtime import Runtime  # noqa: E402
 from v2.runtime.updates import WeightUpdateError  # noqa: E402
 
 PROMPTS = ["A short sentence to speak.", "Another prompt, a little longer than the first one."]
 MORE = PROMPTS + ["A third prompt for the pool.", "And a fourth one, to keep both replicas busy."]
+# No top-k / top-p cut where batches differ: a 1e-7 change in a logit can move a token across a cut and
+# renormalise the kept ones by percents (same code drawn, different logprob); without a cut the bound holds.
+UNCUT = dict(temperature=1.0, top_k=0, top_p=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +61,12 @@ def assert_same(got, want, *, exact: bool) -> None:
         if exact:
             assert np.array_equal(a.logprobs, b.logprobs) and a.stop_logprob == b.stop_logprob
         else:  # other rows in the batch change fp32 reduction order: the runtime's own batched-vs-alone bound
+            assert (a.sampling.audio.top_k, a.sampling.audio.top_p) == (0, 1.0)  # (see UNCUT)
             np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
 
 
 def test_trajectories_equal_a_single_runtime_whichever_replica_runs_them(pool, single):
-    options = dict(n=4, seed=7, max_frames=24, temperature=1.0)
+    options = dict(n=4, seed=7, max_frames=24, **UNCUT)
     batch = pool.rollout(PROMPTS, **options)
     got = batch.trajectories(120)
     assert batch.placements == [[0], [1]]  # both idle: the first group to replica 0, the next to the idle one
@@ -77,6 +82,15 @@ def test_trajectories_equal_a_single_runtime_whichever_replica_runs_them(pool, s
     assert moved.placements == [[0]]
     assert [t.sample_id for t in as_they_finish] == [0, 1, 2, 3]  # a group comes whole, sample-minor
     assert_same(as_they_finish, got[4:], exact=True)
+
+
+def test_a_bad_prompt_fails_its_rollout_with_the_runtimes_error_and_the_pool_goes_on(pool):
+    batch = pool.rollout([PROMPTS[0], {"text": "x", "no_such_field": 1}], n=2, max_frames=8)
+    with pytest.raises(RequestError, match="no_such_field"):
+        batch.trajectories(60)
+    with pytest.raises(TypeError, match="unknown option"):
+        pool.rollout(PROMPTS, n=1, max_frames=8, temprature=0.5).trajectories(60)
+    assert len(pool.rollout(PROMPTS, n=1, max_frames=4).trajectories(60)) == 2
 
 
 def test_groups_follow_outstanding_work_not_round_robin(pool):
@@ -141,7 +155,7 @@ def test_a_killed_replica_costs_no_trajectory_and_returns_with_the_current_weigh
     version = push(pool, single, 1.03)
     before = pool.stats()
     pid = ray.get(pool.actors[0].info.remote())["pid"]
-    options = dict(n=2, seed=3, max_frames=60, min_frames=20)
+    options = dict(n=2, seed=3, max_frames=60, min_frames=20, **UNCUT)
     batch = pool.rollout(MORE, **options)
     wait_for(lambda: pool.stats()["replicas"][0]["in_flight"]["groups"] > 0 and
              pool.stats()["total"]["runtime"]["running"] > 0, 10, "replica 0 to run groups")
@@ -157,10 +171,10 @@ def test_a_killed_replica_costs_no_trajectory_and_returns_with_the_current_weigh
     assert r0["losses"] == before["replicas"][0]["losses"] + 1 and r0["resubmitted"] >= 1
     assert r0["runtime"]["weight_version"] == version  # replayed before it was given work
     assert ray.get(pool.actors[0].info.remote())["pid"] != pid
-    again = pool.rollout(PROMPTS, n=2, seed=8, max_frames=12)
+    again = pool.rollout(PROMPTS, n=2, seed=8, max_frames=12, **UNCUT)
     got = again.trajectories(60)
     assert again.placements == [[0], [1]]
     # the restarted replica prefills what the reference runtime serves from its prefix cache: same codes,
     # logprobs within the runtime's cached-vs-uncached bound
-    assert_same(got, alone(single, PROMPTS, n=2, seed=8, max_frames=12), exact=False)
+    assert_same(got, alone(single, PROMPTS, n=2, seed=8, max_frames=12, **UNCUT), exact=False)
     assert stats["total"]["trajectories"] == sum(r["trajectories"] for r in stats["replicas"])

@@ -88,10 +88,7 @@ class Dispatcher:
 
     def cancel(self, batch: PoolBatch) -> None:
         with self.cond:
-            self.pending = deque(t for t in self.pending if t.batch is not batch)
-            refs = [ref for r in self.replicas for ref, t in r.inflight.items() if t.batch is batch]
-        for ref in refs:
-            ray.cancel(ref)  # the replica cancels the group's requests; the reply is then dropped
+            self._drop(batch)
 
     def wait_ready(self, timeout: float | None) -> None:
         with self.cond:
@@ -150,25 +147,42 @@ class Dispatcher:
     # ----- the dispatcher thread -------------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            with self.cond:
-                if self.closed:
+            try:
+                if not self._iterate():
                     return
-                retrying = [r for r in self.replicas if r.retry_at is not None]
-                for r in retrying:
-                    if r.retry_at is not None and time.monotonic() >= r.retry_at:
-                        self._replay(r)
-                self._place()
-                waiting: dict[Any, tuple[Replica, int, GroupTask | None]] = {}
-                for r in self.replicas:
-                    waiting.update({ref: (r, r.epoch, t) for ref, t in r.inflight.items()})
-                    if r.reload is not None:
-                        waiting[r.reload] = (r, r.epoch, None)
-                if not waiting:
-                    self.cond.wait(RETRY_S if retrying else None)
-                    continue
-            ready, _ = ray.wait(list(waiting), num_returns=1, timeout=POLL_S)
-            for ref in ready:
-                self._collect(ref, *waiting[ref])
+            except Exception as e:  # a fault in this code: fail what is in flight rather than hang its callers
+                with self.cond:
+                    batches = {t.batch for t in self.pending} | {t.batch for r in self.replicas
+                                                                 for t in r.inflight.values()}
+                    for batch in batches:
+                        batch.fail(RuntimeError(f"the pool's dispatcher failed: {type(e).__name__}: {e}"))
+                        self._drop(batch)
+                    for r in self.replicas:
+                        r.inflight.clear()
+                        r.load = Load()
+
+    def _iterate(self) -> bool:
+        """One round: place what fits, wait a moment for replies, handle them. False once closed."""
+        with self.cond:
+            if self.closed:
+                return False
+            retrying = [r for r in self.replicas if r.retry_at is not None]
+            for r in retrying:
+                if r.retry_at is not None and time.monotonic() >= r.retry_at:
+                    self._replay(r)
+            self._place()
+            waiting: dict[Any, tuple[Replica, int, GroupTask | None]] = {}
+            for r in self.replicas:
+                waiting.update({ref: (r, r.epoch, t) for ref, t in r.inflight.items()})
+                if r.reload is not None:
+                    waiting[r.reload] = (r, r.epoch, None)
+            if not waiting:
+                self.cond.wait(RETRY_S if retrying else None)
+                return True
+        ready, _ = ray.wait(list(waiting), num_returns=1, timeout=POLL_S)
+        for ref in ready:
+            self._collect(ref, *waiting[ref])
+        return True
 
     def _place(self) -> None:
         while self.pending:
@@ -202,8 +216,9 @@ class Dispatcher:
             else:
                 del r.inflight[ref]
                 r.load.remove(task.n, task.frames)
-                if error is not None:
-                    task.batch.fail(error)  # the group itself failed (a bad prompt): the rollout ends with it
+                if error is not None:  # the group itself failed (a bad prompt): the rollout ends with it
+                    task.batch.fail(error)
+                    self._drop(task.batch)
                 else:
                     c = r.counters
                     c["groups"] += 1
@@ -211,6 +226,15 @@ class Dispatcher:
                     c["frames"] += sum(len(t.codes) for t in value)
                     task.batch.deliver(task.position, [_writable(t) for t in value])
             self.cond.notify_all()
+
+    def _drop(self, batch: PoolBatch) -> None:
+        """Forget a batch that ended early: its queued groups are dropped, its running ones cancelled (the
+        replica cancels their requests; their replies are ignored)."""
+        self.pending = deque(t for t in self.pending if t.batch is not batch)
+        for r in self.replicas:
+            for ref, t in r.inflight.items():
+                if t.batch is batch:
+                    ray.cancel(ref)
 
     def _lose(self, r: Replica, epoch: int, why: str) -> None:
         """The replica failed (died, restarted, or is unreachable): its groups go back to the front of the
