@@ -61,3 +61,19 @@ def test_the_log_keeps_what_a_restarted_replica_must_replay():
     assert log.updates == [full] and log.version == 6
     with pytest.raises(ValueError, match="either tensors or a checkpoint"):
         WeightUpdate(8)
+
+
+def test_packed_tensors_come_back_equal_in_their_dtype_and_shape():
+    import numpy as np
+    import torch
+
+    from v2.cluster.weights import pack, unpack
+
+    named = {"a": torch.randn(3, 5).to(torch.bfloat16), "b": torch.randn(4, 6).t(), "c": torch.arange(4),
+             "d": np.ones(3, np.float32), "e": "not a tensor"}
+    back = unpack(pack(named))
+    for k in ("a", "b", "c"):
+        assert back[k].dtype == named[k].dtype and torch.equal(back[k], named[k])
+    assert back["d"] is named["d"] and back["e"] == "not a tensor"
+    plain = {"x": torch.ones(2)}
+    assert unpack(plain) is plain

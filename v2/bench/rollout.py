@@ -3,7 +3,9 @@ pools of N replicas, in one run; one JSON line last.
 
 Owns: the workload (P prompts x n samples, every sample forced to exactly `--frames` frames, so each
 configuration does the same work), timing it after a warm-up rollout, and the figures: trajectories/s,
-frames/s, the speed-up over one replica, and the pool's start-up time. Ray is imported only here, in main.
+frames/s, the speed-up over one replica, the pool's start-up time, and the weight path's transport (pack +
+one `ray.put` of `--weights-gb` of bf16, then a worker reading it back as tensors: what `update_weights`
+moves before each replica's in-place copy). Ray is imported only here, in main.
 Must not know: the runtime's or the pool's internals.
 """
 
@@ -43,6 +45,31 @@ def timed(engine: Any, args: argparse.Namespace) -> dict[str, float]:
     return best
 
 
+def weight_transport(gb: float) -> dict[str, float]:
+    """Seconds to pack + put `gb` GB of bf16 tensors, and for another process to read them as tensors."""
+    import ray
+    import torch
+
+    from v2.cluster.weights import pack, unpack
+
+    @ray.remote(num_cpus=0)
+    def read(refs: list[Any]) -> float:
+        start = time.perf_counter()
+        tensors = unpack(ray.get(refs[0]))
+        assert all(t.dtype == torch.bfloat16 for t in tensors.values())
+        return time.perf_counter() - start
+
+    per = int(gb * 2**30 / 2 / 16)  # 16 tensors of bf16
+    named = {f"layer{i}.weight": torch.full((per,), float(i), dtype=torch.bfloat16) for i in range(16)}
+    ray.get(read.remote([ray.put(pack({"w": torch.zeros(1, dtype=torch.bfloat16)}))]))  # a warm worker
+    start = time.perf_counter()
+    ref = ray.put(pack(named))
+    put = time.perf_counter() - start
+    get = ray.get(read.remote([ref]))
+    del ref
+    return {"gb": gb, "pack_put_s": round(put, 3), "put_gb_per_s": round(gb / put, 2), "worker_read_s": round(get, 4)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.rollout", description=__doc__.splitlines()[0])
     p.add_argument("--card", default="moss_tts_local_tiny")
@@ -53,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--cpus-per-replica", type=float, default=1.0, help="Ray CPUs per replica without GPUs")
     p.add_argument("--no-baseline", action="store_true", help="skip the runtime in this process")
+    p.add_argument("--weights-gb", type=float, default=1.0, help="weight transport measured (0: skip)")
     args = p.parse_args(argv)
     card = load_card(args.card)
     results: dict[str, Any] = {}
@@ -76,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
             row["startup_s"] = round(startup, 2)
         results[f"replicas_{n}"] = row
         print(json.dumps({f"replicas_{n}": row}), file=sys.stderr)
+    if args.weights_gb > 0:
+        results["weight_transport"] = weight_transport(args.weights_gb)
+        print(json.dumps({"weight_transport": results["weight_transport"]}), file=sys.stderr)
     base = results.get(f"replicas_{min(args.replicas)}")
     for n in args.replicas:
         if base:

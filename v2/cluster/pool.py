@@ -22,7 +22,7 @@ from v2.card import DEFAULT_CARD, ModelCard, load_card
 from v2.cluster.batch import PoolBatch
 from v2.cluster.dispatch import Dispatcher, GroupTask
 from v2.cluster.replica import remote_class
-from v2.cluster.weights import WeightUpdate
+from v2.cluster.weights import WeightUpdate, pack
 from v2.runtime.updates import WeightUpdateError
 
 _TOTALS = ("groups", "trajectories", "frames", "resubmitted", "losses")
@@ -106,8 +106,8 @@ class RolloutPool:
             if not isinstance(named_tensors, dict):
                 raise WeightUpdateError(f"named_tensors: expected a dict of name -> tensor or an object ref, "
                                         f"got {type(named_tensors).__name__}")
-            tensors = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in named_tensors.items()}
-            update = WeightUpdate(version, tensors=ray.put(tensors), names=frozenset(map(str, tensors)))
+            update = WeightUpdate(version, tensors=ray.put(pack(named_tensors)),
+                                  names=frozenset(map(str, named_tensors)))
         self._dispatcher.update(update, mode, timeout)
 
     def update_weights_from_disk(self, path: str | Path, version: int, *, full: bool = True, mode: str = "wait",

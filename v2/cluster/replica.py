@@ -17,6 +17,7 @@ from typing import Any
 import ray
 import torch
 
+from v2.cluster.weights import unpack
 from v2.rollout import Trajectory
 from v2.runtime import Runtime
 
@@ -64,7 +65,7 @@ class RolloutReplica:
         names: list[frozenset[str] | None] = []
         for version, ref, path in updates:
             if ref is not None:
-                tensors = await ref  # the object store's copy; the update itself runs off the event loop
+                tensors = unpack(await ref)  # read in place from the object store
                 names.append(frozenset(tensors))
                 if version > self.runtime.weight_version:
                     await asyncio.to_thread(self.runtime.update_weights, tensors, version, mode=mode, timeout=timeout)

@@ -5,13 +5,51 @@ its version) and `WeightLog`, the ordered updates a freshly restarted replica re
 version. An update is dropped from the log once a later one makes it redundant: named tensors whose names
 a later tensor update covers, or everything before a checkpoint marked `full` (it holds every weight a
 trainer changes). So a trainer that pushes the same parameters every step keeps one update in the log.
+Also `pack` / `unpack`: named tensors as raw bytes (numpy) with their dtype and shape, so the object store
+holds them in one copy and a replica reads them in place (tensors pickled as tensors are copied on both
+sides; bf16 has no numpy dtype, so bytes it is).
 Must not know: Ray (a reference into the object store is carried as an opaque value), the runtime.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Packed:
+    """{name: (raw bytes, torch dtype name, shape)}; values that are not tensors are kept as they are."""
+
+    tensors: dict[str, tuple[np.ndarray, str, tuple[int, ...]]] = field(default_factory=dict)
+    others: dict[str, Any] = field(default_factory=dict)
+
+
+def pack(named: dict[str, Any]) -> Packed:
+    out = Packed()
+    for name, value in named.items():
+        if isinstance(value, torch.Tensor) and value.layout is torch.strided and not value.is_meta:
+            t = value.detach().cpu().contiguous()
+            out.tensors[name] = (t.reshape(-1).view(torch.uint8).numpy(), str(t.dtype).removeprefix("torch."),
+                                 tuple(t.shape))
+        else:
+            out.others[name] = value  # arrays travel in place already; anything else is the runtime's to refuse
+    return out
+
+
+def unpack(packed: Any) -> dict[str, Any]:
+    """Tensors viewing the packed bytes (read-only: the runtime copies them into its parameters)."""
+    if not isinstance(packed, Packed):
+        return packed  # a caller's own object-store dict of tensors
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch warns that the store's bytes are not writable
+        tensors = {name: torch.from_numpy(raw).view(getattr(torch, dtype)).reshape(shape)
+                   for name, (raw, dtype, shape) in packed.tensors.items()}
+    return {**tensors, **packed.others}
 
 
 @dataclass
