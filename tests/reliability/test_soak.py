@@ -12,5 +12,6 @@ def test_soak_100_requests(capsys):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["ended"] == 100 and report["ended_twice"] == 0 and report["errors"] == 0
     assert report["leaked_kv_slots"] == report["leaked_codec_slots"] == report["left_waiting"] == 0
+    assert report["leaked_kv_blocks"] == 0
     assert report["engine_alive"] and report["finish_reasons"].get("abort", 0) > 0
     assert set(report["rss_mb"]) == {"start", "middle", "end"}

@@ -70,6 +70,7 @@ def run(runtime: Runtime, n: int, *, seed: int = 0, concurrency: int = 32) -> di
     return {"requests": n, "ended": sum(ends.values()), "ended_twice": sum(1 for c in ends.values() if c > 1),
             "finish_reasons": dict(reasons), "errors": reasons.get("error", 0), "wall_s": wall,
             "leaked_kv_slots": stats["kv_slots_in_use"], "leaked_codec_slots": stats["codec_slots_in_use"],
+            "leaked_kv_blocks": stats["kv_blocks_held"],
             "left_waiting": stats["waiting"], "left_running": stats["running"],
             "engine_alive": runtime._thread.is_alive(), "rss_mb": rss,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['rss_mb']['end']:.0f} MiB, {report['wall_s']:.1f} s", file=sys.stderr)
     print(json.dumps({"bench": "v2.soak", **report}))
     ok = report["ended"] == report["requests"] and not report["ended_twice"] and not report["errors"] \
-        and not (report["leaked_kv_slots"] or report["leaked_codec_slots"] or report["left_waiting"]) \
+        and not (report["leaked_kv_slots"] or report["leaked_codec_slots"] or report["leaked_kv_blocks"]
+                 or report["left_waiting"]) \
         and report["engine_alive"]
     return 0 if ok else 1
 
