@@ -93,6 +93,12 @@ def test_a_bad_prompt_fails_its_rollout_with_the_runtimes_error_and_the_pool_goe
     assert len(pool.rollout(PROMPTS, n=1, max_frames=4).trajectories(60)) == 2
 
 
+def test_a_replica_that_cannot_start_fails_the_pool_with_its_reason(pool, tmp_path):
+    with pytest.raises(RuntimeError, match="replicas failed to start: replica 0: .*"):
+        RolloutPool.from_card(CARD, replicas=1, checkpoint=str(tmp_path / "missing"),
+                              resources_per_replica={"num_cpus": 0.25}, start_timeout=60)
+
+
 def test_groups_follow_outstanding_work_not_round_robin(pool):
     long = pool.rollout([PROMPTS[0]], n=4, seed=1, max_frames=400, min_frames=400)
     wait_for(lambda: long.placements[0], 10, "the long group to be placed")

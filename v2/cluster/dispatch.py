@@ -269,17 +269,21 @@ class Dispatcher:
                     self.log.learned(u, n)
             if r.version == self.log.version:
                 r.state = "ready"
-            else:
+            elif r.version < self.log.version:
                 self._replay(r)  # an update landed while it replayed
+            else:  # it applied an update the pool then took back (refused by the others): start it afresh
+                r.error = f"holds version {r.version}, above the pool's {self.log.version}"
+                ray.kill(r.actor, no_restart=False)
+                r.retry_at = time.monotonic() + RETRY_S
             return
         r.error = f"{type(error).__name__}: {error}"
         if isinstance(error, ActorUnavailableError):  # Ray is restarting it: ask again shortly
             r.retry_at = time.monotonic() + RETRY_S
             return
-        r.losses += 1
-        if isinstance(error, RayActorError) and r.losses <= self.max_restarts:
+        r.losses += 1  # it died again, its start-up fails, or it refused the log (which may have changed since)
+        if r.losses <= self.max_restarts:
             self._replay(r)
-        else:  # out of restarts, or its start-up itself fails
+        else:
             self._dead(r)
 
     def _dead(self, r: Replica) -> None:
