@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from v2.fields import TEMPERATURE_MAX, TEMPERATURE_MIN
 from v2.request import RequestError
 from v2.runtime import Runtime
 
@@ -76,7 +77,7 @@ def test_each_bad_input_class_is_refused_naming_the_field(runtime, bystander, re
 @settings(max_examples=40, deadline=None)
 @given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 500)))
 def test_temperature_domain(runtime, t):
-    ok = t == 0 or 0.1 <= t <= 3.0  # greedy, or the accepted range (designs/reliability.md)
+    ok = t == 0 or TEMPERATURE_MIN <= t <= TEMPERATURE_MAX  # greedy, or the accepted range (designs/reliability.md)
     request = {"text": "x", "sampling": {"temperature": t}, "max_frames": 1}
     if ok:
         runtime.submit(request).cancel()

@@ -61,7 +61,7 @@ def test_found_before_anything_loads(tmp_path, capsys, no_synthesis, args, messa
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--temperature", "9"], "error: argument --temperature: must be 0 (greedy) or lie in [0.1, 3.0], got 9.0"),
+    (["--temperature", "9"], "error: argument --temperature: must be 0 (greedy) or lie in [0.25, 3.0], got 9.0"),
     (["--temperature", "warm"], "error: argument --temperature: expected a number, got 'warm'"),
     (["--top-p", "0"], "error: argument --top-p: must lie in (0, 1], got 0.0"),
     (["--top-p", "nan"], "error: argument --top-p: must lie in (0, 1], got nan"),
