@@ -2,11 +2,10 @@
 
 Owns: the Serve deployment (each replica loads its own `Runtime` and builds the very app `v2 serve` runs
 with `create_app`, so routes, streaming and errors are the same), least-loaded routing (every request goes to
-the replica with the fewest requests in flight), a response header naming the replica that answered, the
-replica's health check (a closed runtime fails it and Serve replaces the replica), starting it all on a
-host and port, printing the URL, and stopping on SIGTERM / SIGINT (replicas drain for `--drain-timeout`).
-A replica that dies fails only the requests it was serving (the proxy cuts their responses); Serve starts
-a new replica in its place.
+the replica with the fewest requests in flight), a response header naming the replica that answered,
+starting it all on a host and port, printing the URL, and stopping on SIGTERM / SIGINT (replicas drain
+for `--drain-timeout`). A replica that dies fails only the requests it was serving (the proxy cuts their
+responses); Serve starts a new replica in its place.
 Must not know: routes, request mapping, audio encoding, the engine's internals.
 """
 
@@ -70,12 +69,6 @@ class SpeechReplica:
     def __serve_build_asgi_app__(self) -> ASGIApp:
         return _NameReplica(create_app(self.runtime, self.config), self.name)
 
-    def check_health(self) -> None:
-        """Serve calls this periodically; a failure replaces the replica."""
-        stats = self.runtime.stats()  # raises if the runtime is unusable
-        if stats is None:
-            raise RuntimeError("the runtime gave no stats")
-
     def __del__(self) -> None:
         runtime = getattr(self, "runtime", None)
         if runtime is not None:
@@ -93,7 +86,7 @@ def deployment(card: str, *, replicas: int, runtime_options: dict[str, Any], con
     ingress = serve.ingress()(SpeechReplica)
     d = serve.deployment(ingress, name="speech", num_replicas=replicas, ray_actor_options=resources,
                          max_ongoing_requests=loop.max_running, max_queued_requests=loop.max_waiting * replicas,
-                         graceful_shutdown_timeout_s=drain_timeout, health_check_period_s=5,
+                         graceful_shutdown_timeout_s=drain_timeout,
                          request_router_config=RequestRouterConfig(request_router_class=LeastLoadedRouter))
     return d.bind(card, runtime_options, config)
 
