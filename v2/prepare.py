@@ -4,7 +4,8 @@ Owns: the cheap bounds first (text fields against the card's character cap), rea
 level-setting reference recordings (refusals name `reference_audio`), the prompt layout (explicit rows;
 the template with references in the user turn, "clone"; or one reference as assistant audio after its
 transcript, "continuation"), placeholder codes of the right length while recordings wait for the encoder,
-naming the field that makes a prompt too long, frame limits, and resolving sampling against the card.
+naming the field that makes a prompt too long, frame limits, resolving sampling against the card, and
+long text's segments (`v2/long_text.py`: the first segment's prompt is laid out here, the others' there).
 Must not know: the engine, slots, devices, the encoder's weights.
 """
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from v2.card import ModelCard
+from v2.long_text import TextSegment, first_text, plan, spans, unsplit
 from v2.models.config import MossTTSLocalConfig
 from v2.models.prompt import PromptError, build_prompt, check_rows
 from v2.models.sampling import SamplingSettings
@@ -41,6 +43,7 @@ class Prepared:
     max_frames: int
     audio: tuple[np.ndarray, ...] = ()  # recordings to encode first: [channels, n] float32 at the codec's rate
     transcript: str | None = None       # continuation mode: the reference's transcript
+    segments: tuple[TextSegment, ...] = ()  # long text: the segments it is spoken as (`max_frames` is the first's cap)
 
 
 def _text_limits(request: SpeechRequest, limits: Any) -> None:
@@ -88,15 +91,17 @@ def _recordings(request: SpeechRequest, card: ModelCard, codec: CodecSpec | None
 
 
 def build_rows(request: SpeechRequest, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer,
-               references: tuple[torch.Tensor, ...], transcript: str | None) -> torch.Tensor:
+               references: tuple[torch.Tensor, ...], transcript: str | None, text: str | None = None) -> torch.Tensor:
     """The prompt rows [T, 13]: explicit rows, or the template with the references in the user turn ("clone")
-    or, with a transcript, the one reference as assistant audio after `transcript + text` ("continuation")."""
+    or, with a transcript, the one reference as assistant audio after `transcript + text` ("continuation").
+    `text`: what the prompt says, when not the request's whole text (the first segment of a long text)."""
     if request.prompt_rows is not None:
         return check_rows(cfg, request.prompt_rows)
     common = dict(instruction=request.instruction, language=request.language, tokens=request.duration_frames)
+    said = (request.text or "") if text is None else text
     if transcript is not None:
-        return build_prompt(tokenizer, cfg, transcript + (request.text or ""), assistant_codes=references[0], **common)
-    return build_prompt(tokenizer, cfg, request.text or "", reference_codes=references or None, **common)
+        return build_prompt(tokenizer, cfg, transcript + said, assistant_codes=references[0], **common)
+    return build_prompt(tokenizer, cfg, said, reference_codes=references or None, **common)
 
 
 def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer, *,
@@ -106,6 +111,7 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
     read and prepared here; their rows hold placeholder codes of the right length until encoded."""
     limits = card.loops.ar_decode
     _text_limits(request, limits)
+    parts = spans(request, limits.max_segment_chars)  # long text: split at sentence ends (refusals name `text`)
     audio = _recordings(request, card, codec)
     if audio:
         assert codec is not None
@@ -116,13 +122,14 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
         references = tuple(request.reference_codes or ())
     transcript = request.reference_text if request.reference_text is not None else getattr(voice, "text", None)
     try:
-        rows = build_rows(request, cfg, tokenizer, references, transcript)
+        rows = build_rows(request, cfg, tokenizer, references, transcript, first_text(request, parts))
     except (PromptError, ValueError, TypeError) as e:
         raise RequestError(str(e)) from None
     if len(rows) > limits.max_prompt_rows:
         field = _longest_field(request, tokenizer, references)
+        why = unsplit(request, limits.max_segment_chars) if field == "text" else ""
         raise RequestError(f"{field}: the prompt is {len(rows)} rows, over the card's max_prompt_rows "
-                           f"({limits.max_prompt_rows})")
+                           f"({limits.max_prompt_rows}){why}")
     max_frames = request.max_frames if request.max_frames is not None else limits.max_frames
     if max_frames > limits.max_frames:
         raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})")
@@ -132,4 +139,6 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
         sampling = request.sampling.resolve(limits.sampling.settings())
     except ValueError as e:
         raise RequestError(f"sampling: {e}") from None
-    return Prepared(rows, sampling, max_frames, audio, transcript)
+    segments = plan(request, parts, cfg, tokenizer, max_frames=max_frames, min_frames=request.min_frames,
+                    max_prompt_rows=limits.max_prompt_rows)
+    return Prepared(rows, sampling, segments[0].max_frames if segments else max_frames, audio, transcript, segments)

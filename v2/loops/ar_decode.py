@@ -5,6 +5,10 @@ slot, whether its KV was taken back) and `ARDecodeLoop`, a stateless driven loop
 PREFILL or AR_FRAME plan, or Done; no kernel) / `advance` (take one row of a batched result) /
 `finalize`. After a preemption the runtime hands back rows to recompute (the prompt and the rows of the
 frames already made); they are prefilled like a prompt, and decoding goes on from the next frame.
+Long text: a request may be several segments, each one prompt and one run of frames (stop or its cap).
+When a segment that another follows ends, the state waits (`switching`) until the runtime lays out the
+next prompt (`begin_segment`); the frames made so far stay in the request's history. A segment that
+another follows emits at least one frame, since its codes carry the voice into the next prompt.
 Must not know: tensors on a device, batching, other requests, the codec.
 """
 
@@ -63,6 +67,14 @@ class ARState(LoopState):
     codes: list[tuple[int, ...]] = field(default_factory=list)     # emitted frames
     logprobs: list[tuple[float, ...]] = field(default_factory=list)  # every decision, the final stop included
     fresh: list[tuple[int, ...]] = field(default_factory=list)     # frames emitted by the last advance
+    # long text: `codes` / `logprobs` / `max_frames` / `rows` above are the current segment's
+    segment_caps: tuple[int, ...] = ()  # frame caps of the segments after the first
+    segment: int = 0                    # the current segment's index
+    switching: bool = False             # the segment ended and another follows: waits for `begin_segment`
+    done_codes: list[tuple[int, ...]] = field(default_factory=list)     # frames of the finished segments
+    done_logprobs: list[tuple[float, ...]] = field(default_factory=list)
+    ended: list[tuple[int, int, FinishReason]] = field(default_factory=list)  # finished segments: (prompt rows,
+                                                                              # frames, how it ended)
 
 
 class ARDecodeLoop:
@@ -71,9 +83,11 @@ class ARDecodeLoop:
     def __init__(self, settings: ARDecodeSettings) -> None:
         self.settings = settings
 
-    def init(self, request_id: int, rows: Any, *, max_frames: int, min_frames: int) -> ARState:
+    def init(self, request_id: int, rows: Any, *, max_frames: int, min_frames: int,
+             segment_caps: tuple[int, ...] = ()) -> ARState:
+        """`max_frames`: the first segment's cap; `segment_caps`: the caps of the segments that follow."""
         return ARState(request_id=request_id, rows=rows, prompt_len=int(rows.shape[0]), max_frames=max_frames,
-                       min_frames=min_frames)
+                       min_frames=min_frames, segment_caps=segment_caps)
 
     def resources(self, state: ARState, *, decode_audio: bool) -> ResourceRequest:
         return ResourceRequest(kv_rows=state.prompt_len + state.max_frames, codec_stream=decode_audio)
@@ -82,7 +96,7 @@ class ARDecodeLoop:
         """The next plan, Done, or None (waiting for a group leader's prompt)."""
         if state.finish is not None:
             return Done(state.finish)
-        if state.paused:
+        if state.paused or state.switching:
             return None
         total = int(state.rows.shape[0])
         if state.prefilled < total:
@@ -93,7 +107,8 @@ class ARDecodeLoop:
             plan: Any = PrefillPlan(state.slot, state.prefilled, state.rows[state.prefilled:end], last)
             return WorkPlan(state.request_id, self.kind, PREFILL, plan)
         frame = len(state.codes)
-        plan = FramePlan(state.slot, state.prompt_len + frame, frame, frame >= state.min_frames)
+        floor = max(state.min_frames, 1) if state.segment < len(state.segment_caps) else state.min_frames
+        plan = FramePlan(state.slot, state.prompt_len + frame, frame, frame >= floor)
         return WorkPlan(state.request_id, self.kind, FRAME, plan)
 
     def advance(self, state: ARState, result: StepResult) -> None:
@@ -103,14 +118,39 @@ class ARDecodeLoop:
             return
         row: FrameRow = result.data
         state.logprobs.append(row.logprobs)
+        end = None
         if row.stop:
-            state.finish = FinishReason.STOP
+            end = FinishReason.STOP
+        else:
+            state.codes.append(row.codes)
+            state.fresh = [row.codes]
+            if len(state.codes) >= state.max_frames:
+                end = FinishReason.LENGTH
+        if end is None:
             return
-        state.codes.append(row.codes)
-        state.fresh = [row.codes]
-        if len(state.codes) >= state.max_frames:
-            state.finish = FinishReason.LENGTH
+        if state.segment < len(state.segment_caps):
+            state.switching = True
+            state.ended.append((state.prompt_len, len(state.codes), end))
+        else:
+            state.finish = end
+
+    def begin_segment(self, state: ARState, rows: Any) -> None:
+        """The next segment's prompt `rows`: its frames so far join the history; it waits (`paused`) for KV
+        blocks, as a preempted request does, then prefills the prompt and decodes its first frame."""
+        if not state.switching:
+            raise RuntimeError(f"request {state.request_id}: no segment has ended")
+        state.done_codes += state.codes
+        state.done_logprobs += state.logprobs
+        state.codes, state.logprobs, state.fresh = [], [], []
+        state.max_frames = state.segment_caps[state.segment]
+        state.segment += 1
+        state.rows, state.prompt_len, state.prefilled = rows, int(rows.shape[0]), 0
+        state.switching, state.paused = False, True
 
     def finalize(self, state: ARState) -> LoopResult:
+        """codes and logprobs of every segment; `segments`: per segment (prompt rows, frames, finish), the
+        current one's included (ABORT when it did not end)."""
+        current = [] if state.switching else [(state.prompt_len, len(state.codes), state.finish or FinishReason.ABORT)]
         return LoopResult(state.finish or FinishReason.ABORT,
-                          {"codes": list(state.codes), "logprobs": list(state.logprobs)})
+                          {"codes": state.done_codes + state.codes, "logprobs": state.done_logprobs + state.logprobs,
+                           "segments": state.ended + current})

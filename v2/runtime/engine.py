@@ -31,6 +31,7 @@ from v2.runtime.encoding import EncodeExecutor, EncodeJob, EncodeStage
 from v2.runtime.executors import ARExecutor, CodecExecutor, to_host
 from v2.runtime.kv import RequestKV, pool_blocks
 from v2.runtime.results import publish
+from v2.runtime.segments import next_segment
 from v2.runtime.scheduler import Batch, schedule
 from v2.runtime.slots import SlotPool
 from v2.runtime.records import Group, RequestRecord, share_prefixes
@@ -119,6 +120,9 @@ class Runtime:
             if prepared[0][1].audio:
                 raise RequestError("reference_audio: a group shares one prompt; store the voice once "
                                    "(rt.voices.add) and pass voice=NAME, or pass reference_codes")
+            if len(prepared[0][1].segments) > 1:
+                raise RequestError("text: a group shares one prompt; this text is spoken as "
+                                   f"{len(prepared[0][1].segments)} segments (max_segment_chars)")
         handles = []
         limits = self.card.loops.ar_decode
         with self._cond:
@@ -133,7 +137,7 @@ class Runtime:
                 handle = SpeechHandle(rid, self._request_cancel, self._callbacks, limits.max_buffered_chunks)
                 record = RequestRecord(rid, handle, req, p.rows, p.sampling, p.max_frames, time.perf_counter(),
                                        group=group, group_id=group_id, sample_id=i, transcript=p.transcript,
-                                       enc=self._encode_state(rid, p.audio))
+                                       enc=self._encode_state(rid, p.audio), segments=p.segments)
                 if group is not None:
                     group.members.append(rid)
                 if record.enc is not None:
@@ -382,6 +386,8 @@ class Runtime:
         """Release the KV slot as soon as the AR loop ends; finish the request when the vocoder loop is done."""
         assert req.ar is not None and req.voc is not None
         self.kv.computed([req])  # its computed full prompt blocks enter the prefix cache
+        if req.ar.switching:  # long text: the next segment's prompt, prefilled once KV blocks are given
+            next_segment(req, self.ar_loop, self.kv, self.ar_exec)
         if req.ar.finish is not None:
             self._release(req, "kv")
         if req.voc.finish is not None:
@@ -414,7 +420,8 @@ class Runtime:
     def _start(self, req: RequestRecord) -> None:
         audio = req.request.decode_audio
         req.version = self._gate.version
-        req.ar = self.ar_loop.init(req.id, req.rows, max_frames=req.max_frames, min_frames=req.request.min_frames)
+        req.ar = self.ar_loop.init(req.id, req.rows, max_frames=req.max_frames, min_frames=req.request.min_frames,
+                                   segment_caps=tuple(s.max_frames for s in req.segments[1:]))
         req.voc = self.voc_loop.init(req.id, sample_rate=self.codec.sample_rate, enabled=audio)
         if req.group is not None and req.group.members[0] != req.id and not req.group.shared:
             req.ar.prefix_from = req.group.members[0]
@@ -481,7 +488,8 @@ class Runtime:
         """A waiting request's recordings are encoded: lay its prompt out with the real codes (it is admissible)."""
         assert req.enc is not None and req.enc.codes is not None
         references = tuple(torch.from_numpy(c) for c in req.enc.codes)
-        req.rows = build_rows(req.request, self.model.cfg, self.tokenizer, references, req.transcript)
+        req.rows = build_rows(req.request, self.model.cfg, self.tokenizer, references, req.transcript,
+                              req.segments[0].text if req.segments else None)
 
     def _fail_any(self, rid: int, message: str) -> None:
         """Fail a running request, a waiting one (its encode failed) or an encode job."""

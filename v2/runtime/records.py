@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from v2.long_text import TextSegment
 from v2.loops.ar_decode import ARState
 from v2.loops.encode import EncodeState
 from v2.loops.vocoder import VocoderState
@@ -54,6 +55,7 @@ class RequestRecord:
     transcript: str | None = None   # continuation mode: the reference's transcript (the prompt is laid out again
                                     # with the real codes once they are encoded)
     kv_keys: list[bytes] | None = None  # chained keys of its prompt's full KV blocks (made once it is ready)
+    segments: tuple[TextSegment, ...] = ()  # long text: its segments (`rows` is then the current segment's prompt)
 
     @property
     def ready(self) -> bool:

@@ -1,6 +1,7 @@
 """Building what a finished request hands back: the `SpeechResult`, and under ROLLOUT its `Trajectory`.
 
-Owns: assembling audio from the chunks made, the codes, the metrics (TTFA, RTF, queueing), the
+Owns: assembling audio from the chunks made, the codes, the segments (a long text's spans and frame
+ranges), the metrics (TTFA, RTF, queueing), the
 trajectory record (ids, seed, weight version, prompt, codes, stop decisions, logprobs, timings), and
 `publish`: handing the result (and a non-streaming request's single chunk) to the request's handle.
 Must not know: slots, scheduling, threads.
@@ -15,7 +16,19 @@ import numpy as np
 from v2.contracts import ExecutionProfile, FinishReason, LoopResult
 from v2.loops.vocoder import AudioChunk
 from v2.rollout import Trajectory
-from v2.runtime.streams import Metrics, SpeechResult
+from v2.runtime.streams import Metrics, SpeechResult, SpeechSegment
+
+
+def _segments(req: Any, ar: LoopResult | None) -> tuple[SpeechSegment, ...]:
+    """Each segment's text span and frame range (the frame ranges tile the codes)."""
+    ended = ar.outputs.get("segments", []) if ar else []
+    planned = req.segments or ()
+    out, frame = [], 0
+    for i, (prompt_rows, frames, finish) in enumerate(ended):
+        start, end = (planned[i].start, planned[i].end) if i < len(planned) else (0, len(req.request.text or ""))
+        out.append(SpeechSegment(start, end, frame, frame + frames, finish.value, prompt_rows))
+        frame += frames
+    return tuple(out)
 
 
 def build_result(req: Any, ar: LoopResult | None, voc: LoopResult | None, reason: FinishReason, now: float, *,
@@ -24,8 +37,9 @@ def build_result(req: Any, ar: LoopResult | None, voc: LoopResult | None, reason
     chunks = voc.outputs["chunks"] if voc else []
     audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((channels, 0), np.float32)
     codes = np.array(ar.outputs["codes"] if ar else [], dtype=np.int64).reshape(-1, 12)
+    segments = _segments(req, ar)
     metrics = Metrics(
-        prompt_rows=int(req.rows.shape[0]), frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
+        prompt_rows=sum(s.prompt_rows for s in segments) if segments else int(req.rows.shape[0]), frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
         ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,
         queue_s=(req.admitted or now) - req.submitted)
     trajectory = None
@@ -41,7 +55,7 @@ def build_result(req: Any, ar: LoopResult | None, voc: LoopResult | None, reason
             min_frames=req.request.min_frames, finish_reason=reason.value,
             timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
             audio=audio if req.request.decode_audio else None)
-    return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error)
+    return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error, segments)
 
 
 def publish(req: Any, ar: LoopResult | None, voc: LoopResult | None, reason: FinishReason, now: float, *,

@@ -27,7 +27,7 @@ from v2.loops.vocoder import AudioChunk
 
 @dataclass(frozen=True)
 class Metrics:
-    prompt_rows: int
+    prompt_rows: int      # all segments' prompts together
     frames: int
     audio_seconds: float
     ttfa_s: float | None  # submit -> first audio chunk made (None when no audio)
@@ -41,6 +41,18 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class SpeechSegment:
+    """One segment of a result: a long text is spoken as consecutive segments of whole sentences."""
+
+    text_start: int          # its span of the request's text: text[text_start:text_end]
+    text_end: int
+    frame_start: int         # its frames: codes[frame_start:frame_end]; its audio starts at frame_start * hop
+    frame_end: int
+    finish_reason: str       # how the segment ended: stop | length (its frame cap) | abort (cut short)
+    prompt_rows: int
+
+
+@dataclass(frozen=True)
 class SpeechResult:
     audio: np.ndarray        # float32 [channels, samples]
     sample_rate: int
@@ -49,6 +61,7 @@ class SpeechResult:
     metrics: Metrics
     trajectory: Any = None  # a v2.rollout.Trajectory under the ROLLOUT profile
     error: str | None = None
+    segments: tuple[SpeechSegment, ...] = ()  # in order; their frame ranges tile `codes` (one unless long text)
 
 
 _END = object()
