@@ -10,7 +10,9 @@ pytest.importorskip("ray", reason="the cluster tests need Ray: pip install v2[ra
 
 from v2.examples.grpo import main  # noqa: E402
 
-ARGS = ["--iterations", "2", "--n", "2", "--max-frames", "16"]
+# iteration 0 (seed 0) runs every sample to the cap, so its step changes nothing; iteration 1's step does,
+# and iteration 2 then rolls out on pushed weights that differ from the card's
+ARGS = ["--iterations", "3", "--n", "4", "--max-frames", "12", "--target-frames", "6"]
 
 
 def test_grpo_through_the_pool_matches_one_runtime(ray_cluster, capsys):
@@ -18,7 +20,8 @@ def test_grpo_through_the_pool_matches_one_runtime(ray_cluster, capsys):
     single = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
     assert main(ARGS + ["--replicas", "2"]) == 0
     pooled = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
-    assert [x["runtime_version_now"] for x in pooled] == [1, 2]
+    assert [x["runtime_version_now"] for x in pooled] == [1, 2, 3]
+    assert pooled[1]["loss"] != 0.0
     for a, b in zip(single, pooled):  # the same trajectories, so the same rewards, loss and weights after
         for key in ("iteration", "weight_version", "mean_reward", "mean_frames"):
             assert a[key] == b[key]
