@@ -10,7 +10,7 @@ ray = pytest.importorskip("ray", reason="the cluster tests need Ray: pip install
 
 import numpy as np  # noqa: E402
 
-from conftest import CARD, scaled_weights, wait_for  # noqa: E402
+from .kit import CARD, scaled_weights, wait_for  # noqa: E402
 from v2.cluster import RolloutCancelled, RolloutPool  # noqa: E402
 from v2.request import RequestError  # noqa: E402
 from v2.runtime import Runtime  # noqa: E402

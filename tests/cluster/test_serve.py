@@ -15,7 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Ser
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from conftest import CARD, wait_for  # noqa: E402
+from .kit import CARD, wait_for  # noqa: E402
 from v2.runtime import Runtime  # noqa: E402
 from v2.server import ServerConfig  # noqa: E402
 from v2.server.audio import to_s16  # noqa: E402

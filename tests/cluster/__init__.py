@@ -1,0 +1,1 @@
+"""Tests of v2.cluster on a real local Ray cluster."""
