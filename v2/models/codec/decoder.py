@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +35,20 @@ class CodecState:
     k: list[Tensor]
     v: list[Tensor]
     frames: Tensor
+
+    @classmethod
+    def zeros(cls, stages: Sequence[StageConfig], num_slots: int, *, dtype: torch.dtype,
+              device: torch.device) -> "CodecState":
+        """Zeroed state of `stages`' attention layers for `num_slots` streams plus the dummy slot."""
+        if num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        ks, vs = [], []
+        for stage in stages:
+            shape = (num_slots + 1, stage.num_heads, stage.window - 1, stage.head_dim)
+            for _ in range(stage.num_layers):
+                ks.append(torch.zeros(shape, dtype=dtype, device=device))
+                vs.append(torch.zeros(shape, dtype=dtype, device=device))
+        return cls(ks, vs, torch.zeros(num_slots + 1, dtype=torch.long, device=device))
 
     @property
     def num_slots(self) -> int:
@@ -111,15 +126,7 @@ class MossAudioDecoder(nn.Module):
 
     def allocate_state(self, num_slots: int) -> CodecState:
         """Zeroed streaming state for `num_slots` streams plus the dummy slot."""
-        if num_slots < 1:
-            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
-        ks, vs = [], []
-        for stage in self.cfg.stages:
-            shape = (num_slots + 1, stage.num_heads, stage.window - 1, stage.head_dim)
-            for _ in range(stage.num_layers):
-                ks.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
-                vs.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
-        return CodecState(ks, vs, torch.zeros(num_slots + 1, dtype=torch.long, device=self.device))
+        return CodecState.zeros(self.cfg.stages, num_slots, dtype=self.dtype, device=self.device)
 
     @torch.no_grad()
     def decode_chunk(self, slots: Tensor, codes: Tensor, *, state: CodecState, lengths: Tensor | None = None) -> Tensor:

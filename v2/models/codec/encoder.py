@@ -190,15 +190,7 @@ class MossAudioEncoder(nn.Module):
 
     def allocate_state(self, num_slots: int) -> CodecState:
         """Zeroed state for `num_slots` chunked encodes plus the dummy slot (the last), as the decoder's."""
-        if num_slots < 1:
-            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
-        ks, vs = [], []
-        for stage in self.cfg.encoder_stages:
-            shape = (num_slots + 1, stage.num_heads, stage.window - 1, stage.head_dim)
-            for _ in range(stage.num_layers):
-                ks.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
-                vs.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
-        return CodecState(ks, vs, torch.zeros(num_slots + 1, dtype=torch.long, device=self.device))
+        return CodecState.zeros(self.cfg.encoder_stages, num_slots, dtype=self.dtype, device=self.device)
 
     @torch.no_grad()
     def encode_chunk(self, slots: Tensor, audio: Tensor, *, state: CodecState, frames: Tensor | None = None) -> Tensor:
