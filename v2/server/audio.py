@@ -11,6 +11,7 @@ Must not know: HTTP, the runtime, requests.
 from __future__ import annotations
 
 import struct
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,8 +126,9 @@ class _Sink:
         return out
 
 
-class Encoder:
-    """Feed runtime audio, get the next bytes of the file; `finish()` returns the rest (or, not streaming, all)."""
+class Encoder(ABC):
+    """Feed runtime audio, get the next bytes of the file; `finish()` returns the rest (or, not streaming, all).
+    Each format says how frames become bytes (`_encode`) and what closes the file (`_close`)."""
 
     def __init__(self, spec: OutputSpec, in_rate: int, in_channels: int, streaming: bool) -> None:
         self.spec, self.streaming = spec, streaming
@@ -143,11 +145,11 @@ class Encoder:
         self.samples += len(frames)
         return self._encode(frames) + self._close()
 
-    def _encode(self, frames: np.ndarray) -> bytes:
-        raise NotImplementedError
+    @abstractmethod
+    def _encode(self, frames: np.ndarray) -> bytes: ...
 
-    def _close(self) -> bytes:
-        raise NotImplementedError
+    @abstractmethod
+    def _close(self) -> bytes: ...
 
 
 class PcmEncoder(Encoder):
