@@ -9,6 +9,7 @@ Must not know: the model, cards, the engine.
 
 from __future__ import annotations
 
+import functools
 import numbers
 import sys
 from typing import Annotated, Any
@@ -56,10 +57,12 @@ def int_tensor(value: Any, field: str) -> Any:
     raise FieldError(f"{field}: expected a list, numpy array or tensor of integers, got {type(value).__name__}")
 
 
-def _int_dtypes() -> set[Any]:
+@functools.cache
+def _int_dtypes() -> frozenset[Any]:
     import torch
 
-    return {torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32, torch.uint64}
+    return frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
+                      torch.uint64})
 
 
 def _from_tensor(t: Any, field: str) -> Any:

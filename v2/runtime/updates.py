@@ -108,8 +108,8 @@ def from_disk(model: nn.Module, path: str | Path) -> Callable[[], Iterator[Named
         for file, keys in stored_by_file(files):
             with open_weights(file) as f:
                 for key in keys:
-                    if key in mapping:
-                        yield key, mapping[key], read_tensor(f, key, file)
+                    if key in mapping:  # values on disk are checked as they are read
+                        yield key, mapping[key], check_value(key, read_tensor(f, key, file))
     return tensors
 
 
@@ -119,13 +119,13 @@ def _copy(rows: Tensor, value: Tensor) -> None:
 
 @torch.no_grad()
 def apply(model: nn.Module, tensors: Iterable[Named]) -> int:
-    """Copy each tensor into its parameter (rows) in place; returns how many were copied. All or nothing:
-    if a value is bad or a copy fails, every row already written gets its old values back, and it raises."""
+    """Copy each (already checked) tensor into its parameter (rows) in place; returns how many were copied.
+    All or nothing: if producing a value or a copy fails, every row already written gets its old values back,
+    and it raises."""
     params = dict(model.named_parameters())
     saved: list[tuple[Tensor, Tensor]] = []  # (rows, their values before), on the parameter's device
     try:
-        for name, part, value in tensors:
-            value = check_value(name, value)
+        for _name, part, value in tensors:
             rows = params[part.param][part.start : part.start + part.shape[0]]
             saved.append((rows, rows.clone()))
             _copy(rows, value)
