@@ -20,6 +20,13 @@ from torch import Tensor
 from v2.models.config import BackboneConfig
 
 
+def _zeroed_kv(cfg: BackboneConfig, units: int, rows: int, dtype: torch.dtype,
+               device: torch.device | str) -> tuple[Tensor, Tensor]:
+    """Zeroed K and V [layers, units, kv_heads, rows, head_dim]: a unit is a slot or a block (dummy included)."""
+    shape = (cfg.num_layers, units, cfg.num_kv_heads, rows, cfg.head_dim)
+    return torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
+
+
 @dataclass
 class KVCache:
     """Backbone K/V for every layer: k, v are [layers, num_slots + 1, kv_heads, max_len, head_dim].
@@ -36,8 +43,7 @@ class KVCache:
                  dtype: torch.dtype, device: torch.device | str) -> "KVCache":
         if num_slots < 1 or max_len < 1:
             raise ValueError(f"KVCache needs num_slots >= 1 and max_len >= 1, got {num_slots}, {max_len}")
-        shape = (cfg.num_layers, num_slots + 1, cfg.num_kv_heads, max_len, cfg.head_dim)
-        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        return cls(*_zeroed_kv(cfg, num_slots + 1, max_len, dtype, device))
 
     @property
     def num_slots(self) -> int:
@@ -79,8 +85,7 @@ class PagedKVCache:
                  dtype: torch.dtype, device: torch.device | str) -> "PagedKVCache":
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"PagedKVCache needs num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
-        shape = (cfg.num_layers, num_blocks + 1, cfg.num_kv_heads, block_size, cfg.head_dim)
-        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        return cls(*_zeroed_kv(cfg, num_blocks + 1, block_size, dtype, device))
 
     @staticmethod
     def block_bytes(cfg: BackboneConfig, block_size: int, dtype: torch.dtype) -> int:
