@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from v2.checkpoints import resolve_checkpoint
 from v2.fields import TOP_K_MAX, check_penalty, check_temperature
+from v2.sampling_settings import HeadSampling, SamplingSettings
 
 
 def _cards_dir() -> Traversable:
@@ -94,10 +95,8 @@ class SamplingDefaults(_Frozen):
 
     _penalty = field_validator("repetition_penalty")(check_penalty)
 
-    def settings(self) -> Any:
-        """The defaults as `SamplingSettings` (imported here: the card itself needs no torch)."""
-        from v2.models.sampling import HeadSampling, SamplingSettings
-
+    def settings(self) -> SamplingSettings:
+        """The defaults as `SamplingSettings`."""
         return SamplingSettings(
             stop=HeadSampling(self.stop.temperature, self.stop.top_k, self.stop.top_p),
             audio=HeadSampling(self.audio.temperature, self.audio.top_k, self.audio.top_p),

@@ -21,7 +21,7 @@ from v2.card import ModelCard
 from v2.long_text import TextSegment, first_text, plan, spans, unsplit
 from v2.models.config import MossTTSLocalConfig
 from v2.models.prompt import PromptError, build_prompt, check_rows
-from v2.models.sampling import SamplingSettings
+from v2.sampling_settings import SamplingSettings
 from v2.models.tokenizer import TextTokenizer
 from v2.request import RequestError, SpeechRequest
 

@@ -23,7 +23,7 @@ from v2.contracts import ExecutionProfile
 from v2.fields import (
     INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature, int_tensor,
 )
-from v2.models.sampling import HeadSampling, SamplingSettings
+from v2.sampling_settings import HeadSampling, SamplingSettings
 
 
 class RequestError(ValueError):

@@ -44,7 +44,8 @@ def test_frame_step_bench_runs_on_cpu_and_prints_json(capsys):
 
 def test_decode_attention_comparison_times_both_paths(tiny_model, monkeypatch):
     from v2.bench.framestep import attention_row
-    from v2.models import decode_attention as da, kernels
+    from v2.models import kernels
+    from v2.models.kernels import decode_attention as da
 
     if da.triton is None:
         pytest.skip("needs triton")

@@ -14,7 +14,7 @@ from .kit import CARD, scaled_weights, wait_for  # noqa: E402
 from v2.cluster import RolloutCancelled, RolloutPool  # noqa: E402
 from v2.request import RequestError  # noqa: E402
 from v2.runtime import Runtime  # noqa: E402
-from v2.runtime.updates import WeightUpdateError  # noqa: E402
+from v2.runtime.weight_updates import WeightUpdateError  # noqa: E402
 
 PROMPTS = ["A short sentence to speak.", "Another prompt, a little longer than the first one."]
 MORE = PROMPTS + ["A third prompt for the pool.", "And a fourth one, to keep both replicas busy."]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from v2.models import decode_attention as da
+from v2.models.kernels import decode_attention as da
 
 pytestmark = pytest.mark.gpu
 

@@ -10,7 +10,7 @@ from v2.bench.kv import spread_blocks
 from v2.card import build_codec, build_model, load_card
 from v2.loops.ar_decode import FramePlan
 from v2.loops.vocoder import ChunkPlan
-from v2.models.sampling import SamplingSettings
+from v2.sampling_settings import SamplingSettings
 from v2.models.tokenizer import ByteTokenizer
 from v2.runtime import Runtime
 from v2.runtime.executors import ARExecutor, CodecExecutor

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from v2.models.sample_kernel import sample_fused
+from v2.models.kernels.sample import sample_fused
 from v2.models.sampling import apply_repetition_penalty, gumbel_noise, sample
 
 pytestmark = pytest.mark.gpu

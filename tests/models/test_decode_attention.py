@@ -10,7 +10,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from v2.models import decode_attention as da, kernels
+from v2.models import kernels
+from v2.models.kernels import decode_attention as da
 
 pytestmark = pytest.mark.skipif(da.triton is None, reason="needs triton")
 
@@ -90,7 +91,8 @@ COMPILE_FOR_HOPPER = """
 import sys
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
-from v2.models import decode_attention as da, kernels
+from v2.models import kernels
+from v2.models.kernels import decode_attention as da
 
 ptr = "*" + sys.argv[1]
 split = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "table_ptr": "*i64", "len_ptr": "*i64", "part_ptr": "*fp32",

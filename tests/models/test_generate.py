@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from v2.models.generate import generate_batch, resolve_settings
+from v2.models.generate import generate, generate_batch, resolve_settings
 from v2.models.prompt import build_prompt
-from v2.models.sampling import SamplingSettings, SamplingTensors, apply_repetition_penalty, process_logits
+from v2.models.sampling import SamplingTensors, apply_repetition_penalty, process_logits
+from v2.sampling_settings import SamplingSettings
 from v2.models.tokenizer import ByteTokenizer
 
 TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud.", "Short.", "Numbers: 1, 2, 3."]
@@ -32,14 +33,14 @@ def test_seeded_request_is_identical_alone_and_among_16(tiny_model, tiny_card):
 
 def test_generate_is_deterministic_and_honours_min_and_max_frames(tiny_model):
     (p,) = prompts(tiny_model, 1)
-    a = tiny_model.generate(p, max_frames=30, seed=3)
-    b = tiny_model.generate(p, max_frames=30, seed=3)
+    a = generate(tiny_model, p, max_frames=30, seed=3)
+    b = generate(tiny_model, p, max_frames=30, seed=3)
     assert torch.equal(a, b) and a.dtype == torch.long and a.shape[1] == 12
     assert int(a.max()) < 1024 and int(a.min()) >= 0
     for seed in range(6):
-        codes = tiny_model.generate(p, max_frames=9, min_frames=9, seed=seed)
+        codes = generate(tiny_model, p, max_frames=9, min_frames=9, seed=seed)
         assert codes.shape == (9, 12)
-    lengths = {tiny_model.generate(p, max_frames=40, seed=s).shape[0] for s in range(4)}
+    lengths = {generate(tiny_model, p, max_frames=40, seed=s).shape[0] for s in range(4)}
     assert len(lengths) > 1  # the stop head is sampled, not forced
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from v2.models import local_rope_kernel as lk
+from v2.models.kernels import local_rope as lk
 from v2.models.local_transformer import FRAME_POSITIONS
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
@@ -33,7 +33,7 @@ def test_fused_step_input_equals_the_torch_form(heads, d, position):
 COMPILE_FOR_HOPPER = """
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
-from v2.models import local_rope_kernel as lk
+from v2.models.kernels import local_rope as lk
 
 sig = {"qkv_ptr": "*bf16", "stride_row": "i64", "cos_ptr": "*bf16", "sin_ptr": "*bf16", "q_ptr": "*bf16",
        "k_ptr": "*bf16", "v_ptr": "*bf16", "position": "i32", **{s: "i64" for s in ("sk_b", "sk_h", "sk_p", "sv_b",

@@ -7,7 +7,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from v2.models import decode_attention as da, kernels
+from v2.models import kernels
+from v2.models.kernels import decode_attention as da
 
 
 def _tables(rng: torch.Generator, lengths: list[int], size: int, width: int, num_blocks: int) -> torch.Tensor:

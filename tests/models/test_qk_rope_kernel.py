@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from v2.models import kernels
-from v2.models import qk_rope_kernel as qk
+from v2.models.kernels import qk_rope as qk
 
 pytestmark = pytest.mark.skipif(qk.triton is None, reason="needs triton")
 
@@ -57,7 +57,7 @@ def test_backbone_kernels_in_bf16_match_the_torch_form_on_cuda(tiny_card, monkey
 COMPILE_FOR_HOPPER = """
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
-from v2.models import qk_rope_kernel as qk
+from v2.models.kernels import qk_rope as qk
 
 sig = {"qkv_ptr": "*bf16", "stride_tok": "i64", "qw_ptr": "*bf16", "kw_ptr": "*bf16", "cos_ptr": "*fp32",
        "sin_ptr": "*fp32", "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "slot_ptr": "*i64", "pos_ptr": "*i64",

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from v2.models.generate import generate_batch
-from v2.models.sampling import SamplingSettings
+from v2.models.generate import generate, generate_batch
+from v2.sampling_settings import SamplingSettings
 
 TOL = dict(atol=1e-4, rtol=1e-4)
 GREEDY = SamplingSettings.uniform(0.0)
@@ -56,7 +56,7 @@ def test_greedy_frames_forced_continue(ref_model, ref, p):
     close(gen.hidden, ref[f"{p}_gen_backbone_last"])
     close(gen.stop_logits, ref[f"{p}_gen_stop_logits"])
     close(gen.code_logits, ref[f"{p}_gen_audio_logits"])
-    codes = ref_model.generate(rows(ref, p), max_frames=8, min_frames=8, temperature=0.0)
+    codes = generate(ref_model, rows(ref, p), max_frames=8, min_frames=8, temperature=0.0)
     assert torch.equal(codes, torch.from_numpy(ref[f"{p}_gen_codes"]))
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from v2.models import kernels
-from v2.models import rms_norm_kernel as rk
+from v2.models.kernels import rms_norm as rk
 from v2.models.qwen3 import RMSNorm
 
 pytestmark = pytest.mark.skipif(rk.triton is None, reason="needs triton")
@@ -43,7 +43,7 @@ def test_fused_residual_add_and_norm_equal_the_torch_form():
 
 
 def test_fused_swiglu_equals_the_torch_form():
-    from v2.models.swiglu_kernel import silu_mul_fused
+    from v2.models.kernels.swiglu import silu_mul_fused
 
     gate_up = torch.randn(5, 1, 2 * 1500, generator=torch.Generator().manual_seed(5)) * 4  # two column blocks
     gate, up = gate_up.chunk(2, dim=-1)
@@ -61,9 +61,9 @@ def test_autograd_keeps_the_torch_norm(monkeypatch):
 COMPILE_FOR_HOPPER = """
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
-from v2.models import rms_norm_kernel as rk
+from v2.models.kernels import rms_norm as rk
 
-from v2.models import swiglu_kernel as sw
+from v2.models.kernels import swiglu as sw
 
 hopper = GPUTarget("cuda", 90, 32)
 sig = {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "stride_r": "i64", "stride_m": "i64", "dim": "i32",

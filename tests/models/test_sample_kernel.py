@@ -10,8 +10,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from v2.models import sample_kernel as sk
-from v2.models.sampling import CHANNELS, apply_repetition_penalty, gumbel_noise, sample
+from v2.models.kernels import sample as sk
+from v2.models.sampling import apply_repetition_penalty, gumbel_noise, sample
+from v2.sampling_settings import CHANNELS
 
 pytestmark = pytest.mark.skipif(sk.triton is None, reason="needs triton")
 
@@ -72,7 +73,7 @@ def test_fused_draw_refuses_an_oversized_vocabulary():
 COMPILE_FOR_HOPPER = """
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
-from v2.models import sample_kernel as sk
+from v2.models.kernels import sample as sk
 
 sig = {"logits_ptr": "*bf16", "seen_ptr": "*u8", "penalty_ptr": "*fp32", "temp_ptr": "*fp32", "top_k_ptr": "*i64",
        "top_p_ptr": "*fp32", "seed_ptr": "*i64", "steps_ptr": "*i64", "ids_ptr": "*i64", "logprobs_ptr": "*fp32",
@@ -96,7 +97,8 @@ def test_decode_frame_through_the_kernels_equals_the_torch_path(tiny_card, monke
     transformer) with mixed settings and a repetition penalty: same codes, same logprobs. A 60-code
     codebook keeps the interpreter quick."""
     from v2.models import MossTTSLocal, kernels
-    from v2.models.sampling import SamplingSettings, SamplingTensors
+    from v2.models.sampling import SamplingTensors
+    from v2.sampling_settings import SamplingSettings
 
     config = {**tiny_card.seeded["tts"].config, "audio_vocab_size": 60, "audio_pad_code": 60}
     model = MossTTSLocal.from_seed(config, 3)

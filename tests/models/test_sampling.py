@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from v2.models.sampling import (
-    SORT_WIDTH, HeadSampling, SamplingSettings, SamplingTensors, apply_repetition_penalty, fast_rows, frame_noise,
-    gumbel_noise, hash_u32, processed,
+    SamplingTensors, apply_repetition_penalty, fast_rows, frame_noise, gumbel_noise, hash_u32, processed,
     process_logits, sample,
 )
+from v2.sampling_settings import SORT_WIDTH, HeadSampling, SamplingSettings
 
 
 def one(value, dtype=torch.float32) -> torch.Tensor:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from v2.card import load_card
 from v2.request import OverloadedError
 from v2.runtime import Runtime
-from v2.runtime.streams import SpeechHandle
+from v2.runtime.handles import SpeechHandle
 
 from conftest import wait_idle
 

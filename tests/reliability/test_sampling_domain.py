@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from v2.fields import PENALTY_MAX, PENALTY_MIN, TEMPERATURE_MAX, TEMPERATURE_MIN, TOP_K_MAX
-from v2.rollout import logprobs
+from v2.rl.recompute import logprobs
 from v2.runtime import Runtime
 
 # the accepted domain, edges first: hypothesis shrinks towards them and always tries some

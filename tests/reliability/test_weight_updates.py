@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import wait_idle
-from v2.runtime import Runtime, updates
-from v2.runtime.updates import WeightUpdateError
+from v2.runtime import Runtime, weight_updates
+from v2.runtime.weight_updates import WeightUpdateError
 
 LN = "local_transformer.ln_f.weight"
 
@@ -68,7 +68,7 @@ def test_versions_are_strictly_increasing_ints(runtime, version, message):
 
 def test_a_failure_after_the_first_tensor_restores_every_parameter(runtime, monkeypatch):
     before = snapshot(runtime.model)
-    real_copy, calls = updates._copy, []
+    real_copy, calls = weight_updates._copy, []
 
     def failing_copy(rows, value):
         calls.append(1)
@@ -76,7 +76,7 @@ def test_a_failure_after_the_first_tensor_restores_every_parameter(runtime, monk
             raise RuntimeError("injected copy failure")
         real_copy(rows, value)
 
-    monkeypatch.setattr(updates, "_copy", failing_copy)
+    monkeypatch.setattr(weight_updates, "_copy", failing_copy)
     new = {k: v * 3 for k, v in list(before.items())[:4]}
     with pytest.raises(RuntimeError, match="injected"):
         runtime.update_weights(new, version=1)

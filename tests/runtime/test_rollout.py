@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from v2.card import build_model, load_card
-from v2.models.sampling import SamplingSettings
-from v2.rollout import collate, logprobs, write_jsonl, write_npz
+from v2.sampling_settings import SamplingSettings
+from v2.rl.recompute import logprobs
+from v2.rl.trajectory import collate, write_jsonl, write_npz
 from v2.runtime import Runtime
-from v2.runtime.rollouts import sample_seed
-from v2.runtime.updates import WeightUpdateError
+from v2.rl.batch import sample_seed
+from v2.runtime.weight_updates import WeightUpdateError
 
 TEXTS = ["Hello there, this is a rollout.", "Second prompt for the group test."]
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from v2.card import load_card
-from v2.models.generate import generate_batch
-from v2.models.sampling import SamplingSettings
+from v2.models.generate import generate, generate_batch
+from v2.sampling_settings import SamplingSettings
 from v2.request import RequestError
 from v2.runtime import Runtime
 
@@ -57,7 +57,7 @@ def test_codes_equal_model_generate_for_seeded_sampling(runtime):
         result = runtime.submit(req(i, max_frames=25)).result(60)
         from v2.models.prompt import build_prompt
         rows = build_prompt(runtime.tokenizer, runtime.model.cfg, TEXTS[i])
-        codes = runtime.model.generate(rows, max_frames=25, seed=100 + i, sampling=card_sampling)
+        codes = generate(runtime.model, rows, max_frames=25, seed=100 + i, sampling=card_sampling)
         assert torch.equal(torch.from_numpy(result.codes), codes)
 
 

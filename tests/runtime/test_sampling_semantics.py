@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from v2.runtime import Runtime
-from v2.runtime.rollouts import sample_seed
+from v2.rl.batch import sample_seed
 
 TEXTS = ["First prompt of the rollout.", "Second prompt, other words."]
 

@@ -23,11 +23,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from v2.bench.__main__ import machine
 from v2.bench.shapes import SHAPES
 from v2.loops.ar_decode import FramePlan
-from v2.models import (decode_attention, kernels, local_rope_kernel, qk_rope_kernel, rms_norm_kernel, sample_kernel,
-                       swiglu_kernel)
+from v2.models import kernels
+from v2.models.kernels import decode_attention, local_rope, qk_rope, rms_norm, sample, swiglu
 from v2.models.config import MossTTSLocalConfig
 from v2.models.moss_tts_local import MossTTSLocal
-from v2.models.sampling import SamplingSettings
+from v2.sampling_settings import SamplingSettings
 from v2.models.weights import empty_model
 from v2.runtime.executors import ARExecutor
 
@@ -66,9 +66,9 @@ class _CountedKernel:
 
 def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Any]:
     """Every Triton kernel the model launches, replaced by a counter (their Python wrappers still run)."""
-    kernels_by_module = {decode_attention: ["_split_kernel", "_merge_kernel"], sample_kernel: ["_sample_kernel"],
-                         rms_norm_kernel: ["_rms_norm_kernel"], swiglu_kernel: ["_silu_mul_kernel"],
-                         qk_rope_kernel: ["_qk_rope_kernel"], local_rope_kernel: ["_local_rope_kernel"]}
+    kernels_by_module = {decode_attention: ["_split_kernel", "_merge_kernel"], sample: ["_sample_kernel"],
+                         rms_norm: ["_rms_norm_kernel"], swiglu: ["_silu_mul_kernel"],
+                         qk_rope: ["_qk_rope_kernel"], local_rope: ["_local_rope_kernel"]}
     return {(module, name): _CountedKernel(name.strip("_").removesuffix("_kernel"), counter)
             for module, names in kernels_by_module.items() for name in names}
 

@@ -2,7 +2,7 @@
 
 Owns: the workload (seeded texts of mixed lengths), a closed-loop client that keeps `concurrency`
 requests in flight and timestamps every chunk on arrival, the per-scenario figures, and the baseline:
-the same requests through `model.generate()` then `codec.decode()`, one after another, on the same weights.
+the same requests through `generate(model, ...)` then `codec.decode()`, one after another, on the same weights.
 Must not know: engine internals beyond `submit`, handles and `stats()`.
 """
 
@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from v2.bench.metrics import ChunkArrival, percentile, rtf, underruns
+from v2.models.generate import generate
 from v2.models.prompt import build_prompt
 from v2.runtime import Runtime
 
@@ -103,7 +104,7 @@ def run_baseline(runtime: Runtime, requests: list[dict[str, Any]], tick: Callabl
     start = time.perf_counter()
     for req in requests:
         rows = build_prompt(runtime.tokenizer, model.cfg, req["text"])
-        codes = model.generate(rows, max_frames=req["max_frames"], seed=req["seed"], sampling=sampling)
+        codes = generate(model, rows, max_frames=req["max_frames"], seed=req["seed"], sampling=sampling)
         if len(codes):
             audio = codec.decode(codes.T[None].to(codec.device))
             audio_s += audio.shape[-1] / codec.sample_rate

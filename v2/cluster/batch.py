@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
-from v2.rollout import Trajectory
+from v2.rl.trajectory import Trajectory
 
 
 class RolloutCancelled(RuntimeError):

@@ -26,7 +26,7 @@ from v2.cluster.batch import PoolBatch
 from v2.cluster.placement import Load, choose
 from v2.cluster.replica import StaleReplicaError
 from v2.cluster.weights import WeightLog, WeightUpdate
-from v2.rollout import Trajectory
+from v2.rl.trajectory import Trajectory
 
 POLL_S = 0.02   # the longest a newly queued group waits for the dispatcher's attention
 RETRY_S = 0.1   # before asking a restarting replica again

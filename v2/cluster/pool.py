@@ -23,7 +23,7 @@ from v2.cluster.batch import PoolBatch
 from v2.cluster.dispatch import Dispatcher, GroupTask
 from v2.cluster.replica import remote_class
 from v2.cluster.weights import WeightUpdate, pack
-from v2.runtime.updates import WeightUpdateError
+from v2.runtime.weight_updates import WeightUpdateError
 
 _TOTALS = ("groups", "trajectories", "frames", "resubmitted", "losses")
 _RUNTIME_TOTALS = ("steps", "running", "waiting", "shared_prefills", "prefilled_rows")

@@ -18,7 +18,7 @@ import ray
 import torch
 
 from v2.cluster.weights import unpack
-from v2.rollout import Trajectory
+from v2.rl.trajectory import Trajectory
 from v2.runtime import Runtime
 
 

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from v2.card import build_model, load_card
-from v2.rollout import Trajectory, logprobs
+from v2.rl.recompute import logprobs
+from v2.rl.trajectory import Trajectory
 from v2.runtime import Runtime
 
 PROMPTS = ["A short sentence to speak.", "Another prompt, a little longer than the first one."]

@@ -2,7 +2,9 @@
 
 Owns: `generate_batch`, the plain loop (prefill every prompt into its own KV slot, then one frame
 per step for all unfinished rows, finished rows aimed at the dummy slot) that the runtime's batched
-path is tested against, and the resolution of user sampling arguments into `SamplingSettings`.
+path is tested against, `generate(model, rows, ...)` (one prompt through it, plain sampling arguments
+allowed), and the resolution of user sampling arguments into `SamplingSettings`. It uses the model;
+the model does not know this loop.
 Must not know: requests, the scheduler, streaming, the codec.
 """
 
@@ -14,7 +16,8 @@ import torch
 from torch import Tensor
 
 from v2.models.moss_tts_local import MossTTSLocal
-from v2.models.sampling import HeadSampling, SamplingSettings, SamplingTensors, needs_full_sort
+from v2.models.sampling import SamplingTensors
+from v2.sampling_settings import HeadSampling, SamplingSettings, needs_full_sort
 
 
 @dataclass
@@ -41,6 +44,20 @@ def resolve_settings(sampling: SamplingSettings | None, temperature: float | Non
                             head.top_p if top_p is None else top_p)
 
     return SamplingSettings(override(base.stop), override(base.audio), base.repetition_penalty)
+
+
+@torch.no_grad()
+def generate(model: MossTTSLocal, rows: Tensor, *, max_frames: int, min_frames: int = 0,
+             temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+             repetition_penalty: float = 1.0, seed: int = 0, sampling: SamplingSettings | None = None) -> Tensor:
+    """Generate frames for one prompt rows [T, 13] -> codes [F, 12] (eager, with KV cache).
+
+    A single temperature/top_k/top_p overrides both heads; otherwise `sampling` (or the release
+    defaults) applies. The stop decision is ignored before `min_frames` frames.
+    """
+    settings = resolve_settings(sampling, temperature, top_k, top_p, repetition_penalty)
+    out = generate_batch(model, [rows], [settings], [seed], max_frames=max_frames, min_frames=min_frames)
+    return out[0].codes
 
 
 @torch.no_grad()

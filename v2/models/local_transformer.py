@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from v2.models.config import LocalConfig
 from v2.models.kernels import inference_kernels
-from v2.models.local_rope_kernel import local_rope_write
+from v2.models.kernels.local_rope import local_rope_write
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
 FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)

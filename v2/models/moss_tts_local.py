@@ -22,9 +22,8 @@ from v2.models.local_transformer import LocalKV, LocalTransformer
 from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.kernels import kernels_on
-from v2.models.sample_kernel import sample_fused
-from v2.models.sampling import (SamplingSettings, SamplingTensors, apply_repetition_penalty, frame_noise,
-                                sample)
+from v2.models.kernels.sample import sample_fused
+from v2.models.sampling import SamplingTensors, apply_repetition_penalty, frame_noise, sample
 
 # one channel's draw: (settings, steps, channel, logits [B, V], presence [B, V] | None, full sort) -> ids, logprobs
 Draw = Callable[[SamplingTensors, Tensor, int, Tensor, "Tensor | None", bool], tuple[Tensor, Tensor]]
@@ -131,7 +130,7 @@ class MossTTSLocal(nn.Module):
         penalty); allow_stop [B] bool: False forces "continue" (the stop logit is masked out, so the
         processed distribution, and its logprob, say so); full_sort=False promises that no row's codebook
         settings need the full sort (`needs_full_sort`), which skips it. On CUDA each channel's draw is one
-        fused kernel (`sample_kernel`), which sorts every row in full whatever `full_sort` says.
+        fused kernel (`kernels.sample`), which sorts every row in full whatever `full_sort` says.
         """
         b = hidden.shape[0]
         kv = LocalKV.allocate(self.cfg.local, b, dtype=self.dtype, device=hidden.device)
@@ -185,20 +184,3 @@ class MossTTSLocal(nn.Module):
         """One channel's draw in one kernel (penalty, processing, noise, Gumbel-max, logprob)."""
         return sample_fused(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], s.seed, steps, ch,
                             presence, None if presence is None else s.penalty[:, ch])
-
-    # ----- the simple reference loop -------------------------------------------------------------
-    @torch.no_grad()
-    def generate(self, rows: Tensor, *, max_frames: int, min_frames: int = 0,
-                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                 repetition_penalty: float = 1.0, seed: int = 0,
-                 sampling: SamplingSettings | None = None) -> Tensor:
-        """Generate frames for one prompt rows [T, 13] -> codes [F, 12] (eager, with KV cache).
-
-        A single temperature/top_k/top_p overrides both heads; otherwise `sampling` (or the release
-        defaults) applies. The stop decision is ignored before `min_frames` frames.
-        """
-        from v2.models.generate import generate_batch, resolve_settings
-
-        settings = resolve_settings(sampling, temperature, top_k, top_p, repetition_penalty)
-        out = generate_batch(self, [rows], [settings], [seed], max_frames=max_frames, min_frames=min_frames)
-        return out[0].codes

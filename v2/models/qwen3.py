@@ -15,18 +15,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from v2.models.config import BackboneConfig
-from v2.models.decode_attention import paged_decode_attention
+from v2.models.kernels.decode_attention import paged_decode_attention
 from v2.models.kernels import inference_kernels, kernels_on
 from v2.models.kv_cache import Cache, CacheView, KVCache
-from v2.models.qk_rope_kernel import qk_norm_rope_write
-from v2.models.rms_norm_kernel import add_rms_norm_fused, rms_norm_fused
+from v2.models.kernels.qk_rope import qk_norm_rope_write
+from v2.models.kernels.rms_norm import add_rms_norm_fused, rms_norm_fused
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
-from v2.models.swiglu_kernel import silu_mul_fused
+from v2.models.kernels.swiglu import silu_mul_fused
 
 
 class RMSNorm(nn.Module):
     """RMSNorm computed in float32 (as the reference does), cast back to the input dtype. On CUDA, when
-    autograd is not recording, one fused kernel (`rms_norm_kernel`)."""
+    autograd is not recording, one fused kernel (`kernels.rms_norm`)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()

@@ -1,60 +1,25 @@
 """Batch-independent seeded sampling with exact logprobs, for the stop head and the 12 codebooks.
 
-Owns: the per-head settings (plain data), their per-row tensor form, repetition penalty, the
-temperature / top-k / top-p pipeline that defines the *processed* distribution, and Gumbel-max with
-noise from a counter-based hash of (seed, counter, token), counter = step * 13 + channel.
-Channel 0 is the stop decision, channel 1 + c is codebook c. A row's draw depends only on its own
-logits, seed and counter, never on its batch. No Python loop over rows.
+Owns: the per-row tensor form of the settings (the settings themselves are plain data in
+v2/sampling_settings.py), repetition penalty, the temperature / top-k / top-p pipeline that defines the
+*processed* distribution, and Gumbel-max with noise from a counter-based hash of (seed, counter,
+token), counter = step * 13 + channel. Channel 0 is the stop decision, channel 1 + c is codebook c.
+A row's draw depends only on its own logits, seed and counter, never on its batch. No Python loop over
+rows.
 Must not know: the model, requests, the runtime.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-CHANNELS = 13  # stop decision + 12 codebooks
+from v2.sampling_settings import CHANNELS, MIN_TEMPERATURE, SORT_WIDTH, SamplingSettings
+
 _M32 = 0xFFFFFFFF
-
-
-@dataclass(frozen=True)
-class HeadSampling:
-    """Sampling settings of one head. temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
-
-    temperature: float
-    top_k: int
-    top_p: float
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k!r}")
-        if not (0 < self.top_p <= 1):
-            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    """Settings for one request: the stop head, the audio codebooks, and the codebook repetition penalty."""
-
-    stop: HeadSampling = field(default_factory=lambda: HeadSampling(1.0, 50, 1.0))
-    audio: HeadSampling = field(default_factory=lambda: HeadSampling(1.7, 25, 0.8))
-    repetition_penalty: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
-            raise ValueError(f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty!r}")
-
-    @classmethod
-    def uniform(cls, temperature: float, top_k: int = 0, top_p: float = 1.0,
-                repetition_penalty: float = 1.0) -> "SamplingSettings":
-        """One setting for both heads (a single user-given temperature/top_k/top_p overrides both)."""
-        head = HeadSampling(temperature, top_k, top_p)
-        return cls(stop=head, audio=head, repetition_penalty=repetition_penalty)
 
 
 @dataclass
@@ -95,16 +60,6 @@ def apply_repetition_penalty(logits: Tensor, presence: Tensor, penalty: Tensor) 
     p = penalty[:, None]
     penalized = torch.where(logits < 0, logits * p, logits / p)
     return torch.where(presence, penalized, logits)
-
-
-SORT_WIDTH = 64  # rows with 1 <= top_k <= SORT_WIDTH sort only their top SORT_WIDTH values
-MIN_TEMPERATURE = 1e-4  # below this a head is greedy (dividing by a smaller one overflows float32 logits)
-
-
-def needs_full_sort(settings: SamplingSettings) -> bool:
-    """Host-side: whether this request's codebook draws need the full sort (see `fast_rows`)."""
-    a = settings.audio
-    return a.temperature >= MIN_TEMPERATURE and not 1 <= a.top_k <= SORT_WIDTH
 
 
 def fast_rows(temperature: Tensor, top_k: Tensor, vocab: int) -> Tensor:

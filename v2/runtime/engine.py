@@ -26,7 +26,7 @@ from v2.loops.encode import EncodeLoop
 from v2.loops.vocoder import VocoderLoop
 from v2.prepare import CodecSpec, build_rows, prepare, prepare_recording
 from v2.request import OverloadedError, RequestError, SpeechRequest, parse_request
-from v2.runtime import updates
+from v2.runtime import weight_updates
 from v2.runtime.encoding import EncodeExecutor, EncodeJob, EncodeStage
 from v2.runtime.executors import ARExecutor, CodecExecutor, to_host
 from v2.runtime.kv import RequestKV, pool_blocks
@@ -35,7 +35,7 @@ from v2.runtime.segments import next_segment
 from v2.runtime.scheduler import Batch, schedule
 from v2.runtime.slots import SlotPool
 from v2.runtime.records import Group, RequestRecord, share_prefixes
-from v2.runtime.streams import Dispatcher, SpeechHandle
+from v2.runtime.handles import Dispatcher, SpeechHandle
 from v2.runtime.voices import VoiceError, VoiceStore, default_directory
 
 
@@ -74,7 +74,7 @@ class Runtime:
         self._drain = False
         self._counters = {k: {"calls": 0, "rows": 0, "padded_rows": 0, "seconds": 0.0} for k in WorkUnitKind}
         self._steps = 0
-        self._gate = updates.UpdateGate(self._cond)
+        self._gate = weight_updates.UpdateGate(self._cond)
         self._shared_prefills = 0
         self._prefilled_rows = 0
         self._thread = threading.Thread(target=self._serve, name="v2-engine", daemon=True)
@@ -182,7 +182,7 @@ class Runtime:
         """n samples per prompt (sample i of prompt g seeded `rollouts.sample_seed(seed, g, i)`, one shared
         prefill per prompt): a `RolloutBatch` to iterate as trajectories finish, or `.trajectories()` in
         prompt-major, sample-minor order."""
-        from v2.runtime.rollouts import start_rollout
+        from v2.rl.batch import start_rollout
 
         return start_rollout(self, prompts, n=n, seed=seed, **options)
 
@@ -201,14 +201,14 @@ class Runtime:
         update is withdrawn (TimeoutError) and never applied later.
         """
         self._gate.check(version, mode)
-        self._gate.request(updates.from_tensors(self.model, named_tensors), version, mode, timeout,
+        self._gate.request(weight_updates.from_tensors(self.model, named_tensors), version, mode, timeout,
                            closed=lambda: self._closed)
 
     def update_weights_from_disk(self, path: str, version: int, *, mode: str = "wait",
                                  timeout: float | None = None) -> None:
         """`update_weights` from a safetensors checkpoint directory, read one tensor at a time."""
         self._gate.check(version, mode)
-        self._gate.request(updates.from_disk(self.model, path), version, mode, timeout, closed=lambda: self._closed)
+        self._gate.request(weight_updates.from_disk(self.model, path), version, mode, timeout, closed=lambda: self._closed)
 
     def stats(self) -> dict[str, Any]:
         with self._cond:

@@ -24,7 +24,8 @@ from v2.loops.vocoder import ChunkPlan
 from v2.models.codec import MossAudioDecoder
 from v2.models.kernels import kernels_on
 from v2.models.moss_tts_local import MossTTSLocal
-from v2.models.sampling import CHANNELS, SamplingSettings, SamplingTensors, needs_full_sort
+from v2.models.sampling import SamplingTensors
+from v2.sampling_settings import CHANNELS, SamplingSettings, needs_full_sort
 from v2.runtime.graphs import StepGraphs
 
 FRAME_FIELDS = 1 + 12 + CHANNELS  # packed AR_FRAME row: stop, 12 codes, 13 logprobs

@@ -18,9 +18,9 @@ from v2.long_text import TextSegment
 from v2.loops.ar_decode import ARState
 from v2.loops.encode import EncodeState
 from v2.loops.vocoder import VocoderState
-from v2.models.sampling import SamplingSettings
+from v2.sampling_settings import SamplingSettings
 from v2.request import SpeechRequest
-from v2.runtime.streams import SpeechHandle
+from v2.runtime.handles import SpeechHandle
 
 
 @dataclass

@@ -15,8 +15,8 @@ import numpy as np
 
 from v2.contracts import ExecutionProfile, FinishReason, LoopResult
 from v2.loops.vocoder import AudioChunk
-from v2.rollout import Trajectory
-from v2.runtime.streams import Metrics, SpeechResult, SpeechSegment
+from v2.rl.trajectory import Trajectory
+from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
 
 
 def _segments(req: Any, ar: LoopResult | None) -> tuple[SpeechSegment, ...]:

@@ -18,7 +18,7 @@ import torch
 
 from v2.loops.ar_decode import ARDecodeLoop
 from v2.runtime.records import RequestRecord
-from v2.runtime.rollouts import sample_seed
+from v2.rl.batch import sample_seed
 
 
 def segment_seed(seed: int, index: int) -> int:

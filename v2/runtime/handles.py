@@ -59,7 +59,7 @@ class SpeechResult:
     codes: np.ndarray        # int64 [F, 12]
     finish_reason: str       # stop | length | abort | error
     metrics: Metrics
-    trajectory: Any = None  # a v2.rollout.Trajectory under the ROLLOUT profile
+    trajectory: Any = None  # a v2.rl.Trajectory under the ROLLOUT profile
     error: str | None = None
     segments: tuple[SpeechSegment, ...] = ()  # in order; their frame ranges tile `codes` (one unless long text)
 

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from v2.models.kernels import tl, triton
-from v2.models.sampling import CHANNELS, MIN_TEMPERATURE
+from v2.sampling_settings import CHANNELS, MIN_TEMPERATURE
 
 MAX_VOCAB = 4096
 

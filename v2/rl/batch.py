@@ -1,10 +1,10 @@
-"""Group rollouts on the runtime: n samples per prompt, one shared prefill each, trajectories back.
+"""Group rollouts on a runtime: n samples per prompt, one shared prefill each, trajectories back.
 
 Owns: turning prompts (text, request fields, or prompt rows) and sampling options into ROLLOUT requests,
 each sample's seed (`sample_seed(seed, prompt index, sample index)`: no two samples of a rollout share
 noise, and the recorded seed alone reproduces the sample), submitting each group so its prompt is
 prefilled once, and `RolloutBatch`: the trajectories in a stable order, or as they finish.
-Must not know: model internals, scheduling.
+Must not know: model internals, scheduling, the engine's internals (it only calls `runtime.submit_many`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from v2.rollout import Trajectory
+from v2.rl.trajectory import Trajectory
 
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "stop", "audio")
 _MASK64 = (1 << 64) - 1
