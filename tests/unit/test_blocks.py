@@ -9,7 +9,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from v2.runtime.blocks import BlockManager, chain_keys
-from v2.runtime.paging import KVPager
+from v2.runtime.paging import DeviceOps, KVPager
 
 SIZE = 4
 PROMPTS = [list(range(22)), list(range(16)) + list(range(100, 107)), list(range(200, 213)), list(range(9))]
@@ -211,3 +211,139 @@ class PagerMachine(RuleBasedStateMachine):
 
 PagerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 test_pager_machine = PagerMachine.TestCase
+
+
+# ----- fast paths: the same ops, tables and pool as the general path --------------------------------
+def pool_state(p: KVPager) -> tuple:
+    b = p.blocks
+    return (dict(p.tables), p.ops, list(b._ref), list(b._key), dict(b._by_key), list(b._free), list(b._lru),
+            b.evictions, p.hits, p.misses, p.preemptions, p.copies, set(p.uncommitted))
+
+
+class Twin:
+    """Every call goes to a pager with fast paths and to one without; results and whole states must agree."""
+
+    CALLS = {"can_admit", "admit", "fork", "grow", "commit", "release", "clear_cache", "take_ops"}
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.fast = KVPager(*args, **kwargs)
+        self.ref = KVPager(*args, **kwargs, fast_paths=False)
+
+    def __getattr__(self, name: str):
+        if name not in self.CALLS:
+            return getattr(self.fast, name)
+
+        def both(*args):
+            out = [], []
+            for pager, got in zip((self.fast, self.ref), out):
+                try:
+                    got.append(getattr(pager, name)(*args))
+                except RuntimeError as e:
+                    got.append(("raised", str(e)))
+            assert out[0] == out[1], f"{name}{args}: {out[0]} with fast paths, {out[1]} without"
+            assert pool_state(self.fast) == pool_state(self.ref), f"{name}{args}: the states differ"
+            if isinstance(out[0][0], tuple) and out[0][0][:1] == ("raised",):
+                raise RuntimeError(out[0][0][1])
+            return out[0][0]
+
+        return both
+
+
+class TwinPagerMachine(PagerMachine):
+    """The pager machine's random runs with every call checked against the general path."""
+
+    @initialize(blocks=st.integers(6, 12), cache=st.booleans())
+    def start(self, blocks: int, cache: bool) -> None:
+        super().start(blocks, cache)
+        self.pager = Twin(blocks, SIZE, max_blocks=6, prefix_cache=cache, watermark=1)
+
+    @invariant()
+    def uncommitted_names_exactly_the_requests_with_work_left(self) -> None:
+        if not hasattr(self, "pager"):
+            return
+        p = self.pager.fast
+        assert p.uncommitted == {r for r, t in p.tables.items() if p.prefix_cache and t.committed < len(t.keys)}
+
+    @precondition(lambda self: any(r not in self.paused for r in self.seqs))
+    @rule(data=st.data())
+    def prefill_chunk(self, data: st.DataObject) -> None:
+        """A running request writes several rows at once (a chunk), possibly into blocks others share."""
+        live = sorted(r for r in self.seqs if r not in self.paused and len(self.seqs[r]) < 20)
+        if not live:
+            return
+        rid = data.draw(st.sampled_from(live), label="chunk writer")
+        start, n = len(self.seqs[rid]), data.draw(st.integers(1, 4), label="rows")
+        victims = self.pager.grow([(rid, start, start + n)])
+        self._preempted(victims)
+        self._flush()
+        if rid not in victims:
+            self.seqs[rid] += [1000 * (rid + 1) + start + k for k in range(n)]
+            self._write(rid, start, start + n)
+
+    @rule(rid=st.integers(0, 8), rows=st.integers(0, 30))
+    def commit_again(self, rid: int, rows: int) -> None:
+        """Commits at any time, for any request (known or not), with any count of computed rows."""
+        if rid in self.seqs and rid not in self.paused:
+            rows = min(rows, len(self.seqs[rid]))  # only rows that are computed
+        self.pager.commit(rid, rows)
+
+
+TwinPagerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+test_twin_pager_machine = TwinPagerMachine.TestCase
+
+
+def test_a_write_into_a_block_held_alone_queues_nothing_and_changes_nothing():
+    p = KVPager(8, SIZE, max_blocks=6)
+    p.admit(0, 0, [], 6)  # blocks for rows 0..7
+    p.take_ops()
+    before = pool_state(p)
+    assert p.grow([(0, 6, 7)]) == [] and p.grow([(0, 7, 8)]) == []
+    assert pool_state(p) == before and not p.has_ops
+
+
+def test_a_write_into_a_shared_block_copies_it_and_a_write_past_the_last_block_takes_one():
+    p = KVPager(8, SIZE, max_blocks=6)
+    p.admit(0, 0, [], 6)
+    p.fork(0, 1, 1, 6)  # request 1 shares both blocks; the second is partly filled
+    p.take_ops()
+    a, b = p.tables[0].blocks
+    assert p.grow([(1, 6, 7)]) == []
+    (fresh,) = set(p.tables[1].blocks) - {a, b}
+    assert p.tables[1].blocks == [a, fresh] and p.take_ops() == DeviceOps([(b, fresh)], [(1, 1, fresh)])
+    assert p.grow([(1, 7, 8)]) == [] and not p.has_ops  # its own copy now
+    assert p.grow([(0, 7, 9)]) == [] and len(p.tables[0].blocks) == 3  # crosses into a new block
+    assert p.take_ops() == DeviceOps([], [(0, 2, p.tables[0].blocks[2])])
+    with pytest.raises(RuntimeError, match="exceed"):
+        p.grow([(0, 23, 25)])  # past one request's blocks: the fast path does not hide it
+
+
+def test_a_write_into_a_cached_prompt_block_is_copied():
+    p = KVPager(8, SIZE, max_blocks=6)
+    keys = keys_of(list(range(8)))
+    p.admit(0, 0, keys, 8)
+    p.commit(0, 8)  # both prompt blocks are cached now
+    p.take_ops()
+    assert p.grow([(0, 7, 8)]) == [] and p.copies == 1  # rewriting a row the cache names copies the block
+
+
+def test_commit_after_the_whole_prompt_leaves_nothing_to_do():
+    p = KVPager(8, SIZE, max_blocks=6)
+    keys = keys_of(list(range(10)))  # two full blocks
+    p.admit(0, 0, keys, 10)
+    assert p.uncommitted == {0}
+    p.commit(0, 5)  # the first block only
+    assert p.tables[0].committed == 1 and p.uncommitted == {0} and p.blocks.num_cached == 1
+    p.commit(0, 10)
+    assert p.tables[0].committed == 2 and not p.uncommitted and p.blocks.num_cached == 2
+    p.commit(0, 12)
+    p.commit(7, 12)  # unknown request
+    assert p.tables[0].committed == 2 and p.blocks.num_cached == 2
+    p.fork(0, 1, 1, 10)
+    assert not p.uncommitted  # shares blocks already cached
+    p.admit(2, 2, keys_of(list(range(50, 60))), 10)
+    p.clear_cache()
+    assert not p.uncommitted and p.tables[2].committed == 2
+    p.release(0)
+    off = KVPager(8, SIZE, max_blocks=6, prefix_cache=False)
+    off.admit(0, 0, keys, 10)
+    assert not off.uncommitted

@@ -14,7 +14,7 @@ Must not know: scheduling, threads, streams, the engine's queues.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -100,14 +100,21 @@ class RequestKV:
         Preempted requests are resumed here too when blocks allow (they plan from the next step): admission,
         which resumes them first, does not run while a weight update waits for running requests to end."""
         self.resume(running)
-        writes = []
+        writes, ordered, last = [], True, None
+        ar_decode, prefill = LoopKind.AR_DECODE, WorkUnitKind.PREFILL
         for plan in plans:
-            if plan.loop is LoopKind.AR_DECODE:
-                p = plan.payload
-                start, end = ((p.start, p.start + int(p.rows.shape[0])) if plan.signature.kind is WorkUnitKind.PREFILL
-                              else (p.position, p.position + 1))
-                writes.append((plan.request_id, start, end))
-        preempted = self.pager.grow(sorted(writes))
+            if plan.loop is ar_decode:
+                p, rid = plan.payload, plan.request_id
+                if plan.signature.kind is prefill:
+                    writes.append((rid, p.start, p.start + int(p.rows.shape[0])))
+                else:
+                    writes.append((rid, p.position, p.position + 1))
+                if last is not None and rid <= last:
+                    ordered = False
+                last = rid
+        preempted = self.pager.grow(writes if ordered else sorted(writes))  # oldest request first
+        if not preempted:
+            return plans[:], preempted
         for rid in preempted:
             ar = running[rid].ar
             assert ar is not None
@@ -117,7 +124,10 @@ class RequestKV:
 
     def resume(self, running: dict[int, RequestRecord]) -> bool:
         """Give preempted requests, oldest first, blocks to recompute their rows; True when none waits."""
-        for req in sorted((r for r in running.values() if r.ar is not None and r.ar.paused), key=lambda r: r.id):
+        waiting = [r for r in running.values() if r.ar is not None and r.ar.paused]
+        if not waiting:
+            return True
+        for req in sorted(waiting, key=lambda r: r.id):
             ar = req.ar
             assert ar is not None
             rows = self.recompute_rows(req)
@@ -145,16 +155,28 @@ class RequestKV:
         member.ar.prefilled, member.ar.prefix_from = member.ar.prompt_len, None
 
     def computed(self, reqs: Iterable[RequestRecord]) -> None:
-        """After prefill: the requests' computed full prompt blocks enter the prefix cache."""
+        """After prefill: the requests' computed full prompt blocks enter the prefix cache. O(1) per request
+        once its prompt blocks are all handled; nothing at all when no running request has any left."""
+        pending = self.pager.uncommitted
+        if not pending:
+            return
         for req in reqs:
-            if req.ar is not None and req.version == self.version:
+            if req.id in pending and req.ar is not None and req.version == self.version:
                 self.pager.commit(req.id, req.ar.prefilled)
+
+    def computed_all(self, running: Mapping[int, RequestRecord]) -> None:
+        """`computed` for every running request (in the mapping's order), O(1) when none has prompt blocks
+        left to enter the cache."""
+        if self.pager.uncommitted:
+            self.computed(running.values())
 
     def release(self, req: RequestRecord) -> None:
         self.pager.release(req.id)
 
     def flush(self) -> None:
         """The step's device work (block copies, then table entries), before any batch runs."""
+        if not self.pager.has_ops:
+            return
         ops = self.pager.take_ops()
         self.executor.apply(ops.copies, ops.entries)
 

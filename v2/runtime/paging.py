@@ -11,6 +11,9 @@ the pool is dry it preempts the newest request holding blocks (possibly the aske
 and who recomputes its rows later. `fork` shares a group leader's prompt blocks with a member. Prompt
 blocks enter the cache as soon as they are computed (`commit`) and stay cached after release until
 evicted (least recently used first). What the device must do is queued as plain data (`DeviceOps`).
+The common calls of a step cost O(1) (checked first, the general path otherwise): a write that stays in one
+block the request holds alone, a commit with nothing left to enter (`uncommitted` names the requests that
+have some).
 Must not know: tensors, the engine's records, loops, threads. Pure Python, no torch.
 """
 
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 from v2.runtime.blocks import BlockManager
 
 
-@dataclass
+@dataclass(slots=True)
 class Table:
     """One request's blocks."""
 
@@ -41,9 +44,10 @@ class DeviceOps:
 
 class KVPager:
     def __init__(self, num_blocks: int, block_size: int, *, max_blocks: int, prefix_cache: bool = True,
-                 watermark: int = 0) -> None:
+                 watermark: int = 0, fast_paths: bool = True) -> None:
         """`max_blocks`: blocks one request may hold (its table's width); `watermark`: blocks a new admission
-        must leave free while anything runs (headroom for the running requests' next blocks)."""
+        must leave free while anything runs (headroom for the running requests' next blocks); `fast_paths`:
+        False takes the general path always (the reference the tests compare the fast paths with)."""
         if max_blocks > num_blocks:
             raise ValueError(f"KV: {num_blocks} blocks cannot hold one request of {max_blocks} blocks")
         self.blocks = BlockManager(num_blocks, block_size)
@@ -51,7 +55,9 @@ class KVPager:
         self.max_blocks = max_blocks
         self.prefix_cache = prefix_cache
         self.watermark = watermark
+        self.fast_paths = fast_paths
         self.tables: dict[int, Table] = {}
+        self.uncommitted: set[int] = set()  # requests with prompt blocks not yet handled by the cache
         self.ops = DeviceOps()
         self.hits = self.misses = self.preemptions = self.copies = 0
 
@@ -78,6 +84,7 @@ class KVPager:
             raise RuntimeError(f"KV: request {rid} does not fit ({new} blocks, {self.blocks.num_free} free)")
         self.blocks.share(hits)
         table = self.tables[rid] = Table(slot, keys, hits + self.blocks.allocate(new), committed=len(hits))
+        self._track(rid, table)
         if self.prefix_cache:
             self.hits += len(hits)
             self.misses += len(keys) - len(hits)
@@ -93,6 +100,7 @@ class KVPager:
         shared = source.blocks[: self.blocks.blocks_for(rows)]
         self.blocks.share(shared)
         table = self.tables[dst] = Table(slot, source.keys, list(shared), min(source.committed, len(shared)))
+        self._track(dst, table)
         self._write_entries(table, 0)
 
     # ----- each step -----------------------------------------------------------------------------
@@ -102,7 +110,17 @@ class KVPager:
         preempts the newest request holding blocks until the asker fits (or is itself preempted). Returns
         the preempted requests: their blocks are back in the pool and their writes must not run."""
         preempted: list[int] = []
+        tables, size = self.tables, self.block_size
+        limit = self.max_blocks * size if self.fast_paths else -1  # -1: no fast path
+        needs_copy = self.blocks.needs_copy
         for rid, start, end in writes:
+            table = tables.get(rid)
+            if table is None:
+                continue
+            i = start // size
+            if (end <= limit and end <= len(table.blocks) * size and (end - 1) // size == i
+                    and not needs_copy(table.blocks[i])):
+                continue  # one block it holds alone: nothing to take, nothing to copy
             while rid in self.tables and not self._grow(self.tables[rid], start, end):
                 victim = max(self.tables)
                 self.release(victim)
@@ -133,6 +151,8 @@ class KVPager:
 
     def commit(self, rid: int, rows: int) -> None:
         """Rows 0 .. rows - 1 of the request are computed: its full prompt blocks among them enter the cache."""
+        if self.fast_paths and rid not in self.uncommitted:
+            return  # no table, no cache, or every prompt block handled already
         table = self.tables.get(rid)
         if table is None or not self.prefix_cache:
             return
@@ -140,10 +160,12 @@ class KVPager:
         for i in range(table.committed, done):
             self.blocks.commit(table.blocks[i], table.keys[i])
         table.committed = max(table.committed, done)
+        self._track(rid, table)
 
     def release(self, rid: int) -> None:
         """The request's blocks go back (keyed prompt blocks stay cached until evicted)."""
         table = self.tables.pop(rid, None)
+        self.uncommitted.discard(rid)
         if table is not None:
             self.blocks.release(table.blocks)
 
@@ -152,6 +174,19 @@ class KVPager:
         self.blocks.clear_cache()
         for table in self.tables.values():
             table.committed = len(table.keys)  # what they hold is never entered again
+        self.uncommitted.clear()
+
+    def _track(self, rid: int, table: Table) -> None:
+        """Keep `uncommitted` in step with the request's table: a commit for a request not named is a no-op."""
+        if self.prefix_cache and table.committed < len(table.keys):
+            self.uncommitted.add(rid)
+        else:
+            self.uncommitted.discard(rid)
+
+    @property
+    def has_ops(self) -> bool:
+        """Whether the device has work queued (`take_ops` would return something)."""
+        return bool(self.ops.copies or self.ops.entries)
 
     def take_ops(self) -> DeviceOps:
         ops, self.ops = self.ops, DeviceOps()
