@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_WHERE = {"AudioChunk": "v2.loops.vocoder", "Runtime": "v2.runtime.engine", "SpeechRequest": "v2.request",
+_WHERE = {"AudioChunk": "v2.loops.vocoder", "Runtime": "v2.runtime.runtime", "SpeechRequest": "v2.request",
           "SpeechResult": "v2.runtime.handles", "Trajectory": "v2.rl.trajectory"}
 
 __all__ = ["AudioChunk", "Runtime", "SpeechRequest", "SpeechResult", "Trajectory"]
@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from v2.loops.vocoder import AudioChunk
     from v2.request import SpeechRequest
     from v2.rl.trajectory import Trajectory
-    from v2.runtime.engine import Runtime
+    from v2.runtime.runtime import Runtime
     from v2.runtime.handles import SpeechResult
 
 

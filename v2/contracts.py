@@ -2,9 +2,9 @@
 
 Owns: the kinds of work and loops, execution profiles, the batch key (`ShapeSignature`) and its buckets
 (`bucket_for`), what a loop
-needs to be admitted (`ResourceRequest`), what it asks for one step (`WorkPlan`), what comes back
-(`StepResult`), and how it ends (`Done`, `LoopResult`). `LoopState` is the base of every per-request
-loop state: loops themselves hold none.
+needs to be admitted (`ResourceRequest`), what it asks for one step (`WorkPlan`, typed by its payload),
+and what it made (`LoopResult`). `LoopState` is the base of every per-request loop state: loops themselves
+hold none, and a loop has ended exactly when its state's `finish` is set (the engine reads it there).
 Must not know: tensors, models, devices, threads.
 """
 
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+P = TypeVar("P")
 
 
 class WorkUnitKind(enum.Enum):
@@ -73,29 +75,15 @@ class ResourceRequest:
     codec_stream: bool  # a codec state slot
 
 
-@dataclass(frozen=True)
-class WorkPlan:
-    """One step of one request's loop; `payload` is the loop's own plain data for the executor."""
+@dataclass(slots=True)
+class WorkPlan(Generic[P]):
+    """One step of one request's loop: `payload` is the loop's plain data for the executor of its kind
+    (e.g. `WorkPlan[FramePlan]`). Made once per row per step, so a plain slotted class; never mutated."""
 
     request_id: int
     loop: LoopKind
     signature: ShapeSignature
-    payload: Any = None
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What one row of a batched call produced, scattered back to the plan's loop."""
-
-    plan: WorkPlan
-    data: Any = None
-
-
-@dataclass(frozen=True)
-class Done:
-    """`next()` has nothing more to run."""
-
-    reason: FinishReason
+    payload: P
 
 
 @dataclass

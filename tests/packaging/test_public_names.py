@@ -17,7 +17,7 @@ def test_import_v2_loads_no_torch_and_the_names_resolve():
     done = run("import sys, v2\n"
                "assert 'torch' not in sys.modules, 'import v2 loaded torch'\n"
                "from v2 import AudioChunk, Runtime, SpeechRequest, SpeechResult, Trajectory\n"
-               "assert Runtime.__module__ == 'v2.runtime.engine' and SpeechRequest.__module__ == 'v2.request'\n"
+               "assert Runtime.__module__ == 'v2.runtime.runtime' and SpeechRequest.__module__ == 'v2.request'\n"
                "assert {AudioChunk.__name__, SpeechResult.__name__, Trajectory.__name__} == "
                "{'AudioChunk', 'SpeechResult', 'Trajectory'}\n")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -35,10 +35,10 @@ def test_an_exception_in_one_requests_loop_code_fails_only_that_request(rt, monk
     real = rt.ar_loop.advance
     victims: set[int] = set()
 
-    def advance(state, result):
+    def advance(state, plan, row):
         if state.request_id in victims and state.codes:
             raise ValueError("loop bug")
-        return real(state, result)
+        return real(state, plan, row)
 
     monkeypatch.setattr(rt.ar_loop, "advance", advance)
     handles = rt.submit_many([{"text": f"r{i}", "seed": i, "max_frames": 12, "min_frames": 12, "stream": True}
@@ -154,10 +154,10 @@ def test_invariants_over_random_sequences(small, monkeypatch, ops):
     doomed: set[int] = set()
     real_advance = small.ar_loop.advance
 
-    def advance(state, result):
+    def advance(state, plan, row):
         if state.request_id in doomed:
             raise RuntimeError("injected")
-        return real_advance(state, result)
+        return real_advance(state, plan, row)
 
     monkeypatch.setattr(small.ar_loop, "advance", advance)
     handles = []

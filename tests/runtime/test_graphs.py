@@ -56,7 +56,7 @@ def test_a_padded_frame_batch_gives_the_same_rows_as_the_unpadded_one(tiny_model
         assert out.shape == (bucket, 26)
         runs.append((out[:3], ex.hidden[[5, 1, 6]].clone(), _keys(ex, [5, 1, 6]).clone()))
         assert ex.graphs.stats()["eager_fallbacks"] == {"no_cuda": 1}
-        assert int(ex.inputs[0, 3:bucket].eq(ex.dummy_slot).sum()) == bucket - 3  # padding aims at the dummy slot
+        assert int(ex.inputs.slot[3:bucket].eq(ex.dummy_slot).sum()) == bucket - 3  # padding aims at the dummy slot
     for out, hidden, k in runs[1:]:
         assert torch.equal(out[:, :13], runs[0][0][:, :13])  # stop flags and codes
         torch.testing.assert_close(out, runs[0][0], atol=1e-5, rtol=0)

@@ -178,10 +178,10 @@ def test_nothing_leaks_after_any_mix_of_finish_cancel_failure_and_preemption(dry
     doomed: set[int] = set()
     real_advance = dry.ar_loop.advance
 
-    def advance(state, result):
+    def advance(state, plan, row):
         if state.request_id in doomed:
             raise RuntimeError("injected")
-        return real_advance(state, result)
+        return real_advance(state, plan, row)
 
     monkeypatch.setattr(dry.ar_loop, "advance", advance)
     handles = []

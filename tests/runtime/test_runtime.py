@@ -191,16 +191,16 @@ def test_bad_requests_are_refused_at_submit_naming_the_field(runtime, bad, field
 
 
 def test_a_failing_batched_call_fails_only_its_requests(runtime, monkeypatch):
-    real = runtime.codec_exec.chunk
+    real = runtime.codec_exec.launch
     calls = {"n": 0}
 
-    def flaky(plans, bucket, frames):
+    def flaky(batch):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("injected codec failure")
-        return real(plans, bucket, frames)
+        return real(batch)
 
-    monkeypatch.setattr(runtime.codec_exec, "chunk", flaky)
+    monkeypatch.setattr(runtime.codec_exec, "launch", flaky)
     victim = runtime.submit(req(1, max_frames=10, min_frames=10, stream=True))
     assert victim.result(60).finish_reason == "error" and "injected" in victim.result().error
     survivor = runtime.submit(req(2, max_frames=10, min_frames=10))
@@ -222,24 +222,22 @@ def test_close_aborts_what_runs_and_frees_everything():
 
 
 def test_one_device_to_host_copy_per_step(runtime, monkeypatch):
-    import v2.runtime.engine as engine
-
     wait_idle(runtime)
     per_step: list[int] = []
     transfers = {"calls": 0, "tensors": 0}
-    real_to_host, real_step = engine.to_host, runtime._step
+    real_fetch, real_step = runtime.stream.fetch, runtime._step
 
-    def counting(tensors):
+    def counting(pendings):
         transfers["calls"] += 1
-        transfers["tensors"] += len(tensors)
-        return real_to_host(tensors)
+        transfers["tensors"] += len(pendings)
+        return real_fetch(pendings)
 
     def step():
         before = transfers["calls"]
         real_step()
         per_step.append(transfers["calls"] - before)
 
-    monkeypatch.setattr(engine, "to_host", counting)
+    monkeypatch.setattr(runtime.stream, "fetch", counting)
     monkeypatch.setattr(runtime, "_step", step)
     handles = runtime.submit_many([req(i, max_frames=12, min_frames=12, stream=True) for i in range(4)])
     [h.result(60) for h in handles]

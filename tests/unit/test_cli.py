@@ -12,7 +12,7 @@ import soundfile as sf
 
 from v2.card import known_cards, load_card
 from v2.cli import build_parser, main
-from v2.runtime.engine import Runtime
+from v2.runtime.runtime import Runtime
 
 
 def one_error_line(err: str) -> str:

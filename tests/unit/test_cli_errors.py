@@ -14,7 +14,7 @@ import soundfile as sf
 import torch
 
 from v2.cli import main
-from v2.runtime.engine import Runtime
+from v2.runtime.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present here")

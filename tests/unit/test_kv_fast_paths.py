@@ -49,7 +49,7 @@ def world(fast: bool, blocks: int, prompts: list[int]) -> tuple[RequestKV, dict]
     running = {}
     for rid, n in enumerate(prompts):
         rows = torch.arange(n * WIDTH).reshape(n, WIDTH) % (7 + rid % 2)  # some prompts repeat: cache hits
-        ar = NS(slot=rid, paused=False, prefilled=0, prompt_len=n, rows=rows, codes=[])
+        ar = NS(slot=rid, paused=False, prefilled=0, computed=0, launched_frames=0, prompt_len=n, rows=rows, codes=[])
         running[rid] = NS(id=rid, ar=ar, version=0, rows=rows, kv_keys=None)
     return kv, running
 
@@ -79,15 +79,19 @@ def step(kv: RequestKV, running: dict, order: list[int], use_all: bool) -> tuple
         plans.append(chunk(rid, ar.prefilled, length - ar.prefilled) if ar.prefilled < length else frame(rid, length))
         plans.append(other(rid))
     ran, preempted = kv.before_step(running, plans)
+    for rid in preempted:  # what the engine does with them (ARDecodeLoop.preempted)
+        running[rid].ar.paused, running[rid].ar.prefilled, running[rid].ar.computed = True, 0, 0
+        kv.pause(running[rid])
     kv.flush()
     for plan in ran:
         if plan.loop is LoopKind.AR_DECODE:
             ar = running[plan.request_id].ar
             if plan.signature.kind is WorkUnitKind.PREFILL:
-                ar.prefilled = plan.payload.start + int(plan.payload.rows.shape[0])
+                ar.prefilled = ar.computed = plan.payload.start + int(plan.payload.rows.shape[0])
             else:
                 ar.codes.append(tuple(range(12)))
-                ar.prefilled = plan.payload.position + 1
+                ar.launched_frames = len(ar.codes)
+                ar.prefilled = ar.computed = plan.payload.position + 1
     if use_all:
         kv.computed_all(running)
     else:
@@ -107,6 +111,7 @@ def test_step_calls_with_fast_paths_equal_the_general_path(blocks, prompts, data
                 kv.admit(req)
             else:
                 req.ar.paused = True
+                kv.pause(req)
     for _ in range(data.draw(st.integers(1, 14), label="steps")):
         if not fast[1]:
             break
@@ -133,7 +138,7 @@ def test_flush_with_nothing_queued_touches_no_device_and_computed_all_is_compute
     assert len(kv.executor.calls) == 1  # nothing queued: no call
     assert kv.pager.uncommitted == {0, 1}
     for req in running.values():
-        req.ar.prefilled = 9
+        req.ar.prefilled = req.ar.computed = 9
     kv.computed_all(running)
     assert not kv.pager.uncommitted and kv.pager.blocks.num_cached == 4  # two full blocks of each prompt
     assert [t.committed for t in kv.pager.tables.values()] == [2, 2]

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from v2.card import load_card
-from v2.contracts import Done, FinishReason, ResourceRequest, StepResult, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, ResourceRequest, WorkPlan, WorkUnitKind
 from v2.loops import ARDecodeLoop, FrameRow, VocoderLoop
 
 CARD = load_card("moss_tts_local_tiny")
@@ -15,8 +15,14 @@ VOC = CARD.loops.vocoder.model_copy(update={"first_chunk_frames": 2, "chunk_fram
 FRAME = tuple(range(12))
 
 
-def frame_result(plan: WorkPlan, stop: bool = False) -> StepResult:
-    return StepResult(plan, FrameRow(stop, FRAME, tuple([-0.5] * 13)))
+def frame_result(plan: WorkPlan, stop: bool = False) -> tuple[WorkPlan, FrameRow]:
+    return plan, FrameRow(stop, FRAME, tuple([-0.5] * 13))
+
+
+def run(loop: object, state: object, plan: WorkPlan, data: object = None) -> None:
+    """The engine's order: the plan is launched, then its result read back."""
+    loop.launched(state, plan)
+    loop.advance(state, plan, data)
 
 
 def test_ar_loop_prefills_in_chunks_then_decodes_frames_until_stop():
@@ -26,17 +32,17 @@ def test_ar_loop_prefills_in_chunks_then_decodes_frames_until_stop():
     starts = []
     while (p := loop.next(state)).signature.kind is WorkUnitKind.PREFILL:
         starts.append((p.payload.start, int(p.payload.rows.shape[0]), p.payload.last))
-        loop.advance(state, StepResult(p))
+        run(loop, state, p)
     assert starts == [(0, 4, False), (4, 4, False), (8, 2, True)]
     assert (p.payload.slot, p.payload.position, p.payload.step, p.payload.allow_stop) == (3, 10, 0, False)
-    loop.advance(state, frame_result(p))
+    run(loop, state, *frame_result(p))
     assert state.fresh == [FRAME]
     p = loop.next(state)
-    loop.advance(state, frame_result(p))
+    run(loop, state, *frame_result(p))
     p = loop.next(state)
     assert (p.payload.position, p.payload.step, p.payload.allow_stop) == (12, 2, True)
-    loop.advance(state, frame_result(p, stop=True))
-    assert state.finish is FinishReason.STOP and state.fresh == [] and loop.next(state) == Done(FinishReason.STOP)
+    run(loop, state, *frame_result(p, stop=True))
+    assert state.finish is FinishReason.STOP and state.fresh == [] and loop.next(state) is None
     result = loop.finalize(state)
     assert len(result.outputs["codes"]) == 2 and len(result.outputs["logprobs"]) == 3
 
@@ -44,10 +50,10 @@ def test_ar_loop_prefills_in_chunks_then_decodes_frames_until_stop():
 def test_ar_loop_ends_at_max_frames():
     loop = ARDecodeLoop(AR)
     state = loop.init(1, torch.zeros(2, 13, dtype=torch.long), max_frames=2, min_frames=0)
-    loop.advance(state, StepResult(loop.next(state)))
+    run(loop, state, loop.next(state))
     for _ in range(2):
-        loop.advance(state, frame_result(loop.next(state)))
-    assert state.finish is FinishReason.LENGTH and isinstance(loop.next(state), Done)
+        run(loop, state, *frame_result(loop.next(state)))
+    assert state.finish is FinishReason.LENGTH and loop.next(state) is None
     assert loop.resources(state, decode_audio=False) == ResourceRequest(kv_rows=4, codec_stream=False)
 
 
@@ -61,9 +67,9 @@ def run_vocoder(total: int, end: FinishReason = FinishReason.STOP) -> list[tuple
         while isinstance(p := loop.next(state), WorkPlan):
             n = len(p.payload.codes)
             assert p.signature.bucket >= n
-            loop.advance(state, StepResult(p, np.zeros((2, n * 3840), np.float32)))
+            run(loop, state, p, np.zeros((2, n * 3840), np.float32))
             made.append((n, p.payload.final))
-    assert isinstance(loop.next(state), Done)
+    assert loop.next(state) is None and state.finish is end
     assert [c.seq for c in state.chunks] == list(range(len(made)))
     return made
 

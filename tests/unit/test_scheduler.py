@@ -15,7 +15,7 @@ BUCKETS = {AR: [1, 2, 4, 8], AUDIO: [1, 2, 4]}
 
 def plan(rid: int, kind: WorkUnitKind, bucket: int = 0) -> WorkPlan:
     loop = LoopKind.VOCODER if kind is AUDIO else LoopKind.AR_DECODE
-    return WorkPlan(rid, loop, ShapeSignature(kind, "vocoder" if kind is AUDIO else "backbone", bucket))
+    return WorkPlan(rid, loop, ShapeSignature(kind, "vocoder" if kind is AUDIO else "backbone", bucket), None)
 
 
 def test_equal_keys_run_as_one_batch_in_kind_order():

@@ -2,9 +2,16 @@
 
 Owns: `ARState` (prompt, prefill cursor, emitted frames and every decision's logprobs, limits, its KV
 slot, whether its KV was taken back) and `ARDecodeLoop`, a stateless driven loop: `init` / `next` (a
-PREFILL or AR_FRAME plan, or Done; no kernel) / `advance` (take one row of a batched result) /
-`finalize`. After a preemption the runtime hands back rows to recompute (the prompt and the rows of the
-frames already made); they are prefilled like a prompt, and decoding goes on from the next frame.
+PREFILL or AR_FRAME plan, or None; no kernel) / `launched` (the plan went to the device) / `advance` (take
+one row of a batched result) / `finalize`. The loop has ended when `state.finish` is set.
+Plans run ahead of results: a prefill counts as done once launched (its rows are in the KV for every later
+step), and the next frame is planned while the last one's result is still on the device (`launched`
+records how far). A frame's result is taken only if it is the one the loop waits for (`step` equal to the
+frames taken, same segment, not ended): a frame launched past a stop, past a segment's end or before a
+preemption's rows were recomputed is dropped, so no frame past a stop reaches codes or logprobs. The
+length cap is known ahead, so no frame is planned past it.
+After a preemption the runtime hands back rows to recompute (the prompt and the rows of the frames already
+made); they are prefilled like a prompt, and decoding goes on from the next frame.
 Long text: a request may be several segments, each one prompt and one run of frames (stop or its cap).
 When a segment that another follows ends, the state waits (`switching`) until the runtime lays out the
 next prompt (`begin_segment`); the frames made so far stay in the request's history. A segment that
@@ -19,8 +26,7 @@ from typing import Any
 
 from v2.card import ARDecodeSettings
 from v2.contracts import (
-    Done, FinishReason, LoopKind, LoopResult, LoopState, ResourceRequest, ShapeSignature, StepResult, WorkPlan,
-    WorkUnitKind,
+    FinishReason, LoopKind, LoopResult, LoopState, ResourceRequest, ShapeSignature, WorkPlan, WorkUnitKind,
 )
 
 EXPERT = "backbone"
@@ -34,17 +40,21 @@ class PrefillPlan:
     start: int        # position of rows[0] in the slot
     rows: Any         # int64 [n, 13] prompt rows (CPU tensor)
     last: bool        # the chunk ends the prompt of a request with no frame yet: its last row's state decodes frame 0
+    epoch: int = 0    # the state's epoch when planned: a result from before a preemption or a new segment is dropped
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class FramePlan:
+    """Made once per row per step: a plain slotted class, never mutated."""
+
     slot: int
     position: int     # where this step's backbone input (the new frame's row) goes in the slot
-    step: int         # frame index: keys the sampling noise
+    step: int         # frame index in its segment: keys the sampling noise
     allow_stop: bool  # False before min_frames
+    segment: int = 0  # the segment it belongs to
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class FrameRow:
     """One row of an AR_FRAME result."""
 
@@ -61,7 +71,10 @@ class ARState(LoopState):
     max_frames: int = 0
     min_frames: int = 0
     slot: int = -1                   # KV slot, set at admission
-    prefilled: int = 0               # rows of `rows` already in the KV
+    prefilled: int = 0               # rows of `rows` in the KV, or launched to it
+    computed: int = 0                # rows of `rows` whose prefill has been read back (KV known good)
+    epoch: int = 0                   # bumped when its KV is taken back or a segment begins
+    launched_frames: int = 0         # frames of this segment launched: taken, or still on the device
     prefix_from: int | None = None   # a group leader whose prefilled prompt is shared instead of prefilling
     paused: bool = False             # its KV was taken back (preempted); it waits to be given rows to recompute
     codes: list[tuple[int, ...]] = field(default_factory=list)     # emitted frames
@@ -92,11 +105,10 @@ class ARDecodeLoop:
     def resources(self, state: ARState, *, decode_audio: bool) -> ResourceRequest:
         return ResourceRequest(kv_rows=state.prompt_len + state.max_frames, codec_stream=decode_audio)
 
-    def next(self, state: ARState) -> WorkPlan | Done | None:
-        """The next plan, Done, or None (waiting for a group leader's prompt)."""
-        if state.finish is not None:
-            return Done(state.finish)
-        if state.paused or state.switching:
+    def next(self, state: ARState) -> WorkPlan | None:
+        """The next plan, or None (ended, waiting for a group leader's prompt, for KV blocks, for the next
+        segment's prompt, or for the result of the frame that reaches the cap)."""
+        if state.finish is not None or state.paused or state.switching:
             return None
         total = int(state.rows.shape[0])
         if state.prefilled < total:
@@ -104,19 +116,35 @@ class ARDecodeLoop:
                 return None
             end = min(total, state.prefilled + self.settings.prefill_chunk_rows)
             last = end == state.prompt_len and not state.codes  # a resumed request keeps its decoding state
-            plan: Any = PrefillPlan(state.slot, state.prefilled, state.rows[state.prefilled:end], last)
+            plan: Any = PrefillPlan(state.slot, state.prefilled, state.rows[state.prefilled:end], last, state.epoch)
             return WorkPlan(state.request_id, self.kind, PREFILL, plan)
-        frame = len(state.codes)
+        frame = state.launched_frames
+        if frame >= state.max_frames:
+            return None
         floor = max(state.min_frames, 1) if state.segment < len(state.segment_caps) else state.min_frames
-        plan = FramePlan(state.slot, state.prompt_len + frame, frame, frame >= floor)
+        plan = FramePlan(state.slot, state.prompt_len + frame, frame, frame >= floor, state.segment)
         return WorkPlan(state.request_id, self.kind, FRAME, plan)
 
-    def advance(self, state: ARState, result: StepResult) -> None:
+    def launched(self, state: ARState, plan: WorkPlan) -> None:
+        """The plan went to the device: a prefill's rows count as in the KV, a frame as on its way."""
+        if plan.signature.kind is WorkUnitKind.PREFILL:
+            state.prefilled = plan.payload.start + int(plan.payload.rows.shape[0])
+        else:
+            state.launched_frames = plan.payload.step + 1
+
+    def advance(self, state: ARState, plan: WorkPlan, row: FrameRow | None) -> bool:
+        """Take the result of a launched plan (`row`: a frame's, None for a prefill); False when it was
+        dropped (a frame past the end, or work from before a preemption or a new segment)."""
         state.fresh = []
-        if result.plan.signature.kind is WorkUnitKind.PREFILL:
-            state.prefilled += int(result.plan.payload.rows.shape[0])
-            return
-        row: FrameRow = result.data
+        p = plan.payload
+        if plan.signature.kind is WorkUnitKind.PREFILL:
+            if p.epoch != state.epoch:
+                return False
+            state.computed = max(state.computed, p.start + int(p.rows.shape[0]))
+            return True
+        if state.finish is not None or state.switching or p.segment != state.segment or p.step != len(state.codes):
+            return False
+        assert row is not None
         state.logprobs.append(row.logprobs)
         end = None
         if row.stop:
@@ -126,13 +154,20 @@ class ARDecodeLoop:
             state.fresh = [row.codes]
             if len(state.codes) >= state.max_frames:
                 end = FinishReason.LENGTH
-        if end is None:
-            return
-        if state.segment < len(state.segment_caps):
-            state.switching = True
-            state.ended.append((state.prompt_len, len(state.codes), end))
-        else:
-            state.finish = end
+        if end is not None:
+            if state.segment < len(state.segment_caps):
+                state.switching = True
+                state.ended.append((state.prompt_len, len(state.codes), end))
+            else:
+                state.finish = end
+        return True
+
+    def preempted(self, state: ARState) -> None:
+        """Its KV was taken back: it waits for blocks, then recomputes its rows. A frame still on the device
+        is taken when it arrives (its rows are recomputed with the rest); a prefill is not."""
+        state.paused, state.prefilled, state.computed = True, 0, 0
+        state.epoch += 1
+        state.launched_frames = len(state.codes) + (state.launched_frames > len(state.codes))
 
     def begin_segment(self, state: ARState, rows: Any) -> None:
         """The next segment's prompt `rows`: its frames so far join the history; it waits (`paused`) for KV
@@ -144,8 +179,10 @@ class ARDecodeLoop:
         state.codes, state.logprobs, state.fresh = [], [], []
         state.max_frames = state.segment_caps[state.segment]
         state.segment += 1
-        state.rows, state.prompt_len, state.prefilled = rows, int(rows.shape[0]), 0
+        state.rows, state.prompt_len, state.prefilled, state.computed = rows, int(rows.shape[0]), 0, 0
         state.switching, state.paused = False, True
+        state.epoch += 1
+        state.launched_frames = 0
 
     def finalize(self, state: ARState) -> LoopResult:
         """codes and logprobs of every segment; `segments`: per segment (prompt rows, frames, finish), the

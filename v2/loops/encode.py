@@ -2,8 +2,9 @@
 
 Owns: `EncodeState` (the recordings, already at the codec's rate and level-set; per recording its encoder
 state slot, the frames encoded so far and the codes made) and `EncodeLoop`, a stateless driven loop:
-`next` (one ENCODE plan per step with the next `chunk_frames` of every unfinished recording, or Done),
-`advance` (append the chunk's codes), `finalize`. A recording encodes to `samples // hop` frames (a partial
+`next` (one ENCODE plan per step with the next `chunk_frames` of every recording with frames left to
+launch, or None), `launched` (those frames went to the device), `advance` (append the chunk's codes),
+`finalize`. The loop has ended when `state.finish` is set (every recording's codes are in). A recording encodes to `samples // hop` frames (a partial
 last frame is left out, as the codec's batched encode does), chunk by chunk, so a long reference never
 holds up a step for more than one chunk's work.
 Must not know: tensors on a device, batching, other requests, the codec.
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from v2.contracts import Done, FinishReason, LoopKind, LoopResult, LoopState, ShapeSignature, StepResult, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, LoopKind, LoopResult, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
 
 EXPERT = "vocoder_encoder"
 
@@ -26,6 +27,7 @@ class EncodeRow:
     slot: int      # the recording's encoder state slot
     audio: Any     # float32 [channels, chunk_frames * hop] (numpy): the next samples, zero-padded past the end
     frames: int    # how many of the chunk's frames are real
+    recording: int = 0  # which of the request's recordings
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class EncodeState(LoopState):
     hop: int = 1
     slots: list[int] = field(default_factory=list)  # set by the runtime when it starts the encode
     done: list[int] = field(default_factory=list)   # frames encoded, per recording
+    queued: list[int] = field(default_factory=list)  # frames launched (encoded, or on the device), per recording
     parts: list[list[Any]] = field(default_factory=list)  # codes [n, 12] per chunk, per recording
     codes: list[Any] | None = None  # one int64 [N, 12] array per recording, once all are encoded
 
@@ -56,32 +59,38 @@ class EncodeLoop:
         if not audio:
             raise ValueError("an encode needs at least one recording")
         return EncodeState(request_id, audio=tuple(audio), hop=hop, done=[0] * len(audio),
-                           parts=[[] for _ in audio])
+                           queued=[0] * len(audio), parts=[[] for _ in audio])
 
-    def next(self, state: EncodeState) -> WorkPlan | Done:
-        if state.codes is not None:
-            return Done(FinishReason.STOP)
+    def next(self, state: EncodeState) -> WorkPlan[EncodePlan] | None:
+        if state.finish is not None:
+            return None
         n, hop = self.chunk_frames, state.hop
         rows = []
         for i, audio in enumerate(state.audio):
-            real = min(n, state.frames(i) - state.done[i])
+            real = min(n, state.frames(i) - state.queued[i])
             if real <= 0:
                 continue
-            start = state.done[i] * hop
+            start = state.queued[i] * hop
             chunk = np.zeros((audio.shape[0], n * hop), dtype=np.float32)  # [channels, n * hop]
             chunk[:, : real * hop] = audio[:, start : start + real * hop]
-            rows.append(EncodeRow(state.slots[i], chunk, real))
+            rows.append(EncodeRow(state.slots[i], chunk, real, i))
+        if not rows:
+            return None  # everything is on the device
         signature = ShapeSignature(WorkUnitKind.ENCODE, EXPERT, n)
         return WorkPlan(state.request_id, LoopKind.ENCODE, signature, EncodePlan(tuple(rows)))
 
-    def advance(self, state: EncodeState, result: StepResult) -> None:
-        """result.data: codes [real frames, 12] per row of the plan."""
-        pending = [i for i in range(len(state.audio)) if state.done[i] < state.frames(i)]
-        if len(result.data) != len(pending):
-            raise RuntimeError(f"encode returned {len(result.data)} rows for {len(pending)} recordings")
-        for i, codes in zip(pending, result.data):
-            state.parts[i].append(codes)
-            state.done[i] += len(codes)
+    def launched(self, state: EncodeState, plan: WorkPlan[EncodePlan]) -> None:
+        for row in plan.payload.rows:
+            state.queued[row.recording] += row.frames
+
+    def advance(self, state: EncodeState, plan: WorkPlan[EncodePlan], codes: list[Any]) -> None:
+        """codes: [real frames, 12] per row of the plan."""
+        rows = plan.payload.rows
+        if len(codes) != len(rows):
+            raise RuntimeError(f"encode returned {len(codes)} rows for {len(rows)} recordings")
+        for row, c in zip(rows, codes):
+            state.parts[row.recording].append(c)
+            state.done[row.recording] += len(c)
         if all(d >= state.frames(i) for i, d in enumerate(state.done)):
             state.codes = [np.concatenate(p) for p in state.parts]
             state.finish = FinishReason.STOP

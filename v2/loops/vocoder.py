@@ -1,8 +1,10 @@
 """The vocoder loop of one request: turn its frames into audio chunks as they arrive.
 
-Owns: `VocoderState` (frames received and not yet decoded, chunks made, its codec slot) and
+Owns: `VocoderState` (frames received and not yet launched, chunks made, its codec slot) and
 `VocoderLoop`, a stateless driven loop: `feed` (frames from the AR loop), `next` (an AUDIO_CHUNK plan
-when a chunk is due, or Done; no kernel), `advance` (make the chunk from the decoded audio), `finalize`.
+when a chunk is due, or None; no kernel), `launched` (the chunk's frames went to the device), `advance`
+(make the chunk from the decoded audio), `finalize`. The loop has ended when `state.finish` is set: once
+the final chunk is made (or at once when the utterance ends with nothing left to decode).
 Chunking: a first chunk of `first_chunk_frames`, doubling per chunk up to `chunk_frames`, the rest at the
 end. A chunk is cut once a frame beyond it exists or the utterance has ended, so the last chunk is always
 marked final.
@@ -15,9 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from v2.card import VocoderSettings
-from v2.contracts import (
-    Done, FinishReason, LoopKind, LoopResult, LoopState, ShapeSignature, StepResult, WorkPlan, WorkUnitKind, bucket_for,
-)
+from v2.contracts import FinishReason, LoopKind, LoopResult, LoopState, ShapeSignature, WorkPlan, WorkUnitKind, bucket_for
 
 EXPERT = "vocoder"
 
@@ -45,7 +45,8 @@ class VocoderState(LoopState):
     sample_rate: int = 0
     enabled: bool = True                    # False: frames are dropped, no audio is made
     slot: int = -1                          # codec slot, set at admission
-    pending: list[tuple[int, ...]] = field(default_factory=list)  # frames not yet decoded
+    pending: list[tuple[int, ...]] = field(default_factory=list)  # frames not yet launched to the codec
+    planned: int = 0                        # chunks launched (made, or on the device)
     upstream: FinishReason | None = None    # how the AR loop ended, once it has
     chunks: list[AudioChunk] = field(default_factory=list)
     fresh: list[AudioChunk] = field(default_factory=list)  # made by the last advance
@@ -75,14 +76,14 @@ class VocoderLoop:
             if not state.pending:  # nothing left to decode (e.g. it stopped right after a chunk)
                 state.finish = upstream
 
-    def next(self, state: VocoderState) -> WorkPlan | Done | None:
-        """A due chunk's plan, Done, or None (waiting for frames)."""
-        if state.finish is not None:
-            return Done(state.finish)
-        due = self.chunk_size(len(state.chunks))
+    def next(self, state: VocoderState) -> WorkPlan | None:
+        """A due chunk's plan, or None (ended, or waiting for frames)."""
+        if state.finish is not None or not state.pending:
+            return None
+        due = self.chunk_size(state.planned)
         if len(state.pending) > due:
             n, final = due, False
-        elif state.upstream is not None and state.pending:
+        elif state.upstream is not None:
             n = min(due, len(state.pending))
             final = n == len(state.pending)
         else:
@@ -91,14 +92,19 @@ class VocoderLoop:
         signature = ShapeSignature(WorkUnitKind.AUDIO_CHUNK, EXPERT, bucket_for(n, self.settings.frame_buckets))
         return WorkPlan(state.request_id, self.kind, signature, plan)
 
-    def advance(self, state: VocoderState, result: StepResult) -> None:
-        plan: ChunkPlan = result.plan.payload
-        n = len(plan.codes)
-        del state.pending[:n]
-        chunk = AudioChunk(len(state.chunks), result.data, state.sample_rate, n, plan.final)
+    def launched(self, state: VocoderState, plan: WorkPlan) -> None:
+        """The chunk's frames went to the device (a non-final chunk leaves at least one frame pending, so the
+        final chunk is always planned once the utterance has ended)."""
+        del state.pending[: len(plan.payload.codes)]
+        state.planned += 1
+
+    def advance(self, state: VocoderState, plan: WorkPlan, audio: Any) -> None:
+        """`audio`: the chunk's samples, float32 [channels, frames * hop] (numpy)."""
+        chunk_plan: ChunkPlan = plan.payload
+        chunk = AudioChunk(len(state.chunks), audio, state.sample_rate, len(chunk_plan.codes), chunk_plan.final)
         state.chunks.append(chunk)
         state.fresh = [chunk]
-        if plan.final:
+        if chunk_plan.final:
             state.finish = state.upstream
 
     def finalize(self, state: VocoderState) -> LoopResult:

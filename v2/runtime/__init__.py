@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-_WHERE = {"AudioChunk": "v2.loops.vocoder", "Metrics": "v2.runtime.handles", "Runtime": "v2.runtime.engine",
+_WHERE = {"AudioChunk": "v2.loops.vocoder", "Metrics": "v2.runtime.handles", "Runtime": "v2.runtime.runtime",
           "SpeechHandle": "v2.runtime.handles", "SpeechResult": "v2.runtime.handles", "Trajectory": "v2.rl.trajectory"}
 
 __all__ = sorted(_WHERE)

@@ -2,9 +2,10 @@
 
 Owns: `EncodeJob` (a caller waiting for the codes of one recording, e.g. a voice being stored),
 `EncodeExecutor` (the encoder's per-slot streaming state; a batch of ENCODE plans -> one chunked encoder call
--> codes on the device), and `EncodeStage`: the encoder state slots (a recording takes one when its encode
-starts, all of a request's at once, and gives it back when it is encoded or its request ends), collecting
-the ENCODE plans of waiting requests and jobs each step, scattering the codes back (a request's prompt is
+-> codes on the device; reading them back per row), and `EncodeStage`: the encoder state slots (a recording
+takes one when its encode starts, all of a request's at once, and gives it back when it is encoded or its
+request ends; fresh state is queued on the device stream), collecting the ENCODE plans of waiting requests
+and jobs each step, telling their loops what was launched, scattering the codes back (a request's prompt is
 then laid out with the real codes and it becomes admissible; a job's caller is woken), and failing jobs
 when the runtime closes.
 Must not know: scheduling policy, HTTP, files (recordings arrive prepared, at the codec's rate).
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from v2.contracts import StepResult, WorkPlan
+from v2.contracts import WorkPlan
 from v2.loops.encode import EncodeLoop, EncodePlan, EncodeState
 from v2.runtime.slots import SlotPool
 
@@ -63,12 +64,23 @@ class EncodeExecutor:
         codes = self.encoder.encode_chunk(slots, audio, state=self.state, frames=frames)  # [B, 12, n]
         return codes.transpose(1, 2)  # [B, n, 12]
 
+    @staticmethod
+    def read(host: np.ndarray, plans: Sequence[EncodePlan]) -> list[list[np.ndarray]]:
+        """host [rows, n, 12] -> per plan, per row its real frames' codes [frames, 12]."""
+        out, k = [], 0
+        for plan in plans:
+            out.append([np.ascontiguousarray(host[k + j, : r.frames]) for j, r in enumerate(plan.rows)])
+            k += len(plan.rows)
+        return out
+
 
 class EncodeStage:
     """The engine's side of encoding: slots, which states need work, and where their codes go."""
 
-    def __init__(self, loop: EncodeLoop, pool: SlotPool, executor: EncodeExecutor | None) -> None:
-        self.loop, self.pool, self.executor = loop, pool, executor
+    def __init__(self, loop: EncodeLoop, pool: SlotPool, executor: EncodeExecutor | None,
+                 launch: Callable[[Callable[[], Any]], None] = lambda work: work()) -> None:
+        """`launch`: queues device work (fresh slot state) on the engine's stream."""
+        self.loop, self.pool, self.executor, self.launch = loop, pool, executor, launch
         self.jobs: dict[int, EncodeJob] = {}  # by id (the engine's request-id counter)
         self.requests: dict[int, Any] = {}    # waiting requests whose recordings are not encoded yet, by id
 
@@ -85,31 +97,38 @@ class EncodeStage:
             if not state.slots:
                 if self.pool.free_count < len(state.audio):
                     continue  # waits for slots
-                state.slots = [self.pool.allocate(state.request_id) for _ in state.audio]
-                assert self.executor is not None
-                self.executor.start(state.slots)
+                slots = state.slots = [self.pool.allocate(state.request_id) for _ in state.audio]
+                executor = self.executor
+                assert executor is not None
+                self.launch(lambda: executor.start(slots))
             plan = self.loop.next(state)
-            if isinstance(plan, WorkPlan):
+            if plan is not None:
                 plans.append(plan)
         return plans
 
-    def scatter(self, plans: Sequence[WorkPlan], host: np.ndarray, encoded: Callable[[Any], None],
-                failed: Callable[[int, str], None]) -> None:
-        """host [rows, n, 12]: each plan's codes to its loop; a finished encode gives its slots back, then
-        `encoded(record)` for a request (which lays out its prompt) or the job's caller is woken. A failure
-        fails that request or job alone."""
-        k = 0
+    def _state(self, rid: int) -> EncodeState | None:
+        job, record = self.jobs.get(rid), self.requests.get(rid)
+        return job.state if job is not None else record.enc if record is not None else None
+
+    def launched(self, plans: Sequence[WorkPlan]) -> None:
         for plan in plans:
-            rows = plan.payload.rows
-            codes = [np.ascontiguousarray(host[k + j, : r.frames]) for j, r in enumerate(rows)]
-            k += len(rows)
+            state = self._state(plan.request_id)
+            if state is not None:
+                self.loop.launched(state, plan)
+
+    def scatter(self, plans: Sequence[WorkPlan], codes: list[list[np.ndarray]], encoded: Callable[[Any], None],
+                failed: Callable[[int, str], None]) -> None:
+        """codes: per plan, per row [frames, 12] (`EncodeExecutor.read`): each plan's codes to its loop; a
+        finished encode gives its slots back, then `encoded(record)` for a request (which lays out its
+        prompt) or the job's caller is woken. A failure fails that request or job alone."""
+        for plan, rows in zip(plans, codes):
             rid = plan.request_id
             try:
                 job, record = self.jobs.get(rid), self.requests.get(rid)
-                state = job.state if job is not None else record.enc if record is not None else None
+                state = self._state(rid)
                 if state is None:
                     continue  # ended meanwhile (its slots were given back then)
-                self.loop.advance(state, StepResult(plan, codes))
+                self.loop.advance(state, plan, rows)
                 if state.codes is None:
                     continue
                 self.release(state)  # (forgets the request)

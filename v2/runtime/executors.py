@@ -1,24 +1,30 @@
-"""Executors: a batch of plans -> static buffers -> one expert call (a graph replay on CUDA) -> device results.
+"""Executors: a batch of plans -> static buffers -> one expert call (a graph replay on CUDA) -> typed results.
 
 Owns: the device-side state of the AR experts (the paged KV pool and each slot's block table, the backbone
 state each slot decodes its next frame from, per-slot sampling settings, seeds and repetition-penalty
 presence masks) and of the vocoder (codec streaming state); writing a request's settings at admission;
 applying block-table entries and block copies; the static input buffers (allocated once at the largest
 bucket; padding rows aim at the dummy slot, whose table points only at the dummy block); running a
-PREFILL batch (eager), an AR_FRAME batch and an AUDIO_CHUNK batch through `StepGraphs`; and the one
-device-to-host copy per step.
+PREFILL batch (eager), an AR_FRAME batch and an AUDIO_CHUNK batch through `StepGraphs`, each in two
+halves: `prepare` (host only: the batch's inputs as host tensors) and `launch` (device work only: upload,
+replay; returns a device tensor), so the host half of step N+1 runs while the device runs step N; and
+reading a batch's host copy back as typed rows (`FrameBatch.row(i) -> FrameRow`, `ChunkBatch.audio(i)`
+already trimmed). The packed frame-row layout and the codec hop are known here and nowhere else.
+`OnStream` queues the executors' state changes (admission, block tables, forks) on the device stream, in
+order with the steps.
 Must not know: requests, loops' state, scheduling policy, which blocks are free, threads.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from v2.loops.ar_decode import FramePlan, PrefillPlan
+from v2.loops.ar_decode import FramePlan, FrameRow, PrefillPlan
 from v2.contracts import bucket_for
 from v2.loops.vocoder import ChunkPlan
 from v2.models.codec import MossAudioDecoder
@@ -30,6 +36,64 @@ from v2.runtime.graphs import StepGraphs
 
 FRAME_FIELDS = 1 + 12 + CHANNELS  # packed AR_FRAME row: stop, 12 codes, 13 logprobs
 MIN_CONTEXT_BUCKET = 64
+
+
+@dataclass(slots=True)
+class FrameInputs:
+    """The frame step's static inputs, [largest bucket] each: named views of one packed buffer, so a batch's
+    inputs go up in one host-to-device copy."""
+
+    packed: Tensor      # [5, largest bucket] int64: the rows below
+    slot: Tensor        # KV / state slot (padding rows: the dummy slot)
+    position: Tensor    # where the frame's row goes in the slot's KV
+    step: Tensor        # frame index: keys the sampling noise
+    allow_stop: Tensor  # 0 before min_frames
+    valid: Tensor       # 1 for real rows
+
+    @classmethod
+    def allocate(cls, rows: int, dummy_slot: int, device: torch.device) -> "FrameInputs":
+        packed = torch.zeros(5, rows, dtype=torch.long, device=device)
+        packed[0] = dummy_slot
+        return cls(packed, *packed.unbind(0))
+
+
+@dataclass(slots=True)
+class FrameLaunch:
+    """A frame batch's inputs on the host, ready to launch."""
+
+    host: Tensor                  # [5, bucket] int64, the FrameInputs rows
+    key: tuple[int, int, int]     # graph key: (rows, keys attended, full sort)
+
+
+@dataclass(slots=True)
+class FrameBatch:
+    """An AR_FRAME batch's result on the host, one entry per real row."""
+
+    stop: list[bool]
+    codes: list[list[int]]
+    logprobs: list[list[float]]
+
+    @classmethod
+    def read(cls, host: np.ndarray, n: int) -> "FrameBatch":
+        """host: the packed [bucket, 26] float32 result (stop flag, 12 codes, 13 logprobs per row)."""
+        rows = host[:n]
+        return cls((rows[:, 0] > 0.5).tolist(), rows[:, 1:13].astype(np.int64).tolist(), rows[:, 13:].tolist())
+
+    def row(self, i: int) -> FrameRow:
+        return FrameRow(self.stop[i], tuple(self.codes[i]), tuple(self.logprobs[i]))
+
+
+@dataclass(slots=True)
+class ChunkBatch:
+    """An AUDIO_CHUNK batch's result on the host: row i's audio is its first `samples[i]` samples."""
+
+    host: np.ndarray    # [bucket, channels, frames * hop] float32
+    samples: list[int]
+
+    def audio(self, i: int) -> np.ndarray:
+        """Row i's chunk, float32 [channels, n]: a view of the batch's host copy (no copy per chunk; each
+        channel's samples are contiguous)."""
+        return self.host[i, :, : self.samples[i]]
 
 
 def context_buckets(max_len: int) -> list[int]:
@@ -58,9 +122,7 @@ class ARExecutor:
         self.sampling = SamplingTensors.build([SamplingSettings()] * s, [0] * s, dev)
         self.presence = torch.zeros(s, cfg.n_vq, cfg.codebook_size, dtype=torch.bool, device=dev)
         self.full_sort: set[int] = set()  # slots whose codebook settings need the full sort (host side)
-        # static inputs of the frame step, [largest bucket]: slot, position, step, allow_stop, valid
-        self.inputs = torch.zeros(5, batch_buckets[-1], dtype=torch.long, device=dev)
-        self.inputs[0] = self.dummy_slot
+        self.inputs = FrameInputs.allocate(batch_buckets[-1], s - 1, dev)
         # the decode kernel reads each row's own length through its table, so one graph per batch bucket
         # (grid sized for max_len) serves any lengths; the torch path gathers keys up to a context bucket
         self.contexts = [max_len] if kernels_on(dev) else context_buckets(max_len)
@@ -138,25 +200,37 @@ class ARExecutor:
             idx = to_device(torch.tensor(last), dev)
             self.hidden[slots[idx]] = out[idx, to_device(lengths[last] - 1, dev)]
 
-    def stage(self, plans: Sequence[FramePlan], bucket: int) -> int:
-        """Copy the plans into the static inputs (padding rows -> dummy slot); returns the keys they attend."""
-        pad = bucket - len(plans)
-        host = torch.tensor([[p.slot for p in plans] + [self.dummy_slot] * pad,
-                             [p.position for p in plans] + [0] * pad,
-                             [p.step for p in plans] + [0] * pad,
-                             [int(p.allow_stop) for p in plans] + [1] * pad,
-                             [1] * len(plans) + [0] * pad])  # [5, bucket]
-        upload(host, self.inputs[:, :bucket])  # one host-to-device copy
-        return max(p.position for p in plans) + 1
+    def prepare(self, plans: Sequence[FramePlan], bucket: int) -> FrameLaunch:
+        """Host half: the plans as the static inputs' rows (padding rows -> dummy slot) and the graph key."""
+        n = len(plans)
+        host = torch.zeros(5, bucket, dtype=torch.long)  # [5, bucket]
+        host[0, n:] = self.dummy_slot
+        host[3, n:] = 1
+        host[4, :n] = 1
+        host[:4, :n] = torch.tensor([(p.slot, p.position, p.step, p.allow_stop) for p in plans]).T
+        context = int(host[1, :n].max()) + 1
+        if self.graphs.enabled:
+            return FrameLaunch(host, self.graph_key(bucket, context))
+        return FrameLaunch(host, (bucket, context, int(any(p.slot in self.full_sort for p in plans))))
+
+    def launch(self, batch: FrameLaunch) -> Tensor:
+        """Device half: one upload, then the frame step -> packed [bucket, 26] float32 on the device: stop
+        flag, 12 codes, 13 logprobs per row (padding rows last, meaningless)."""
+        upload(batch.host, self.inputs.packed[:, : batch.key[0]])
+        if self.graphs.enabled:
+            return self.graphs.run(batch.key)
+        self.graphs.fallbacks[self.graphs.reason_off] += 1
+        return self._frame_step(batch.key)
 
     def frame(self, plans: Sequence[FramePlan], bucket: int) -> Tensor:
-        """One frame for every plan, padded to `bucket` rows -> packed [bucket, 26] float32 on the device:
-        stop flag, 12 codes, 13 logprobs per row (padding rows last, meaningless)."""
-        context = self.stage(plans, bucket)
-        if self.graphs.enabled:
-            return self.graphs.run(self.graph_key(bucket, context))
-        self.graphs.fallbacks[self.graphs.reason_off] += 1
-        return self._frame_step((bucket, context, int(any(p.slot in self.full_sort for p in plans))))
+        """Both halves at once."""
+        return self.launch(self.prepare(plans, bucket))
+
+    def stage(self, plans: Sequence[FramePlan], bucket: int) -> int:
+        """Upload the plans into the static inputs; returns the keys they attend (for benchmarks)."""
+        batch = self.prepare(plans, bucket)
+        upload(batch.host, self.inputs.packed[:, :bucket])
+        return int(batch.host[1, : len(plans)].max()) + 1
 
     def graph_key(self, bucket: int, context: int) -> tuple[int, int, int]:
         return (bucket, bucket_for(context, self.contexts), 1)
@@ -165,8 +239,9 @@ class ARExecutor:
     def _frame_step(self, key: tuple[int, ...]) -> Tensor:
         """The whole frame step on the static inputs: key = (rows, keys attended, full sort)."""
         b, context, full = key
-        slots, positions, steps = self.inputs[0, :b], self.inputs[1, :b], self.inputs[2, :b]
-        allow, valid = self.inputs[3, :b].bool(), self.inputs[4, :b].bool()
+        x = self.inputs
+        slots, positions, steps = x.slot[:b], x.position[:b], x.step[:b]
+        allow, valid = x.allow_stop[:b].bool(), x.valid[:b].bool()
         frame = self.model.decode_frame(self.hidden[slots], self.sampling.rows(slots), steps,
                                         presence=self.presence[slots], allow_stop=allow, full_sort=bool(full))
         # padding rows write only the dummy slot's presence, state and KV
@@ -197,18 +272,31 @@ class CodecExecutor:
     def admit(self, slot: int) -> None:
         self.state.reset([slot])
 
-    def chunk(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> Tensor:
-        """Decode every plan's frames in one call, padded to `bucket` rows of `frames` frames
-        -> audio [bucket, channels, frames * hop] on the device (row b's first n_b * hop samples are real)."""
+    def prepare(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> tuple[Tensor, Tensor]:
+        """Host half: (slot and real frames per row [2, bucket], codes [bucket, 12, frames]), padded."""
         n = len(plans)
         codes = torch.zeros(bucket, 12, frames, dtype=torch.long)
         for i, p in enumerate(plans):
             codes[i, :, : len(p.codes)] = torch.tensor(p.codes, dtype=torch.long).T
         rows = torch.tensor([[p.slot for p in plans] + [self.state.dummy_slot] * (bucket - n),
                              [len(p.codes) for p in plans] + [0] * (bucket - n)])  # [2, bucket]
+        return rows, codes
+
+    def launch(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """Device half -> audio [bucket, channels, frames * hop] on the device."""
+        rows, codes = batch
+        bucket, frames = codes.shape[0], codes.shape[2]
         upload(rows, self.rows[:, :bucket])
         upload(codes, self.codes[:bucket, :, :frames])
         return self.graphs.run((bucket, frames))
+
+    def chunk(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> Tensor:
+        """Decode every plan's frames in one call, padded to `bucket` rows of `frames` frames
+        -> audio [bucket, channels, frames * hop] on the device (row b's first n_b * hop samples are real)."""
+        return self.launch(self.prepare(plans, bucket, frames))
+
+    def read(self, host: np.ndarray, plans: Sequence[ChunkPlan]) -> ChunkBatch:
+        return ChunkBatch(host, [len(p.codes) * self.codec.cfg.hop for p in plans])
 
     def _chunk_step(self, key: tuple[int, ...]) -> Tensor:
         b, f = key
@@ -228,13 +316,23 @@ def upload(host: Tensor, dst: Tensor) -> None:
     dst.copy_(host.pin_memory() if cuda else host, non_blocking=cuda)
 
 
-def to_host(tensors: Sequence[Tensor]) -> list[np.ndarray]:
-    """The step's single device-to-host transfer: every result tensor copied, then one synchronisation."""
-    if not tensors:
-        return []
-    wide = [t.float() if t.dtype in (torch.bfloat16, torch.float16) else t for t in tensors]
-    if wide[0].device.type != "cuda":
-        return [t.numpy() for t in wide]
-    host = [t.to("cpu", non_blocking=True) for t in wide]
-    torch.cuda.current_stream(wide[0].device).synchronize()
-    return [h.numpy() for h in host]
+class OnStream:
+    """The executors' state changes, launched on the device stream in order with the steps (a slot's
+    settings are written after the steps already launched have read the old ones). `launch`: the stream's."""
+
+    def __init__(self, ar: ARExecutor, launch: Callable[[Callable[[], Any]], Any]) -> None:
+        self.target, self._launch = ar, launch
+
+    @property
+    def kv(self) -> Any:
+        return self.target.kv
+
+    def admit(self, slot: int, settings: SamplingSettings, seed: int) -> None:
+        self._launch(lambda: self.target.admit(slot, settings, seed))
+
+    def apply(self, copies: Sequence[tuple[int, int]], entries: Sequence[tuple[int, int, int]]) -> None:
+        if copies or entries:
+            self._launch(lambda: self.target.apply(copies, entries))
+
+    def fork(self, src: int, dst: int) -> None:
+        self._launch(lambda: self.target.fork(src, dst))

@@ -22,7 +22,7 @@ from v2.card import ARDecodeSettings
 from v2.contracts import LoopKind, WorkPlan, WorkUnitKind
 from v2.models.kv_cache import PagedKVCache
 from v2.runtime.blocks import chain_keys
-from v2.runtime.executors import ARExecutor
+from v2.runtime.executors import ARExecutor, OnStream
 from v2.runtime.paging import KVPager
 from v2.runtime.records import RequestRecord
 
@@ -50,14 +50,17 @@ def pool_blocks(settings: ARDecodeSettings, model: Any) -> int:
 
 
 class RequestKV:
-    def __init__(self, pager: KVPager, executor: ARExecutor, assistant_slot: int) -> None:
+    def __init__(self, pager: KVPager, executor: ARExecutor | OnStream, assistant_slot: int) -> None:
+        """`executor`: where block copies, table entries and forks go (the engine's `OnStream`, which queues
+        them on the device stream)."""
         self.pager = pager
         self.executor = executor
         self.assistant_slot = assistant_slot
         self.version = 0  # weights the cached blocks were computed with
+        self.paused: dict[int, RequestRecord] = {}  # requests waiting for blocks to (re)compute their rows
 
     @classmethod
-    def build(cls, settings: ARDecodeSettings, executor: ARExecutor, assistant_slot: int) -> "RequestKV":
+    def build(cls, settings: ARDecodeSettings, executor: ARExecutor | OnStream, assistant_slot: int) -> "RequestKV":
         """The pager over the executor's pool; admissions keep 1% of the pool free while anything runs."""
         blocks = executor.kv.num_blocks
         pager = KVPager(blocks, settings.block_size, max_blocks=settings.max_blocks,
@@ -85,7 +88,8 @@ class RequestKV:
     def admit(self, req: RequestRecord) -> None:
         """Blocks for the prompt of an admitted request (not a group member that will share its leader's)."""
         assert req.ar is not None
-        req.ar.prefilled = self.pager.admit(req.id, req.ar.slot, self.keys(req), int(req.rows.shape[0]))
+        req.ar.prefilled = req.ar.computed = self.pager.admit(req.id, req.ar.slot, self.keys(req),
+                                                              int(req.rows.shape[0]))
 
     def set_weights(self, version: int) -> None:
         """New weights: nothing computed before may be reused."""
@@ -115,26 +119,34 @@ class RequestKV:
         preempted = self.pager.grow(writes if ordered else sorted(writes))  # oldest request first
         if not preempted:
             return plans[:], preempted
-        for rid in preempted:
-            ar = running[rid].ar
-            assert ar is not None
-            ar.paused, ar.prefilled = True, 0
         gone = set(preempted)
         return [p for p in plans if not (p.loop is LoopKind.AR_DECODE and p.request_id in gone)], preempted
 
+    def pause(self, req: RequestRecord) -> None:
+        """The request (its AR state `paused`: preempted, a new segment, a group member on its own) waits for
+        blocks to (re)compute its rows."""
+        self.paused[req.id] = req
+
     def resume(self, running: dict[int, RequestRecord]) -> bool:
-        """Give preempted requests, oldest first, blocks to recompute their rows; True when none waits."""
-        waiting = [r for r in running.values() if r.ar is not None and r.ar.paused]
-        if not waiting:
+        """Give paused requests, oldest first, blocks to recompute their rows; True when none waits. One
+        with a frame still on the device waits for it (its rows include that frame)."""
+        if not self.paused:
             return True
-        for req in sorted(waiting, key=lambda r: r.id):
+        for rid in sorted(self.paused):
+            req = self.paused[rid]
             ar = req.ar
             assert ar is not None
+            if running.get(rid) is not req or not ar.paused:
+                del self.paused[rid]
+                continue
+            if ar.launched_frames > len(ar.codes):
+                return False
             rows = self.recompute_rows(req)
             if not self.pager.can_admit(self.keys(req), int(rows.shape[0])):
                 return False
             ar.rows, ar.paused = rows, False
-            ar.prefilled = self.pager.admit(req.id, ar.slot, self.keys(req), int(rows.shape[0]))
+            ar.prefilled = ar.computed = self.pager.admit(req.id, ar.slot, self.keys(req), int(rows.shape[0]))
+            del self.paused[rid]
         return True
 
     def recompute_rows(self, req: RequestRecord) -> torch.Tensor:
@@ -162,7 +174,7 @@ class RequestKV:
             return
         for req in reqs:
             if req.id in pending and req.ar is not None and req.version == self.version:
-                self.pager.commit(req.id, req.ar.prefilled)
+                self.pager.commit(req.id, req.ar.computed)
 
     def computed_all(self, running: Mapping[int, RequestRecord]) -> None:
         """`computed` for every running request (in the mapping's order), O(1) when none has prompt blocks
@@ -172,6 +184,7 @@ class RequestKV:
 
     def release(self, req: RequestRecord) -> None:
         self.pager.release(req.id)
+        self.paused.pop(req.id, None)
 
     def flush(self) -> None:
         """The step's device work (block copies, then table entries), before any batch runs."""

@@ -1,16 +1,14 @@
-"""The engine's record of each request, group and pending weight update: plain mutable data.
+"""The engine's record of each request: plain mutable data.
 
 Owns: what the engine tracks per request between submit and result (the request, its prompt, resolved
 settings, loop states, slots held, timestamps, group membership, weight version, its prompt's KV block
-keys), a group sharing one prompt; and `share_prefixes`, the rule for when a group leader's prefilled
-prompt blocks are shared with the other members.
+keys).
 Must not know: tensors beyond the prompt rows it carries, scheduling, executors.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -18,17 +16,10 @@ from v2.long_text import TextSegment
 from v2.loops.ar_decode import ARState
 from v2.loops.encode import EncodeState
 from v2.loops.vocoder import VocoderState
+from v2.runtime.groups import Group
 from v2.sampling_settings import SamplingSettings
 from v2.request import SpeechRequest
 from v2.runtime.handles import SpeechHandle
-
-
-@dataclass
-class Group:
-    """Requests that share one prompt: the first prefills it, the others share its KV blocks."""
-
-    members: list[int]
-    shared: bool = False
 
 
 @dataclass
@@ -61,24 +52,3 @@ class RequestRecord:
     def ready(self) -> bool:
         """Its prompt is final: nothing left to encode."""
         return self.enc is None or self.enc.codes is not None
-
-
-
-
-def share_prefixes(running: dict[int, RequestRecord], share: Callable[[RequestRecord, RequestRecord], None]) -> None:
-    """For each group not yet shared: once its leader has prefilled the prompt, `share(leader, member)` for every
-    running member; if the leader ended before that, every member waits for KV blocks of its own (`paused`,
-    as a preempted request does) and then prefills its own prompt."""
-    groups = {id(r.group): r.group for r in running.values() if r.group is not None and not r.group.shared}
-    for group in groups.values():
-        leader = running.get(group.members[0])
-        followers = [running[m] for m in group.members[1:] if m in running]
-        if leader is None or leader.ar is None:
-            for f in followers:
-                if f.ar is not None and f.ar.prefix_from is not None:
-                    f.ar.prefix_from, f.ar.paused = None, True
-            group.shared = True
-        elif leader.ar.prefilled >= leader.ar.prompt_len:
-            for f in followers:
-                share(leader, f)
-            group.shared = True

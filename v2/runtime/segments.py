@@ -43,4 +43,5 @@ def next_segment(req: RequestRecord, loop: ARDecodeLoop, kv: Any, executor: Any)
     kv.release(req)
     req.rows, req.kv_keys = rows, None
     loop.begin_segment(ar, rows)
+    kv.pause(req)
     executor.admit(ar.slot, req.sampling, segment_seed(req.request.seed, ar.segment))

@@ -1,0 +1,190 @@
+"""The device as the engine sees it: a stream of work, run in launch order, whose results are read later.
+
+Owns: `Pending` (a result that may not be ready: reading it waits, and raises what the work raised) and
+the streams. `launch(work)` queues one piece of device work (a callable that enqueues kernels and returns a
+device tensor or None) and returns a `Pending` at once; `fetch(pendings)` starts copying their tensors to
+the host and returns one `Pending` of host arrays (an exception in place of a failed launch's array);
+`sync()` waits until everything launched has run. `depth` is how many launched steps the engine may leave
+unread while it plans the next: 0 for a stream with nothing to overlap.
+- `HostStream`: a CPU. Work runs at launch; depth 0, so the engine reads each step before planning the next.
+- `CudaStream`: work runs at launch on the host thread and only enqueues kernels (graph replays, pinned
+  non-blocking uploads); `fetch` copies into pinned buffers and records an event; only reading waits.
+- `SimulatedStream`: the CPU twin of an asynchronous device for tests and benchmarks. Work runs on a worker
+  thread in launch order; every fetch adds `latency` seconds of device time before its results are ready.
+Must not know: requests, loops, executors, scheduling.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+T = TypeVar("T")
+Outcome = "np.ndarray | None | BaseException"  # one fetched result: host array, nothing, or what the work raised
+
+
+class Pending(Generic[T]):
+    """A result that may not be ready yet."""
+
+    __slots__ = ("_event", "_value", "_error", "_wait")
+
+    def __init__(self, value: Any = None, error: BaseException | None = None, *, ready: bool = True,
+                 wait: Callable[[], None] | None = None) -> None:
+        self._event = None if ready else threading.Event()
+        self._value, self._error, self._wait = value, error, wait
+
+    def set(self, value: Any = None, error: BaseException | None = None) -> None:
+        self._value, self._error = value, error
+        assert self._event is not None
+        self._event.set()
+
+    @property
+    def ready(self) -> bool:
+        return self._event is None or self._event.is_set()
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the work raised (waits for it)."""
+        self._block()
+        return self._error
+
+    def wait(self) -> T:
+        self._block()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def _block(self) -> None:
+        if self._wait is not None:
+            self._wait()
+            self._wait = None
+        if self._event is not None:
+            self._event.wait()
+
+
+def host_array(t: Tensor) -> np.ndarray:
+    """A CPU tensor as numpy (half precision widened: numpy has no bfloat16)."""
+    return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
+
+
+class HostStream:
+    """A CPU: nothing is asynchronous, so nothing overlaps."""
+
+    depth = 0
+
+    def launch(self, work: Callable[[], T]) -> Pending[T]:
+        try:
+            return Pending(work())
+        except Exception as e:  # read like a device error: at the result
+            return Pending(error=e)
+
+    def fetch(self, pendings: Sequence[Pending[Tensor | None]]) -> Pending[list[Any]]:
+        return Pending([_outcome(p, lambda t: host_array(t.cpu())) for p in pendings])
+
+    def sync(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _outcome(p: Pending[Tensor | None], convert: Callable[[Tensor], Any]) -> Any:
+    if p.error is not None:
+        return p.error
+    value = p.wait()
+    return None if value is None else convert(value)
+
+
+class CudaStream:
+    """The current CUDA stream of the engine thread: launches return once the kernels are queued."""
+
+    depth = 1
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def launch(self, work: Callable[[], T]) -> Pending[T]:
+        return HostStream.launch(self, work)  # type: ignore[arg-type]
+
+    def fetch(self, pendings: Sequence[Pending[Tensor | None]]) -> Pending[list[Any]]:
+        """Copies into pinned host memory, queued after the work; one event marks them done."""
+        copies: list[Any] = []
+        for p in pendings:
+            if p.error is not None:
+                copies.append(p.error)
+                continue
+            t = p.wait()
+            if t is None:
+                copies.append(None)
+                continue
+            t = t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            host.copy_(t, non_blocking=True)
+            copies.append(host)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        result = [c.numpy() if isinstance(c, Tensor) else c for c in copies]  # views: valid once the event is
+        return Pending(result, wait=event.synchronize)
+
+    def sync(self) -> None:
+        torch.cuda.current_stream(self.device).synchronize()
+
+    def close(self) -> None:
+        pass
+
+
+class SimulatedStream:
+    """An asynchronous device made of a worker thread: launches return at once, work runs in order on the
+    worker, and each fetch's results are ready `latency` seconds after the work before it has run."""
+
+    depth = 1
+
+    def __init__(self, latency: float, *, threads: int | None = None) -> None:
+        self.latency = latency
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._run, args=(threads,), name="v2-device", daemon=True)
+        self._worker.start()
+
+    def _run(self, threads: int | None) -> None:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            work, pending = item
+            try:
+                pending.set(work())
+            except BaseException as e:  # the device's failure is the launcher's to read
+                pending.set(error=e)
+
+    def launch(self, work: Callable[[], T]) -> Pending[T]:
+        pending: Pending[T] = Pending(ready=False)
+        self._queue.put((work, pending))
+        return pending
+
+    def fetch(self, pendings: Sequence[Pending[Tensor | None]]) -> Pending[list[Any]]:
+        def copy() -> list[Any]:
+            time.sleep(self.latency)  # the step's device time
+            return [_outcome(p, lambda t: host_array(t.cpu())) for p in pendings]
+
+        return self.launch(copy)
+
+    def sync(self) -> None:
+        self.launch(lambda: None).wait()
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+
+Stream = HostStream | CudaStream | SimulatedStream
+
+
+def default_stream(device: torch.device) -> Stream:
+    return CudaStream(device) if device.type == "cuda" else HostStream()
