@@ -4,16 +4,18 @@ Two figures per number of rows: wall time per step (everything the process does:
 publishing results and their audio on other threads) and the engine thread's own time in steps
 (`stats()["host_seconds"]`: planning, scheduling, the executors' host halves, reading back, delivery).
 
-Owns: executors that stand in for the AR and codec experts inside this benchmark only (they return
-results of the right shape at once, so what is timed is scheduling, planning, bookkeeping, the host copy
-and delivery), and the measurement at several numbers of running requests.
+Owns: executors that stand in for the AR and codec experts inside benchmarks only (they return results of
+the right shape at once, so what is timed is scheduling, planning, bookkeeping, the host copy and
+delivery), `instant_experts(runtime)` (swaps them in for a block), and the measurement at several numbers
+of running requests.
 Must not know: model internals.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -69,23 +71,46 @@ class _InstantCodec:
         pass
 
 
-def run_overhead(runtime: Runtime, rows: int, *, frames: int) -> dict[str, Any]:
-    """`rows` requests decoding `frames` frames each with instant experts: host microseconds per step and per row."""
+@contextmanager
+def instant_experts(runtime: Runtime) -> Iterator[None]:
+    """Inside: the runtime's AR and codec executors keep their host halves and answer at once on the device
+    side (static zero outputs). The real executors are back on exit. Swap only while the runtime is idle."""
     real_ar, real_codec = runtime.ar_exec, runtime.codec_exec
     runtime.ar_exec = _InstantAR(real_ar)  # type: ignore[assignment]
     runtime.codec_exec = _InstantCodec(real_codec, runtime.codec.cfg.channels, runtime.codec.cfg.hop)  # type: ignore[assignment]
-    row = [runtime.model.cfg.ids.audio_start] + [runtime.model.cfg.audio_pad_code] * 12  # a one-row prompt
     try:
+        yield
+    finally:
+        _settle(runtime)  # nothing launched with the instant experts still to run
+        runtime.ar_exec, runtime.codec_exec = real_ar, real_codec
+
+
+def _settle(runtime: Runtime, timeout: float = 30.0) -> None:
+    """Wait until the engine holds no request and no launched step (the device halves it queued have run)."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        s = runtime.stats()
+        if s["running"] == s["waiting"] == s["steps_in_flight"] == 0:
+            return
+        time.sleep(0.001)
+
+
+def one_row_requests(runtime: Runtime, rows: int, *, frames: int) -> list[dict[str, Any]]:
+    """`rows` requests with a one-row prompt, each decoding exactly `frames` frames (request i seeded i)."""
+    row = [runtime.model.cfg.ids.audio_start] + [runtime.model.cfg.audio_pad_code] * 12  # a one-row prompt
+    return [{"prompt_rows": [row], "seed": i, "max_frames": frames, "min_frames": frames} for i in range(rows)]
+
+
+def run_overhead(runtime: Runtime, rows: int, *, frames: int) -> dict[str, Any]:
+    """`rows` requests decoding `frames` frames each with instant experts: host microseconds per step and per row."""
+    with instant_experts(runtime):
         before = runtime.stats()
         start = time.perf_counter()
-        handles = runtime.submit_many([{"prompt_rows": [row], "seed": i, "max_frames": frames, "min_frames": frames}
-                                       for i in range(rows)])
+        handles = runtime.submit_many(one_row_requests(runtime, rows, frames=frames))
         for h in handles:
             h.result()
         wall = time.perf_counter() - start
         after = runtime.stats()
-    finally:
-        runtime.ar_exec, runtime.codec_exec = real_ar, real_codec
     ran = after["steps"] - before["steps"]
     frame_rows = after["kinds"]["ar_frame"]["rows"] - before["kinds"]["ar_frame"]["rows"]
     host = after["host_seconds"] - before["host_seconds"]
