@@ -23,6 +23,7 @@ from torch import Tensor
 
 from v2.contracts import WorkPlan
 from v2.loops.encode import EncodeLoop, EncodePlan, EncodeState
+from v2.runtime.executors import to_device
 from v2.runtime.slots import SlotPool
 
 
@@ -49,7 +50,7 @@ class EncodeExecutor:
 
     def start(self, slots: Sequence[int]) -> None:
         """Fresh streams in `slots` (nothing of an earlier recording is ever read)."""
-        self.state.reset(list(slots))
+        self.state.reset(to_device(torch.tensor(list(slots), dtype=torch.long), self.encoder.device))
 
     def encode(self, plans: Sequence[EncodePlan]) -> Tensor:
         """codes [rows, n, 12] on the encoder's device, rows in plan order (row k real for its first
@@ -59,8 +60,7 @@ class EncodeExecutor:
         audio = torch.from_numpy(np.stack([r.audio for r in rows]))  # [B, C, n * hop]
         slots = torch.tensor([r.slot for r in rows], dtype=torch.long)
         frames = torch.tensor([r.frames for r in rows], dtype=torch.long)
-        if device.type == "cuda":
-            audio, slots, frames = (t.pin_memory().to(device, non_blocking=True) for t in (audio, slots, frames))
+        audio, slots, frames = (to_device(t, device) for t in (audio, slots, frames))
         codes = self.encoder.encode_chunk(slots, audio, state=self.state, frames=frames)  # [B, 12, n]
         return codes.transpose(1, 2)  # [B, n, 12]
 

@@ -145,15 +145,24 @@ class ARExecutor:
 
     def admit(self, slot: int, settings: SamplingSettings, seed: int) -> None:
         """Write a new request's sampling settings and seed into its slot and clear its presence mask."""
-        row = SamplingTensors.build([settings], [seed], self.model.device)
-        s = self.sampling
-        for dst, src in ((s.temperature, row.temperature), (s.top_k, row.top_k), (s.top_p, row.top_p),
-                         (s.penalty, row.penalty), (s.seed, row.seed)):
-            dst[slot] = src[0]
-        self.presence[slot] = False
+        self.admit_host(slot, settings)
+        self.admit_device(slot, settings, seed)
+
+    def admit_host(self, slot: int, settings: SamplingSettings) -> None:
+        """The host's record of the slot (whether its settings need the full sort)."""
         self.full_sort.discard(slot)
         if needs_full_sort(settings):
             self.full_sort.add(slot)
+
+    @torch.no_grad()
+    def admit_device(self, slot: int, settings: SamplingSettings, seed: int) -> None:
+        """The slot's settings, seed and presence on the device: pinned copies and fills, no host sync."""
+        row = SamplingTensors.build([settings], [seed])  # on the host
+        s = self.sampling
+        for dst, src in ((s.temperature, row.temperature), (s.top_k, row.top_k), (s.top_p, row.top_p),
+                         (s.penalty, row.penalty), (s.seed, row.seed)):
+            upload(src[0], dst[slot])
+        self.presence[slot] = False
 
     @torch.no_grad()
     def apply(self, copies: Sequence[tuple[int, int]], entries: Sequence[tuple[int, int, int]]) -> None:
@@ -270,7 +279,7 @@ class CodecExecutor:
         self.state.reset([self.state.dummy_slot])  # capture's warm-ups decoded padding into the dummy slot
 
     def admit(self, slot: int) -> None:
-        self.state.reset([slot])
+        self.state.reset(to_device(torch.tensor([slot]), self.codec.device))
 
     def prepare(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> tuple[Tensor, Tensor]:
         """Host half: (slot and real frames per row [2, bucket], codes [bucket, 12, frames]), padded."""
@@ -328,7 +337,8 @@ class OnStream:
         return self.target.kv
 
     def admit(self, slot: int, settings: SamplingSettings, seed: int) -> None:
-        self._launch(lambda: self.target.admit(slot, settings, seed))
+        self.target.admit_host(slot, settings)
+        self._launch(lambda: self.target.admit_device(slot, settings, seed))
 
     def apply(self, copies: Sequence[tuple[int, int]], entries: Sequence[tuple[int, int, int]]) -> None:
         if copies or entries:
