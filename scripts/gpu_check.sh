@@ -7,8 +7,9 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions soundfile cffi pycparser
-# Output lands in $OUT (or ./out when unset): gpu_tests.log, framestep.json, compile.json, serving.json, kv.json.
-# Parts: scripts/gpu_check.sh [tests] [framestep] [compile] [serving] [kv] (default: all five, about 15 minutes
+# Output lands in $OUT (or ./out when unset): gpu_tests.log, framestep.json, compile.json, serving.json, kv.json,
+# engine.json.
+# Parts: scripts/gpu_check.sh [tests] [framestep] [compile] [serving] [kv] [engine] (default: all six, about 17 minutes
 # at most by their timeouts; a device call runs at most 10, so split them over two calls when needed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-parts="${*:-tests framestep compile serving kv}"
+parts="${*:-tests framestep compile serving kv engine}"
 status=0
 for part in $parts; do
     case "$part" in
@@ -42,7 +43,10 @@ for part in $parts; do
         tail -n 1 "$OUT/kv.log" > "$OUT/kv.json"
         timeout 120 python3 -m v2.bench.framestep --no-compile --buckets 64 256 2>&1 | tee "$OUT/framestep256.log"
         tail -n 1 "$OUT/framestep256.log" > "$OUT/framestep256.json" ;;
-    *) echo "unknown part: $part (tests, framestep, compile, serving, kv)"; exit 2 ;;
+    engine)  # the overlapped step on CUDA: engine host time per row, serving vs generate_batch per frame
+        timeout 150 python3 -m v2.bench.engine --device cuda --quick 2>&1 | tee "$OUT/engine.log"
+        tail -n 1 "$OUT/engine.log" > "$OUT/engine.json" ;;
+    *) echo "unknown part: $part (tests, framestep, compile, serving, kv, engine)"; exit 2 ;;
     esac
 done
 exit $status

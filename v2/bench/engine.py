@@ -13,7 +13,8 @@ Three parts:
   number of frames submitted together, against `generate_batch` (the plain reference loop) on the same
   prompts, sampling settings and seeds; per-frame wall time of both, the runtime's overhead fraction (goal
   <= 5 %) and whether the codes are equal; on the CPU stream and on the threaded device
-  (`SimulatedStream(0.0)`: the model on a worker thread, host work overlapping it); without audio, then
+  (`SimulatedStream(0.0)`: the model on a worker thread, host work overlapping it); on CUDA the two rows
+  are the synchronous order (`CudaStream`, depth 0) and the overlapped one (depth 1); without audio, then
   with audio (runtime decoding chunks vs. one `codec.decode` per request afterwards: informative only).
 
 Owns: the command line, the three measurements above (a step-timestamp wrapper around the engine's step,
@@ -43,7 +44,7 @@ from v2.card import load_card
 from v2.models.generate import generate_batch
 from v2.models.prompt import build_prompt
 from v2.runtime import Runtime
-from v2.runtime.device import HostStream, SimulatedStream
+from v2.runtime.device import CudaStream, HostStream, SimulatedStream
 
 OVERHEAD_ROWS = (1, 16, 64)
 OVERHEAD_GOAL_US_PER_ROW = 15.0     # engine time per row at 64 rows
@@ -240,8 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # generate_batch's thread; the engine and device threads use the card's
     card = load_card(args.card)
     card = card.model_copy(update={"runtime": card.runtime.model_copy(update={"cpu_threads": 1})})
-    host = Runtime.from_card(card, device=args.device, stream=HostStream())
-    threaded = Runtime.from_card(card, device=args.device, stream=SimulatedStream(0.0, threads=1))
+    if args.device.startswith("cuda"):  # the synchronous order against the overlapped one, both on CUDA
+        dev = torch.device(args.device)
+        host = Runtime.from_card(card, device=args.device, stream=CudaStream(dev, depth=0))
+        threaded = Runtime.from_card(card, device=args.device, stream=CudaStream(dev, depth=1))
+    else:
+        host = Runtime.from_card(card, device=args.device, stream=HostStream())
+        threaded = Runtime.from_card(card, device=args.device, stream=SimulatedStream(0.0, threads=1))
     try:
         log("overhead ...")
         over = overhead(host, args.repeat, frames=50)

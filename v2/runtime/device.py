@@ -26,7 +26,6 @@ import torch
 from torch import Tensor
 
 T = TypeVar("T")
-Outcome = "np.ndarray | None | BaseException"  # one fetched result: host array, nothing, or what the work raised
 
 
 class Pending(Generic[T]):
@@ -73,16 +72,21 @@ def host_array(t: Tensor) -> np.ndarray:
     return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
 
 
+def run_now(work: Callable[[], T]) -> Pending[T]:
+    """Run `work` on this thread; what it raises is read like a device error: at the result."""
+    try:
+        return Pending(work())
+    except Exception as e:
+        return Pending(error=e)
+
+
 class HostStream:
     """A CPU: nothing is asynchronous, so nothing overlaps."""
 
     depth = 0
 
     def launch(self, work: Callable[[], T]) -> Pending[T]:
-        try:
-            return Pending(work())
-        except Exception as e:  # read like a device error: at the result
-            return Pending(error=e)
+        return run_now(work)
 
     def fetch(self, pendings: Sequence[Pending[Tensor | None]]) -> Pending[list[Any]]:
         return Pending([_outcome(p, lambda t: host_array(t.cpu())) for p in pendings])
@@ -102,15 +106,14 @@ def _outcome(p: Pending[Tensor | None], convert: Callable[[Tensor], Any]) -> Any
 
 
 class CudaStream:
-    """The current CUDA stream of the engine thread: launches return once the kernels are queued."""
+    """The current CUDA stream of the engine thread: launches return once the kernels are queued. `depth` 0
+    reads every step at once (the synchronous order, for comparisons)."""
 
-    depth = 1
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device, *, depth: int = 1) -> None:
+        self.device, self.depth = device, depth
 
     def launch(self, work: Callable[[], T]) -> Pending[T]:
-        return HostStream.launch(self, work)  # type: ignore[arg-type]
+        return run_now(work)
 
     def fetch(self, pendings: Sequence[Pending[Tensor | None]]) -> Pending[list[Any]]:
         """Copies into pinned host memory, queued after the work; one event marks them done."""
