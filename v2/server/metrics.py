@@ -63,7 +63,9 @@ class _RuntimeCollector:
         gauges = {"v2_queue_depth": ("Requests waiting for a slot", s.get("waiting")),
                   "v2_requests_running": ("Requests admitted and running", s.get("running")),
                   "v2_weight_version": ("Version of the weights in use", s.get("weight_version")),
-                  "v2_kv_blocks_free": ("KV cache blocks free (paged KV)", s.get("kv_blocks_free"))}
+                  "v2_kv_blocks_free": ("KV cache blocks free (paged KV)", s.get("kv_blocks_free")),
+                  "v2_kv_requests_preempted": ("Running requests waiting to recompute their KV", s.get("kv_preempted")),
+                  "v2_steps_in_flight": ("Engine steps launched on the device and not yet read", s.get("steps_in_flight"))}
         for name, (doc, value) in gauges.items():
             if value is not None:
                 yield GaugeMetricFamily(name, doc, value=value)
@@ -73,6 +75,9 @@ class _RuntimeCollector:
                 slots.add_metric([pool], s[f"{pool}_slots_in_use"])
         yield slots
         counters = {"v2_engine_steps": ("Engine steps run", s.get("steps")),
+                    "v2_engine_host_seconds": ("Engine thread seconds in steps, less waits for the device",
+                                               s.get("host_seconds")),
+                    "v2_kv_preemptions": ("Requests preempted for KV blocks", s.get("kv_preemptions")),
                     "v2_shared_prefills": ("Prompts prefilled once for a group", s.get("shared_prefills")),
                     "v2_prefix_cache_hits": ("Prompt blocks served from the prefix cache", _prefix(s, "hits")),
                     "v2_prefix_cache_misses": ("Prompt blocks not in the prefix cache", _prefix(s, "misses"))}
