@@ -80,6 +80,19 @@ def tiny_codec(tiny_card):
     return build_codec(tiny_card)
 
 
+def check_exact(model, t) -> None:
+    """A trajectory's logprobs equal the teacher-forced recompute's (frames and the final stop) within 1e-5."""
+    from v2.rl.recompute import logprobs
+
+    with torch.no_grad():
+        again = logprobs(model, torch.from_numpy(t.prompt_rows), torch.from_numpy(t.codes), t.sampling,
+                         min_frames=t.min_frames, final_stop=t.stop_logprob is not None)
+    f = len(t.codes)
+    torch.testing.assert_close(again[:f], torch.from_numpy(t.logprobs), atol=1e-5, rtol=0)
+    if t.stop_logprob is not None:
+        assert abs(float(again[f, 0]) - t.stop_logprob) < 1e-5
+
+
 def wait_idle(rt, timeout: float = 20.0) -> dict:
     """Wait until a runtime holds no request, slot or queue entry; its stats then."""
     deadline = time.time() + timeout

@@ -8,8 +8,9 @@ Must not know: anything behind those names.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from v2.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -25,14 +26,4 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from v2.runtime.runtime import Runtime
     from v2.runtime.handles import SpeechResult
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'v2' has no attribute {name!r}")
-    value = getattr(import_module(_WHERE[name]), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from v2.fields import PENALTY_MAX, PENALTY_MIN, TEMPERATURE_MAX, TEMPERATURE_MIN, TOP_K_MAX
-from v2.rl.recompute import logprobs
 from v2.runtime import Runtime
+
+from conftest import check_exact
 
 # the accepted domain, edges first: hypothesis shrinks towards them and always tries some
 temperature = st.one_of(st.sampled_from([0.0, TEMPERATURE_MIN, TEMPERATURE_MAX, np.nextafter(TEMPERATURE_MIN, 1.0)]),
@@ -35,10 +35,4 @@ def test_the_whole_accepted_domain_gives_valid_exact_logprobs(runtime, stop, aud
                            stop=stop, audio=audio, repetition_penalty=rep).trajectories(120)
     assert np.isfinite(t.logprobs).all() and (t.logprobs <= 0).all()
     assert t.stop_logprob is None or (np.isfinite(t.stop_logprob) and t.stop_logprob <= 0)
-    with torch.no_grad():  # finite here = every sampled token has a finite processed logit: it is in the support
-        again = logprobs(runtime.model, torch.from_numpy(t.prompt_rows), torch.from_numpy(t.codes), t.sampling,
-                         min_frames=t.min_frames, final_stop=t.stop_logprob is not None)
-    f = len(t.codes)
-    torch.testing.assert_close(again[:f], torch.from_numpy(t.logprobs), atol=1e-5, rtol=0)
-    if t.stop_logprob is not None:
-        assert abs(float(again[f, 0]) - t.stop_logprob) < 1e-5
+    check_exact(runtime.model, t)  # finite = every sampled token has a finite processed logit: in the support

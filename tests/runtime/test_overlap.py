@@ -18,7 +18,7 @@ from v2.card import load_card
 from v2.runtime import Runtime
 from v2.runtime.device import HostStream, SimulatedStream
 
-from conftest import wait_idle
+from conftest import check_exact, wait_idle
 
 LATENCY = 0.002
 ROLLOUT = {"profile": "rollout", "decode_audio": False}
@@ -210,18 +210,8 @@ def test_a_weight_update_waits_for_the_step_in_flight(rts):
 
 
 def test_rollouts_on_the_simulated_device_equal_the_teacher_forced_recompute(rts):
-    import torch
-
-    from v2.rl.recompute import logprobs
-
     _, sim = rts
     batch = sim.rollout([{"text": "a rollout"}, {"text": "another one"}], n=3, seed=5, max_frames=20)
     for t in batch.trajectories():
-        with torch.no_grad():
-            again = logprobs(sim.model, torch.from_numpy(t.prompt_rows), torch.from_numpy(t.codes), t.sampling,
-                             min_frames=t.min_frames, final_stop=t.stop_logprob is not None)
-        f = len(t.codes)
-        torch.testing.assert_close(again[:f], torch.from_numpy(t.logprobs), atol=1e-5, rtol=0)
-        if t.stop_logprob is not None:
-            assert abs(float(again[f, 0]) - t.stop_logprob) < 1e-5
+        check_exact(sim.model, t)
     leak_free(sim)

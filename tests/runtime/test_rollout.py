@@ -15,6 +15,8 @@ from v2.rl.recompute import logprobs
 from v2.rl.trajectory import collate, write_jsonl, write_npz
 from v2.runtime import Runtime
 from v2.rl.batch import sample_seed
+
+from conftest import check_exact
 from v2.runtime.weight_updates import WeightUpdateError
 
 TEXTS = ["Hello there, this is a rollout.", "Second prompt for the group test."]
@@ -32,14 +34,6 @@ def recompute(model, t) -> torch.Tensor:
         out = logprobs(model, torch.from_numpy(t.prompt_rows), torch.from_numpy(t.codes), t.sampling,
                        min_frames=t.min_frames, final_stop=t.stop_logprob is not None)
     return out
-
-
-def check_exact(model, t) -> None:
-    again = recompute(model, t)
-    f = len(t.codes)
-    torch.testing.assert_close(again[:f], torch.from_numpy(t.logprobs), atol=1e-5, rtol=0)
-    if t.stop_logprob is not None:
-        assert abs(float(again[f, 0]) - t.stop_logprob) < 1e-5
 
 
 @pytest.mark.parametrize("sampling", [

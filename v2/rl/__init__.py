@@ -9,8 +9,9 @@ Must not know: anything behind those names.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from v2.lazy import lazy_names
 
 _WHERE = {"Trajectory": "v2.rl.trajectory", "collate": "v2.rl.trajectory", "write_jsonl": "v2.rl.trajectory",
           "write_npz": "v2.rl.trajectory", "RolloutBatch": "v2.rl.batch", "sample_seed": "v2.rl.batch",
@@ -24,14 +25,4 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__
     from v2.rl.recompute import logprobs
     from v2.rl.trajectory import Trajectory, collate, write_jsonl, write_npz
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'v2.rl' has no attribute {name!r}")
-    value = getattr(import_module(_WHERE[name]), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

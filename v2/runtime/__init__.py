@@ -6,16 +6,11 @@ pools) does not load torch.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from v2.lazy import lazy_names
 
 _WHERE = {"AudioChunk": "v2.loops.vocoder", "Metrics": "v2.runtime.handles", "Runtime": "v2.runtime.runtime",
           "SpeechHandle": "v2.runtime.handles", "SpeechResult": "v2.runtime.handles", "Trajectory": "v2.rl.trajectory"}
 
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'v2.runtime' has no attribute {name!r}")
-    return getattr(import_module(_WHERE[name]), name)
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

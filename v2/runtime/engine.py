@@ -113,9 +113,18 @@ class Engine(Lifecycle):
         self._groups.step(self._running, self.kv, self._guard)
 
     def _read_all(self) -> None:
+        """Read every step still on the device; then the device is idle."""
         while self._inflight:
             self._scatter(self._inflight.popleft())
         self.stream.sync()
+        self._check_state_calls()
+
+    def _check_state_calls(self) -> None:
+        """Raise what a queued state change raised (they have all run: the caller read or synced after them)."""
+        calls, self._state_calls = self._state_calls, []
+        for call in calls:
+            if call.error is not None:
+                raise call.error
 
     # ----- collect -> launch -> scatter ------------------------------------------------------------
     def _collect(self) -> list[WorkPlan]:
@@ -187,29 +196,28 @@ class Engine(Lifecycle):
         return lambda: executor.encode(payloads)
 
     def _launched(self, batch: Batch) -> None:
+        """Tell the loops what went to the device (a request ended by an earlier batch's failure is skipped)."""
         if batch.kind is WorkUnitKind.ENCODE:
             self._encoding.launched(batch.plans)
             return
         running = self._running
-        if batch.kind is WorkUnitKind.AUDIO_CHUNK:
-            for plan in batch.plans:
-                self.voc_loop.launched(running[plan.request_id].voc, plan)
-        elif batch.kind is WorkUnitKind.AR_FRAME:
-            for plan in batch.plans:
-                running[plan.request_id].ar.launched_frames = plan.payload.step + 1  # ARDecodeLoop.launched
-        else:
-            for plan in batch.plans:
-                self.ar_loop.launched(running[plan.request_id].ar, plan)
+        for plan in batch.plans:
+            req = running.get(plan.request_id)
+            if req is None:
+                continue
+            if batch.kind is WorkUnitKind.AR_FRAME:
+                req.ar.launched_frames = plan.payload.step + 1  # ARDecodeLoop.launched, inlined: once per row
+            elif batch.kind is WorkUnitKind.AUDIO_CHUNK:
+                self.voc_loop.launched(req.voc, plan)
+            else:
+                self.ar_loop.launched(req.ar, plan)
 
     def _scatter(self, step: InFlight) -> None:
         """Read a launched step back: each batch's rows to the loops that planned them, then settle."""
         start = time.perf_counter()
         outcomes = step.host.wait()
         self._waited += time.perf_counter() - start
-        calls, self._state_calls = self._state_calls, []
-        for call in calls:  # done: everything launched before the step's copy has run
-            if call.error is not None:
-                raise call.error
+        self._check_state_calls()  # queued before this step's copy or the next step's work: done, or nearly
         touched: dict[int, RequestRecord] = {}
         for (batch, _), out in zip(step.batches, outcomes):
             if isinstance(out, BaseException):
