@@ -52,7 +52,7 @@ def test_tiny_card_loads_fast_and_is_deterministic():
     ('top_p = 0.8', 'top_p = 1.5', "loops.ar_decode.sampling.audio.top_p"),
     ('checkpoint = "seed:codec"', 'checkpoint = "seed:nothing"', "experts.vocoder.checkpoint"),
     ('checkpoint = "seed:tts"        #', 'checkpoint = "elsewhere"        #', "experts.local_transformer"),
-    ('frame_buckets = [1, 2, 4, 8, 16, 32]', 'frame_buckets = [1, 2, 4]', "chunk frames"),
+    ('frame_buckets = [1, 2, 3, 4, 6, 8, 12, 16, 24, 25]', 'frame_buckets = [1, 2, 4]', "chunk frames"),
     ('batch_buckets = [1, 2, 4, 8, 16, 32, 64]\n\n[loops.ar_decode.sampling]',
      'batch_buckets = [4, 2]\n\n[loops.ar_decode.sampling]', "loops.ar_decode.batch_buckets"),
     ('kv_blocks = 4096 ', 'kv_blocks = 101 ', "kv_blocks (101) cannot hold one request at full length"),
