@@ -89,11 +89,13 @@ class ChunkBatch:
 
     host: np.ndarray    # [bucket, channels, frames * hop] float32
     samples: list[int]
+    copy: bool = False  # the host copy is pinned memory (CUDA): hand out copies, so it goes back at once
 
     def audio(self, i: int) -> np.ndarray:
-        """Row i's chunk, float32 [channels, n]: a view of the batch's host copy (no copy per chunk; each
-        channel's samples are contiguous)."""
-        return self.host[i, :, : self.samples[i]]
+        """Row i's chunk, float32 [channels, n]: a view of the batch's host copy (each channel's samples
+        contiguous), or a copy of the real samples when that host copy is pinned."""
+        view = self.host[i, :, : self.samples[i]]
+        return np.array(view) if self.copy else view
 
 
 def context_buckets(max_len: int) -> list[int]:
@@ -305,7 +307,9 @@ class CodecExecutor:
         return self.launch(self.prepare(plans, bucket, frames))
 
     def read(self, host: np.ndarray, plans: Sequence[ChunkPlan]) -> ChunkBatch:
-        return ChunkBatch(host, [len(p.codes) * self.codec.cfg.hop for p in plans])
+        """Chunks kept as views would keep a step's pinned buffer (CUDA) alive as long as any of its audio."""
+        samples = [len(p.codes) * self.codec.cfg.hop for p in plans]
+        return ChunkBatch(host, samples, copy=self.codec.device.type == "cuda")
 
     def _chunk_step(self, key: tuple[int, ...]) -> Tensor:
         b, f = key
