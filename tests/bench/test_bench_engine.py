@@ -50,3 +50,7 @@ def test_engine_bench_quick_prints_one_json_line_with_three_parts():
             assert finite(r[k]), k
         assert r["runtime_ms_per_frame"] > 0 and r["generate_batch_ms_per_frame"] > 0
     assert all(isinstance(r["goal"]["met"], bool) for r in rows if not r["decode_audio"])
+    ttfa = report["time_to_first_audio"]
+    assert [r["stream"] for r in ttfa] == ["cpu_stream", "simulated_device"]
+    for r in ttfa:
+        assert finite(r["ttfa_ms_p50"]) and r["ttfa_ms_p50"] > 0 and r["ttfa_steps_p50"] >= 2, r

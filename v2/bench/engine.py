@@ -1,6 +1,6 @@
 """`python -m v2.bench.engine`: the engine's own cost, on one card; a small table, then one JSON line last.
 
-Three parts:
+Four parts:
 - "overhead": the engine with instant experts (`v2.bench.overhead`) on the synchronous CPU stream at 1, 16
   and 64 rows: wall and engine-thread microseconds per step and per row, best and median of `--repeat`
   runs; goal: engine time <= 15 us per row at 64 rows.
@@ -9,6 +9,9 @@ Three parts:
   the engine's steps, first and last few left out); goal: <= D + 0.25 ms, i.e. the host's work hides
   under the device's. For comparison, what it would be without overlap: D + the engine time per step on
   the CPU stream at 64 rows.
+- "time_to_first_audio": one streaming request at a time on the real model, submit to first chunk in ms and
+  in engine steps, on the CPU stream and on the simulated device (chunks go out in the step right after
+  their frames are read).
 - "serving_vs_generate_batch": the real model, one intra-op thread on every side: 16 requests of a fixed
   number of frames submitted together, against `generate_batch` (the plain reference loop) on the same
   prompts, sampling settings and seeds; per-frame wall time of both, the runtime's overhead fraction (goal
@@ -199,6 +202,33 @@ def serving_vs_generate_batch(runtimes: dict[str, Runtime], n: int, frames: int,
     return out
 
 
+# ----- 4. time to first audio ----------------------------------------------------------------------
+def time_to_first_audio(card: Any, device: str, latency: float, runs: int) -> list[dict[str, Any]]:
+    """One streaming request at a time on the real model (30 frames): submit to its first chunk, in
+    milliseconds and in engine steps, on the synchronous stream and on the simulated device."""
+    out = []
+    streams = (("cpu_stream", HostStream()), ("simulated_device", SimulatedStream(latency)))
+    for name, stream in streams:
+        runtime = Runtime.from_card(card, device=device, stream=stream)
+        try:
+            runtime.submit({"text": "warm up", "seed": 0, "max_frames": 4}).result(60)
+            ms, steps = [], []
+            for i in range(runs):
+                before = runtime.stats()["steps"]
+                start = time.perf_counter()
+                handle = runtime.submit({"text": "time to first audio", "seed": i, "max_frames": 30,
+                                         "min_frames": 30, "stream": True})
+                next(iter(handle))
+                ms.append((time.perf_counter() - start) * 1e3)
+                steps.append(runtime.stats()["steps"] - before)
+                handle.result(60)
+        finally:
+            runtime.close()
+        out.append({"stream": name, "latency_ms": latency * 1e3 if name == "simulated_device" else 0.0,
+                    "ttfa_ms_p50": statistics.median(ms), "ttfa_steps_p50": statistics.median(steps), "runs": runs})
+    return out
+
+
 # ----- the command --------------------------------------------------------------------------------
 def table(report: dict[str, Any]) -> str:
     lines = ["engine overhead (instant experts, CPU stream)",
@@ -222,6 +252,8 @@ def table(report: dict[str, Any]) -> str:
         lines.append(f"{r['stream']:>9} {str(r['decode_audio']):>5} {r['runtime_ms_per_frame']:>16.2f} "
                      f"{r['generate_batch_ms_per_frame']:>14.2f} {r['overhead_fraction'] * 100:>7.1f}% "
                      f"{str(r['codes_equal']):>11}{mark}")
+    for r in report["time_to_first_audio"]:
+        lines.append(f"time to first audio, {r['stream']}: {r['ttfa_ms_p50']:.1f} ms, {r['ttfa_steps_p50']:.0f} steps (p50)")
     return "\n".join(lines)
 
 
@@ -256,13 +288,16 @@ def main(argv: list[str] | None = None) -> int:
         sim = simulated_device(card, args.device, args.latency, sim_frames, args.repeat, at64)
         log("serving vs generate_batch ...")
         serving = serving_vs_generate_batch({"host": host, "threaded": threaded}, 16, frames, args.repeat)
+        log("time to first audio ...")
+        ttfa = time_to_first_audio(card, args.device, args.latency, 3 if args.quick else 7)
     finally:
         host.close()
         threaded.close()
     report = {"bench": "v2.engine", "card": card.name, "quick": args.quick, "repeat": args.repeat,
               "machine": machine(args.device), "load_average_before": list(load_before),
               "load_average_after": list(os.getloadavg()), "seconds": time.perf_counter() - started,
-              "overhead": over, "simulated_device": sim, "serving_vs_generate_batch": serving}
+              "overhead": over, "simulated_device": sim, "serving_vs_generate_batch": serving,
+              "time_to_first_audio": ttfa}
     print(table(report))
     print(json.dumps(report))
     return 0

@@ -104,11 +104,14 @@ class Engine(Lifecycle):
             self._gate.progress(self.model, self._running, lambda req: self._finish(req, FinishReason.ABORT))
         else:
             self._admit()
-        launched = self._launch(self._collect())
-        if launched is not None:
-            self._inflight.append(launched)
-        keep = self.stream.depth if launched is not None else 0
-        while len(self._inflight) > keep:
+        launched = self._launch(self._collect())  # step N's prefills, frames and encodes go first
+        keep = max(0, self.stream.depth - 1) if launched else 0
+        while len(self._inflight) > keep:  # read step N - 1 while the device runs them
+            self._scatter(self._inflight.popleft())
+        launched += self._launch(self._collect_audio())  # chunks of the frames just read, in step N too
+        if launched:
+            self._inflight.append(InFlight(launched, self.stream.fetch([p for _, p in launched])))
+        while len(self._inflight) > self.stream.depth:
             self._scatter(self._inflight.popleft())
         self._groups.step(self._running, self.kv, self._guard)
 
@@ -128,15 +131,12 @@ class Engine(Lifecycle):
 
     # ----- collect -> launch -> scatter ------------------------------------------------------------
     def _collect(self) -> list[WorkPlan]:
-        """Every running request's next plans, KV blocks for their writes (may preempt), and encodes."""
+        """Every running request's next AR plan, KV blocks for their writes (may preempt), and encodes."""
         plans: list[WorkPlan] = []
-        ar_next, voc_next = self.ar_loop.next, self.voc_loop.next
+        ar_next = self.ar_loop.next
         for req in list(self._running.values()):
             try:
                 plan = ar_next(req.ar)
-                if plan is not None:
-                    plans.append(plan)
-                plan = voc_next(req.voc)
                 if plan is not None:
                     plans.append(plan)
             except Exception as e:  # one request's loop code fails that request alone
@@ -151,11 +151,25 @@ class Engine(Lifecycle):
             plans.extend(self._encoding.plans())
         return plans
 
-    def _launch(self, plans: list[WorkPlan]) -> InFlight | None:
+    def _collect_audio(self) -> list[WorkPlan]:
+        """Every running request's due audio chunk (of the frames read so far)."""
+        plans: list[WorkPlan] = []
+        voc_next = self.voc_loop.next
+        for req in list(self._running.values()):
+            if req.voc.pending:
+                try:
+                    plan = voc_next(req.voc)
+                    if plan is not None:
+                        plans.append(plan)
+                except Exception as e:
+                    self._fail(req, e)
+        return plans
+
+    def _launch(self, plans: list[WorkPlan]) -> list[tuple[Batch, Pending[Any]]]:
         """Schedule the plans; per batch, the host half, then the device half on the stream; the loops
-        learn what went. None when nothing runs."""
+        learn what went. Returns each launched batch with its device result."""
         if not plans:
-            return None
+            return []
         prefill_rows = {p.request_id: int(p.payload.rows.shape[0]) for p in plans
                         if p.signature.kind is WorkUnitKind.PREFILL}
         batches = schedule(plans, prefill_budget=self.card.loops.ar_decode.prefill_chunk_rows,
@@ -176,7 +190,7 @@ class Engine(Lifecycle):
                 counter["rows"] += len(batch.plans)
                 counter["padded_rows"] += batch.bucket
                 counter["seconds"] += time.perf_counter() - start
-        return InFlight(launched, self.stream.fetch([p for _, p in launched]))
+        return launched
 
     def _device_work(self, batch: Batch) -> Callable[[], Any]:
         """The batch's host half now; its device half as a callable for the stream."""
