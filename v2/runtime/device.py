@@ -10,7 +10,8 @@ unread while it plans the next: 0 for a stream with nothing to overlap.
 - `CudaStream`: work runs at launch on the host thread and only enqueues kernels (graph replays, pinned
   non-blocking uploads); `fetch` copies into pinned buffers and records an event; only reading waits.
 - `SimulatedStream`: the CPU twin of an asynchronous device for tests and benchmarks. Work runs on a worker
-  thread in launch order; every fetch adds `latency` seconds of device time before its results are ready.
+  thread in launch order; a step's results are ready `latency` seconds after the worker began the step's
+  work (its device time), or when its work is done if that takes longer.
 Must not know: requests, loops, executors, scheduling.
 """
 
@@ -144,13 +145,15 @@ class CudaStream:
 
 class SimulatedStream:
     """An asynchronous device made of a worker thread: launches return at once, work runs in order on the
-    worker, and each fetch's results are ready `latency` seconds after the work before it has run."""
+    worker, and a step's results are ready `latency` seconds after the device began its work (the first
+    piece of work it ran since the step before was fetched), as a GPU busy for `latency` with that step."""
 
     depth = 1
 
     def __init__(self, latency: float, *, threads: int | None = None) -> None:
         self.latency = latency
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._began: float | None = None  # when the worker began the step being run (worker thread only)
         self._worker = threading.Thread(target=self._run, args=(threads,), name="v2-device", daemon=True)
         self._worker.start()
 
@@ -162,6 +165,8 @@ class SimulatedStream:
             if item is None:
                 return
             work, pending = item
+            if self._began is None:
+                self._began = time.perf_counter()
             try:
                 pending.set(work())
             except BaseException as e:  # the device's failure is the launcher's to read
@@ -174,13 +179,18 @@ class SimulatedStream:
 
     def fetch(self, pendings: Sequence[Pending[Tensor | None]]) -> Pending[list[Any]]:
         def copy() -> list[Any]:
-            time.sleep(self.latency)  # the step's device time
+            began, self._began = self._began, None
+            assert began is not None
+            time.sleep(max(0.0, began + self.latency - time.perf_counter()))  # the step's device time
             return [_outcome(p, lambda t: host_array(t.cpu())) for p in pendings]
 
         return self.launch(copy)
 
     def sync(self) -> None:
-        self.launch(lambda: None).wait()
+        def idle() -> None:  # what ran since the last fetch belongs to no step
+            self._began = None
+
+        self.launch(idle).wait()
 
     def close(self) -> None:
         self._queue.put(None)
