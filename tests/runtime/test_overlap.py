@@ -215,3 +215,64 @@ def test_rollouts_on_the_simulated_device_equal_the_teacher_forced_recompute(rts
     for t in batch.trajectories():
         check_exact(sim.model, t)
     leak_free(sim)
+
+
+def test_failures_on_the_device_fail_whom_they_concern_and_no_one_else(monkeypatch):
+    """A frame launched past a stop that fails fails nobody; a state change (a slot's settings) that fails on
+    the device fails its request alone; a group leader's prompt that fails on the device fails the members
+    that took it, even when the leader was cancelled between launch and read."""
+    rt = Runtime.from_card("moss_tts_local_tiny", device="cpu", stream=SimulatedStream(0.01))
+    try:
+        request = {"text": "stops early", "seed": 5, "max_frames": 200}
+        frames = len(rt.submit(request).result(60).codes)
+        real_launch = rt.ar_exec.launch
+
+        def past_stop(batch):  # the frame after the stop decision (frame `frames`)
+            if int(batch.host[2, 0]) == frames + 1:
+                raise RuntimeError("injected failure past the stop")
+            return real_launch(batch)
+
+        monkeypatch.setattr(rt.ar_exec, "launch", past_stop)
+        r = rt.submit(request).result(60)
+        assert r.finish_reason == "stop" and r.error is None and len(r.codes) == frames
+        monkeypatch.setattr(rt.ar_exec, "launch", real_launch)
+
+        real_admit = rt.ar_exec.admit_device
+
+        def bad_admit(slot, settings, seed):
+            if seed == 666:
+                raise RuntimeError("injected admit failure")
+            return real_admit(slot, settings, seed)
+
+        monkeypatch.setattr(rt.ar_exec, "admit_device", bad_admit)
+        handles = rt.submit_many([{"text": f"bystander {i}", "seed": i, "max_frames": 20, "min_frames": 20}
+                                  for i in range(2)])
+        bad = rt.submit({"text": "bad", "seed": 666, "max_frames": 5}).result(30)
+        assert bad.finish_reason == "error" and "injected admit failure" in bad.error
+        assert [h.result(30).finish_reason for h in handles] == ["length", "length"]
+        monkeypatch.setattr(rt.ar_exec, "admit_device", real_admit)
+
+        def failing_prefill(plans):
+            raise RuntimeError("injected prefill failure")
+
+        monkeypatch.setattr(rt.ar_exec, "prefill", failing_prefill)
+        real_cancels, cancelled = rt._apply_cancels, []
+
+        def cancel_leader_in_flight():  # the leader's prompt is launched (members took it), not yet read
+            leader = next(iter(rt._running.values()), None)
+            if not cancelled and leader is not None and leader.ar is not None and leader.ar.prefilled >= leader.ar.prompt_len:
+                cancelled.append(leader.id)
+                rt._cancels.add(leader.id)
+            real_cancels()
+
+        monkeypatch.setattr(rt, "_apply_cancels", cancel_leader_in_flight)
+        group = rt.submit_many([{"text": "a shared prompt", "seed": 9 + i, "max_frames": 10, "min_frames": 10}
+                                for i in range(3)], share_prompt=True)
+        results = [h.result(30) for h in group]
+        assert cancelled and results[0].finish_reason == "abort"
+        assert all(r.finish_reason == "error" and "injected prefill failure" in r.error for r in results[1:])
+        monkeypatch.undo()
+        leak_free(rt)
+        assert not rt._groups.unread
+    finally:
+        rt.close()

@@ -132,18 +132,24 @@ class ARDecodeLoop:
         else:
             state.launched_frames = plan.payload.step + 1
 
-    def advance(self, state: ARState, plan: WorkPlan, row: FrameRow | None) -> bool:
-        """Take the result of a launched plan (`row`: a frame's, None for a prefill); False when it was
-        dropped (a frame past the end, or work from before a preemption or a new segment)."""
-        state.fresh = []
+    def expects(self, state: ARState, plan: WorkPlan) -> bool:
+        """Whether the result of this launched plan is one the loop waits for: not a frame past the end or of
+        an ended segment, not work from before a preemption or a new segment."""
         p = plan.payload
         if plan.signature.kind is WorkUnitKind.PREFILL:
-            if p.epoch != state.epoch:
-                return False
+            return p.epoch == state.epoch
+        return state.finish is None and not state.switching and p.segment == state.segment and p.step == len(state.codes)
+
+    def advance(self, state: ARState, plan: WorkPlan, row: FrameRow | None) -> bool:
+        """Take the result of a launched plan (`row`: a frame's, None for a prefill); False when it was
+        dropped (`expects` says no)."""
+        state.fresh = []
+        if not self.expects(state, plan):
+            return False
+        p = plan.payload
+        if plan.signature.kind is WorkUnitKind.PREFILL:
             state.computed = max(state.computed, p.start + int(p.rows.shape[0]))
             return True
-        if state.finish is not None or state.switching or p.segment != state.segment or p.step != len(state.codes):
-            return False
         assert row is not None
         state.logprobs.append(row.logprobs)
         end = None

@@ -66,10 +66,11 @@ class EncodeExecutor:
 
     @staticmethod
     def read(host: np.ndarray, plans: Sequence[EncodePlan]) -> list[list[np.ndarray]]:
-        """host [rows, n, 12] -> per plan, per row its real frames' codes [frames, 12]."""
+        """host [rows, n, 12] -> per plan, per row its real frames' codes [frames, 12] (copies: the host
+        copy may be pinned memory, which codes kept for a request's life must not hold)."""
         out, k = [], 0
         for plan in plans:
-            out.append([np.ascontiguousarray(host[k + j, : r.frames]) for j, r in enumerate(plan.rows)])
+            out.append([np.array(host[k + j, : r.frames]) for j, r in enumerate(plan.rows)])
             k += len(plan.rows)
         return out
 

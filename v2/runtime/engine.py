@@ -88,6 +88,7 @@ class Engine(Lifecycle):
         finally:
             self._inflight.clear()
             self._state_calls.clear()
+            self._groups.clear()
 
     def _step(self) -> None:
         start, self._waited = time.perf_counter(), 0.0
@@ -123,11 +124,14 @@ class Engine(Lifecycle):
         self._check_state_calls()
 
     def _check_state_calls(self) -> None:
-        """Raise what a queued state change raised (they have all run: the caller read or synced after them)."""
+        """What queued state changes raised: a request's fails that request; another is the engine's fault."""
         calls, self._state_calls = self._state_calls, []
-        for call in calls:
-            if call.error is not None:
+        for owner, call in calls:
+            if call.error is None:
+                continue
+            if owner is None:
                 raise call.error
+            self._fail_id(owner, f"{type(call.error).__name__}: {call.error}")
 
     # ----- collect -> launch -> scatter ------------------------------------------------------------
     def _collect(self) -> list[WorkPlan]:
@@ -180,7 +184,7 @@ class Engine(Lifecycle):
             try:
                 work = self._device_work(batch)
             except Exception as e:  # its host half failed: only its requests
-                self._fail_batch(batch, e)
+                self._fail_batch(batch, e, read=False)
                 continue
             launched.append((batch, self.stream.launch(work)))
             self._launched(batch)
@@ -235,7 +239,7 @@ class Engine(Lifecycle):
         touched: dict[int, RequestRecord] = {}
         for (batch, _), out in zip(step.batches, outcomes):
             if isinstance(out, BaseException):
-                self._fail_batch(batch, out)
+                self._fail_batch(batch, out, read=True)
             elif batch.kind is WorkUnitKind.ENCODE:
                 assert self._encoding.executor is not None
                 codes = self._encoding.executor.read(out, [p.payload for p in batch.plans])
@@ -245,6 +249,7 @@ class Engine(Lifecycle):
                 self._scatter_frames(batch, FrameBatch.read(out, len(batch.plans)), touched)
             elif batch.kind is WorkUnitKind.PREFILL:
                 for plan in batch.plans:
+                    self._groups.prefill_read(plan, failed=False)
                     req = self._running.get(plan.request_id)
                     if req is not None:
                         self._guard(req, lambda req=req, plan=plan: self._advance_prefill(req, plan, touched))

@@ -5,7 +5,8 @@ waits until its leader has launched the prefill of the whole prompt, then every 
 leader's prompt KV blocks (shared, no copy) and backbone state (`RequestKV.fork`, queued on the device
 after the leader's prefill and before any member's first frame); if the leader ended before that, every
 member waits for KV blocks of its own (`paused`, as a preempted request does) and prefills its own prompt.
-If the leader's prefill then fails, the engine fails the members that took it.
+Members that took a prompt whose prefill is still on the device are remembered until it is read: if it
+failed, they fail too (the leader may have ended meanwhile); a member's own prefill failing fails no one else.
 Must not know: scheduling, executors, threads, the engine's queues.
 """
 
@@ -29,6 +30,8 @@ class GroupSharing:
     def __init__(self) -> None:
         self.pending: list[Group] = []
         self.shared = 0  # members that took a leader's prompt
+        self.unread: dict[int, tuple[int, list[Any]]] = {}  # leader id -> (its epoch, members that took its
+                                                             # prompt before the prefill was read)
 
     def admitted(self, group: Group) -> None:
         if not group.shared and group not in self.pending:
@@ -49,7 +52,26 @@ class GroupSharing:
                 for f in followers:
                     guard(f, lambda f=f: kv.fork(leader, f))
                     self.shared += 1
+                if leader.ar.computed < leader.ar.prompt_len and followers:  # its prefill is still on the device
+                    self.unread[leader.id] = (leader.ar.epoch, followers)
             else:
                 continue
             group.shared = True
             self.pending.remove(group)
+
+    def prefill_read(self, plan: Any, *, failed: bool) -> list[Any]:
+        """A prefill plan was read back: the members to fail with it (those that took a leader's prompt from
+        it, when it failed); the leader's prompt is settled once its last chunk is read."""
+        unread = self.unread.get(plan.request_id)
+        if unread is None or plan.payload.epoch != unread[0]:
+            return []
+        if failed:
+            del self.unread[plan.request_id]
+            return unread[1]
+        if plan.payload.last:
+            del self.unread[plan.request_id]
+        return []
+
+    def clear(self) -> None:
+        """Nothing is on the device any more (the engine dropped what was in flight)."""
+        self.unread.clear()

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from v2.card import ModelCard
-from v2.contracts import FinishReason, WorkUnitKind
+from v2.contracts import FinishReason, LoopKind, WorkUnitKind
 from v2.loops.ar_decode import ARDecodeLoop
 from v2.loops.encode import EncodeLoop
 from v2.loops.vocoder import VocoderLoop
@@ -50,7 +50,8 @@ class Lifecycle:
         self.ar_exec = ARExecutor(model, num_slots=ar.max_running, max_len=ar.max_prompt_rows + ar.max_frames,
                                   batch_buckets=ar.batch_buckets, graphs=graphs, num_blocks=pool_blocks(ar, model),
                                   block_size=ar.block_size)
-        self._state_calls: list[Pending[Any]] = []  # state changes queued on the stream, checked at each read
+        # state changes queued on the stream (with the request they belong to), checked at each read
+        self._state_calls: list[tuple[int | None, Pending[Any]]] = []
         self.ar_calls = OnStream(self.ar_exec, self._launch_state)
         self.kv = RequestKV.build(ar, self.ar_calls, model.cfg.ids.audio_assistant_slot)  # paged KV: blocks, cache
         self.codec_exec = CodecExecutor(codec, num_slots=voc.max_streams, batch_buckets=voc.batch_buckets,
@@ -76,14 +77,17 @@ class Lifecycle:
         self._waited = 0.0
         self._gate = weight_updates.UpdateGate(self._cond)
         self._groups = GroupSharing()
+        self._owner: int | None = None  # the request whose loop code `_guard` runs now
         self._prefilled_rows = 0
 
     def _launch_state(self, work: Callable[[], Any]) -> None:
-        """Queue a state change on the stream (a slot's settings, block tables, a fork, fresh codec state)."""
+        """Queue a state change on the stream (a slot's settings, block tables, a fork, fresh codec state).
+        Made inside `_guard`, it belongs to that request: if it fails, that request fails (now, or when the
+        engine next reads); otherwise its failure is the engine's."""
         pending = self.stream.launch(work)
         if pending.ready and pending.error is not None:
             raise pending.error
-        self._state_calls.append(pending)
+        self._state_calls.append((self._owner, pending))
 
     # ----- lifecycle -------------------------------------------------------------------------------
     def _admit(self) -> None:
@@ -161,11 +165,15 @@ class Lifecycle:
             self._finish(r, FinishReason.ABORT)
 
     def _guard(self, req: RequestRecord, work: Callable[[], None]) -> None:
-        """Run one request's loop code; an exception fails that request alone."""
+        """Run one request's loop code; an exception fails that request alone (so does a failure of the
+        device state changes it queues)."""
+        owner, self._owner = self._owner, req.id
         try:
             work()
         except Exception as e:
             self._fail(req, e)
+        finally:
+            self._owner = owner
 
     def _fail(self, req: RequestRecord, error: BaseException | str) -> None:
         """The one way a request fails: it ends with ERROR and the message."""
@@ -173,16 +181,19 @@ class Lifecycle:
             req.error = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
             self._finish(req, FinishReason.ERROR)
 
-    def _fail_batch(self, batch: Batch, error: BaseException) -> None:
-        """A batched call failed: every request in it fails (and a group leader's prompt fails its members)."""
+    def _fail_batch(self, batch: Batch, error: BaseException, *, read: bool) -> None:
+        """A batched call failed: every request in it fails, and the members that took a group leader's
+        prompt from that prefill. `read`: it failed on the device (else its host half failed before launch);
+        a row its loop no longer waits for (a frame past a stop, work from before a preemption or of an
+        ended segment) fails nobody."""
         message = f"{batch.kind.value} failed: {type(error).__name__}: {error}"
         for plan in batch.plans:
+            if batch.kind is WorkUnitKind.PREFILL:
+                for member in self._groups.prefill_read(plan, failed=True):
+                    self._fail(member, message)  # it took the leader's prompt
             req = self._running.get(plan.request_id)
-            if req is not None and batch.kind is WorkUnitKind.PREFILL and req.group is not None:
-                for member in req.group.members:
-                    m = self._running.get(member)
-                    if m is not None and m is not req and m.ar is not None and m.ar.prefix_from is None:
-                        self._fail(m, message)  # it took the leader's prompt
+            if read and req is not None and plan.loop is LoopKind.AR_DECODE and not self.ar_loop.expects(req.ar, plan):
+                continue
             self._fail_id(plan.request_id, message)
 
     def _encoded(self, req: RequestRecord) -> None:
