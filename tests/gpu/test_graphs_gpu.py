@@ -13,7 +13,8 @@ from v2.loops.vocoder import ChunkPlan
 from v2.sampling_settings import SamplingSettings
 from v2.models.tokenizer import ByteTokenizer
 from v2.runtime import Runtime
-from v2.runtime.executors import ARExecutor, CodecExecutor
+from v2.runtime.codec_executor import CodecExecutor
+from v2.runtime.executors import ARExecutor
 
 pytestmark = pytest.mark.gpu
 SETTINGS = [SamplingSettings(), SamplingSettings.uniform(1.1, 10, 0.9, 1.3), SamplingSettings.uniform(0.0),

@@ -1,17 +1,17 @@
-"""Executors: a batch of plans -> static buffers -> one expert call (a graph replay on CUDA) -> typed results.
+"""The AR executor: a batch of plans -> static buffers -> one expert call (a graph replay on CUDA) -> typed results.
 
 Owns: the device-side state of the AR experts (the paged KV pool and each slot's block table, the backbone
 state each slot decodes its next frame from, per-slot sampling settings, seeds and repetition-penalty
-presence masks) and of the vocoder (codec streaming state); writing a request's settings at admission;
-applying block-table entries and block copies; the static input buffers (allocated once at the largest
-bucket; padding rows aim at the dummy slot, whose table points only at the dummy block); running a
-PREFILL batch (eager), an AR_FRAME batch and an AUDIO_CHUNK batch through `StepGraphs`, each in two
-halves: `prepare` (host only: the batch's inputs as host tensors) and `launch` (device work only: upload,
-replay; returns a device tensor), so the host half of step N+1 runs while the device runs step N; and
-reading a batch's host copy back as typed rows (`FrameBatch.row(i) -> FrameRow`, `ChunkBatch.audio(i)`
-already trimmed). The packed frame-row layout and the codec hop are known here and nowhere else.
-`OnStream` queues the executors' state changes (admission, block tables, forks) on the device stream, in
-order with the steps.
+presence masks); writing a request's settings at admission; applying block-table entries and block copies;
+the static input buffers (`FrameInputs`, allocated once at the largest bucket; padding rows aim at the
+dummy slot, whose table points only at the dummy block); running a PREFILL batch (eager) and an AR_FRAME
+batch through `StepGraphs`, the latter in two halves: `prepare` (host only: the batch's inputs as host
+tensors) and `launch` (device work only: upload, replay; returns a device tensor), so the host half of
+step N+1 runs while the device runs step N; and reading a batch's host copy back as typed rows
+(`FrameBatch.row(i) -> FrameRow`). The packed frame-row layout is known here and nowhere else (the codec's
+side: codec_executor.py). `OnStream` queues the AR executor's state changes (admission, block tables,
+forks) on the device stream, in order with the steps; `to_device` / `upload` are the pinned,
+non-blocking host-to-device copies every executor uses.
 Must not know: requests, loops' state, scheduling policy, which blocks are free, threads.
 """
 
@@ -26,8 +26,6 @@ from torch import Tensor
 
 from v2.loops.ar_decode import FramePlan, FrameRow, PrefillPlan
 from v2.contracts import bucket_for
-from v2.loops.vocoder import ChunkPlan
-from v2.models.codec import MossAudioDecoder
 from v2.models.kernels import kernels_on
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.models.sampling import SamplingTensors
@@ -81,21 +79,6 @@ class FrameBatch:
 
     def row(self, i: int) -> FrameRow:
         return FrameRow(self.stop[i], tuple(self.codes[i]), tuple(self.logprobs[i]))
-
-
-@dataclass(slots=True)
-class ChunkBatch:
-    """An AUDIO_CHUNK batch's result on the host: row i's audio is its first `samples[i]` samples."""
-
-    host: np.ndarray    # [bucket, channels, frames * hop] float32
-    samples: list[int]
-    copy: bool = False  # the host copy is pinned memory (CUDA): hand out copies, so it goes back at once
-
-    def audio(self, i: int) -> np.ndarray:
-        """Row i's chunk, float32 [channels, n]: a view of the batch's host copy (each channel's samples
-        contiguous), or a copy of the real samples when that host copy is pinned."""
-        view = self.host[i, :, : self.samples[i]]
-        return np.array(view) if self.copy else view
 
 
 def context_buckets(max_len: int) -> list[int]:
@@ -261,59 +244,6 @@ class ARExecutor:
                                                     positions[:, None], valid[:, None], context)  # [b, 1, H]
         self.hidden[slots] = out[:, 0]
         return torch.cat([frame.stop[:, None].float(), frame.codes.float(), frame.logprobs], dim=1)
-
-
-class CodecExecutor:
-    """The vocoder over slot-indexed streaming state; `num_slots` real slots and one dummy."""
-
-    def __init__(self, codec: MossAudioDecoder, *, num_slots: int, batch_buckets: list[int], frame_buckets: list[int],
-                 graphs: bool = True) -> None:
-        self.codec = codec
-        self.state = codec.allocate_state(num_slots)
-        dev = codec.device
-        # static inputs, [largest bucket]: slot and real frames per row, and the codes
-        self.rows = torch.zeros(2, batch_buckets[-1], dtype=torch.long, device=dev)
-        self.rows[0] = self.state.dummy_slot
-        self.codes = torch.zeros(batch_buckets[-1], 12, frame_buckets[-1], dtype=torch.long, device=dev)
-        keys = [(b, f) for b in batch_buckets for f in frame_buckets]
-        self.graphs = StepGraphs("audio_chunk", self._chunk_step, keys, device=dev, enabled=graphs)
-        self.graphs.capture()
-        self.state.reset([self.state.dummy_slot])  # capture's warm-ups decoded padding into the dummy slot
-
-    def admit(self, slot: int) -> None:
-        self.state.reset(to_device(torch.tensor([slot]), self.codec.device))
-
-    def prepare(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> tuple[Tensor, Tensor]:
-        """Host half: (slot and real frames per row [2, bucket], codes [bucket, 12, frames]), padded."""
-        n = len(plans)
-        codes = torch.zeros(bucket, 12, frames, dtype=torch.long)
-        for i, p in enumerate(plans):
-            codes[i, :, : len(p.codes)] = torch.tensor(p.codes, dtype=torch.long).T
-        rows = torch.tensor([[p.slot for p in plans] + [self.state.dummy_slot] * (bucket - n),
-                             [len(p.codes) for p in plans] + [0] * (bucket - n)])  # [2, bucket]
-        return rows, codes
-
-    def launch(self, batch: tuple[Tensor, Tensor]) -> Tensor:
-        """Device half -> audio [bucket, channels, frames * hop] on the device."""
-        rows, codes = batch
-        bucket, frames = codes.shape[0], codes.shape[2]
-        upload(rows, self.rows[:, :bucket])
-        upload(codes, self.codes[:bucket, :, :frames])
-        return self.graphs.run((bucket, frames))
-
-    def chunk(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> Tensor:
-        """Decode every plan's frames in one call, padded to `bucket` rows of `frames` frames
-        -> audio [bucket, channels, frames * hop] on the device (row b's first n_b * hop samples are real)."""
-        return self.launch(self.prepare(plans, bucket, frames))
-
-    def read(self, host: np.ndarray, plans: Sequence[ChunkPlan]) -> ChunkBatch:
-        """Chunks kept as views would keep a step's pinned buffer (CUDA) alive as long as any of its audio."""
-        samples = [len(p.codes) * self.codec.cfg.hop for p in plans]
-        return ChunkBatch(host, samples, copy=self.codec.device.type == "cuda")
-
-    def _chunk_step(self, key: tuple[int, ...]) -> Tensor:
-        b, f = key
-        return self.codec.decode_chunk(self.rows[0, :b], self.codes[:b, :, :f], state=self.state, lengths=self.rows[1, :b])
 
 
 def to_device(host: Tensor, device: torch.device) -> Tensor:

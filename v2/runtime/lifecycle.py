@@ -30,7 +30,8 @@ from v2.prepare import build_rows
 from v2.runtime import weight_updates
 from v2.runtime.device import Pending, Stream, default_stream
 from v2.runtime.encoding import EncodeExecutor, EncodeStage
-from v2.runtime.executors import ARExecutor, CodecExecutor, OnStream
+from v2.runtime.codec_executor import CodecExecutor
+from v2.runtime.executors import ARExecutor, OnStream
 from v2.runtime.groups import GroupSharing
 from v2.runtime.handles import Dispatcher
 from v2.runtime.kv import RequestKV, pool_blocks
