@@ -22,7 +22,6 @@ import uvicorn
 
 from v2.runtime import Runtime
 from v2.server.app import create_app
-from v2.server.options import add_arguments
 from v2.server.state import ServerConfig, ServerState
 
 
@@ -112,9 +111,10 @@ def _ignore(sig: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m v2 serve", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """`python -m v2.server.serve ...` is `python -m v2 serve ...`: the same checks, `--replicas` included."""
+    from v2.cli import main as cli
+
+    return cli(["serve", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
