@@ -1,6 +1,6 @@
 """`RequestKV`'s step calls with the pager's fast paths == without them: the same plans run, the same
 requests are preempted and resumed, the same device work and pool; `flush` with nothing queued touches
-no device; `computed_all` == `computed` over every running request."""
+no device; `computed` over every running request at once == one at a time."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def step(kv: RequestKV, running: dict, order: list[int], use_all: bool) -> tuple
                 ar.launched_frames = len(ar.codes)
                 ar.prefilled = ar.computed = plan.payload.position + 1
     if use_all:
-        kv.computed_all(running)
+        kv.computed(running.values())
     else:
         for req in running.values():
             kv.computed([req])
@@ -128,7 +128,7 @@ def test_step_calls_with_fast_paths_equal_the_general_path(blocks, prompts, data
         assert fast[0].executor.calls == [c for c in ref[0].executor.calls if c != ([], [])]
 
 
-def test_flush_with_nothing_queued_touches_no_device_and_computed_all_is_computed_for_everyone():
+def test_flush_with_nothing_queued_touches_no_device_and_computed_commits_everyone():
     kv, running = world(True, 16, [9, 9])
     for req in running.values():
         kv.admit(req)
@@ -139,6 +139,6 @@ def test_flush_with_nothing_queued_touches_no_device_and_computed_all_is_compute
     assert kv.pager.uncommitted == {0, 1}
     for req in running.values():
         req.ar.prefilled = req.ar.computed = 9
-    kv.computed_all(running)
+    kv.computed(running.values())
     assert not kv.pager.uncommitted and kv.pager.blocks.num_cached == 4  # two full blocks of each prompt
     assert [t.committed for t in kv.pager.tables.values()] == [2, 2]

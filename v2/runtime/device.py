@@ -68,9 +68,14 @@ class Pending(Generic[T]):
             self._event.wait()
 
 
+def widened(t: Tensor) -> Tensor:
+    """Half precision as float32 (numpy has no bfloat16)."""
+    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+
+
 def host_array(t: Tensor) -> np.ndarray:
-    """A CPU tensor as numpy (half precision widened: numpy has no bfloat16)."""
-    return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
+    """A tensor's values on the host, as numpy."""
+    return widened(t).cpu().numpy()
 
 
 def run_now(work: Callable[[], T]) -> Pending[T]:
@@ -90,7 +95,7 @@ class HostStream:
         return run_now(work)
 
     def fetch(self, pendings: Sequence[Pending[Tensor | None]]) -> Pending[list[Any]]:
-        return Pending([_outcome(p, lambda t: host_array(t.cpu())) for p in pendings])
+        return Pending([_outcome(p, host_array) for p in pendings])
 
     def sync(self) -> None:
         pass
@@ -127,7 +132,7 @@ class CudaStream:
             if t is None:
                 copies.append(None)
                 continue
-            t = t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+            t = widened(t)
             host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
             host.copy_(t, non_blocking=True)
             copies.append(host)
@@ -182,7 +187,7 @@ class SimulatedStream:
             began, self._began = self._began, None
             assert began is not None
             time.sleep(max(0.0, began + self.latency - time.perf_counter()))  # the step's device time
-            return [_outcome(p, lambda t: host_array(t.cpu())) for p in pendings]
+            return [_outcome(p, host_array) for p in pendings]
 
         return self.launch(copy)
 

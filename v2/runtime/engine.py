@@ -223,9 +223,7 @@ class Engine(Lifecycle):
             req = running.get(plan.request_id)
             if req is None:
                 continue
-            if batch.kind is WorkUnitKind.AR_FRAME:
-                req.ar.launched_frames = plan.payload.step + 1  # ARDecodeLoop.launched, inlined: once per row
-            elif batch.kind is WorkUnitKind.AUDIO_CHUNK:
+            if batch.kind is WorkUnitKind.AUDIO_CHUNK:
                 self.voc_loop.launched(req.voc, plan)
             else:
                 self.ar_loop.launched(req.ar, plan)

@@ -14,7 +14,7 @@ Must not know: scheduling, threads, streams, the engine's queues.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 import torch
 
@@ -175,12 +175,6 @@ class RequestKV:
         for req in reqs:
             if req.id in pending and req.ar is not None and req.version == self.version:
                 self.pager.commit(req.id, req.ar.computed)
-
-    def computed_all(self, running: Mapping[int, RequestRecord]) -> None:
-        """`computed` for every running request (in the mapping's order), O(1) when none has prompt blocks
-        left to enter the cache."""
-        if self.pager.uncommitted:
-            self.computed(running.values())
 
     def release(self, req: RequestRecord) -> None:
         self.pager.release(req.id)
