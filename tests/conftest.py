@@ -93,6 +93,20 @@ def check_exact(model, t) -> None:
         assert abs(float(again[f, 0]) - t.stop_logprob) < 1e-5
 
 
+def doom_requests(rt, monkeypatch) -> set[int]:
+    """Requests whose ids go into the returned set fail in their AR loop code ("injected") from then on."""
+    doomed: set[int] = set()
+    real_advance = rt.ar_loop.advance
+
+    def advance(state, plan, row):
+        if state.request_id in doomed:
+            raise RuntimeError("injected")
+        return real_advance(state, plan, row)
+
+    monkeypatch.setattr(rt.ar_loop, "advance", advance)
+    return doomed
+
+
 def wait_idle(rt, timeout: float = 20.0) -> dict:
     """Wait until a runtime holds no request, slot or queue entry; its stats then."""
     deadline = time.time() + timeout

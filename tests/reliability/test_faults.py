@@ -15,7 +15,7 @@ from v2.request import OverloadedError
 from v2.runtime import Runtime
 from v2.runtime.handles import SpeechHandle
 
-from conftest import wait_idle
+from conftest import doom_requests, wait_idle
 
 
 def make_runtime(**ar) -> Runtime:
@@ -151,15 +151,7 @@ def test_invariants_over_random_sequences(small, monkeypatch, ops):
         return real_finish(self, result)
 
     monkeypatch.setattr(SpeechHandle, "finish", counting_finish)
-    doomed: set[int] = set()
-    real_advance = small.ar_loop.advance
-
-    def advance(state, plan, row):
-        if state.request_id in doomed:
-            raise RuntimeError("injected")
-        return real_advance(state, plan, row)
-
-    monkeypatch.setattr(small.ar_loop, "advance", advance)
+    doomed = doom_requests(small, monkeypatch)
     handles = []
     version = small.weight_version
     for op in ops:

@@ -16,7 +16,7 @@ from v2.card import load_card
 from v2.models.generate import generate_batch
 from v2.runtime import Runtime
 
-from conftest import wait_idle
+from conftest import doom_requests, wait_idle
 
 VOICE = np.random.default_rng(7).integers(0, 1024, (125, 12))  # a 10 s voice prompt
 ROLLOUT = {"profile": "rollout", "decode_audio": False}
@@ -175,15 +175,7 @@ OPS = st.lists(st.one_of(
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(OPS)
 def test_nothing_leaks_after_any_mix_of_finish_cancel_failure_and_preemption(dry, monkeypatch, ops):
-    doomed: set[int] = set()
-    real_advance = dry.ar_loop.advance
-
-    def advance(state, plan, row):
-        if state.request_id in doomed:
-            raise RuntimeError("injected")
-        return real_advance(state, plan, row)
-
-    monkeypatch.setattr(dry.ar_loop, "advance", advance)
+    doomed = doom_requests(dry, monkeypatch)
     handles = []
     for op in ops:
         if op[0] == "submit":
