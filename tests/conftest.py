@@ -82,7 +82,7 @@ def tiny_codec(tiny_card):
 
 def check_exact(model, t) -> None:
     """A trajectory's logprobs equal the teacher-forced recompute's (frames and the final stop) within 1e-5."""
-    from v2.rl.recompute import logprobs
+    from v2.families.moss_tts_local.recompute import logprobs
 
     with torch.no_grad():
         again = logprobs(model, torch.from_numpy(t.prompt_rows), torch.from_numpy(t.codes), t.sampling,

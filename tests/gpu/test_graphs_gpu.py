@@ -8,13 +8,13 @@ import torch
 
 from v2.bench.kv import spread_blocks
 from v2.card import build_codec, build_model, load_card
-from v2.loops.ar_decode import FramePlan
-from v2.loops.vocoder import ChunkPlan
+from v2.families.moss_tts_local.ar_decode import FramePlan
+from v2.families.moss_tts_local.vocoder import ChunkPlan
 from v2.sampling_settings import SamplingSettings
 from v2.models.tokenizer import ByteTokenizer
 from v2.runtime import Runtime
-from v2.runtime.codec_executor import CodecExecutor
-from v2.runtime.executors import ARExecutor
+from v2.families.moss_tts_local.codec_executor import CodecExecutor
+from v2.families.moss_tts_local.ar_executor import ARExecutor
 
 pytestmark = pytest.mark.gpu
 SETTINGS = [SamplingSettings(), SamplingSettings.uniform(1.1, 10, 0.9, 1.3), SamplingSettings.uniform(0.0),

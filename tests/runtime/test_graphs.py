@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from v2.loops.ar_decode import FramePlan
-from v2.loops.vocoder import ChunkPlan
+from v2.families.moss_tts_local.ar_decode import FramePlan
+from v2.families.moss_tts_local.vocoder import ChunkPlan
 from v2.sampling_settings import SamplingSettings
-from v2.runtime.codec_executor import CodecExecutor
-from v2.runtime.executors import ARExecutor, context_buckets
+from v2.families.moss_tts_local.codec_executor import CodecExecutor
+from v2.families.moss_tts_local.ar_executor import ARExecutor, context_buckets
 from v2.runtime.graphs import StepGraphs
 
 

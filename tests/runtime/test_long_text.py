@@ -17,7 +17,7 @@ from v2.card import load_card
 from v2.models.prompt import build_prompt
 from v2.request import RequestError
 from v2.runtime import Runtime
-from v2.runtime.segments import segment_seed
+from v2.families.moss_tts_local.segments import segment_seed
 from v2.sentences import SplitError, segments, sentences
 
 from conftest import wait_idle

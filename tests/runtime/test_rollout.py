@@ -11,7 +11,7 @@ import torch
 
 from v2.card import build_model, load_card
 from v2.sampling_settings import SamplingSettings
-from v2.rl.recompute import logprobs
+from v2.families.moss_tts_local.recompute import logprobs
 from v2.rl.trajectory import collate, write_jsonl, write_npz
 from v2.runtime import Runtime
 from v2.rl.batch import sample_seed

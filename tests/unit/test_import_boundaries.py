@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-TORCH_FREE = ["v2.contracts", "v2.sampling_settings", "v2.card", "v2.loops", "v2.loops.ar_decode", "v2.loops.vocoder",
-              "v2.loops.encode", "v2.runtime.scheduler", "v2.runtime.paging", "v2.runtime.blocks", "v2.rl"]
+TORCH_FREE = ["v2.contracts", "v2.sampling_settings", "v2.card", "v2.families.moss_tts_local", "v2.families.moss_tts_local.ar_decode", "v2.families.moss_tts_local.vocoder",
+              "v2.families.moss_tts_local.encode", "v2.runtime.scheduler", "v2.runtime.paging", "v2.runtime.blocks", "v2.rl"]
 
 
 def loads_torch(*modules: str) -> bool:

@@ -7,7 +7,7 @@ import torch
 
 from v2.card import load_card
 from v2.contracts import FinishReason, ResourceRequest, WorkPlan, WorkUnitKind
-from v2.loops import ARDecodeLoop, FrameRow, VocoderLoop
+from v2.families.moss_tts_local import ARDecodeLoop, FrameRow, VocoderLoop
 
 CARD = load_card("moss_tts_local_tiny")
 AR = CARD.loops.ar_decode.model_copy(update={"prefill_chunk_rows": 4})

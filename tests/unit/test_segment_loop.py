@@ -9,7 +9,7 @@ import torch
 
 from v2.card import load_card
 from v2.contracts import FinishReason, WorkPlan, WorkUnitKind
-from v2.loops import ARDecodeLoop, FrameRow
+from v2.families.moss_tts_local import ARDecodeLoop, FrameRow
 
 AR = load_card("moss_tts_local_tiny").loops.ar_decode.model_copy(update={"prefill_chunk_rows": 8})
 

@@ -22,12 +22,12 @@ from v2.bench.__main__ import machine
 from v2.bench.kv import spread_blocks
 from v2.bench.shapes import SHAPES
 from v2.card import build_model, load_card
-from v2.loops.ar_decode import FramePlan
+from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.models.kernels import decode_attention as da
 from v2.models.kernels import kernels_on
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.sampling_settings import SamplingSettings
-from v2.runtime.executors import ARExecutor
+from v2.families.moss_tts_local.ar_executor import ARExecutor
 from v2.runtime.graphs import StepGraphs
 
 

@@ -28,7 +28,7 @@ import torch
 from v2.bench.__main__ import machine
 from v2.bench.shapes import SHAPES
 from v2.card import build_model, load_card
-from v2.loops.ar_decode import FramePlan
+from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.models.kernels import decode_attention as da
 from v2.models.config import MossTTSLocalConfig
 from v2.models.kernels import kernels_on
@@ -36,7 +36,7 @@ from v2.models.kv_cache import PagedKVCache
 from v2.sampling_settings import SamplingSettings
 from v2.runtime import Runtime
 from v2.runtime.blocks import chain_keys
-from v2.runtime.executors import ARExecutor
+from v2.families.moss_tts_local.ar_executor import ARExecutor
 from v2.runtime.paging import KVPager
 
 ROW_WIDTH = 13

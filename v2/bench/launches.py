@@ -22,14 +22,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from v2.bench.__main__ import machine
 from v2.bench.shapes import SHAPES
-from v2.loops.ar_decode import FramePlan
+from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.models import kernels
 from v2.models.kernels import decode_attention, local_rope, qk_rope, rms_norm, sample, swiglu
 from v2.models.config import MossTTSLocalConfig
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.sampling_settings import SamplingSettings
 from v2.models.weights import empty_model
-from v2.runtime.executors import ARExecutor
+from v2.families.moss_tts_local.ar_executor import ARExecutor
 
 # operations that launch no kernel: views, allocations, dtype queries
 NO_LAUNCH = {"view", "_unsafe_view", "unsqueeze", "squeeze", "select", "slice", "t", "transpose", "expand", "alias",

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from v2.runtime import Runtime
-from v2.runtime.executors import FRAME_FIELDS
+from v2.families.moss_tts_local.ar_executor import FRAME_FIELDS
 
 
 _OUTPUTS: dict[tuple[int, ...], torch.Tensor] = {}  # static outputs of the instant experts, made once a shape

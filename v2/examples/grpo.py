@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from v2.card import build_model, load_card
-from v2.rl.recompute import logprobs
+from v2.families.moss_tts_local.recompute import logprobs
 from v2.rl.trajectory import Trajectory
 from v2.runtime import Runtime
 

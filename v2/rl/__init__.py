@@ -15,14 +15,14 @@ from v2.lazy import lazy_names
 
 _WHERE = {"Trajectory": "v2.rl.trajectory", "collate": "v2.rl.trajectory", "write_jsonl": "v2.rl.trajectory",
           "write_npz": "v2.rl.trajectory", "RolloutBatch": "v2.rl.batch", "sample_seed": "v2.rl.batch",
-          "start_rollout": "v2.rl.batch", "logprobs": "v2.rl.recompute"}
+          "start_rollout": "v2.rl.batch", "logprobs": "v2.families.moss_tts_local.recompute"}
 
 __all__ = ["RolloutBatch", "Trajectory", "collate", "logprobs", "sample_seed", "start_rollout", "write_jsonl",
            "write_npz"]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads each on first use
     from v2.rl.batch import RolloutBatch, sample_seed, start_rollout
-    from v2.rl.recompute import logprobs
+    from v2.families.moss_tts_local.recompute import logprobs
     from v2.rl.trajectory import Trajectory, collate, write_jsonl, write_npz
 
 __getattr__, __dir__ = lazy_names(__name__, _WHERE)

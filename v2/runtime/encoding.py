@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from v2.contracts import WorkPlan
-from v2.loops.encode import EncodeLoop, EncodePlan, EncodeState
-from v2.runtime.executors import to_device
+from v2.families.moss_tts_local.encode import EncodeLoop, EncodePlan, EncodeState
+from v2.families.moss_tts_local.ar_executor import to_device
 from v2.runtime.slots import SlotPool
 
 

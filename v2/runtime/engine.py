@@ -26,11 +26,11 @@ import torch
 from v2.card import ModelCard
 from v2.contracts import FinishReason, WorkPlan, WorkUnitKind
 from v2.runtime.device import Pending, Stream
-from v2.runtime.executors import FrameBatch
+from v2.families.moss_tts_local.ar_executor import FrameBatch
 from v2.runtime.lifecycle import Lifecycle
 from v2.runtime.records import RequestRecord
 from v2.runtime.scheduler import Batch, schedule
-from v2.runtime.segments import next_segment
+from v2.families.moss_tts_local.segments import next_segment
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator, Callable, Iterator
 
 import numpy as np
 
-from v2.loops.vocoder import AudioChunk
+from v2.families.moss_tts_local.vocoder import AudioChunk
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from v2.card import ARDecodeSettings
 from v2.contracts import LoopKind, WorkPlan, WorkUnitKind
 from v2.models.kv_cache import PagedKVCache
 from v2.runtime.blocks import chain_keys
-from v2.runtime.executors import ARExecutor, OnStream
+from v2.families.moss_tts_local.ar_executor import ARExecutor, OnStream
 from v2.runtime.paging import KVPager
 from v2.runtime.records import RequestRecord
 

@@ -23,20 +23,20 @@ import torch
 
 from v2.card import ModelCard
 from v2.contracts import FinishReason, LoopKind, WorkUnitKind
-from v2.loops.ar_decode import ARDecodeLoop
-from v2.loops.encode import EncodeLoop
-from v2.loops.vocoder import VocoderLoop
-from v2.prepare import build_rows
+from v2.families.moss_tts_local.ar_decode import ARDecodeLoop
+from v2.families.moss_tts_local.encode import EncodeLoop
+from v2.families.moss_tts_local.vocoder import VocoderLoop
+from v2.families.moss_tts_local.prepare import build_rows
 from v2.runtime import weight_updates
 from v2.runtime.device import Pending, Stream, default_stream
 from v2.runtime.encoding import EncodeExecutor, EncodeStage
-from v2.runtime.codec_executor import CodecExecutor
-from v2.runtime.executors import ARExecutor, OnStream
+from v2.families.moss_tts_local.codec_executor import CodecExecutor
+from v2.families.moss_tts_local.ar_executor import ARExecutor, OnStream
 from v2.runtime.groups import GroupSharing
 from v2.runtime.handles import Dispatcher
 from v2.runtime.kv import RequestKV, pool_blocks
 from v2.runtime.records import RequestRecord
-from v2.runtime.results import publish
+from v2.families.moss_tts_local.results import publish
 from v2.runtime.scheduler import Batch
 from v2.runtime.slots import SlotPool
 

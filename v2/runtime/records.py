@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import torch
 
 from v2.long_text import TextSegment
-from v2.loops.ar_decode import ARState
-from v2.loops.encode import EncodeState
-from v2.loops.vocoder import VocoderState
+from v2.families.moss_tts_local.ar_decode import ARState
+from v2.families.moss_tts_local.encode import EncodeState
+from v2.families.moss_tts_local.vocoder import VocoderState
 from v2.runtime.groups import Group
 from v2.sampling_settings import SamplingSettings
 from v2.request import SpeechRequest

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_encoder, build_model, build_tokenizer, load_card
-from v2.prepare import CodecSpec, prepare, prepare_recording
+from v2.families.moss_tts_local.prepare import CodecSpec, prepare, prepare_recording
 from v2.request import OverloadedError, RequestError, SpeechRequest, parse_request
 from v2.runtime import weight_updates
 from v2.runtime.device import Stream

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from v2.contracts import ExecutionProfile, FinishReason, LoopResult
-from v2.loops.vocoder import AudioChunk
+from v2.families.moss_tts_local.vocoder import AudioChunk
 from v2.rl.trajectory import Trajectory
 from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
 

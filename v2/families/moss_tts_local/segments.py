@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from v2.loops.ar_decode import ARDecodeLoop
+from v2.families.moss_tts_local.ar_decode import ARDecodeLoop
 from v2.runtime.records import RequestRecord
 from v2.rl.batch import sample_seed
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from v2.loops.ar_decode import FramePlan, FrameRow, PrefillPlan
+from v2.families.moss_tts_local.ar_decode import FramePlan, FrameRow, PrefillPlan
 from v2.contracts import bucket_for
 from v2.models.kernels import kernels_on
 from v2.models.moss_tts_local import MossTTSLocal

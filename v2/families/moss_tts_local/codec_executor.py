@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from v2.loops.vocoder import ChunkPlan
+from v2.families.moss_tts_local.vocoder import ChunkPlan
 from v2.models.codec import MossAudioDecoder
-from v2.runtime.executors import to_device, upload
+from v2.families.moss_tts_local.ar_executor import to_device, upload
 from v2.runtime.graphs import StepGraphs
 
 
