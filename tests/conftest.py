@@ -96,14 +96,14 @@ def check_exact(model, t) -> None:
 def doom_requests(rt, monkeypatch) -> set[int]:
     """Requests whose ids go into the returned set fail in their AR loop code ("injected") from then on."""
     doomed: set[int] = set()
-    real_advance = rt.ar_loop.advance
+    real_advance = rt.family.ar_loop.advance
 
     def advance(state, plan, row):
         if state.request_id in doomed:
             raise RuntimeError("injected")
         return real_advance(state, plan, row)
 
-    monkeypatch.setattr(rt.ar_loop, "advance", advance)
+    monkeypatch.setattr(rt.family.ar_loop, "advance", advance)
     return doomed
 
 

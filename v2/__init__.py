@@ -14,13 +14,13 @@ from v2.lazy import lazy_names
 
 __version__ = "0.1.0"
 
-_WHERE = {"AudioChunk": "v2.families.moss_tts_local.vocoder", "Runtime": "v2.runtime.runtime", "SpeechRequest": "v2.request",
+_WHERE = {"AudioChunk": "v2.contracts", "Runtime": "v2.runtime.runtime", "SpeechRequest": "v2.request",
           "SpeechResult": "v2.runtime.handles", "Trajectory": "v2.rl.trajectory"}
 
 __all__ = ["AudioChunk", "Runtime", "SpeechRequest", "SpeechResult", "Trajectory"]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads each on first use
-    from v2.families.moss_tts_local.vocoder import AudioChunk
+    from v2.contracts import AudioChunk
     from v2.request import SpeechRequest
     from v2.rl.trajectory import Trajectory
     from v2.runtime.runtime import Runtime

@@ -1,12 +1,12 @@
 """Model cards: the data files in `cards/` validated into frozen models, and building what they name.
 
-Owns: the card schema (experts `backbone`, `local_transformer`, `vocoder` with class, checkpoint and
-dtype; seeded weight sources; loops `ar_decode`, `vocoder` with their settings; runtime settings such as
-the engine's CPU threads), finding a card by name (the shipped cards are package data, `v2/cards/` in an
-installed package, the top-level `cards/` in a checkout) or path, refusing a bad card with the field named,
-and instantiating experts from a fixed registry (checkpoints found by `v2.checkpoints`: a directory or a
-hub repo id). No code is ever imported from a card.
-Must not know: the runtime, requests, scheduling.
+Owns: the common part of the card schema (name, `family`, seeded weight sources, sampling defaults'
+schema, a loop's declaration `LoopDecl` with the loops it feeds, runtime settings such as the engine's
+CPU threads), finding a card by name (the shipped cards are package data, `v2/cards/` in an installed
+package, the top-level `cards/` in a checkout) or path, validating it with its family's card class
+(`v2.families`; each family's section: its experts and loops), refusing a bad card with the field named,
+and building the experts a card names through its family's section. No code is ever imported from a card.
+Must not know: the runtime, requests, scheduling, any family's section.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from v2.checkpoints import resolve_checkpoint
 from v2.fields import TOP_K_MAX, check_penalty, check_temperature
 from v2.sampling_settings import HeadSampling, SamplingSettings
 
@@ -52,34 +51,6 @@ class SeededWeights(_Frozen):
     config: dict[str, Any]
 
 
-class Expert(_Frozen):
-    """checkpoint: a directory (relative paths from the working directory), a hub repo id `org/name` found in the
-    Hugging Face cache, or `seed:NAME` ([seeded.NAME])."""
-
-    checkpoint: str = Field(min_length=1)
-    dtype: DType
-
-
-class BackboneExpert(Expert):
-    class_: Literal["Qwen3Backbone"] = Field(alias="class")
-    tokenizer: Literal["bytes", "json"]
-
-
-class LocalTransformerExpert(Expert):
-    class_: Literal["MossLocalTransformer"] = Field(alias="class")
-
-
-class VocoderExpert(Expert):
-    class_: Literal["MossAudioDecoder"] = Field(alias="class")
-    encoder: bool = False  # also load the codec's encoder (reference audio -> codes) from the same checkpoint
-
-
-class Experts(_Frozen):
-    backbone: BackboneExpert
-    local_transformer: LocalTransformerExpert
-    vocoder: VocoderExpert
-
-
 class HeadDefaults(_Frozen):
     temperature: float = Field(ge=0, allow_inf_nan=False)  # 0 (greedy) or in the range requests may set
     top_k: int = Field(ge=0, le=TOP_K_MAX)
@@ -104,90 +75,18 @@ class SamplingDefaults(_Frozen):
         )
 
 
-def _check_buckets(buckets: list[int]) -> list[int]:
+def check_buckets(buckets: list[int]) -> list[int]:
     if not buckets or any(b < 1 for b in buckets) or buckets != sorted(set(buckets)):
         raise ValueError("must be a non-empty, strictly increasing list of positive integers")
     return buckets
 
 
-class ARDecodeSettings(_Frozen):
-    class_: Literal["ARDecodeLoop"] = Field(alias="class")
-    max_frames: int = Field(ge=1)          # cap on a request's frames
-    max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
-    max_text_chars: int = Field(default=20_000, ge=1)  # cap on text, instruction and language, each (checked first)
-    max_segment_chars: int = Field(default=300, ge=1)  # longer text is spoken as segments of whole sentences
-    max_running: int = Field(ge=1)         # KV slots: requests decoding at once
-    max_waiting: int = Field(ge=1)         # requests queued for a slot; past it submit() refuses (overload)
-    max_buffered_chunks: int = Field(ge=1)  # chunks a subscriber may fall behind before its request is aborted
-    prefill_chunk_rows: int = Field(ge=1)  # prompt rows prefilled per engine step, all requests together
-    batch_buckets: list[int]               # AR_FRAME batches are padded up to one of these
-    sampling: SamplingDefaults
-    # paged KV: rows per block; the pool as a number of blocks, or as a fraction of the device memory free
-    # when the runtime starts (weights loaded; codec streams, graphs and activations live in the rest).
-    # Neither: max_running requests at full length (the memory a contiguous cache would take).
-    block_size: int = Field(default=16, ge=1)
-    kv_blocks: int | None = Field(default=None, ge=1)
-    kv_memory_fraction: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
-    prefix_cache: bool = True              # full prompt blocks stay cached for later requests until evicted
+class LoopDecl(_Frozen):
+    """A loop a card declares: its class (one of its family's loops) and the loops it feeds, by name (the
+    edges of the card's loop graph). A family's section subclasses this per loop with its settings."""
 
-    _buckets = field_validator("batch_buckets")(_check_buckets)
-
-    @property
-    def max_blocks(self) -> int:
-        """Blocks one request holds at its longest (max_prompt_rows + max_frames rows)."""
-        return -(-(self.max_prompt_rows + self.max_frames) // self.block_size)
-
-    @model_validator(mode="after")
-    def _fits(self) -> "ARDecodeSettings":
-        if self.max_running > self.batch_buckets[-1]:
-            raise ValueError(f"max_running ({self.max_running}) exceeds the largest batch bucket")
-        if self.kv_blocks is not None and self.kv_memory_fraction is not None:
-            raise ValueError("kv_blocks and kv_memory_fraction: give one KV budget, not both")
-        if self.kv_blocks is not None and self.kv_blocks < self.max_blocks:
-            raise ValueError(f"kv_blocks ({self.kv_blocks}) cannot hold one request at full length "
-                             f"({self.max_blocks} blocks of {self.block_size} rows)")
-        return self
-
-
-class VocoderSettings(_Frozen):
-    class_: Literal["VocoderLoop"] = Field(alias="class")
-    first_chunk_frames: int = Field(ge=1)  # frames in a stream's first audio chunk
-    chunk_frames: int = Field(ge=1)        # frames in every later chunk (the last may be shorter)
-    max_streams: int = Field(ge=1)         # codec state slots
-    batch_buckets: list[int]               # AUDIO_CHUNK batches are padded up to one of these
-    frame_buckets: list[int]               # a batch's chunk length is padded up to one of these
-
-    _buckets = field_validator("batch_buckets", "frame_buckets")(_check_buckets)
-
-    @model_validator(mode="after")
-    def _fits(self) -> "VocoderSettings":
-        if max(self.first_chunk_frames, self.chunk_frames) > self.frame_buckets[-1]:
-            raise ValueError("chunk frames exceed the largest frame bucket")
-        if self.max_streams > self.batch_buckets[-1]:
-            raise ValueError(f"max_streams ({self.max_streams}) exceeds the largest batch bucket")
-        return self
-
-
-class EncodeSettings(_Frozen):
-    """Reference audio: limits at submit, and how encoding is spread over engine steps."""
-
-    class_: Literal["EncodeLoop"] = Field(default="EncodeLoop", alias="class")
-    max_reference_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)  # per recording, as given
-    max_references: int = Field(default=4, ge=1)  # recordings per request
-    chunk_frames: int = Field(default=25, ge=1)   # frames of each recording encoded per step (25 = 2 s)
-    max_streams: int = Field(default=8, ge=1)     # encoder state slots: recordings encoding at once
-
-    @model_validator(mode="after")
-    def _fits(self) -> "EncodeSettings":
-        if self.max_streams < self.max_references:
-            raise ValueError(f"max_streams ({self.max_streams}) must be >= max_references ({self.max_references})")
-        return self
-
-
-class Loops(_Frozen):
-    ar_decode: ARDecodeSettings
-    vocoder: VocoderSettings
-    encode: EncodeSettings = EncodeSettings()
+    class_: str = Field(alias="class")
+    feeds: tuple[str, ...] = ()
 
 
 class RuntimeSettings(_Frozen):
@@ -198,24 +97,16 @@ class RuntimeSettings(_Frozen):
 
 
 class ModelCard(_Frozen):
+    """The common part of every card; `family` names the family whose section (experts, loops) the rest is
+    (a family's card class subclasses this one). Loaded cards are always a family's class."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+
     name: str
+    family: str
     description: str = ""
-    experts: Experts
-    loops: Loops
     runtime: RuntimeSettings = RuntimeSettings()
     seeded: dict[str, SeededWeights] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "ModelCard":
-        e = self.experts
-        for name in ("backbone", "local_transformer", "vocoder"):
-            ckpt = getattr(e, name).checkpoint
-            if ckpt.startswith(SEED_PREFIX) and ckpt[len(SEED_PREFIX):] not in self.seeded:
-                raise ValueError(f"experts.{name}.checkpoint: {ckpt!r} names no [seeded.{ckpt[len(SEED_PREFIX):]}] table")
-        if (e.local_transformer.checkpoint, e.local_transformer.dtype) != (e.backbone.checkpoint, e.backbone.dtype):
-            raise ValueError("experts.local_transformer: checkpoint and dtype must equal the backbone's "
-                             "(one release checkpoint holds both)")
-        return self
 
 
 def known_cards() -> list[str]:
@@ -241,67 +132,45 @@ def load_card(name_or_path: str | Path = DEFAULT_CARD) -> ModelCard:
     except tomllib.TOMLDecodeError as e:
         raise CardError(f"card {path.name}: not valid TOML ({e})") from e
     try:
-        return ModelCard.model_validate(data)
+        return card_class(data.get("family")).model_validate(data)
     except ValidationError as e:
         fields = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}"
                            for err in e.errors())
         raise CardError(f"card {path.name}: {fields}") from None
 
 
-def _registry() -> dict[str, Any]:
-    """The fixed set of weight classes a card's experts resolve to (imported lazily)."""
-    from v2.models.codec import MossAudioDecoder
-    from v2.models.moss_tts_local import MossTTSLocal
+def card_class(family: Any) -> type[ModelCard]:
+    """The card class of the family a card names."""
+    from v2.families import family_card
 
-    # the backbone and the local transformer are two experts of one release checkpoint
-    return {"Qwen3Backbone": MossTTSLocal, "MossLocalTransformer": MossTTSLocal, "MossAudioDecoder": MossAudioDecoder}
-
-
-def _build(card: ModelCard, expert: Expert, class_: str, checkpoint: str | Path | None, dtype: Any,
-           device: Any) -> Any:
-    import torch
-
-    cls = _registry()[class_]
-    dtype = dtype or getattr(torch, expert.dtype)
-    source = str(checkpoint) if checkpoint is not None else expert.checkpoint
-    if source.startswith(SEED_PREFIX):
-        seeded = card.seeded[source[len(SEED_PREFIX):]]
-        return cls.from_seed(seeded.config, seeded.seed, dtype=dtype, device=device)
-    return cls.from_pretrained(resolve_checkpoint(source), dtype=dtype, device=device)
+    try:
+        return family_card(family)
+    except ValueError as e:
+        raise CardError(str(e)) from None
 
 
-def build_model(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: Any = None,
-                device: Any = "cpu") -> Any:
-    """The backbone + local-transformer experts (one `MossTTSLocal`), from the card or `checkpoint`."""
-    return _build(card, card.experts.backbone, card.experts.backbone.class_, checkpoint, dtype, device)
+def build_model(card: ModelCard, **options: Any) -> Any:
+    """The card's model (for MOSS-TTS-Local: backbone + local transformer, one `MossTTSLocal`)."""
+    return _section(card).build_model(card, **options)
 
 
-def build_codec(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: Any = None,
-                device: Any = "cpu") -> Any:
-    """The vocoder expert (a `MossAudioDecoder`), from the card or `checkpoint`."""
-    return _build(card, card.experts.vocoder, card.experts.vocoder.class_, checkpoint, dtype, device)
+def build_codec(card: ModelCard, **options: Any) -> Any:
+    """The card's codec decoder."""
+    return _section(card).build_codec(card, **options)
 
 
-def build_encoder(card: ModelCard, *, checkpoint: str | Path | None = None, dtype: Any = None, device: Any = "cpu",
-                  decoder: Any = None) -> Any:
-    """The codec's encoder (a `MossAudioEncoder`) from the vocoder's checkpoint; a seeded codec's encoder
-    shares `decoder`'s codebooks, as one checkpoint's two sides do."""
-    import torch
-
-    from v2.models.codec.encoder import MossAudioEncoder
-
-    expert = card.experts.vocoder
-    dtype = dtype or getattr(torch, expert.dtype)
-    source = str(checkpoint) if checkpoint is not None else expert.checkpoint
-    if source.startswith(SEED_PREFIX):
-        seeded = card.seeded[source[len(SEED_PREFIX):]]
-        return MossAudioEncoder.from_seed(seeded.config, seeded.seed, decoder=decoder, dtype=dtype, device=device)
-    return MossAudioEncoder.from_pretrained(resolve_checkpoint(source), dtype=dtype, device=device)
+def build_encoder(card: ModelCard, **options: Any) -> Any:
+    """The card's codec encoder."""
+    return _section(card).build_encoder(card, **options)
 
 
 def build_tokenizer(card: ModelCard, checkpoint: str | Path | None = None) -> Any:
-    from v2.models.tokenizer import load_tokenizer
+    """The card's text tokenizer."""
+    return _section(card).build_tokenizer(card, checkpoint)
 
-    source = str(checkpoint) if checkpoint is not None else card.experts.backbone.checkpoint
-    return load_tokenizer(card.experts.backbone.tokenizer,
-                          None if source.startswith(SEED_PREFIX) else resolve_checkpoint(source))
+
+def _section(card: ModelCard) -> Any:
+    """The module of the card's family section (its builders)."""
+    import sys
+
+    return sys.modules[type(card).__module__]

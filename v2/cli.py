@@ -103,11 +103,11 @@ def _synth(args: argparse.Namespace) -> int:
             if args.max_frames:
                 request["max_frames"] = args.max_frames
             if args.duration is not None:
-                frame_rate = runtime.codec.sample_rate / runtime.codec.cfg.hop  # 12.5 frames per second
+                frame_rate = runtime.frame_rate  # frames per second (12.5 for MOSS-TTS-Local)
                 request["duration_frames"] = max(1, round(args.duration * frame_rate))
             handle = runtime.submit(request)
             progress.started()
-            channels, rate = runtime.codec.cfg.channels, runtime.codec.sample_rate
+            channels, rate = runtime.channels, runtime.sample_rate
             writer = AudioWriter(out, fmt, rate, channels) if args.stream else None
             try:
                 for chunk in handle:

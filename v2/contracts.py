@@ -88,14 +88,34 @@ class WorkPlan(Generic[P]):
 
 @dataclass
 class LoopState:
-    """Per-request mutable state of one loop (subclassed by each loop)."""
+    """Per-request mutable state of one loop (subclassed by each loop; written only by its loop).
+
+    `fresh`: what the last `advance` made (frames for the loop it feeds; chunks, at the last loop, for the
+    caller). `wants_input`: the loop waits for more input (it plans nothing and holds no batch row, but has
+    not ended); the family gives it (`Family.more_input`)."""
 
     request_id: int
     finish: FinishReason | None = None
+    fresh: list[Any] = field(default_factory=list)
+
+    @property
+    def wants_input(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True)
-class LoopResult:
+class AudioChunk:
+    """A piece of a stream: `audio` float32 [channels, n] (numpy), made from `frames` decoded frames."""
+
+    seq: int
+    audio: Any
+    sample_rate: int
+    frames: int
+    final: bool
+
+
+@dataclass(frozen=True)
+class LoopResult:  # kept for loops with untyped outputs; the shipped loops return typed results
     """What `finalize()` hands to the request's result: how the loop ended and what it made."""
 
     finish: FinishReason

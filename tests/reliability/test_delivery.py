@@ -80,13 +80,13 @@ def test_a_subscriber_raising_keyboard_interrupt_or_blocking_loses_nothing(runti
 
 def test_close_with_a_tiny_timeout_while_streaming_still_delivers_every_result():
     rt = _runtime()
-    apply_cancels = rt._apply_cancels
+    apply_cancels = rt.engine.requests.apply_cancels
 
     def slow_cancels() -> None:  # the engine is mid-step when close() is called, as on a loaded device
         time.sleep(0.2)
         apply_cancels()
 
-    rt._apply_cancels = slow_cancels
+    rt.engine.requests.apply_cancels = slow_cancels
     handles = rt.submit_many([_req(s, frames=200, stream=True) for s in range(4)])
     for h in handles:
         h.subscribe(lambda _c: None)
@@ -117,7 +117,7 @@ def test_close_works_from_inside_a_callback(where):
     while not outcome and time.time() < deadline:
         time.sleep(0.01)
     assert outcome == ["closed"] and first.result(BOUND).finish_reason in ("length", "abort")
-    assert not rt._thread.is_alive()
+    assert not rt.engine.thread.is_alive()
 
 
 def test_a_cancelled_async_consumer_cancels_its_request_and_frees_its_slots(runtime):

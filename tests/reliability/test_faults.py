@@ -11,6 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from v2.card import load_card
+from v2.contracts import LoopKind
 from v2.request import OverloadedError
 from v2.runtime import Runtime
 from v2.runtime.handles import SpeechHandle
@@ -32,7 +33,7 @@ def rt():
 
 
 def test_an_exception_in_one_requests_loop_code_fails_only_that_request(rt, monkeypatch):
-    real = rt.ar_loop.advance
+    real = rt.family.ar_loop.advance
     victims: set[int] = set()
 
     def advance(state, plan, row):
@@ -40,7 +41,7 @@ def test_an_exception_in_one_requests_loop_code_fails_only_that_request(rt, monk
             raise ValueError("loop bug")
         return real(state, plan, row)
 
-    monkeypatch.setattr(rt.ar_loop, "advance", advance)
+    monkeypatch.setattr(rt.family.ar_loop, "advance", advance)
     handles = rt.submit_many([{"text": f"r{i}", "seed": i, "max_frames": 12, "min_frames": 12, "stream": True}
                               for i in range(4)])
     victims.add(handles[1].request_id)
@@ -108,9 +109,10 @@ def test_cancel_mid_prefill_mid_frame_and_mid_chunk():
         r = mid_prefill.result(30)
         assert r.finish_reason == "abort" and len(r.codes) == 0
         mid_frame = runtime.submit({**prompt, "text": "short"})
-        while not mid_frame.done and len(runtime._running) and time.time() < deadline + 10:
-            req = next(iter(runtime._running.values()), None)
-            if req is not None and req.ar is not None and 0 < len(req.ar.codes) < 3:
+        while not mid_frame.done and len(runtime.engine.requests.running) and time.time() < deadline + 10:
+            req = next(iter(runtime.engine.requests.running.values()), None)
+            ar = req.states.get(LoopKind.AR_DECODE) if req is not None else None
+            if ar is not None and 0 < len(ar.codes) < 3:
                 break
             time.sleep(0.001)
         mid_frame.cancel()
@@ -176,8 +178,8 @@ def test_invariants_over_random_sequences(small, monkeypatch, ops):
     assert all(r.finish_reason in ("stop", "length", "abort", "error") for r in results)
     assert all(finished.get(h.request_id) == 1 for h in handles)  # every request ended exactly once
     s = wait_idle(small)
-    assert s["weight_version"] == version and small._thread.is_alive()
-    assert not small.pools["kv"]._owner and not small.pools["codec"]._owner and not small.pools["encode"]._owner
+    assert s["weight_version"] == version and small.engine.thread.is_alive()
+    assert not small.engine.pools["kv"]._owner and not small.engine.pools["codec"]._owner and not small.engine.pools["encode"]._owner
     assert s["encoding"] == 0
-    assert small.pools["kv"].free_count == 3 and not small._waiting and not small._running
+    assert small.engine.pools["kv"].free_count == 3 and not small.engine.requests.waiting and not small.engine.requests.running
     assert torch.isfinite(small.model.local_transformer.ln_f.weight).all()

@@ -48,7 +48,7 @@ def wav_file(tmp_path_factory):
 def encoder_codes(runtime, source) -> np.ndarray:
     """What the encoder gives for one recording, called directly (no engine)."""
     wav = prepare_reference(source, sample_rate=RATE)
-    codes, lengths = runtime.encoder.encode(torch.from_numpy(wav)[None])
+    codes, lengths = runtime.family.encoder.encode(torch.from_numpy(wav)[None])
     return codes[0, :, : int(lengths[0])].T.numpy()  # [N, 12]
 
 
@@ -128,7 +128,7 @@ def test_the_store_skips_corrupt_entries_validates_names_and_takes_concurrent_ad
     def refuse(_audio):
         raise AssertionError("codes only here")
 
-    store = VoiceStore(tmp_path, encode=refuse)
+    store = VoiceStore(tmp_path, encode=refuse, width=12)
     codes = np.ones((4, 12), np.int64)
     threads = [threading.Thread(target=store.add, args=(f"v{i % 4}", codes * i)) for i in range(16)]
     for t in threads:
@@ -141,7 +141,7 @@ def test_the_store_skips_corrupt_entries_validates_names_and_takes_concurrent_ad
     (tmp_path / "pickled").mkdir()
     np.save(tmp_path / "pickled" / "codes.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     (tmp_path / "pickled" / "meta.json").write_text('{"format": 1, "name": "pickled", "text": null}')
-    reloaded = VoiceStore(tmp_path, encode=refuse)
+    reloaded = VoiceStore(tmp_path, encode=refuse, width=12)
     assert [v.name for v in reloaded.list()] == ["v0", "v1", "v2", "v3"]
     assert sorted(e.split(":")[0] for e in reloaded.errors) == ["broken", "pickled"]
     for bad in ("../x", "a/b", ".hidden", "", "x" * 65, "a\\b"):

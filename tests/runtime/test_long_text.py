@@ -48,8 +48,8 @@ def rt():
 
 def leak_free(rt: Runtime) -> None:
     s = wait_idle(rt)
-    rt.kv.pager.blocks.check()
-    assert not rt.kv.pager.tables and s["kv_blocks_free"] == s["kv_blocks"] and s["kv_preempted"] == 0
+    rt.engine.kv.pager.blocks.check()
+    assert not rt.engine.kv.pager.tables and s["kv_blocks_free"] == s["kv_blocks"] and s["kv_preempted"] == 0
 
 
 def test_5000_characters_are_one_result_of_several_segments_streamed_equals_final(rt):
@@ -69,7 +69,7 @@ def test_5000_characters_are_one_result_of_several_segments_streamed_equals_fina
         frame = s.frame_end
     assert frame == len(r.codes) == r.metrics.frames
     assert [(s.text_start, s.text_end) for s in r.segments] == segments(text, SEGMENT_CHARS)
-    assert r.audio.shape[1] == len(r.codes) * rt.codec.cfg.hop
+    assert r.audio.shape[1] == len(r.codes) * rt.family.codec.cfg.hop
     assert r.metrics.prompt_rows == sum(s.prompt_rows for s in r.segments)
     assert elapsed < 30, elapsed
     leak_free(rt)
@@ -82,7 +82,7 @@ def test_each_segment_is_the_continuation_of_the_previous_one(rt):
     r = rt.submit({"text": text, "seed": 5, "max_frames": 6, "reference_codes": VOICE}).result(60)
     spans = segments(text, SEGMENT_CHARS)
     assert len(r.segments) == len(spans) >= 3
-    cfg, tok, slot = rt.model.cfg, rt.tokenizer, rt.model.cfg.ids.audio_assistant_slot
+    cfg, tok, slot = rt.model.cfg, rt.family.tokenizer, rt.model.cfg.ids.audio_assistant_slot
     for i, s in enumerate(r.segments):
         codes = r.codes[s.frame_start:s.frame_end]
         if i == 0:
@@ -104,7 +104,7 @@ def test_each_segment_is_the_continuation_of_the_previous_one(rt):
 def test_a_short_text_is_one_segment_with_the_codes_of_before(rt):
     text = "Hello there. A second sentence; and a third!"
     r = rt.submit({"text": text, "seed": 7, "max_frames": 20}).result(60)
-    plain = rt.submit({"prompt_rows": build_prompt(rt.tokenizer, rt.model.cfg, text), "seed": 7, "max_frames": 20}).result(60)
+    plain = rt.submit({"prompt_rows": build_prompt(rt.family.tokenizer, rt.model.cfg, text), "seed": 7, "max_frames": 20}).result(60)
     assert np.array_equal(r.codes, plain.codes) and np.array_equal(r.audio, plain.audio)  # the whole text, one prompt
     assert r.metrics.prompt_rows == plain.metrics.prompt_rows
     (s,) = r.segments

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from v2.card import load_card
+from v2.contracts import LoopKind
 from v2.runtime import Runtime
 from v2.runtime.device import HostStream, SimulatedStream
 
@@ -46,8 +47,8 @@ def rts():
 
 def leak_free(rt: Runtime) -> dict:
     s = wait_idle(rt)
-    rt.kv.pager.blocks.check()
-    assert not rt.kv.pager.tables and s["kv_blocks_free"] == s["kv_blocks"] and s["steps_in_flight"] == 0
+    rt.engine.kv.pager.blocks.check()
+    assert not rt.engine.kv.pager.tables and s["kv_blocks_free"] == s["kv_blocks"] and s["steps_in_flight"] == 0
     assert s["encode_slots_in_use"] == 0
     return s
 
@@ -72,7 +73,7 @@ def run_both(rts, requests: list[dict], **options) -> list[tuple]:
 
 def test_the_simulated_device_overlaps_steps_and_its_results_equal_the_cpu_streams(rts):
     host, sim = rts
-    assert host.stream.depth == 0 and sim.stream.depth == 1
+    assert host.engine.stream.depth == 0 and sim.engine.stream.depth == 1
     requests = [{"text": f"request {i} " * (1 + i % 4), "seed": i, "max_frames": 6 + 5 * i, "stream": True,
                  "profile": "rollout"} for i in range(8)]
     streamed = {}
@@ -108,7 +109,7 @@ def test_a_stop_read_one_step_late_drops_the_frame_launched_past_it(rts):
     ran = {rt is sim: rt.stats()["kinds"]["ar_frame"]["rows"] - before[rt is sim] for rt in rts}
     assert ran[False] == len(a.codes) + 1  # the frames and the stop decision
     assert ran[True] == ran[False] + 1     # one frame launched past the stop, dropped
-    assert len(b.trajectory.logprobs) == len(b.codes) and b.audio.shape[1] == len(b.codes) * sim.codec.cfg.hop
+    assert len(b.trajectory.logprobs) == len(b.codes) and b.audio.shape[1] == len(b.codes) * sim.family.codec.cfg.hop
     leak_free(sim)
 
 
@@ -169,7 +170,7 @@ def test_a_cancel_between_launch_and_read_ends_the_request_and_frees_everything(
 def test_a_failing_launched_step_fails_only_its_requests(monkeypatch):
     rt = Runtime.from_card("moss_tts_local_tiny", device="cpu", stream=SimulatedStream(LATENCY))
     try:
-        real, calls = rt.codec_exec.launch, {"n": 0}
+        real, calls = rt.family.codec_exec.launch, {"n": 0}
 
         def flaky(batch):  # runs on the device's worker thread: the error reaches the engine at the read
             calls["n"] += 1
@@ -177,7 +178,7 @@ def test_a_failing_launched_step_fails_only_its_requests(monkeypatch):
                 raise RuntimeError("injected device failure")
             return real(batch)
 
-        monkeypatch.setattr(rt.codec_exec, "launch", flaky)
+        monkeypatch.setattr(rt.family.codec_exec, "launch", flaky)
         victim = rt.submit({"text": "victim", "seed": 1, "max_frames": 10, "min_frames": 10, "stream": True})
         r = victim.result(30)
         assert r.finish_reason == "error" and "injected device failure" in r.error
@@ -225,47 +226,48 @@ def test_failures_on_the_device_fail_whom_they_concern_and_no_one_else(monkeypat
     try:
         request = {"text": "stops early", "seed": 5, "max_frames": 200}
         frames = len(rt.submit(request).result(60).codes)
-        real_launch = rt.ar_exec.launch
+        real_launch = rt.family.ar_exec.launch
 
         def past_stop(batch):  # the frame after the stop decision (frame `frames`)
             if int(batch.host[2, 0]) == frames + 1:
                 raise RuntimeError("injected failure past the stop")
             return real_launch(batch)
 
-        monkeypatch.setattr(rt.ar_exec, "launch", past_stop)
+        monkeypatch.setattr(rt.family.ar_exec, "launch", past_stop)
         r = rt.submit(request).result(60)
         assert r.finish_reason == "stop" and r.error is None and len(r.codes) == frames
-        monkeypatch.setattr(rt.ar_exec, "launch", real_launch)
+        monkeypatch.setattr(rt.family.ar_exec, "launch", real_launch)
 
-        real_admit = rt.ar_exec.admit_device
+        real_admit = rt.family.ar_exec.admit_device
 
         def bad_admit(slot, settings, seed):
             if seed == 666:
                 raise RuntimeError("injected admit failure")
             return real_admit(slot, settings, seed)
 
-        monkeypatch.setattr(rt.ar_exec, "admit_device", bad_admit)
+        monkeypatch.setattr(rt.family.ar_exec, "admit_device", bad_admit)
         handles = rt.submit_many([{"text": f"bystander {i}", "seed": i, "max_frames": 20, "min_frames": 20}
                                   for i in range(2)])
         bad = rt.submit({"text": "bad", "seed": 666, "max_frames": 5}).result(30)
         assert bad.finish_reason == "error" and "injected admit failure" in bad.error
         assert [h.result(30).finish_reason for h in handles] == ["length", "length"]
-        monkeypatch.setattr(rt.ar_exec, "admit_device", real_admit)
+        monkeypatch.setattr(rt.family.ar_exec, "admit_device", real_admit)
 
         def failing_prefill(plans):
             raise RuntimeError("injected prefill failure")
 
-        monkeypatch.setattr(rt.ar_exec, "prefill", failing_prefill)
-        real_cancels, cancelled = rt._apply_cancels, []
+        monkeypatch.setattr(rt.family.ar_exec, "prefill", failing_prefill)
+        real_cancels, cancelled = rt.engine.requests.apply_cancels, []
 
         def cancel_leader_in_flight():  # the leader's prompt is launched (members took it), not yet read
-            leader = next(iter(rt._running.values()), None)
-            if not cancelled and leader is not None and leader.ar is not None and leader.ar.prefilled >= leader.ar.prompt_len:
+            leader = next(iter(rt.engine.requests.running.values()), None)
+            ar = leader.states.get(LoopKind.AR_DECODE) if leader is not None else None
+            if not cancelled and ar is not None and ar.prefilled >= ar.prompt_len:
                 cancelled.append(leader.id)
-                rt._cancels.add(leader.id)
+                rt.engine.requests.cancels.add(leader.id)
             real_cancels()
 
-        monkeypatch.setattr(rt, "_apply_cancels", cancel_leader_in_flight)
+        monkeypatch.setattr(rt.engine.requests, "apply_cancels", cancel_leader_in_flight)
         group = rt.submit_many([{"text": "a shared prompt", "seed": 9 + i, "max_frames": 10, "min_frames": 10}
                                 for i in range(3)], share_prompt=True)
         results = [h.result(30) for h in group]
@@ -273,6 +275,6 @@ def test_failures_on_the_device_fail_whom_they_concern_and_no_one_else(monkeypat
         assert all(r.finish_reason == "error" and "injected prefill failure" in r.error for r in results[1:])
         monkeypatch.undo()
         leak_free(rt)
-        assert not rt._groups.unread
+        assert not rt.engine.groups.unread
     finally:
         rt.close()

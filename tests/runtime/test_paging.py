@@ -37,7 +37,7 @@ def short_rows(rt: Runtime, n: int, seed: int) -> list[list[int]]:
 
 def leak_free(rt: Runtime) -> dict:
     s = wait_idle(rt)
-    pager = rt.kv.pager
+    pager = rt.engine.kv.pager
     pager.blocks.check()
     assert not pager.tables and s["kv_blocks_free"] == s["kv_blocks"] and s["kv_preempted"] == 0
     return s
@@ -136,7 +136,7 @@ def test_a_dry_pool_preempts_the_newest_and_every_request_finishes_with_its_own_
                                   min_frames=60)
             assert np.array_equal(r.codes, g.codes.numpy()), i
         assert np.array_equal(np.concatenate([c.audio for c in chunks], axis=1), results[4].audio)
-        whole = rt.codec.decode(torch.from_numpy(results[4].codes).T[None])[0].numpy()
+        whole = rt.family.codec.decode(torch.from_numpy(results[4].codes).T[None])[0].numpy()
         assert np.array_equal(whole, results[4].audio)
 
 
@@ -200,4 +200,4 @@ def test_nothing_leaks_after_any_mix_of_finish_cancel_failure_and_preemption(dry
     assert all(r.error == "RuntimeError: injected" for r, h in zip(results, handles)
                if r.finish_reason == "error")
     leak_free(dry)
-    assert dry.pools["kv"].free_count == dry.card.loops.ar_decode.max_running
+    assert dry.engine.pools["kv"].free_count == dry.card.loops.ar_decode.max_running

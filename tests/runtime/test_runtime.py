@@ -56,7 +56,7 @@ def test_codes_equal_model_generate_for_seeded_sampling(runtime):
     for i in (1, 2):
         result = runtime.submit(req(i, max_frames=25)).result(60)
         from v2.models.prompt import build_prompt
-        rows = build_prompt(runtime.tokenizer, runtime.model.cfg, TEXTS[i])
+        rows = build_prompt(runtime.family.tokenizer, runtime.model.cfg, TEXTS[i])
         codes = generate(runtime.model, rows, max_frames=25, seed=100 + i, sampling=card_sampling)
         assert torch.equal(torch.from_numpy(result.codes), codes)
 
@@ -93,7 +93,7 @@ def test_streamed_chunks_equal_the_final_audio_and_arrive_early(runtime):
     assert np.array_equal(np.concatenate([c.audio for c in chunks], axis=1), result.audio)
     assert result.audio.dtype == np.float32 and result.audio.shape == (2, 40 * 3840)
     assert seen[0] == (3, False)  # the first chunk came while the request was still running
-    whole = runtime.codec.decode(torch.from_numpy(result.codes).T[None])[0].numpy()
+    whole = runtime.family.codec.decode(torch.from_numpy(result.codes).T[None])[0].numpy()
     assert np.array_equal(whole, result.audio)
     assert 0 < result.metrics.ttfa_s < result.metrics.total_s and result.metrics.rtf > 0
 
@@ -191,7 +191,7 @@ def test_bad_requests_are_refused_at_submit_naming_the_field(runtime, bad, field
 
 
 def test_a_failing_batched_call_fails_only_its_requests(runtime, monkeypatch):
-    real = runtime.codec_exec.launch
+    real = runtime.family.codec_exec.launch
     calls = {"n": 0}
 
     def flaky(batch):
@@ -200,7 +200,7 @@ def test_a_failing_batched_call_fails_only_its_requests(runtime, monkeypatch):
             raise RuntimeError("injected codec failure")
         return real(batch)
 
-    monkeypatch.setattr(runtime.codec_exec, "launch", flaky)
+    monkeypatch.setattr(runtime.family.codec_exec, "launch", flaky)
     victim = runtime.submit(req(1, max_frames=10, min_frames=10, stream=True))
     assert victim.result(60).finish_reason == "error" and "injected" in victim.result().error
     survivor = runtime.submit(req(2, max_frames=10, min_frames=10))
@@ -218,14 +218,14 @@ def test_close_aborts_what_runs_and_frees_everything():
     assert s["kv_slots_in_use"] == s["codec_slots_in_use"] == s["running"] == s["waiting"] == 0
     with pytest.raises(RuntimeError, match="closed"):
         rt.submit(req(0))
-    assert not any(t.name == "v2-engine" and t.is_alive() for t in threading.enumerate() if t is rt._thread)
+    assert not any(t.name == "v2-engine" and t.is_alive() for t in threading.enumerate() if t is rt.engine.thread)
 
 
 def test_one_device_to_host_copy_per_step(runtime, monkeypatch):
     wait_idle(runtime)
     per_step: list[int] = []
     transfers = {"calls": 0, "tensors": 0}
-    real_fetch, real_step = runtime.stream.fetch, runtime._step
+    real_fetch, real_step = runtime.engine.stream.fetch, runtime.engine.step
 
     def counting(pendings):
         transfers["calls"] += 1
@@ -237,8 +237,8 @@ def test_one_device_to_host_copy_per_step(runtime, monkeypatch):
         real_step()
         per_step.append(transfers["calls"] - before)
 
-    monkeypatch.setattr(runtime.stream, "fetch", counting)
-    monkeypatch.setattr(runtime, "_step", step)
+    monkeypatch.setattr(runtime.engine.stream, "fetch", counting)
+    monkeypatch.setattr(runtime.engine, "step", step)
     handles = runtime.submit_many([req(i, max_frames=12, min_frames=12, stream=True) for i in range(4)])
     [h.result(60) for h in handles]
     wait_idle(runtime)

@@ -10,6 +10,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from v2.contracts import LoopKind, WorkUnitKind
+from v2.families.moss_tts_local.ar_decode import ARDecodeLoop
+from v2.families.moss_tts_local.segments import recompute_rows
 from v2.runtime.kv import RequestKV
 from v2.runtime.paging import KVPager
 
@@ -45,12 +47,13 @@ class Reference(KVPager):
 
 
 def world(fast: bool, blocks: int, prompts: list[int]) -> tuple[RequestKV, dict]:
-    kv = RequestKV((OldestFirst if fast else Reference)(blocks, SIZE, max_blocks=8), Device(), assistant_slot=3)
+    kv = RequestKV((OldestFirst if fast else Reference)(blocks, SIZE, max_blocks=8), Device(), ARDecodeLoop(None),
+                   LoopKind.AR_DECODE, lambda state: recompute_rows(state, 3))
     running = {}
     for rid, n in enumerate(prompts):
         rows = torch.arange(n * WIDTH).reshape(n, WIDTH) % (7 + rid % 2)  # some prompts repeat: cache hits
         ar = NS(slot=rid, paused=False, prefilled=0, computed=0, launched_frames=0, prompt_len=n, rows=rows, codes=[])
-        running[rid] = NS(id=rid, ar=ar, version=0, rows=rows, kv_keys=None)
+        running[rid] = NS(id=rid, ar=ar, states={LoopKind.AR_DECODE: ar}, version=0, rows=rows, kv_keys=None)
     return kv, running
 
 

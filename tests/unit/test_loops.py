@@ -7,7 +7,8 @@ import torch
 
 from v2.card import load_card
 from v2.contracts import FinishReason, ResourceRequest, WorkPlan, WorkUnitKind
-from v2.families.moss_tts_local import ARDecodeLoop, FrameRow, VocoderLoop
+from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, FrameRow
+from v2.families.moss_tts_local.vocoder import VocoderLoop
 
 CARD = load_card("moss_tts_local_tiny")
 AR = CARD.loops.ar_decode.model_copy(update={"prefill_chunk_rows": 4})
@@ -44,7 +45,7 @@ def test_ar_loop_prefills_in_chunks_then_decodes_frames_until_stop():
     run(loop, state, *frame_result(p, stop=True))
     assert state.finish is FinishReason.STOP and state.fresh == [] and loop.next(state) is None
     result = loop.finalize(state)
-    assert len(result.outputs["codes"]) == 2 and len(result.outputs["logprobs"]) == 3
+    assert len(result.codes) == 2 and len(result.logprobs) == 3
 
 
 def test_ar_loop_ends_at_max_frames():

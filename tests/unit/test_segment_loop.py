@@ -9,7 +9,7 @@ import torch
 
 from v2.card import load_card
 from v2.contracts import FinishReason, WorkPlan, WorkUnitKind
-from v2.families.moss_tts_local import ARDecodeLoop, FrameRow
+from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, FrameRow
 
 AR = load_card("moss_tts_local_tiny").loops.ar_decode.model_copy(update={"prefill_chunk_rows": 8})
 
@@ -59,9 +59,9 @@ def test_segments_switch_keep_history_and_report_boundaries():
     run(loop, state, *frame(loop.next(state), 9, stop=True))
     assert state.finish is FinishReason.STOP
     out = loop.finalize(state)
-    assert [c[0] for c in out.outputs["codes"]] == [0, 1, 2, 7, 9]
-    assert len(out.outputs["logprobs"]) == 7  # every decision, each segment's stop included
-    assert out.outputs["segments"] == [(6, 3, FinishReason.LENGTH), (10, 1, FinishReason.STOP), (4, 1, FinishReason.STOP)]
+    assert [c[0] for c in out.codes] == [0, 1, 2, 7, 9]
+    assert len(out.logprobs) == 7  # every decision, each segment's stop included
+    assert out.segments == [(6, 3, FinishReason.LENGTH), (10, 1, FinishReason.STOP), (4, 1, FinishReason.STOP)]
 
 
 def test_a_request_cut_short_while_switching_reports_only_ended_segments():
@@ -71,5 +71,5 @@ def test_a_request_cut_short_while_switching_reports_only_ended_segments():
     run(loop, state, *frame(prefill(loop, state), 4))
     assert state.switching
     out = loop.finalize(state)
-    assert out.finish is FinishReason.ABORT and out.outputs["segments"] == [(3, 1, FinishReason.LENGTH)]
-    assert [c[0] for c in out.outputs["codes"]] == [4]
+    assert out.finish is FinishReason.ABORT and out.segments == [(3, 1, FinishReason.LENGTH)]
+    assert [c[0] for c in out.codes] == [4]

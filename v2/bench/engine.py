@@ -81,17 +81,17 @@ def overhead(runtime: Runtime, repeat: int, frames: int) -> dict[str, Any]:
 def step_starts(runtime: Runtime) -> Iterator[list[float]]:
     """perf_counter at the start of every engine step while inside (wraps the engine's `_step`)."""
     stamps: list[float] = []
-    real = runtime._step
+    real = runtime.engine.step
 
     def timed() -> None:
         stamps.append(time.perf_counter())
         real()
 
-    runtime._step = timed  # type: ignore[method-assign]  # the engine thread looks `_step` up every step
+    runtime.engine.step = timed  # type: ignore[method-assign]  # the engine thread looks `_step` up every step
     try:
         yield stamps
     finally:
-        del runtime._step  # the class's method again
+        del runtime.engine.step  # the class's method again
 
 
 def steady_period(stamps: list[float], edge: int) -> tuple[float, int]:
@@ -142,9 +142,9 @@ def _timed(work: Callable[[], Any]) -> tuple[float, Any]:
 
 def serving_vs_generate_batch(runtimes: dict[str, Runtime], n: int, frames: int, repeat: int) -> list[dict[str, Any]]:
     first = next(iter(runtimes.values()))
-    model, codec = first.model, first.codec
+    model, codec = first.model, first.family.codec
     texts = [r["text"] for r in workload(n, max_frames=frames)]
-    prompts = [build_prompt(first.tokenizer, model.cfg, t) for t in texts]
+    prompts = [build_prompt(first.family.tokenizer, model.cfg, t) for t in texts]
     seeds = list(range(n))
     settings = [first.card.loops.ar_decode.sampling.settings()] * n
 

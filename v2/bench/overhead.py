@@ -75,14 +75,14 @@ class _InstantCodec:
 def instant_experts(runtime: Runtime) -> Iterator[None]:
     """Inside: the runtime's AR and codec executors keep their host halves and answer at once on the device
     side (static zero outputs). The real executors are back on exit. Swap only while the runtime is idle."""
-    real_ar, real_codec = runtime.ar_exec, runtime.codec_exec
-    runtime.ar_exec = _InstantAR(real_ar)  # type: ignore[assignment]
-    runtime.codec_exec = _InstantCodec(real_codec, runtime.codec.cfg.channels, runtime.codec.cfg.hop)  # type: ignore[assignment]
+    real_ar, real_codec = runtime.family.ar_exec, runtime.family.codec_exec
+    runtime.family.ar_exec = _InstantAR(real_ar)  # type: ignore[assignment]
+    runtime.family.codec_exec = _InstantCodec(real_codec, runtime.family.codec.cfg.channels, runtime.family.codec.cfg.hop)  # type: ignore[assignment]
     try:
         yield
     finally:
         _settle(runtime)  # nothing launched with the instant experts still to run
-        runtime.ar_exec, runtime.codec_exec = real_ar, real_codec
+        runtime.family.ar_exec, runtime.family.codec_exec = real_ar, real_codec
 
 
 def _settle(runtime: Runtime, timeout: float = 30.0) -> None:

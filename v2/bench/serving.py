@@ -95,7 +95,7 @@ def run_serving(runtime: Runtime, requests: list[dict[str, Any]], *, concurrency
 
 def run_baseline(runtime: Runtime, requests: list[dict[str, Any]], tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """The simple sequential loop on the runtime's own weights: generate() then decode(), one request at a time."""
-    model, codec = runtime.model, runtime.codec
+    model, codec = runtime.model, runtime.family.codec
     sampling = runtime.card.loops.ar_decode.sampling.settings()
     codes_out, audio_s = [], 0.0
     threads, saved = runtime.card.runtime.cpu_threads, torch.get_num_threads()
@@ -103,7 +103,7 @@ def run_baseline(runtime: Runtime, requests: list[dict[str, Any]], tick: Callabl
         torch.set_num_threads(threads)  # the same threading as the engine thread: a like-for-like baseline
     start = time.perf_counter()
     for req in requests:
-        rows = build_prompt(runtime.tokenizer, model.cfg, req["text"])
+        rows = build_prompt(runtime.family.tokenizer, model.cfg, req["text"])
         codes = generate(model, rows, max_frames=req["max_frames"], seed=req["seed"], sampling=sampling)
         if len(codes):
             audio = codec.decode(codes.T[None].to(codec.device))

@@ -72,7 +72,7 @@ def run(runtime: Runtime, n: int, *, seed: int = 0, concurrency: int = 32) -> di
             "leaked_kv_slots": stats["kv_slots_in_use"], "leaked_codec_slots": stats["codec_slots_in_use"],
             "leaked_kv_blocks": stats["kv_blocks_held"],
             "left_waiting": stats["waiting"], "left_running": stats["running"],
-            "engine_alive": runtime._thread.is_alive(), "rss_mb": rss,
+            "engine_alive": runtime.engine.thread.is_alive(), "rss_mb": rss,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from v2.sampling_settings import CHANNELS, SamplingSettings
+from v2.sampling_settings import SamplingSettings
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,10 @@ class Trajectory:
     sample_id: int
     seed: int
     weight_version: int
-    prompt_rows: np.ndarray        # int64 [T, 13]
-    codes: np.ndarray              # int64 [F, 12]
+    prompt_rows: np.ndarray        # int64 [T, W]: the prompt rows (W: the family's row width)
+    codes: np.ndarray              # int64 [F, G]: G codes per frame
     stop_decisions: np.ndarray     # bool [D]: the stop head's decision at each step (D = F, or F + 1 on stop)
-    logprobs: np.ndarray           # float32 [F, 13]
+    logprobs: np.ndarray           # float32 [F, 1 + G]
     stop_logprob: float | None
     sampling: SamplingSettings
     min_frames: int
@@ -70,16 +70,17 @@ def write_npz(trajectories: Iterable[Trajectory], path: str | Path) -> None:
 def collate(trajectories: list[Trajectory]) -> dict[str, Tensor]:
     """Right-padded batch for a trainer.
 
-    codes [B, L, 12] (0 where padded), logprobs [B, L, 13], mask [B, L, 13] (True where a logprob is real),
+    codes [B, L, G] (0 where padded), logprobs [B, L, 1 + G], mask [B, L, 1 + G] (True where a logprob is real),
     lengths [B] frames, stopped [B]; L = the longest F (+ 1 when that sample stopped): the row after a
     stopped sample's last frame holds its stop decision in channel 0 only.
     """
     b = len(trajectories)
     rows = [len(t.codes) + (t.stop_logprob is not None) for t in trajectories]
     width = max(rows, default=0)
-    codes = torch.zeros(b, width, 12, dtype=torch.long)
-    logprobs = torch.zeros(b, width, CHANNELS, dtype=torch.float32)
-    mask = torch.zeros(b, width, CHANNELS, dtype=torch.bool)
+    groups = trajectories[0].codes.shape[1] if trajectories else 12  # codes per frame (the family's)
+    codes = torch.zeros(b, width, groups, dtype=torch.long)
+    logprobs = torch.zeros(b, width, 1 + groups, dtype=torch.float32)
+    mask = torch.zeros(b, width, 1 + groups, dtype=torch.bool)
     for i, t in enumerate(trajectories):
         f = len(t.codes)
         codes[i, :f] = torch.from_numpy(t.codes)

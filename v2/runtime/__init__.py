@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from v2.lazy import lazy_names
 
-_WHERE = {"AudioChunk": "v2.families.moss_tts_local.vocoder", "Metrics": "v2.runtime.handles", "Runtime": "v2.runtime.runtime",
+_WHERE = {"AudioChunk": "v2.contracts", "Metrics": "v2.runtime.handles", "Runtime": "v2.runtime.runtime",
           "SpeechHandle": "v2.runtime.handles", "SpeechResult": "v2.runtime.handles", "Trajectory": "v2.rl.trajectory"}
 
 __all__ = sorted(_WHERE)

@@ -12,6 +12,7 @@ unread while it plans the next: 0 for a stream with nothing to overlap.
 - `SimulatedStream`: the CPU twin of an asynchronous device for tests and benchmarks. Work runs on a worker
   thread in launch order; a step's results are ready `latency` seconds after the worker began the step's
   work (its device time), or when its work is done if that takes longer.
+Also `to_device` / `upload`: the pinned, non-blocking host-to-device copies every executor uses.
 Must not know: requests, loops, executors, scheduling.
 """
 
@@ -206,3 +207,16 @@ Stream = HostStream | CudaStream | SimulatedStream
 
 def default_stream(device: torch.device) -> Stream:
     return CudaStream(device) if device.type == "cuda" else HostStream()
+
+
+def to_device(host: Tensor, device: torch.device) -> Tensor:
+    """A host tensor on `device`; to CUDA through pinned memory without blocking the host (a pageable copy
+    would wait for every kernel already queued, e.g. the step's frame graph)."""
+    cuda = device.type == "cuda"
+    return (host.pin_memory() if cuda else host).to(device, non_blocking=cuda)
+
+
+def upload(host: Tensor, dst: Tensor) -> None:
+    """Copy a host tensor into a device buffer (a static graph input) without blocking the host."""
+    cuda = dst.device.type == "cuda"
+    dst.copy_(host.pin_memory() if cuda else host, non_blocking=cuda)

@@ -13,6 +13,7 @@ Must not know: scheduling, executors, threads, the engine's queues.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 
@@ -38,22 +39,26 @@ class GroupSharing:
             self.pending.append(group)
 
     def step(self, running: dict[int, Any], kv: Any, guard: Callable[[Any, Callable[[], None]], None]) -> None:
-        """`running`: the engine's records by id; `kv`: its `RequestKV`; `guard(record, work)` runs one
+        """`running`: the engine's records by id; `kv`: its `RequestKV` (the state of the loop holding the KV,
+        and that loop, which alone writes it); `guard(record, work)` runs one
         request's work, failing that request alone on an exception."""
         for group in list(self.pending):
             leader = running.get(group.members[0])
             followers = [running[m] for m in group.members[1:] if m in running]
-            if leader is None or leader.ar is None:
+            lead = kv.state(leader) if leader is not None else None
+            if lead is None:
                 for f in followers:
-                    if f.ar is not None and f.ar.prefix_from is not None:
-                        f.ar.prefix_from, f.ar.paused = None, True
+                    state = kv.state(f)
+                    if state is not None and state.prefix_from is not None:
+                        kv.loop.share(state, None)  # it waits for blocks of its own
                         kv.pause(f)
-            elif leader.ar.prefilled >= leader.ar.prompt_len:
+            elif lead.prefilled >= lead.prompt_len:
+                assert leader is not None
                 for f in followers:
-                    guard(f, lambda f=f: kv.fork(leader, f))
+                    guard(f, partial(kv.fork, leader, f))
                     self.shared += 1
-                if leader.ar.computed < leader.ar.prompt_len and followers:  # its prefill is still on the device
-                    self.unread[leader.id] = (leader.ar.epoch, followers)
+                if lead.computed < lead.prompt_len and followers:  # its prefill is still on the device
+                    self.unread[leader.id] = (lead.epoch, followers)
             else:
                 continue
             group.shared = True

@@ -18,11 +18,12 @@ import asyncio
 import queue
 import threading
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, AsyncIterator, Callable, Iterator
 
 import numpy as np
 
-from v2.families.moss_tts_local.vocoder import AudioChunk
+from v2.contracts import AudioChunk
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class SpeechSegment:
 class SpeechResult:
     audio: np.ndarray        # float32 [channels, samples]
     sample_rate: int
-    codes: np.ndarray        # int64 [F, 12]
+    codes: np.ndarray        # int64 [F, G]: G codes per frame (the family's)
     finish_reason: str       # stop | length | abort | error
     metrics: Metrics
     trajectory: Any = None  # a v2.rl.Trajectory under the ROLLOUT profile
@@ -232,7 +233,7 @@ class SpeechHandle:
         with self._cond:
             self._result = result
             for callback in self._done_callbacks:
-                self._dispatcher.post(lambda cb=callback: self._call(cb, result))
+                self._dispatcher.post(partial(self._call, callback, result))
             for sub in self._subscribers:
                 sub.end()
             self._subscribers.clear()

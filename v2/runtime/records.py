@@ -1,24 +1,18 @@
 """The engine's record of each request: plain mutable data.
 
-Owns: what the engine tracks per request between submit and result (the request, its prompt, resolved
-settings, loop states, slots held, timestamps, group membership, weight version, its prompt's KV block
-keys).
-Must not know: tensors beyond the prompt rows it carries, scheduling, executors.
+Owns: what the engine tracks per request between submit and result (the request, what its family prepared
+of it, its prompt rows, its loops' states by loop name, the state of the work done before admission,
+slots held, timestamps, group membership, weight version, its prompt's KV block keys).
+Must not know: any family's fields (they live in `work`), scheduling, executors.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Hashable
 
-import torch
-
-from v2.long_text import TextSegment
-from v2.families.moss_tts_local.ar_decode import ARState
-from v2.families.moss_tts_local.encode import EncodeState
-from v2.families.moss_tts_local.vocoder import VocoderState
+from v2.contracts import LoopState
 from v2.runtime.groups import Group
-from v2.sampling_settings import SamplingSettings
-from v2.request import SpeechRequest
 from v2.runtime.handles import SpeechHandle
 
 
@@ -26,13 +20,12 @@ from v2.runtime.handles import SpeechHandle
 class RequestRecord:
     id: int
     handle: SpeechHandle
-    request: SpeechRequest
-    rows: torch.Tensor
-    sampling: SamplingSettings
-    max_frames: int
+    request: Any             # the family's typed request (`stream` and `timeout` are read here)
+    work: Any                # what the family prepared of it at submit (limits, settings, segments ...)
+    rows: Any                # the current prompt: rows [T, W] (the paged KV keys and counts them)
     submitted: float
-    ar: ARState | None = None
-    voc: VocoderState | None = None
+    states: dict[Hashable, LoopState] = field(default_factory=dict)  # loop name -> its state, from admission
+    front: Any = None        # the state of its work before admission (references to encode), if any
     admitted: float | None = None
     first_audio: float | None = None
     error: str | None = None
@@ -42,13 +35,9 @@ class RequestRecord:
     group_id: int = 0
     sample_id: int = 0
     version: int = 0  # weights it runs under, fixed at admission
-    enc: EncodeState | None = None  # reference recordings still to encode (it waits until they are)
-    transcript: str | None = None   # continuation mode: the reference's transcript (the prompt is laid out again
-                                    # with the real codes once they are encoded)
     kv_keys: list[bytes] | None = None  # chained keys of its prompt's full KV blocks (made once it is ready)
-    segments: tuple[TextSegment, ...] = ()  # long text: its segments (`rows` is then the current segment's prompt)
 
     @property
     def ready(self) -> bool:
-        """Its prompt is final: nothing left to encode."""
-        return self.enc is None or self.enc.codes is not None
+        """Its prompt is final: nothing left to do before admission."""
+        return self.front is None or self.front.finish is not None

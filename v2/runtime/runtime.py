@@ -1,10 +1,12 @@
 """The runtime as callers see it: `submit()` from any thread, handles, rollouts, weight updates, stats, close.
 
-Owns: building a runtime from a card, validating and queueing requests (errors name the field; a group of
-requests sharing one prompt), encode-only jobs (`encode_audio`, for the voice store), weight-update calls
-(handed to the engine's gate), cancels, `stats()` and `close()`. Everything it queues is run by the engine
-thread (`Engine`, engine.py), which it starts last.
-Must not know: steps, executors, the device stream's workings, loop logic.
+Owns: building a runtime from a card (its family, named by the card, binds the card and its experts; the
+runtime holds an `Engine`, which it starts last), validating and queueing requests (the family parses and
+prepares them, errors name the field; a group of requests sharing one prompt), encode-only jobs
+(`encode_audio`, for the voice store), weight-update calls (handed to the engine's gate), cancels,
+`stats()` and `close()`. Everything it queues is run by the engine thread (engine.py).
+Must not know: any family (the card names it; `v2.families` finds it), steps, executors, the device
+stream's workings, loop logic.
 """
 
 from __future__ import annotations
@@ -17,116 +19,127 @@ from typing import Any
 import numpy as np
 import torch
 
-from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_encoder, build_model, build_tokenizer, load_card
-from v2.families.moss_tts_local.prepare import CodecSpec, prepare, prepare_recording
-from v2.request import OverloadedError, RequestError, SpeechRequest, parse_request
+from v2.card import DEFAULT_CARD, ModelCard, load_card
+from v2.families import family as family_of
+from v2.request import OverloadedError, RequestError
 from v2.runtime import weight_updates
-from v2.runtime.device import Stream
+from v2.runtime.device import Stream, default_stream
 from v2.runtime.encoding import EncodeJob
 from v2.runtime.engine import Engine
+from v2.runtime.family import Family
 from v2.runtime.groups import Group
 from v2.runtime.handles import SpeechHandle
 from v2.runtime.records import RequestRecord
 from v2.runtime.voices import VoiceError, VoiceStore, default_directory
 
 
-class Runtime(Engine):
-    def __init__(self, card: ModelCard, model: Any, codec: Any, tokenizer: Any, *, graphs: bool = True,
-                 encoder: Any = None, voices_dir: str | None = None, stream: Stream | None = None) -> None:
-        """`graphs`: capture and replay CUDA graphs for AR_FRAME and AUDIO_CHUNK steps (on CUDA only).
-        `encoder`: the codec's encoder (reference audio -> codes); without it reference audio is refused.
+class Runtime:
+    def __init__(self, card: ModelCard, *experts: Any, graphs: bool = True, voices_dir: str | None = None,
+                 stream: Stream | None = None, family: Family | None = None, **named: Any) -> None:
+        """`experts` / `named`: what the card's family binds (its `bind`: e.g. a model, a codec, a tokenizer,
+        a codec encoder without which reference audio is refused).
+        `graphs`: capture and replay CUDA graphs for the step kinds that have them (on CUDA only).
         `voices_dir`: the voice store's directory (default: the card's, else the user's cache).
-        `stream`: the device stream the engine launches on (default: the model device's; the runtime owns
-        it and closes it); e.g. `SimulatedStream(latency)` to run a CPU like an asynchronous device."""
-        super().__init__(card, model, codec, tokenizer, encoder, graphs=graphs, stream=stream)
-        self._codec_spec = CodecSpec(encoder.sample_rate, encoder.cfg.hop) if encoder is not None else None
+        `stream`: the device stream the engine launches on (default: the family's device's; the runtime owns
+        it and closes it); e.g. `SimulatedStream(latency)` to run a CPU like an asynchronous device.
+        `family`: a family already bound (instead of the card's family binding `experts`)."""
+        self.card = card
+        self.family: Family = family or family_of(card.family).bind(card, *experts, graphs=graphs, **named)
+        self.engine = Engine(self.family, stream or default_stream(self.family.device))
+        self._cond = self.engine.cond
         self.voices = VoiceStore(voices_dir or card.runtime.voices_dir or default_directory(card.name),
-                                 encode=self.encode_audio, width=model.cfg.n_vq, codebook_size=model.cfg.codebook_size)
+                                 encode=self.encode_audio, width=self.family.code_width,
+                                 codebook_size=self.family.codebook_size)
         self._ids = itertools.count()
-        self._thread.start()
+        self.engine.thread.start()
 
     @classmethod
     def from_card(cls, card: str | ModelCard = DEFAULT_CARD, *, checkpoint: str | None = None,
                   codec_checkpoint: str | None = None, device: str | None = None, dtype: torch.dtype | None = None,
                   graphs: bool = True, voices_dir: str | None = None, stream: Stream | None = None) -> "Runtime":
-        """`card`: a card name in cards/, a path, or a loaded card. Default device: CUDA when present."""
+        """`card`: a card name in cards/, a path, or a loaded card. Default device: CUDA when present. Its
+        family builds the experts it names (`checkpoint`: the model's, `codec_checkpoint`: the codec's)."""
         card = card if isinstance(card, ModelCard) else load_card(card)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        model = build_model(card, checkpoint=checkpoint, dtype=dtype, device=device)
-        codec = build_codec(card, checkpoint=codec_checkpoint, dtype=dtype, device=device)
-        encoder = (build_encoder(card, checkpoint=codec_checkpoint, dtype=dtype, device=device, decoder=codec)
-                   if card.experts.vocoder.encoder else None)
-        return cls(card, model, codec, build_tokenizer(card, checkpoint), graphs=graphs, encoder=encoder,
-                   voices_dir=voices_dir, stream=stream)
+        experts = family_of(card.family).experts(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint,
+                                                  device=device, dtype=dtype)
+        return cls(card, graphs=graphs, voices_dir=voices_dir, stream=stream, **experts)
+
+    @property
+    def model(self) -> Any:
+        """The family's model (what weight updates write)."""
+        return self.family.weights
+
+    @property
+    def sample_rate(self) -> int:
+        """The audio's sample rate (Hz)."""
+        return self.family.sample_rate
+
+    @property
+    def channels(self) -> int:
+        return self.family.channels
+
+    @property
+    def frame_rate(self) -> float:
+        """Frames per second of audio."""
+        return self.family.frame_rate
 
     # ----- caller side -----------------------------------------------------------------------------
-    def submit(self, request: SpeechRequest | dict[str, Any]) -> SpeechHandle:
+    def submit(self, request: Any) -> SpeechHandle:
         """Validate (errors name the field), queue, and return a handle at once."""
         return self.submit_many([request])[0]
 
-    def submit_many(self, requests: list[SpeechRequest | dict[str, Any]], *, share_prompt: bool = False,
+    def submit_many(self, requests: list[Any], *, share_prompt: bool = False,
                     group_id: int = 0) -> list[SpeechHandle]:
         """Validate every request first (one bad request queues none), then queue them all at once, so
         they are admitted together while slots last. `share_prompt`: the requests have the same prompt;
         it is prefilled once and its KV blocks are shared by all (they are admitted all together)."""
+        family = self.family
         prepared = []
         for request in requests:
-            req = parse_request(request)
-            prepared.append((req, prepare(req, self.card, self.model.cfg, self.tokenizer, codec=self._codec_spec,
-                                          voice=self._voice(req.voice))))
+            req = family.parse(request)
+            prepared.append((req, family.prepare(req, voice=self._voice(getattr(req, "voice", None)))))
         if share_prompt:
-            if len(prepared) > self.card.loops.ar_decode.max_running:
-                raise ValueError(f"n: a group of {len(prepared)} exceeds the card's max_running")
-            if sum(r.decode_audio for r, _ in prepared) > self.card.loops.vocoder.max_streams:
-                raise ValueError(f"n: a group decoding audio needs a codec stream each; the card has "
-                                 f"{self.card.loops.vocoder.max_streams}")
-            if any(not torch.equal(p.rows, prepared[0][1].rows) for _, p in prepared):
-                raise ValueError("prompts: a shared prompt must be the same for every request of the group")
-            if prepared[0][1].audio:
-                raise RequestError("reference_audio: a group shares one prompt; store the voice once "
-                                   "(rt.voices.add) and pass voice=NAME, or pass reference_codes")
-            if len(prepared[0][1].segments) > 1:
-                raise RequestError("text: a group shares one prompt; this text is spoken as "
-                                   f"{len(prepared[0][1].segments)} segments (max_segment_chars)")
+            family.check_group(prepared)
         handles = []
-        limits = self.card.loops.ar_decode
+        engine, q = self.engine, self.engine.requests
         with self._cond:
-            if self._closed:
+            if engine.closed:
                 raise RuntimeError("the runtime is closed")
-            if len(self._waiting) + len(prepared) > limits.max_waiting:
-                raise OverloadedError(f"queue: {len(self._waiting)} requests are already waiting for a slot "
-                                      f"(max_waiting {limits.max_waiting}); nothing was queued, try again later")
+            if len(q.waiting) + len(prepared) > family.max_waiting:
+                raise OverloadedError(f"queue: {len(q.waiting)} requests are already waiting for a slot "
+                                      f"(max_waiting {family.max_waiting}); nothing was queued, try again later")
             group = Group([]) if share_prompt else None
             for i, (req, p) in enumerate(prepared):
                 rid = next(self._ids)
-                handle = SpeechHandle(rid, self._request_cancel, self._callbacks, limits.max_buffered_chunks)
-                record = RequestRecord(rid, handle, req, p.rows, p.sampling, p.max_frames, time.perf_counter(),
-                                       group=group, group_id=group_id, sample_id=i, transcript=p.transcript,
-                                       enc=self._encode_state(rid, p.audio), segments=p.segments)
+                handle = SpeechHandle(rid, self._request_cancel, engine.callbacks, family.max_buffered_chunks)
+                record = RequestRecord(rid, handle, req, p, p.rows, time.perf_counter(), group=group,
+                                       group_id=group_id, sample_id=i, front=self._front_state(rid, p.inputs))
                 if group is not None:
                     group.members.append(rid)
-                if record.enc is not None:
-                    self._encoding.requests[rid] = record
+                if record.front is not None:
+                    engine.encoding.requests[rid] = record
                 if req.timeout is not None:
-                    self._deadlines[rid] = record.submitted + req.timeout
-                self._waiting.append(record)
+                    q.deadlines[rid] = record.submitted + req.timeout
+                q.waiting.append(record)
                 handles.append(handle)
             self._cond.notify_all()
         return handles
 
     def encode_audio(self, audio: Any, *, timeout: float | None = None) -> np.ndarray:
-        """One recording (a path, file bytes or (samples, sample_rate)) -> its codes [N, 12], encoded on the
-        engine as ENCODE work batched with requests' references (this thread waits)."""
-        wav = prepare_recording(audio, self.card, self._codec_spec)
+        """One recording (a path, file bytes or (samples, sample_rate)) -> its codes [N, G], encoded on the
+        engine by the family's front loop, batched with requests' references (this thread waits)."""
+        wav = self.family.read_input(audio)
+        encoding = self.engine.encoding
         with self._cond:
-            if self._closed:
+            if self.engine.closed:
                 raise RuntimeError("the runtime is closed")
             rid = next(self._ids)
-            job = self._encoding.jobs[rid] = EncodeJob(self._encode_state(rid, (wav,)))
+            job = encoding.jobs[rid] = EncodeJob(self.family.front_state(rid, (wav,)))
             self._cond.notify_all()
         if not job.done.wait(timeout):
             with self._cond:
-                withdrawn = self._encoding.fail(rid, "timed out")
+                withdrawn = encoding.fail(rid, "timed out")
             if withdrawn:
                 raise TimeoutError(f"reference encode not finished within {timeout} s")
         if job.error is not None:
@@ -134,8 +147,8 @@ class Runtime(Engine):
         assert job.codes is not None
         return job.codes[0]
 
-    def _encode_state(self, rid: int, audio: tuple[np.ndarray, ...]) -> Any:
-        return self._encoding.loop.init(rid, audio, self._codec_spec.hop) if audio and self._codec_spec else None
+    def _front_state(self, rid: int, inputs: tuple[Any, ...]) -> Any:
+        return self.family.front_state(rid, inputs) if inputs else None
 
     def _voice(self, name: str | None) -> Any:
         if name is None:
@@ -155,7 +168,7 @@ class Runtime(Engine):
 
     @property
     def weight_version(self) -> int:
-        return self._gate.version
+        return self.engine.gate.version
 
     def update_weights(self, named_tensors: dict[str, torch.Tensor], version: int, *, mode: str = "wait",
                        timeout: float | None = None) -> None:
@@ -167,34 +180,38 @@ class Runtime(Engine):
         part-way restores what was written. `version`: an int above the current one. On `timeout` the
         update is withdrawn (TimeoutError) and never applied later.
         """
-        self._gate.check(version, mode)
-        self._gate.request(weight_updates.from_tensors(self.model, named_tensors), version, mode, timeout,
-                           closed=lambda: self._closed)
+        gate = self.engine.gate
+        gate.check(version, mode)
+        gate.request(weight_updates.from_tensors(self.family.weights, named_tensors, self.family.weight_names),
+                     version, mode, timeout, closed=lambda: self.engine.closed)
 
     def update_weights_from_disk(self, path: str, version: int, *, mode: str = "wait",
                                  timeout: float | None = None) -> None:
         """`update_weights` from a safetensors checkpoint directory, read one tensor at a time."""
-        self._gate.check(version, mode)
-        self._gate.request(weight_updates.from_disk(self.model, path), version, mode, timeout, closed=lambda: self._closed)
+        gate = self.engine.gate
+        gate.check(version, mode)
+        gate.request(weight_updates.from_disk(self.family.weights, path, self.family.weight_names), version, mode,
+                     timeout, closed=lambda: self.engine.closed)
 
     def stats(self) -> dict[str, Any]:
         with self._cond:
-            return self._stats()
+            return self.engine.stats()
 
     def close(self, *, drain: bool = False, timeout: float | None = None) -> None:
         """Stop taking requests; finish the ones in flight (`drain`) or abort them; free everything.
 
         Waits up to `timeout` for that; past it, the engine goes on ending every request in the background
         and every handle still gets its result. Callable from any thread, callbacks included."""
+        engine = self.engine
         with self._cond:
-            self._closed, self._drain = True, drain
+            engine.closed, engine.drain = True, drain
             self._cond.notify_all()
         deadline = None if timeout is None else time.monotonic() + timeout
         left = lambda: None if deadline is None else max(0.0, deadline - time.monotonic())  # noqa: E731
-        if threading.current_thread() is not self._thread:
-            self._thread.join(left())
-        self._results.join(left())
-        self._callbacks.join(left())
+        if threading.current_thread() is not engine.thread:
+            engine.thread.join(left())
+        engine.results.join(left())
+        engine.callbacks.join(left())
 
     def __enter__(self) -> "Runtime":
         return self
@@ -204,5 +221,5 @@ class Runtime(Engine):
 
     def _request_cancel(self, rid: int) -> None:
         with self._cond:
-            self._cancels.add(rid)
+            self.engine.requests.cancels.add(rid)
             self._cond.notify_all()

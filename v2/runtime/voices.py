@@ -1,4 +1,4 @@
-"""The voice store: named voices (reference codes [N, 12] and an optional transcript) kept on disk.
+"""The voice store: named voices (reference codes [N, G] and an optional transcript) kept on disk.
 
 Owns: validating voice names (no path separators, no leading dot), the on-disk layout (one directory per
 voice: `codes.npy` read with allow_pickle=False, `meta.json`), atomic writes (a temporary directory renamed
@@ -39,7 +39,7 @@ class VoiceError(ValueError):
 @dataclass(frozen=True)
 class Voice:
     name: str
-    codes: np.ndarray    # int64 [N, 12]
+    codes: np.ndarray    # int64 [N, G]
     text: str | None     # the transcript of the recording, when known (then usable for continuation)
     created: float       # seconds since the epoch
 
@@ -73,7 +73,7 @@ def is_codes(value: object, width: int) -> bool:
 class VoiceStore:
     """`add`, `get`, `list`, `remove`; persisted under `directory`, loaded when made."""
 
-    def __init__(self, directory: str | Path, *, encode: Callable[[Any], np.ndarray], width: int = 12,
+    def __init__(self, directory: str | Path, *, encode: Callable[[Any], np.ndarray], width: int,
                  codebook_size: int = 1024) -> None:
         self.directory = Path(directory)
         self._encode = encode
@@ -84,7 +84,7 @@ class VoiceStore:
         self._load()
 
     def add(self, name: str, source: Any, *, text: str | None = None, replace: bool = True) -> Voice:
-        """Store a voice from audio (a path, file bytes or (samples, rate): encoded now) or codes [N, 12]."""
+        """Store a voice from audio (a path, file bytes or (samples, rate): encoded now) or codes [N, G]."""
         check_name(name)
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise VoiceError("text: must be a non-empty string (the recording's transcript) or None")

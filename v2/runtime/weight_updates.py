@@ -6,8 +6,9 @@ strictly increase), the name mapping (model parameter names or the release's key
 parameters included; tied aliases are skipped, their target is what counts), one error listing unknown and
 mis-shaped names, the value checks (a real, dense, finite tensor of a floating dtype; numpy arrays
 converted), and the all-or-nothing in-place copies (the parameters keep their storage, so captured graphs
-stay valid; what was overwritten is restored if any later tensor fails).
-Must not know: the engine, requests.
+stay valid; what was overwritten is restored if any later tensor fails). The model's naming (its release
+layout, aliases, checkpoint files) is its family's (`WeightNames`).
+Must not know: the engine, requests, any family or model.
 """
 
 from __future__ import annotations
@@ -16,14 +17,32 @@ import numbers
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from v2.models.loader import Part, canonical_name, release_layout, tied_target
-from v2.models.weights import open_weights, read_tensor, stored_by_file, stored_shapes, weight_files
+
+class Part(Protocol):
+    """Where one name lives in the model: rows [start, start + shape[0]) of parameter `param`."""
+
+    param: str
+    start: int
+    shape: tuple[int, ...]
+
+
+class WeightNames(Protocol):
+    """A family's naming of its model's weights, and reading its checkpoint files."""
+
+    def layout(self, model: nn.Module) -> dict[str, Part]: ...  # every name that updates the model
+    def canonical(self, name: str) -> str: ...   # a given name as the layout names it
+    def tied(self, name: str) -> str | None: ...  # the weight a tied alias stands for (None: not an alias)
+    def files(self, path: Path) -> Any: ...      # a checkpoint directory's weight files
+    def shapes(self, files: Any) -> dict[str, tuple[int, ...]]: ...
+    def by_file(self, files: Any) -> Iterable[tuple[Any, list[str]]]: ...
+    def open(self, file: Any) -> Any: ...        # a context manager over one file
+    def read(self, handle: Any, key: str, file: Any) -> Tensor: ...
 
 
 class WeightUpdateError(ValueError):
@@ -60,19 +79,17 @@ def check_version(version: object, current: int) -> int:
     return int(version)
 
 
-def check_names(model: nn.Module, shapes: dict[str, tuple[int, ...]]) -> dict[str, Part]:
+def check_names(model: nn.Module, shapes: dict[str, tuple[int, ...]], names: WeightNames) -> dict[str, Part]:
     """{given name: where it goes} for every name that updates the model: a parameter's name, or a release key
     (a fused parameter's part included); raises listing every unknown or mis-shaped name."""
-    layout = release_layout(model)
-    for name, p in model.named_parameters():
-        layout.setdefault(name, Part(name, 0, tuple(p.shape)))
+    layout = names.layout(model)
     mapping, unknown, misshaped = {}, [], []
     for name, shape in shapes.items():
         if not isinstance(name, str):
             raise WeightUpdateError(f"weight update refused: names must be str, got {type(name).__name__}")
-        target = canonical_name(name)
+        target = names.canonical(name)
         if target not in layout:
-            if tied_target(target) in layout:
+            if names.tied(target) in layout:
                 continue  # a tied alias: the weight it aliases is the one to update
             unknown.append(name)
         elif tuple(shape) != layout[target].shape:
@@ -89,27 +106,27 @@ def check_names(model: nn.Module, shapes: dict[str, tuple[int, ...]]) -> dict[st
 Named = tuple[str, Part, Tensor]  # (given name, where it goes, value)
 
 
-def from_tensors(model: nn.Module, named: dict[str, Tensor]) -> Callable[[], Iterator[Named]]:
+def from_tensors(model: nn.Module, named: dict[str, Tensor], names: WeightNames) -> Callable[[], Iterator[Named]]:
     """Check every name, shape and value now (the caller's thread); return what yields them when applied."""
     if not isinstance(named, dict):
         raise WeightUpdateError(f"named_tensors: expected a dict of name -> tensor, got {type(named).__name__}")
     values = {k: check_value(str(k), v) for k, v in named.items()}
-    mapping = check_names(model, {k: tuple(v.shape) for k, v in values.items()})
+    mapping = check_names(model, {k: tuple(v.shape) for k, v in values.items()}, names)
     return lambda: ((k, mapping[k], values[k]) for k in mapping)
 
 
-def from_disk(model: nn.Module, path: str | Path) -> Callable[[], Iterator[Named]]:
+def from_disk(model: nn.Module, path: str | Path, names: WeightNames) -> Callable[[], Iterator[Named]]:
     """Check a safetensors checkpoint's headers now; tensors are read (and their values checked) one at a
     time when applied."""
-    files = weight_files(Path(path))
-    mapping = check_names(model, stored_shapes(files))
+    files = names.files(Path(path))
+    mapping = check_names(model, names.shapes(files), names)
 
     def tensors() -> Iterator[Named]:
-        for file, keys in stored_by_file(files):
-            with open_weights(file) as f:
+        for file, keys in names.by_file(files):
+            with names.open(file) as f:
                 for key in keys:
                     if key in mapping:  # values on disk are checked as they are read
-                        yield key, mapping[key], check_value(key, read_tensor(f, key, file))
+                        yield key, mapping[key], check_value(key, names.read(f, key, file))
     return tensors
 
 

@@ -32,8 +32,8 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     """An app serving `runtime` (which the caller owns and closes)."""
     config = config or ServerConfig.for_card(runtime.card.name)
     state = ServerState(runtime=runtime, config=config, metrics=ServerMetrics(runtime.stats),
-                        voices=VoiceBook(runtime), native_rate=int(runtime.codec.sample_rate),
-                        native_channels=int(runtime.codec.cfg.channels))
+                        voices=VoiceBook(runtime), native_rate=int(runtime.sample_rate),
+                        native_channels=int(runtime.channels))
     # no /docs: Swagger UI would load its scripts from a CDN; the schema stays at /openapi.json
     app = FastAPI(title="v2 speech server", version=__version__, docs_url=None, redoc_url=None)
     app.state.server = state

@@ -24,10 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from v2.card import ARDecodeSettings
-from v2.contracts import (
-    FinishReason, LoopKind, LoopResult, LoopState, ResourceRequest, ShapeSignature, WorkPlan, WorkUnitKind,
-)
+from v2.contracts import FinishReason, LoopKind, LoopState, ResourceRequest, ShapeSignature, WorkPlan, WorkUnitKind
+from v2.families.moss_tts_local.card import ARDecodeSettings
 
 EXPERT = "backbone"
 PREFILL = ShapeSignature(WorkUnitKind.PREFILL, EXPERT)
@@ -63,6 +61,16 @@ class FrameRow:
     logprobs: tuple[float, ...]  # 13: the stop decision, then each codebook
 
 
+@dataclass(frozen=True)
+class ARResult:
+    """What the AR loop made, every segment's together."""
+
+    finish: FinishReason
+    codes: list[tuple[int, ...]]              # every frame's codes
+    logprobs: list[tuple[float, ...]]         # every decision's logprobs, the final stop included
+    segments: list[tuple[int, int, FinishReason]]  # per segment: (prompt rows, frames, how it ended)
+
+
 @dataclass
 class ARState(LoopState):
     rows: Any = None                 # int64 [T', 13] rows to prefill (CPU tensor): the prompt, and after a
@@ -89,6 +97,11 @@ class ARState(LoopState):
     ended: list[tuple[int, int, FinishReason]] = field(default_factory=list)  # finished segments: (prompt rows,
                                                                               # frames, how it ended)
 
+    @property
+    def wants_input(self) -> bool:
+        """A segment ended and another follows: it waits for the next prompt (`begin_segment`)."""
+        return self.switching
+
 
 class ARDecodeLoop:
     kind = LoopKind.AR_DECODE
@@ -97,10 +110,11 @@ class ARDecodeLoop:
         self.settings = settings
 
     def init(self, request_id: int, rows: Any, *, max_frames: int, min_frames: int,
-             segment_caps: tuple[int, ...] = ()) -> ARState:
-        """`max_frames`: the first segment's cap; `segment_caps`: the caps of the segments that follow."""
+             segment_caps: tuple[int, ...] = (), slot: int = -1) -> ARState:
+        """`max_frames`: the first segment's cap; `segment_caps`: the caps of the segments that follow;
+        `slot`: its KV slot (given at admission)."""
         return ARState(request_id=request_id, rows=rows, prompt_len=int(rows.shape[0]), max_frames=max_frames,
-                       min_frames=min_frames, segment_caps=segment_caps)
+                       min_frames=min_frames, segment_caps=segment_caps, slot=slot)
 
     def resources(self, state: ARState, *, decode_audio: bool) -> ResourceRequest:
         return ResourceRequest(kv_rows=state.prompt_len + state.max_frames, codec_stream=decode_audio)
@@ -190,10 +204,41 @@ class ARDecodeLoop:
         state.epoch += 1
         state.launched_frames = 0
 
-    def finalize(self, state: ARState) -> LoopResult:
+    # ----- the paged KV's side (the engine tells the loop what its pager did) -----------------------
+    def kv_span(self, plan: WorkPlan) -> tuple[int, int]:
+        """The KV rows [start, end) a plan writes: a prefill chunk's rows, or a frame's one row."""
+        p = plan.payload
+        if plan.signature.kind is WorkUnitKind.PREFILL:
+            return p.start, p.start + int(p.rows.shape[0])
+        return p.position, p.position + 1
+
+    def kv_given(self, state: ARState, cached: int) -> None:
+        """Blocks for its prompt: the first `cached` rows came from the prefix cache (they count as prefilled)."""
+        state.prefilled = state.computed = cached
+
+    def resumable(self, state: ARState) -> bool:
+        """No frame of it is still on the device (its recomputed rows would lack it)."""
+        return state.launched_frames <= len(state.codes)
+
+    def resume(self, state: ARState, rows: Any, cached: int) -> None:
+        """Blocks again after a preemption (or for a new segment): `rows` to (re)compute, `cached` of them cached."""
+        state.rows, state.paused = rows, False
+        state.prefilled = state.computed = cached
+
+    def share(self, state: ARState, leader: int | None) -> None:
+        """It will take group leader `leader`'s prompt instead of prefilling (None: the leader is gone; it
+        waits for blocks of its own, as a preempted request does)."""
+        if leader is None:
+            state.paused = True
+        state.prefix_from = leader
+
+    def shared(self, state: ARState) -> None:
+        """It took the leader's prompt blocks and backbone state: its prompt is prefilled."""
+        state.prefilled, state.prefix_from = state.prompt_len, None
+
+    def finalize(self, state: ARState) -> ARResult:
         """codes and logprobs of every segment; `segments`: per segment (prompt rows, frames, finish), the
         current one's included (ABORT when it did not end)."""
         current = [] if state.switching else [(state.prompt_len, len(state.codes), state.finish or FinishReason.ABORT)]
-        return LoopResult(state.finish or FinishReason.ABORT,
-                          {"codes": state.done_codes + state.codes, "logprobs": state.done_logprobs + state.logprobs,
-                           "segments": state.ended + current})
+        return ARResult(state.finish or FinishReason.ABORT, state.done_codes + state.codes,
+                        state.done_logprobs + state.logprobs, state.ended + current)

@@ -30,9 +30,10 @@ from v2.models.kernels import kernels_on
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.models.sampling import SamplingTensors
 from v2.sampling_settings import CHANNELS, SamplingSettings, needs_full_sort
+from v2.runtime.device import to_device, upload
 from v2.runtime.graphs import StepGraphs
 
-FRAME_FIELDS = 1 + 12 + CHANNELS  # packed AR_FRAME row: stop, 12 codes, 13 logprobs
+FRAME_FIELDS = 1 + 12 + CHANNELS  # packed AR_FRAME row: stop, 12 codes, 13 logprobs (this family's widths)
 MIN_CONTEXT_BUCKET = 64
 
 
@@ -79,6 +80,11 @@ class FrameBatch:
 
     def row(self, i: int) -> FrameRow:
         return FrameRow(self.stop[i], tuple(self.codes[i]), tuple(self.logprobs[i]))
+
+    __getitem__ = row
+
+    def __len__(self) -> int:
+        return len(self.stop)
 
 
 def context_buckets(max_len: int) -> list[int]:
@@ -244,19 +250,6 @@ class ARExecutor:
                                                     positions[:, None], valid[:, None], context)  # [b, 1, H]
         self.hidden[slots] = out[:, 0]
         return torch.cat([frame.stop[:, None].float(), frame.codes.float(), frame.logprobs], dim=1)
-
-
-def to_device(host: Tensor, device: torch.device) -> Tensor:
-    """A host tensor on `device`; to CUDA through pinned memory without blocking the host (a pageable copy
-    would wait for every kernel already queued, e.g. the step's frame graph)."""
-    cuda = device.type == "cuda"
-    return (host.pin_memory() if cuda else host).to(device, non_blocking=cuda)
-
-
-def upload(host: Tensor, dst: Tensor) -> None:
-    """Copy a host tensor into a device buffer (a static graph input) without blocking the host."""
-    cuda = dst.device.type == "cuda"
-    dst.copy_(host.pin_memory() if cuda else host, non_blocking=cuda)
 
 
 class OnStream:

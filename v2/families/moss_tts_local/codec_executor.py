@@ -19,7 +19,7 @@ from torch import Tensor
 
 from v2.families.moss_tts_local.vocoder import ChunkPlan
 from v2.models.codec import MossAudioDecoder
-from v2.families.moss_tts_local.ar_executor import to_device, upload
+from v2.runtime.device import to_device, upload
 from v2.runtime.graphs import StepGraphs
 
 
@@ -36,6 +36,11 @@ class ChunkBatch:
         contiguous), or a copy of the real samples when that host copy is pinned."""
         view = self.host[i, :, : self.samples[i]]
         return np.array(view) if self.copy else view
+
+    __getitem__ = audio
+
+    def __len__(self) -> int:
+        return len(self.samples)
 
 
 class CodecExecutor:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from v2.contracts import FinishReason, LoopKind, LoopResult, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, LoopKind, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
 
 EXPERT = "vocoder_encoder"
 
@@ -39,11 +39,16 @@ class EncodePlan:
 class EncodeState(LoopState):
     audio: tuple[Any, ...] = ()
     hop: int = 1
-    slots: list[int] = field(default_factory=list)  # set by the runtime when it starts the encode
+    slots: list[int] = field(default_factory=list)  # its encoder state slots, once started (`started`)
     done: list[int] = field(default_factory=list)   # frames encoded, per recording
     queued: list[int] = field(default_factory=list)  # frames launched (encoded, or on the device), per recording
     parts: list[list[Any]] = field(default_factory=list)  # codes [n, 12] per chunk, per recording
     codes: list[Any] | None = None  # one int64 [N, 12] array per recording, once all are encoded
+
+    @property
+    def inputs(self) -> int:
+        """Recordings: it holds one encoder state slot each while it encodes."""
+        return len(self.audio)
 
     def frames(self, i: int) -> int:
         return int(self.audio[i].shape[1]) // self.hop
@@ -79,6 +84,10 @@ class EncodeLoop:
         signature = ShapeSignature(WorkUnitKind.ENCODE, EXPERT, n)
         return WorkPlan(state.request_id, LoopKind.ENCODE, signature, EncodePlan(tuple(rows)))
 
+    def started(self, state: EncodeState, slots: list[int]) -> None:
+        """Its encoder state slots (one per recording; [] when they are given back)."""
+        state.slots = slots
+
     def launched(self, state: EncodeState, plan: WorkPlan[EncodePlan]) -> None:
         for row in plan.payload.rows:
             state.queued[row.recording] += row.frames
@@ -95,5 +104,6 @@ class EncodeLoop:
             state.codes = [np.concatenate(p) for p in state.parts]
             state.finish = FinishReason.STOP
 
-    def finalize(self, state: EncodeState) -> LoopResult:
-        return LoopResult(state.finish or FinishReason.ABORT, {"codes": state.codes or []})
+    def finalize(self, state: EncodeState) -> list[Any]:
+        """The codes of every recording, int64 [N, G] each ([] when it did not end)."""
+        return list(state.codes or [])

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from v2.card import ModelCard
+from v2.families.moss_tts_local.card import MossCard as ModelCard
 from v2.long_text import TextSegment, first_text, plan, spans, unsplit
 from v2.models.config import MossTTSLocalConfig
 from v2.models.prompt import PromptError, build_prompt, check_rows
@@ -44,6 +44,11 @@ class Prepared:
     audio: tuple[np.ndarray, ...] = ()  # recordings to encode first: [channels, n] float32 at the codec's rate
     transcript: str | None = None       # continuation mode: the reference's transcript
     segments: tuple[TextSegment, ...] = ()  # long text: the segments it is spoken as (`max_frames` is the first's cap)
+
+    @property
+    def inputs(self) -> tuple[np.ndarray, ...]:
+        """What waits for the front loop before admission: the recordings to encode."""
+        return self.audio
 
 
 def _text_limits(request: SpeechRequest, limits: Any) -> None:
@@ -97,7 +102,8 @@ def build_rows(request: SpeechRequest, cfg: MossTTSLocalConfig, tokenizer: TextT
     `text`: what the prompt says, when not the request's whole text (the first segment of a long text)."""
     if request.prompt_rows is not None:
         return check_rows(cfg, request.prompt_rows)
-    common = dict(instruction=request.instruction, language=request.language, tokens=request.duration_frames)
+    common: dict[str, Any] = dict(instruction=request.instruction, language=request.language,
+                                  tokens=request.duration_frames)
     said = (request.text or "") if text is None else text
     if transcript is not None:
         return build_prompt(tokenizer, cfg, transcript + said, assistant_codes=references[0], **common)

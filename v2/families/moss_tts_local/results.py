@@ -1,9 +1,8 @@
 """Building what a finished request hands back: the `SpeechResult`, and under ROLLOUT its `Trajectory`.
 
-Owns: assembling audio from the chunks made, the codes, the segments (a long text's spans and frame
-ranges), the metrics (TTFA, RTF, queueing), the
-trajectory record (ids, seed, weight version, prompt, codes, stop decisions, logprobs, timings), and
-`publish`: handing the result (and a non-streaming request's single chunk) to the request's handle.
+Owns: assembling audio from the chunks made, the codes [F, G], the segments (a long text's spans and
+frame ranges), the metrics (TTFA, RTF, queueing), and the trajectory record (ids, seed, weight version,
+prompt, codes, stop decisions, logprobs, timings). (The runtime publishes it: `Requests.publish`.)
 Must not know: slots, scheduling, threads.
 """
 
@@ -13,16 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from v2.contracts import ExecutionProfile, FinishReason, LoopResult
-from v2.families.moss_tts_local.vocoder import AudioChunk
+from v2.contracts import ExecutionProfile, FinishReason
+from v2.families.moss_tts_local.ar_decode import ARResult
+from v2.families.moss_tts_local.vocoder import VocoderResult
 from v2.rl.trajectory import Trajectory
 from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
 
 
-def _segments(req: Any, ar: LoopResult | None) -> tuple[SpeechSegment, ...]:
+def _segments(req: Any, ar: ARResult | None) -> tuple[SpeechSegment, ...]:
     """Each segment's text span and frame range (the frame ranges tile the codes)."""
-    ended = ar.outputs.get("segments", []) if ar else []
-    planned = req.segments or ()
+    ended = ar.segments if ar else []
+    planned = req.work.segments or ()
     out, frame = [], 0
     for i, (prompt_rows, frames, finish) in enumerate(ended):
         start, end = (planned[i].start, planned[i].end) if i < len(planned) else (0, len(req.request.text or ""))
@@ -31,12 +31,13 @@ def _segments(req: Any, ar: LoopResult | None) -> tuple[SpeechSegment, ...]:
     return tuple(out)
 
 
-def build_result(req: Any, ar: LoopResult | None, voc: LoopResult | None, reason: FinishReason, now: float, *,
-                 channels: int, sample_rate: int) -> SpeechResult:
-    """`req` is the engine's record of a request; `ar` / `voc` its loops' `finalize()` (None if it never started)."""
-    chunks = voc.outputs["chunks"] if voc else []
+def build_result(req: Any, ar: ARResult | None, voc: VocoderResult | None, reason: FinishReason, now: float, *,
+                 channels: int, sample_rate: int, groups: int) -> SpeechResult:
+    """`req` is the engine's record of a request; `ar` / `voc` its loops' `finalize()` (None if it never
+    started); `groups`: codes per frame."""
+    chunks = voc.chunks if voc else []
     audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((channels, 0), np.float32)
-    codes = np.array(ar.outputs["codes"] if ar else [], dtype=np.int64).reshape(-1, 12)
+    codes = np.array(ar.codes if ar else [], dtype=np.int64).reshape(-1, groups)
     segments = _segments(req, ar)
     metrics = Metrics(
         prompt_rows=sum(s.prompt_rows for s in segments) if segments else int(req.rows.shape[0]), frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
@@ -44,30 +45,15 @@ def build_result(req: Any, ar: LoopResult | None, voc: LoopResult | None, reason
         queue_s=(req.admitted or now) - req.submitted)
     trajectory = None
     if req.request.profile is ExecutionProfile.ROLLOUT:
-        decisions = np.array(ar.outputs["logprobs"] if ar else [], dtype=np.float32).reshape(-1, 13)
+        decisions = np.array(ar.logprobs if ar else [], dtype=np.float32).reshape(-1, 1 + groups)
         stopped = ar is not None and ar.finish is FinishReason.STOP and len(decisions) > len(codes)
         trajectory = Trajectory(
             request_id=req.id, group_id=req.group_id, sample_id=req.sample_id, seed=req.request.seed,
             weight_version=req.version, prompt_rows=req.rows.numpy(), codes=codes,
             stop_decisions=np.arange(len(decisions)) == len(codes) if stopped else np.zeros(len(decisions), bool),
             logprobs=np.ascontiguousarray(decisions[: len(codes)]),
-            stop_logprob=float(decisions[len(codes), 0]) if stopped else None, sampling=req.sampling,
+            stop_logprob=float(decisions[len(codes), 0]) if stopped else None, sampling=req.work.sampling,
             min_frames=req.request.min_frames, finish_reason=reason.value,
             timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
             audio=audio if req.request.decode_audio else None)
     return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error, segments)
-
-
-def publish(req: Any, ar: LoopResult | None, voc: LoopResult | None, reason: FinishReason, now: float, *,
-            channels: int, sample_rate: int) -> None:
-    """Build the result and end the request's handle with it; a non-streaming request gets its audio as
-    one chunk first. Runs off the engine thread (joining the audio is a copy no step need wait for); a
-    failure to build still ends the request, as an error."""
-    try:
-        result = build_result(req, ar, voc, reason, now, channels=channels, sample_rate=sample_rate)
-    except Exception as e:
-        req.error = f"building the result failed: {type(e).__name__}: {e}"
-        result = build_result(req, None, None, FinishReason.ERROR, now, channels=channels, sample_rate=sample_rate)
-    if not req.request.stream and result.audio.shape[1]:
-        req.handle.deliver([AudioChunk(0, result.audio, sample_rate, len(result.codes), True)])
-    req.handle.finish(result)

@@ -1,12 +1,14 @@
-"""Long text at run time: moving a request from one segment to the next, inside one request.
+"""The prompt layouts after the first: a long text's next segment, and the rows a preempted request recomputes.
 
 Owns: `next_segment`: when a segment that another follows has ended, lay out the next prompt (its text rows,
 laid out at submit, then the ended segment's codes as assistant rows `[audio_assistant_slot, codes]`: the
-continuation layout, which carries the voice), give the ended segment's KV blocks back, make the new prompt
-the record's (its prefix-cache keys are made again), write the segment's seed into the request's slot
-(`segment_seed`; presence masks cleared, as for a new request) and leave the AR state waiting for KV blocks,
-which the paged KV's resume path (`RequestKV.resume`, the path of a preempted request) gives it before the
-prompt is prefilled. The request keeps its slot and its codec stream, so its audio simply goes on.
+continuation layout, which carries the voice), hand it to the AR loop (`begin_segment`: it waits for KV
+blocks, which the paged KV's resume path gives it before the prompt is prefilled, as for a preempted
+request) and write the segment's seed into the request's slot (`segment_seed`; presence masks cleared, as
+for a new request); the runtime makes the new prompt the record's (`RequestKV.new_prompt`: the ended
+segment's blocks go back, its prefix-cache keys are made again). The request keeps its slot and its codec
+stream, so its audio simply goes on. `recompute_rows`: a resumed request's prompt, then one assistant row
+per frame made so far.
 Must not know: scheduling, threads, streams, the engine's queues.
 """
 
@@ -16,8 +18,7 @@ from typing import Any
 
 import torch
 
-from v2.families.moss_tts_local.ar_decode import ARDecodeLoop
-from v2.runtime.records import RequestRecord
+from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
 from v2.rl.batch import sample_seed
 
 
@@ -30,18 +31,23 @@ def segment_seed(seed: int, index: int) -> int:
 def carried_rows(text_rows: torch.Tensor, codes: list[tuple[int, ...]], assistant_slot: int) -> torch.Tensor:
     """A later segment's prompt: its text rows (ending with audio_start), then the previous segment's frames."""
     frames = torch.tensor([(assistant_slot, *c) for c in codes], dtype=torch.long).reshape(-1, text_rows.shape[1])
-    return torch.cat([text_rows, frames])  # [T + F, 13]
+    return torch.cat([text_rows, frames])  # [T + F, 1 + G]
 
 
-def next_segment(req: RequestRecord, loop: ARDecodeLoop, kv: Any, executor: Any) -> None:
-    """`kv`: the engine's `RequestKV`; `executor`: its `ARExecutor`."""
-    ar = req.ar
-    assert ar is not None and ar.switching
-    segment = req.segments[ar.segment + 1]
+def recompute_rows(state: ARState, assistant_slot: int) -> torch.Tensor:
+    """The rows whose KV a resumed request needs: its prompt, then one row per frame made so far."""
+    prompt = state.rows[: state.prompt_len]
+    if not state.codes:
+        return prompt
+    return carried_rows(prompt, state.codes, assistant_slot)  # [T + F, 1 + G]
+
+
+def next_segment(req: Any, ar: ARState, loop: ARDecodeLoop, executor: Any, assistant_slot: int) -> torch.Tensor:
+    """`req`: the engine's record; `executor`: the family's `OnStream`. Returns the new prompt."""
+    assert ar.switching
+    segment = req.work.segments[ar.segment + 1]
     assert segment.rows is not None
-    rows = carried_rows(segment.rows, ar.codes, kv.assistant_slot)
-    kv.release(req)
-    req.rows, req.kv_keys = rows, None
+    rows = carried_rows(segment.rows, ar.codes, assistant_slot)
     loop.begin_segment(ar, rows)
-    kv.pause(req)
-    executor.admit(ar.slot, req.sampling, segment_seed(req.request.seed, ar.segment))
+    executor.admit(ar.slot, req.work.sampling, segment_seed(req.request.seed, ar.segment))
+    return rows

@@ -16,21 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from v2.card import VocoderSettings
-from v2.contracts import FinishReason, LoopKind, LoopResult, LoopState, ShapeSignature, WorkPlan, WorkUnitKind, bucket_for
+from v2.contracts import AudioChunk, FinishReason, LoopKind, LoopState, ShapeSignature, WorkPlan, WorkUnitKind, bucket_for
+from v2.families.moss_tts_local.card import VocoderSettings
 
 EXPERT = "vocoder"
+__all__ = ["AudioChunk", "ChunkPlan", "VocoderLoop", "VocoderResult", "VocoderState"]
 
 
 @dataclass(frozen=True)
-class AudioChunk:
-    """A piece of a stream: `audio` float32 [channels, n] (numpy), made from `frames` decoded frames."""
-
-    seq: int
-    audio: Any
-    sample_rate: int
-    frames: int
-    final: bool
+class VocoderResult:
+    finish: FinishReason
+    chunks: list[AudioChunk]
 
 
 @dataclass(frozen=True)
@@ -58,8 +54,9 @@ class VocoderLoop:
     def __init__(self, settings: VocoderSettings) -> None:
         self.settings = settings
 
-    def init(self, request_id: int, *, sample_rate: int, enabled: bool = True) -> VocoderState:
-        return VocoderState(request_id=request_id, sample_rate=sample_rate, enabled=enabled)
+    def init(self, request_id: int, *, sample_rate: int, enabled: bool = True, slot: int = -1) -> VocoderState:
+        """`slot`: its codec slot (given at admission; none when not `enabled`)."""
+        return VocoderState(request_id=request_id, sample_rate=sample_rate, enabled=enabled, slot=slot)
 
     def chunk_size(self, index: int) -> int:
         """Frames in chunk `index`: the first chunk's size, doubling up to the steady size. Each chunk then
@@ -92,13 +89,17 @@ class VocoderLoop:
         signature = ShapeSignature(WorkUnitKind.AUDIO_CHUNK, EXPERT, bucket_for(n, self.settings.frame_buckets))
         return WorkPlan(state.request_id, self.kind, signature, plan)
 
+    def expects(self, state: VocoderState, plan: WorkPlan) -> bool:
+        """Every launched chunk is one the loop waits for."""
+        return True
+
     def launched(self, state: VocoderState, plan: WorkPlan) -> None:
         """The chunk's frames went to the device (a non-final chunk leaves at least one frame pending, so the
         final chunk is always planned once the utterance has ended)."""
         del state.pending[: len(plan.payload.codes)]
         state.planned += 1
 
-    def advance(self, state: VocoderState, plan: WorkPlan, audio: Any) -> None:
+    def advance(self, state: VocoderState, plan: WorkPlan, audio: Any) -> bool:
         """`audio`: the chunk's samples, float32 [channels, frames * hop] (numpy)."""
         chunk_plan: ChunkPlan = plan.payload
         chunk = AudioChunk(len(state.chunks), audio, state.sample_rate, len(chunk_plan.codes), chunk_plan.final)
@@ -106,6 +107,7 @@ class VocoderLoop:
         state.fresh = [chunk]
         if chunk_plan.final:
             state.finish = state.upstream
+        return True
 
-    def finalize(self, state: VocoderState) -> LoopResult:
-        return LoopResult(state.finish or FinishReason.ABORT, {"chunks": list(state.chunks)})
+    def finalize(self, state: VocoderState) -> VocoderResult:
+        return VocoderResult(state.finish or FinishReason.ABORT, list(state.chunks))

@@ -1,0 +1,211 @@
+"""The MOSS-TTS-Local family's card section: its experts, its loops' settings, and building the experts.
+
+Owns: the experts `backbone`, `local_transformer`, `vocoder` (class, checkpoint, dtype; the tokenizer; the
+codec's encoder), the loops `ar_decode` -> `vocoder` with `encode` in front and their settings, the card
+as a whole (`MossCard`: the common part of `v2.card` plus this section), and instantiating experts from a
+fixed registry (checkpoints found by `v2.checkpoints`: a directory or a hub repo id). No code is ever
+imported from a card.
+Must not know: the runtime, requests, scheduling.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from v2.card import SEED_PREFIX, DType, LoopDecl, ModelCard, SamplingDefaults, _Frozen, check_buckets
+from v2.checkpoints import resolve_checkpoint
+
+
+class Expert(_Frozen):
+    """checkpoint: a directory (relative paths from the working directory), a hub repo id `org/name` found in the
+    Hugging Face cache, or `seed:NAME` ([seeded.NAME])."""
+
+    checkpoint: str = Field(min_length=1)
+    dtype: DType
+
+
+class BackboneExpert(Expert):
+    class_: Literal["Qwen3Backbone"] = Field(alias="class")
+    tokenizer: Literal["bytes", "json"]
+
+
+class LocalTransformerExpert(Expert):
+    class_: Literal["MossLocalTransformer"] = Field(alias="class")
+
+
+class VocoderExpert(Expert):
+    class_: Literal["MossAudioDecoder"] = Field(alias="class")
+    encoder: bool = False  # also load the codec's encoder (reference audio -> codes) from the same checkpoint
+
+
+class Experts(_Frozen):
+    backbone: BackboneExpert
+    local_transformer: LocalTransformerExpert
+    vocoder: VocoderExpert
+
+
+class ARDecodeSettings(LoopDecl):
+    class_: Literal["ARDecodeLoop"] = Field(alias="class")
+    feeds: tuple[Literal["vocoder"]] = ("vocoder",)  # the loop its frames go to
+    max_frames: int = Field(ge=1)          # cap on a request's frames
+    max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
+    max_text_chars: int = Field(default=20_000, ge=1)  # cap on text, instruction and language, each (checked first)
+    max_segment_chars: int = Field(default=300, ge=1)  # longer text is spoken as segments of whole sentences
+    max_running: int = Field(ge=1)         # KV slots: requests decoding at once
+    max_waiting: int = Field(ge=1)         # requests queued for a slot; past it submit() refuses (overload)
+    max_buffered_chunks: int = Field(ge=1)  # chunks a subscriber may fall behind before its request is aborted
+    prefill_chunk_rows: int = Field(ge=1)  # prompt rows prefilled per engine step, all requests together
+    batch_buckets: list[int]               # AR_FRAME batches are padded up to one of these
+    sampling: SamplingDefaults
+    # paged KV: rows per block; the pool as a number of blocks, or as a fraction of the device memory free
+    # when the runtime starts (weights loaded; codec streams, graphs and activations live in the rest).
+    # Neither: max_running requests at full length (the memory a contiguous cache would take).
+    block_size: int = Field(default=16, ge=1)
+    kv_blocks: int | None = Field(default=None, ge=1)
+    kv_memory_fraction: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+    prefix_cache: bool = True              # full prompt blocks stay cached for later requests until evicted
+
+    _buckets = field_validator("batch_buckets")(check_buckets)
+
+    @property
+    def max_blocks(self) -> int:
+        """Blocks one request holds at its longest (max_prompt_rows + max_frames rows)."""
+        return -(-(self.max_prompt_rows + self.max_frames) // self.block_size)
+
+    @model_validator(mode="after")
+    def _fits(self) -> "ARDecodeSettings":
+        if self.max_running > self.batch_buckets[-1]:
+            raise ValueError(f"max_running ({self.max_running}) exceeds the largest batch bucket")
+        if self.kv_blocks is not None and self.kv_memory_fraction is not None:
+            raise ValueError("kv_blocks and kv_memory_fraction: give one KV budget, not both")
+        if self.kv_blocks is not None and self.kv_blocks < self.max_blocks:
+            raise ValueError(f"kv_blocks ({self.kv_blocks}) cannot hold one request at full length "
+                             f"({self.max_blocks} blocks of {self.block_size} rows)")
+        return self
+
+
+class VocoderSettings(LoopDecl):
+    class_: Literal["VocoderLoop"] = Field(alias="class")
+    feeds: tuple[()] = ()  # the last loop: its chunks stream to the caller
+    first_chunk_frames: int = Field(ge=1)  # frames in a stream's first audio chunk
+    chunk_frames: int = Field(ge=1)        # frames in every later chunk (the last may be shorter)
+    max_streams: int = Field(ge=1)         # codec state slots
+    batch_buckets: list[int]               # AUDIO_CHUNK batches are padded up to one of these
+    frame_buckets: list[int]               # a batch's chunk length is padded up to one of these
+
+    _buckets = field_validator("batch_buckets", "frame_buckets")(check_buckets)
+
+    @model_validator(mode="after")
+    def _fits(self) -> "VocoderSettings":
+        if max(self.first_chunk_frames, self.chunk_frames) > self.frame_buckets[-1]:
+            raise ValueError("chunk frames exceed the largest frame bucket")
+        if self.max_streams > self.batch_buckets[-1]:
+            raise ValueError(f"max_streams ({self.max_streams}) exceeds the largest batch bucket")
+        return self
+
+
+class EncodeSettings(LoopDecl):
+    """Reference audio: limits at submit, and how encoding is spread over engine steps."""
+
+    class_: Literal["EncodeLoop"] = Field(default="EncodeLoop", alias="class")
+    max_reference_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)  # per recording, as given
+    max_references: int = Field(default=4, ge=1)  # recordings per request
+    chunk_frames: int = Field(default=25, ge=1)   # frames of each recording encoded per step (25 = 2 s)
+    max_streams: int = Field(default=8, ge=1)     # encoder state slots: recordings encoding at once
+
+    @model_validator(mode="after")
+    def _fits(self) -> "EncodeSettings":
+        if self.max_streams < self.max_references:
+            raise ValueError(f"max_streams ({self.max_streams}) must be >= max_references ({self.max_references})")
+        return self
+
+
+class Loops(_Frozen):
+    ar_decode: ARDecodeSettings
+    vocoder: VocoderSettings
+    encode: EncodeSettings = EncodeSettings()
+
+
+class MossCard(ModelCard):
+    """A MOSS-TTS-Local card: the common part and this family's experts and loops."""
+
+    family: Literal["moss_tts_local"]
+    experts: Experts
+    loops: Loops
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MossCard":
+        e = self.experts
+        for name in ("backbone", "local_transformer", "vocoder"):
+            ckpt = getattr(e, name).checkpoint
+            if ckpt.startswith(SEED_PREFIX) and ckpt[len(SEED_PREFIX):] not in self.seeded:
+                raise ValueError(f"experts.{name}.checkpoint: {ckpt!r} names no [seeded.{ckpt[len(SEED_PREFIX):]}] table")
+        if (e.local_transformer.checkpoint, e.local_transformer.dtype) != (e.backbone.checkpoint, e.backbone.dtype):
+            raise ValueError("experts.local_transformer: checkpoint and dtype must equal the backbone's "
+                             "(one release checkpoint holds both)")
+        return self
+
+
+CARD = MossCard
+
+
+def _registry() -> dict[str, Any]:
+    """The fixed set of weight classes a card's experts resolve to (imported lazily)."""
+    from v2.models.codec import MossAudioDecoder
+    from v2.models.moss_tts_local import MossTTSLocal
+
+    # the backbone and the local transformer are two experts of one release checkpoint
+    return {"Qwen3Backbone": MossTTSLocal, "MossLocalTransformer": MossTTSLocal, "MossAudioDecoder": MossAudioDecoder}
+
+
+def _build(card: MossCard, expert: Expert, class_: str, checkpoint: str | Path | None, dtype: Any,
+           device: Any) -> Any:
+    import torch
+
+    cls = _registry()[class_]
+    dtype = dtype or getattr(torch, expert.dtype)
+    source = str(checkpoint) if checkpoint is not None else expert.checkpoint
+    if source.startswith(SEED_PREFIX):
+        seeded = card.seeded[source[len(SEED_PREFIX):]]
+        return cls.from_seed(seeded.config, seeded.seed, dtype=dtype, device=device)
+    return cls.from_pretrained(resolve_checkpoint(source), dtype=dtype, device=device)
+
+
+def build_model(card: MossCard, *, checkpoint: str | Path | None = None, dtype: Any = None,
+                device: Any = "cpu") -> Any:
+    """The backbone + local-transformer experts (one `MossTTSLocal`), from the card or `checkpoint`."""
+    return _build(card, card.experts.backbone, card.experts.backbone.class_, checkpoint, dtype, device)
+
+
+def build_codec(card: MossCard, *, checkpoint: str | Path | None = None, dtype: Any = None,
+                device: Any = "cpu") -> Any:
+    """The vocoder expert (a `MossAudioDecoder`), from the card or `checkpoint`."""
+    return _build(card, card.experts.vocoder, card.experts.vocoder.class_, checkpoint, dtype, device)
+
+
+def build_encoder(card: MossCard, *, checkpoint: str | Path | None = None, dtype: Any = None, device: Any = "cpu",
+                  decoder: Any = None) -> Any:
+    """The codec's encoder (a `MossAudioEncoder`) from the vocoder's checkpoint; a seeded codec's encoder
+    shares `decoder`'s codebooks, as one checkpoint's two sides do."""
+    import torch
+
+    from v2.models.codec.encoder import MossAudioEncoder
+
+    expert = card.experts.vocoder
+    dtype = dtype or getattr(torch, expert.dtype)
+    source = str(checkpoint) if checkpoint is not None else expert.checkpoint
+    if source.startswith(SEED_PREFIX):
+        seeded = card.seeded[source[len(SEED_PREFIX):]]
+        return MossAudioEncoder.from_seed(seeded.config, seeded.seed, decoder=decoder, dtype=dtype, device=device)
+    return MossAudioEncoder.from_pretrained(resolve_checkpoint(source), dtype=dtype, device=device)
+
+
+def build_tokenizer(card: MossCard, checkpoint: str | Path | None = None) -> Any:
+    from v2.models.tokenizer import load_tokenizer
+
+    source = str(checkpoint) if checkpoint is not None else card.experts.backbone.checkpoint
+    return load_tokenizer(card.experts.backbone.tokenizer,
+                          None if source.startswith(SEED_PREFIX) else resolve_checkpoint(source))

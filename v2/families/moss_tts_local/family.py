@@ -1,0 +1,272 @@
+"""MOSS-TTS-Local bound for the runtime: the `v2.runtime.family.Family` of this family (`FAMILY` binds it).
+
+Owns: building the experts a card names (`experts`), and `MossFamily`: the loop graph its card declares
+(`ar_decode` -> `vocoder`, `encode` in front; `ar_decode` holds the paged KV), the executors registered
+per work kind (ENCODE, PREFILL, AR_FRAME, AUDIO_CHUNK: thin halves over `ARExecutor`, `CodecExecutor`,
+`EncodeExecutor`), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the family's side
+of a request's life: parsing and preparing it, its loops' states at admission (each made by its loop, with
+its slot), device state at admission, the prompt laid out again once references are encoded, the next
+segment's carried prompt, the rows a preempted request recomputes, and the result.
+Must not know: the engine's queues, scheduling policy, threads (device state changes are queued through
+the `launch` the engine binds).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Hashable, Mapping, Sequence
+
+import torch
+
+from v2.contracts import LoopKind, LoopState, WorkUnitKind
+from v2.families.moss_tts_local import results, segments
+from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
+from v2.families.moss_tts_local.ar_executor import ARExecutor, FrameBatch, OnStream
+from v2.families.moss_tts_local.card import ARDecodeSettings, MossCard, build_codec, build_encoder, build_model, build_tokenizer
+from v2.families.moss_tts_local.codec_executor import CodecExecutor
+from v2.families.moss_tts_local.encode import EncodeLoop
+from v2.families.moss_tts_local.encode_executor import EncodeExecutor
+from v2.families.moss_tts_local.prepare import CodecSpec, build_rows, prepare, prepare_recording
+from v2.families.moss_tts_local.vocoder import VocoderLoop
+from v2.families.moss_tts_local.weights import NAMES
+from v2.models.kv_cache import PagedKVCache
+from v2.request import RequestError, parse_request
+from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs
+
+AR, VOC = LoopKind.AR_DECODE, LoopKind.VOCODER
+
+
+def pool_blocks(settings: ARDecodeSettings, model: Any) -> int:
+    """The KV pool's size in blocks from the card: `kv_blocks`; or `kv_memory_fraction` of the memory free on
+    the model's device now (CUDA: `mem_get_info`; a CPU: the host's available memory); else max_running
+    requests at full length."""
+    if settings.kv_blocks is not None:
+        return settings.kv_blocks
+    if settings.kv_memory_fraction is None:
+        return settings.max_running * settings.max_blocks
+    device = model.device
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    per_block = PagedKVCache.block_bytes(model.cfg.backbone, settings.block_size, model.dtype)
+    blocks = int(free * settings.kv_memory_fraction) // per_block
+    if blocks < settings.max_blocks:
+        raise RuntimeError(f"kv_memory_fraction: {settings.kv_memory_fraction} of {free / 2**30:.1f} GiB free holds "
+                           f"{blocks} KV blocks, fewer than one request at full length ({settings.max_blocks}); "
+                           "raise it or lower max_prompt_rows / max_frames")
+    return blocks
+
+
+# ----- the executors, one per work kind (each looks its expert up at call time) ---------------------------
+class _Encodes:
+    def __init__(self, fam: "MossFamily") -> None:
+        self.fam = fam
+
+    def prepare(self, batch: Batch) -> Any:
+        return self._exec.prepare(batch)
+
+    def launch(self, prepared: Any) -> Any:
+        return self._exec.launch(prepared)
+
+    def read(self, host: Any, batch: Batch) -> Sequence[Any]:
+        return self._exec.read(host, batch)
+
+    @property
+    def _exec(self) -> EncodeExecutor:
+        executor = self.fam.encode_exec
+        assert executor is not None, "ENCODE work without an encoder"
+        return executor
+
+
+class _Prefills:
+    def __init__(self, fam: "MossFamily") -> None:
+        self.fam = fam
+
+    def prepare(self, batch: Batch) -> Any:
+        return [p.payload for p in batch.plans]
+
+    def launch(self, payloads: Any) -> None:
+        self.fam.ar_exec.prefill(payloads)
+
+    def read(self, host: Any, batch: Batch) -> Sequence[Any]:
+        return [None] * len(batch.plans)
+
+
+class _Frames:
+    def __init__(self, fam: "MossFamily") -> None:
+        self.fam = fam
+
+    def prepare(self, batch: Batch) -> Any:
+        return self.fam.ar_exec.prepare([p.payload for p in batch.plans], batch.bucket)
+
+    def launch(self, frames: Any) -> Any:
+        return self.fam.ar_exec.launch(frames)
+
+    def read(self, host: Any, batch: Batch) -> FrameBatch:
+        return FrameBatch.read(host, len(batch.plans))
+
+
+class _Chunks:
+    def __init__(self, fam: "MossFamily") -> None:
+        self.fam = fam
+
+    def prepare(self, batch: Batch) -> Any:
+        return self.fam.codec_exec.prepare([p.payload for p in batch.plans], batch.bucket,
+                                           batch.plans[0].signature.bucket)
+
+    def launch(self, chunks: Any) -> Any:
+        return self.fam.codec_exec.launch(chunks)
+
+    def read(self, host: Any, batch: Batch) -> Any:
+        return self.fam.codec_exec.read(host, [p.payload for p in batch.plans])
+
+
+class MossFamily:
+    name = "moss_tts_local"
+    weight_names = NAMES
+
+    def __init__(self, card: MossCard, model: Any, codec: Any, tokenizer: Any, *, encoder: Any = None,
+                 graphs: bool = True) -> None:
+        ar, voc, enc = card.loops.ar_decode, card.loops.vocoder, card.loops.encode
+        self.card, self.model, self.codec, self.tokenizer, self.encoder = card, model, codec, tokenizer, encoder
+        self.device, self.weights = model.device, model
+        self.code_width, self.codebook_size = model.cfg.n_vq, model.cfg.codebook_size
+        self.sample_rate, self.channels = codec.sample_rate, codec.cfg.channels
+        self.frame_rate = codec.sample_rate / codec.cfg.hop  # 12.5 frames per second
+        self._launch: LaunchState = lambda work: work()  # until the engine binds its stream
+        self.ar_loop, self.voc_loop = ARDecodeLoop(ar), VocoderLoop(voc)
+        self.enc_loop = EncodeLoop(enc.chunk_frames)
+        self.ar_exec = ARExecutor(model, num_slots=ar.max_running, max_len=ar.max_prompt_rows + ar.max_frames,
+                                  batch_buckets=ar.batch_buckets, graphs=graphs, num_blocks=pool_blocks(ar, model),
+                                  block_size=ar.block_size)
+        self.ar_calls = OnStream(self.ar_exec, lambda work: self._launch(work))
+        self.codec_exec = CodecExecutor(codec, num_slots=voc.max_streams, batch_buckets=voc.batch_buckets,
+                                        frame_buckets=voc.frame_buckets, graphs=graphs)
+        self.encode_exec = EncodeExecutor(encoder, enc.max_streams) if encoder is not None else None
+        self.codec_spec = CodecSpec(encoder.sample_rate, encoder.cfg.hop) if encoder is not None else None
+        feeds = tuple(LoopKind(n) for n in ar.feeds)  # the card's edge: ar_decode -> vocoder
+        self.graph = LoopGraph((LoopSpec(AR, self.ar_loop, feeds, pools=("kv",)), LoopSpec(VOC, self.voc_loop, pools=("codec",))),
+                               paged=AR, front=self.enc_loop if encoder is not None else None, front_pool="encode")
+        self.executors = {WorkUnitKind.ENCODE: _Encodes(self), WorkUnitKind.PREFILL: _Prefills(self),
+                          WorkUnitKind.AR_FRAME: _Frames(self), WorkUnitKind.AUDIO_CHUNK: _Chunks(self)}
+        self.buckets = {WorkUnitKind.AR_FRAME: ar.batch_buckets, WorkUnitKind.AUDIO_CHUNK: voc.batch_buckets}
+        self.pools = {"kv": ar.max_running, "codec": voc.max_streams, "encode": enc.max_streams}
+        self.kv = KVSpec(self.ar_exec.kv.num_blocks, ar.block_size, ar.max_blocks, ar.prefix_cache)
+        self.kv_ops = self.ar_calls
+        self.prefill_budget, self.max_waiting = ar.prefill_chunk_rows, ar.max_waiting
+        self.max_group, self.max_buffered_chunks = ar.max_running, ar.max_buffered_chunks
+
+    def bind(self, launch: LaunchState) -> None:
+        self._launch = launch
+
+    def thread_setup(self) -> None:
+        threads = self.card.runtime.cpu_threads
+        if threads is not None and self.device.type == "cpu":
+            torch.set_num_threads(threads)  # this thread's intra-op threads (OpenMP settings are per thread)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # the current device is per thread: kernels, copies, replays
+
+    # ----- submit --------------------------------------------------------------------------------
+    def parse(self, request: Any) -> Any:
+        return parse_request(request)
+
+    def prepare(self, request: Any, *, voice: Any = None) -> Any:
+        return prepare(request, self.card, self.model.cfg, self.tokenizer, codec=self.codec_spec, voice=voice)
+
+    def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
+        """Requests (request, prepared) that share one prompt: at most max_running, each needs a codec stream
+        to decode audio, one prompt for all, no recording to encode, one segment."""
+        voc, prepared = self.card.loops.vocoder, [p for _, p in group]
+        if len(group) > self.max_group:
+            raise ValueError(f"n: a group of {len(group)} exceeds the card's max_running")
+        if sum(r.decode_audio for r, _ in group) > voc.max_streams:
+            raise ValueError(f"n: a group decoding audio needs a codec stream each; the card has {voc.max_streams}")
+        if any(not torch.equal(p.rows, prepared[0].rows) for p in prepared):
+            raise ValueError("prompts: a shared prompt must be the same for every request of the group")
+        if prepared[0].audio:
+            raise RequestError("reference_audio: a group shares one prompt; store the voice once "
+                               "(rt.voices.add) and pass voice=NAME, or pass reference_codes")
+        if len(prepared[0].segments) > 1:
+            raise RequestError("text: a group shares one prompt; this text is spoken as "
+                               f"{len(prepared[0].segments)} segments (max_segment_chars)")
+
+    def read_input(self, source: Any) -> Any:
+        return prepare_recording(source, self.card, self.codec_spec)
+
+    def front_state(self, request_id: int, inputs: tuple[Any, ...]) -> Any:
+        assert self.codec_spec is not None
+        return self.enc_loop.init(request_id, inputs, self.codec_spec.hop)
+
+    def front_start(self, slots: list[int]) -> None:
+        executor = self.encode_exec
+        assert executor is not None
+        self._launch(lambda: executor.start(slots))
+
+    def encoded(self, record: Any) -> Any:
+        """The prompt again, with the real codes of the request's recordings."""
+        work = record.work
+        references = tuple(torch.from_numpy(c) for c in self.enc_loop.finalize(record.front))
+        return build_rows(record.request, self.model.cfg, self.tokenizer, references, work.transcript,
+                          work.segments[0].text if work.segments else None)
+
+    # ----- admission and after -------------------------------------------------------------------
+    def needs(self, record: Any) -> Needs:
+        return Needs({"kv": 1, "codec": int(record.request.decode_audio)},
+                     kv_rows=int(record.rows.shape[0]) + record.work.max_frames)
+
+    def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
+        work, request = record.work, record.request
+        ar = self.ar_loop.init(record.id, record.rows, max_frames=work.max_frames, min_frames=request.min_frames,
+                               segment_caps=tuple(s.max_frames for s in work.segments[1:]), slot=slots["kv"])
+        if share_from is not None:
+            self.ar_loop.share(ar, share_from)
+        voc = self.voc_loop.init(record.id, sample_rate=self.codec.sample_rate, enabled=request.decode_audio,
+                                 slot=slots.get("codec", -1))
+        return {AR: ar, VOC: voc}
+
+    def admitted(self, record: Any) -> None:
+        """The request's slot settings and seed; fresh codec state for its stream."""
+        ar = record.states[AR]
+        self.ar_calls.admit(ar.slot, record.work.sampling, record.request.seed)
+        if "codec" in record.slots:
+            slot, codec = record.slots["codec"], self.codec_exec
+            self._launch(lambda: codec.admit(slot))
+
+    def recompute_rows(self, state: ARState) -> Any:
+        return segments.recompute_rows(state, self.model.cfg.ids.audio_assistant_slot)
+
+    def more_input(self, record: Any, loop: Hashable) -> Any:
+        """The next segment's prompt (the AR loop waits for it once a segment another follows has ended)."""
+        return segments.next_segment(record, record.states[AR], self.ar_loop, self.ar_calls,
+                                     self.model.cfg.ids.audio_assistant_slot)
+
+    def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
+        return results.build_result(record, outputs.get(AR), outputs.get(VOC), reason, now,
+                                    channels=self.codec.cfg.channels, sample_rate=self.codec.sample_rate,
+                                    groups=self.code_width)
+
+    def stats(self) -> dict[str, Any]:
+        return {"graphs": {"ar_frame": self.ar_exec.graphs.stats(), "audio_chunk": self.codec_exec.graphs.stats()}}
+
+
+class _Factory:
+    """`FAMILY`: binds a card and its experts (`bind`), or builds the experts a card names (`experts`)."""
+
+    name = "moss_tts_local"
+
+    def bind(self, card: MossCard, model: Any, codec: Any, tokenizer: Any, *, graphs: bool = True,
+             encoder: Any = None) -> MossFamily:
+        return MossFamily(card, model, codec, tokenizer, encoder=encoder, graphs=graphs)
+
+    def experts(self, card: MossCard, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
+                device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
+        model = build_model(card, checkpoint=checkpoint, dtype=dtype, device=device)
+        codec = build_codec(card, checkpoint=codec_checkpoint, dtype=dtype, device=device)
+        encoder = (build_encoder(card, checkpoint=codec_checkpoint, dtype=dtype, device=device, decoder=codec)
+                   if card.experts.vocoder.encoder else None)
+        return {"model": model, "codec": codec, "tokenizer": build_tokenizer(card, checkpoint), "encoder": encoder}
+
+
+FAMILY = _Factory()
+__all__ = ["FAMILY", "MossFamily", "pool_blocks"]
