@@ -4,7 +4,8 @@ Owns: the common part of the card schema (name, `family`, seeded weight sources,
 schema, a loop's declaration `LoopDecl` with the loops it feeds, runtime settings such as the engine's
 CPU threads), finding a card by name (the shipped cards are package data, `v2/cards/` in an installed
 package, the top-level `cards/` in a checkout) or path, validating it with its family's card class
-(`v2.families`; each family's section: its experts and loops), refusing a bad card with the field named,
+(the fixed table `FAMILIES`; each family's section: its experts and loops), finding a card's family
+(`family_of`), refusing a bad card with the field named,
 and building the experts a card names through its family's section. No code is ever imported from a card.
 Must not know: the runtime, requests, scheduling, any family's section.
 """
@@ -12,6 +13,7 @@ Must not know: the runtime, requests, scheduling, any family's section.
 from __future__ import annotations
 
 import tomllib
+from importlib import import_module
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -139,14 +141,24 @@ def load_card(name_or_path: str | Path = DEFAULT_CARD) -> ModelCard:
         raise CardError(f"card {path.name}: {fields}") from None
 
 
-def card_class(family: Any) -> type[ModelCard]:
-    """The card class of the family a card names."""
-    from v2.families import family_card
+FAMILIES = {"moss_tts_local": "v2.families.moss_tts_local"}  # the shipped families: name -> package
 
-    try:
-        return family_card(family)
-    except ValueError as e:
-        raise CardError(str(e)) from None
+
+def _family_package(name: Any) -> str:
+    if name not in FAMILIES:
+        raise CardError(f"family: unknown family {name!r} (known: {', '.join(sorted(FAMILIES))})")
+    return FAMILIES[name]
+
+
+def card_class(family: Any) -> type[ModelCard]:
+    """The card class of the family a card names (its package's `card.CARD`; torch-free)."""
+    return import_module(_family_package(family) + ".card").CARD  # type: ignore[no-any-return]
+
+
+def family_of(card: ModelCard) -> Any:
+    """The family a card names: its package's `family.FAMILY`, which binds the card and its experts into a
+    `v2.runtime.family.Family` (a fixed table: no code is ever imported from a card)."""
+    return import_module(_family_package(card.family) + ".family").FAMILY
 
 
 def build_model(card: ModelCard, **options: Any) -> Any:

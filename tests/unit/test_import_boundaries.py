@@ -46,7 +46,7 @@ def _imports(path) -> set[str]:
 
 def test_the_runtime_imports_no_family_and_no_model():
     """The seam: v2/runtime knows work kinds, plans, batches, slots, blocks, streams and handles; a family
-    is handed to it (the card names it; `v2.families` finds it)."""
+    is handed to it (the card names it; `v2.card.family_of` finds it)."""
     from pathlib import Path
 
     import v2

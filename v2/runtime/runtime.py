@@ -5,7 +5,7 @@ runtime holds an `Engine`, which it starts last), validating and queueing reques
 prepares them, errors name the field; a group of requests sharing one prompt), encode-only jobs
 (`encode_audio`, for the voice store), weight-update calls (handed to the engine's gate), cancels,
 `stats()` and `close()`. Everything it queues is run by the engine thread (engine.py).
-Must not know: any family (the card names it; `v2.families` finds it), steps, executors, the device
+Must not know: any family (the card names it; `v2.card.family_of` finds it), steps, executors, the device
 stream's workings, loop logic.
 """
 
@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from v2.card import DEFAULT_CARD, ModelCard, load_card
-from v2.families import family as family_of
+from v2.card import DEFAULT_CARD, ModelCard, family_of, load_card
 from v2.request import OverloadedError, RequestError
 from v2.runtime import weight_updates
 from v2.runtime.device import Stream, default_stream
@@ -44,7 +43,7 @@ class Runtime:
         it and closes it); e.g. `SimulatedStream(latency)` to run a CPU like an asynchronous device.
         `family`: a family already bound (instead of the card's family binding `experts`)."""
         self.card = card
-        self.family: Family = family or family_of(card.family).bind(card, *experts, graphs=graphs, **named)
+        self.family: Family = family or family_of(card).bind(card, *experts, graphs=graphs, **named)
         self.engine = Engine(self.family, stream or default_stream(self.family.device))
         self._cond = self.engine.cond
         self.voices = VoiceStore(voices_dir or card.runtime.voices_dir or default_directory(card.name),
@@ -61,7 +60,7 @@ class Runtime:
         family builds the experts it names (`checkpoint`: the model's, `codec_checkpoint`: the codec's)."""
         card = card if isinstance(card, ModelCard) else load_card(card)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        experts = family_of(card.family).experts(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint,
+        experts = family_of(card).experts(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint,
                                                   device=device, dtype=dtype)
         return cls(card, graphs=graphs, voices_dir=voices_dir, stream=stream, **experts)
 
