@@ -2,14 +2,16 @@
 
 Owns: the request schema (text or explicit prompt rows; a voice as reference codes, reference recordings,
 a transcript for continuation, or a stored voice's name; style fields, per-head sampling, seed, frame
-limits, streaming, profile), its field rules (strict types; arrays and raw samples copied when validated,
-so nothing the caller holds is read later), and `parse_request` (errors name the field). Checking a
-request against a card and laying out its prompt is `v2/prepare.py`.
+limits, streaming, profile), its field rules (strict types; every integer bounded; arrays and raw samples
+copied when validated, so nothing the caller holds is read later; raw samples' rate and size are checked
+before that copy), and `parse_request` (errors name the field). Checking a request against a card and laying
+out its prompt is `v2/prepare.py`.
 Must not know: the engine, slots, devices, cards.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import re
@@ -21,7 +23,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from v2.contracts import ExecutionProfile
 from v2.fields import (
-    INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature, int_tensor,
+    INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_reference_size,
+    check_sample_rate, check_temperature, int_tensor,
 )
 from v2.sampling_settings import HeadSampling, SamplingSettings
 
@@ -90,7 +93,7 @@ class SpeechRequest(_Strict):
     voice: OptionalText = None       # the name of a stored voice (rt.voices)
     instruction: OptionalText = None
     language: OptionalText = None
-    duration_frames: Annotated[StrictInt | None, Field(ge=1)] = None  # the prompt's "Tokens" duration target
+    duration_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None  # the prompt's "Tokens" target
     sampling: SamplingParams = SamplingParams()
     seed: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
     max_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None
@@ -168,6 +171,7 @@ def _recording(x: Any, field: str) -> Any:
     if isinstance(x, (bytes, bytearray, memoryview)):
         return bytes(x)
     if isinstance(x, tuple) and _is_samples(x):
+        _check_samples_cost(x[0], x[1], field)
         samples = x[0].detach().cpu().numpy() if isinstance(x[0], torch.Tensor) else x[0]
         if isinstance(samples, np.ndarray) and samples.dtype.kind not in "fi":
             raise FieldError(f"{field}: samples must be float, int16 or int32 PCM, got {samples.dtype}")
@@ -177,6 +181,19 @@ def _recording(x: Any, field: str) -> Any:
             raise FieldError(f"{field}: samples are not an array of numbers ({e})") from None
     raise FieldError(f"{field}: expected a path, the bytes of an audio file, or (samples, sample_rate); "
                      f"got {type(x).__name__}")
+
+
+def _check_samples_cost(samples: Any, rate: Any, field: str) -> None:
+    """The rate and frames x channels of raw samples, from the shape alone: refused before the copy (the
+    duration against the card is checked at prepare, still before any conversion)."""
+    try:
+        check_sample_rate(rate)
+        shape = tuple(samples.shape) if isinstance(samples, (np.ndarray, torch.Tensor)) else (len(samples),) \
+            if isinstance(samples, (list, tuple)) else None
+        if shape and max(shape) > 0:
+            check_reference_size(max(shape), math.prod(shape) // max(shape))  # the longer axis is time
+    except ValueError as e:
+        raise FieldError(f"{field}: {e}") from None
 
 
 def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
