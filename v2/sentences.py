@@ -64,15 +64,19 @@ def segments(text: str, max_chars: int) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     start = end = length = 0  # the open segment text[start:end] and the length of what it says
     for s, e in sentences(text):
-        n = len(spoken(text[s:e]))
+        words = text[s:e].split()
+        n = sum(map(len, words)) + len(words) - 1 if words else 0  # len(spoken(text[s:e]))
         if n > max_chars:
             raise SplitError(s, e, max_chars, n)
-        if n:  # a whitespace-only sentence says nothing: it stays with the open segment
-            grown = length + (text[s - 1].isspace() or text[s].isspace()) + n if length else n  # one for the gap
-            if length and grown > max_chars:
+        if n and not length:  # the first words of the open segment (whitespace before them stays with it)
+            length = n
+        elif n:  # a whitespace-only sentence says nothing: it stays with the open segment
+            gap = text[s - 1].isspace() or text[s].isspace()  # whitespace since the last words: one character
+            if length + gap + n > max_chars:
                 out.append((start, end))
-                start, grown = s, n
-            length = grown
+                start, length = s, n
+            else:
+                length += gap + n
         end = e
     out.append((start, end))
     return out
