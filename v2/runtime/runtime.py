@@ -20,7 +20,7 @@ import torch
 from v2.card import DEFAULT_CARD, ModelCard, build_codec, build_encoder, build_model, build_tokenizer, load_card
 from v2.prepare import CodecSpec, prepare, prepare_recording
 from v2.request import OverloadedError, RequestError, SpeechRequest, parse_request
-from v2.runtime import weight_updates
+from v2.runtime import shutdown, weight_updates
 from v2.runtime.device import Stream
 from v2.runtime.encoding import EncodeJob
 from v2.runtime.engine import Engine
@@ -44,6 +44,7 @@ class Runtime(Engine):
                                  encode=self.encode_audio, width=model.cfg.n_vq, codebook_size=model.cfg.codebook_size)
         self._ids = itertools.count()
         self._thread.start()
+        shutdown.track(self)  # closed at interpreter exit if still open (shutdown.py)
 
     @classmethod
     def from_card(cls, card: str | ModelCard = DEFAULT_CARD, *, checkpoint: str | None = None,
