@@ -14,32 +14,29 @@ Must not know: the engine, models, requests.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import logging
 import os
 import re
-import shutil
 import stat
 import tempfile
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from v2.fields import FieldError, int_tensor
+from v2.runtime.voice_files import create, delete, locked, opened, read_bytes, sync_directory
 
 log = logging.getLogger(__name__)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullmatch
 FORMAT = 1
-LOCK, STAGING, WITHDRAWN = ".lock", ".staging-", ".withdrawn-"
+STAGING, WITHDRAWN = ".staging-", ".withdrawn-"  # hidden: never listed; swept at start
 MAX_CODES_BYTES, MAX_META_BYTES = 16 * 2**20, 2**20  # [N, 12] int64 at 16 MiB: 174k frames, hours of audio
 
 
@@ -136,7 +133,7 @@ class VoiceStore:
         voice = Voice(name, self._check_codes(codes, "codes"), text, time.time())
         write_id = uuid.uuid4().hex
         self.directory.mkdir(parents=True, exist_ok=True)
-        with self._locked(exclusive=True):
+        with locked(self.directory, exclusive=True):
             taken = os.path.lexists(self.directory / name)
             if taken and not replace:
                 raise VoiceExists(name)
@@ -147,7 +144,7 @@ class VoiceStore:
 
     def get(self, name: str) -> Voice:
         check_name(name)
-        with self._locked(exclusive=False):
+        with locked(self.directory, exclusive=False):
             try:
                 return self._entry(name)
             except _Unusable as e:
@@ -156,7 +153,7 @@ class VoiceStore:
     def list(self) -> list[Voice]:
         """Every readable voice, by name; the entries skipped are in `errors` afterwards."""
         voices, errors = [], []
-        with self._locked(exclusive=False):
+        with locked(self.directory, exclusive=False):
             names = self._names()
             for name in names:
                 try:
@@ -178,13 +175,13 @@ class VoiceStore:
         check_name(name)
         if not self.directory.is_dir():
             raise VoiceError(f"voice: no stored voice named {name!r}")
-        with self._locked(exclusive=True):
+        with locked(self.directory, exclusive=True):
             if not os.path.lexists(self.directory / name):
                 raise VoiceError(f"voice: no stored voice named {name!r}")
             aside = self.directory / f"{WITHDRAWN}{name}-{uuid.uuid4().hex}"
             os.rename(self.directory / name, aside)
-            _delete(aside)
-            _sync_directory(self.directory)
+            delete(aside)
+            sync_directory(self.directory)
         with self._cache_lock:
             self._cache.pop(name, None)
 
@@ -196,35 +193,17 @@ class VoiceStore:
         return True
 
     # ----- disk ------------------------------------------------------------------------------------
-    @contextmanager
-    def _locked(self, *, exclusive: bool) -> Iterator[None]:
-        """The store's cross-process lock. A reader of a directory nobody may write (or that is not there
-        yet) goes without: there is no writer to wait for."""
-        fd = None
-        try:
-            fd = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-        except OSError as e:
-            if exclusive or e.errno not in (errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS):
-                raise
-        try:
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
-        finally:
-            if fd is not None:
-                os.close(fd)  # releases the lock
-
     def _publish(self, voice: Voice, write_id: str, taken: bool) -> None:
         """Under the exclusive lock: write a staging directory, then rename it into place (the old entry,
         if any, renamed aside first and deleted after). A failure removes what it wrote and keeps the old."""
         final = self.directory / voice.name
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{voice.name}-", dir=self.directory))
         try:
-            with _create(staging / "codes.npy") as f:
+            with create(staging / "codes.npy") as f:
                 np.save(f, voice.codes, allow_pickle=False)
             meta = {"format": FORMAT, "name": voice.name, "text": voice.text, "created": voice.created,
                     "id": write_id}
-            with _create(staging / "meta.json") as f:
+            with create(staging / "meta.json") as f:
                 f.write(json.dumps(meta).encode())
             if taken:
                 aside = self.directory / f"{WITHDRAWN}{voice.name}-{write_id}"
@@ -234,12 +213,12 @@ class VoiceStore:
                 except BaseException:
                     os.rename(aside, final)
                     raise
-                _delete(aside)
+                delete(aside)
             else:
                 os.rename(staging, final)
         finally:
-            _delete(staging)  # gone already once published
-        _sync_directory(self.directory)
+            delete(staging)  # gone already once published
+        sync_directory(self.directory)
 
     def _sweep(self) -> None:
         """Delete staging and withdrawn entries a crashed writer left: under the exclusive lock no write is
@@ -247,12 +226,12 @@ class VoiceStore:
         if not self.directory.is_dir():
             return
         try:
-            with self._locked(exclusive=True):
+            with locked(self.directory, exclusive=True):
                 for entry in os.scandir(self.directory):
                     if entry.name.startswith((STAGING, WITHDRAWN)):
-                        _delete(Path(entry.path))
+                        delete(Path(entry.path))
         except OSError as e:
-            log.warning("voice store %s: not swept (%s)", self.directory, e)
+            log.debug("voice store %s: not swept (%s)", self.directory, e)  # e.g. a read-only store
 
     def _names(self) -> list[str]:
         try:
@@ -273,7 +252,7 @@ class VoiceStore:
             raise _Unusable("not a directory")
         try:
             check_name(name)
-            meta = json.loads(_read(path / "meta.json", MAX_META_BYTES))
+            meta = json.loads(read_bytes(path / "meta.json", MAX_META_BYTES))
             if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("name") != name:
                 raise VoiceError("meta.json: not a voice entry of this format")
             text, created = meta.get("text"), meta.get("created", 0.0)
@@ -286,7 +265,7 @@ class VoiceStore:
                 cached = self._cache.get(name)
             if cached is not None and cached[0] == write_id:
                 return cached[1]
-            with _opened(path / "codes.npy", MAX_CODES_BYTES) as f:
+            with opened(path / "codes.npy", MAX_CODES_BYTES) as f:
                 codes = self._check_codes(np.load(f, allow_pickle=False), "codes.npy")
         except (OSError, ValueError) as e:  # VoiceError included
             raise _Unusable(f"{type(e).__name__}: {e}") from None
@@ -305,55 +284,3 @@ class VoiceStore:
         if codes.min() < 0 or codes.max() >= self._codebook:
             raise VoiceError(f"{field}: codes must lie in [0, {self._codebook})")
         return codes
-
-
-@contextmanager
-def _create(path: Path) -> Iterator[Any]:
-    """A new file (never through a link), flushed to disk before it is closed."""
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644),
-                   "wb") as f:
-        yield f
-        f.flush()
-        os.fsync(f.fileno())
-
-
-@contextmanager
-def _opened(path: Path, limit: int) -> Iterator[Any]:
-    """A regular file opened without following a link, refused over `limit` bytes."""
-    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise VoiceError(f"{path.name}: not a regular file")
-        if info.st_size > limit:
-            raise VoiceError(f"{path.name}: {info.st_size} bytes, over the {limit} a voice entry may hold")
-        yield f
-
-
-def _read(path: Path, limit: int) -> bytes:
-    with _opened(path, limit) as f:
-        return f.read()
-
-
-def _delete(path: Path) -> None:
-    """Remove an entry of the store's own (a link is unlinked, never followed); absent is fine."""
-    try:
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make the renames in `directory` durable (best effort: some filesystems refuse a directory fsync)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
