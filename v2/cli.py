@@ -143,17 +143,44 @@ def _voices(args: argparse.Namespace) -> int:
     try:
         store = runtime.voices
         if args.action == "add":
-            print(json.dumps(store.add(args.name, args.audio, text=args.text).info()))
+            print(json.dumps(_add_voice(store, args).info()))
         elif args.action == "remove":
             store.remove(args.name)
-        else:
+        elif args.json:
             for voice in store.list():
                 print(json.dumps(voice.info()))
+        else:
+            print(_voice_table(store.list(), store.directory))
         for problem in store.errors:
             print(f"skipped a corrupt voice entry: {problem}", file=sys.stderr)
         return 0
     finally:
         runtime.close()
+
+
+def _add_voice(store: Any, args: argparse.Namespace) -> Any:
+    from v2.runtime.voices import VoiceExists
+
+    try:
+        return store.add(args.name, args.audio, text=args.text, replace=args.replace)
+    except VoiceExists:
+        raise CliError(f"voices add: a voice named {args.name!r} is stored already in {store.directory}; "
+                       "pass --replace to replace it") from None
+
+
+def _voice_table(voices: list[Any], directory: Any) -> str:
+    """Stored voices as a table for people: name, frames, when added, the transcript (clipped)."""
+    import time
+
+    from v2.runtime.voices import clip
+
+    if not voices:
+        return f"no stored voices in {directory}"
+    rows = [("NAME", "FRAMES", "ADDED", "TEXT")]
+    rows += [(v.name, str(len(v.codes)), time.strftime("%Y-%m-%d %H:%M", time.localtime(v.created)),
+              "-" if v.text is None else clip(v.text, 48)) for v in voices]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows)
 
 
 def _cards(args: argparse.Namespace) -> int:
@@ -212,7 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("audio", help="a recording of the voice (wav, flac, ogg, mp3)")
     add.add_argument("--text", default=None,
                      help="its transcript (then the voice speaks by continuation; default: none)")
-    actions.add_parser("list", help="one JSON line per stored voice")
+    add.add_argument("--replace", action="store_true",
+                     help="replace a stored voice of that name (default: refuse a taken name)")
+    listing = actions.add_parser("list", formatter_class=_Help, help="a table of the stored voices")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line instead (default: a table)")
     remove = actions.add_parser("remove", help="delete a stored voice")
     remove.add_argument("name", help="the voice's name")
     sub.add_parser("cards", parents=[common], help="list the shipped cards with their descriptions")

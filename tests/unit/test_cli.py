@@ -120,7 +120,7 @@ def test_voices_add_list_remove_and_synth_with_a_voice_or_a_reference(tmp_path, 
     assert main(["voices", *store, "add", "alice", str(speaker), "--text", "Hello."]) == 0
     added = json.loads(capsys.readouterr().out.strip())
     assert added["name"] == "alice" and added["frames"] == 12 and added["text"] == "Hello."
-    assert main(["voices", *store, "list"]) == 0
+    assert main(["voices", *store, "list", "--json"]) == 0
     assert [json.loads(line)["name"] for line in capsys.readouterr().out.strip().splitlines()] == ["alice"]
     for extra in (["--voice", "alice"], ["--reference", str(speaker)],
                   ["--reference", str(speaker), "--reference-text", "Hello."]):
