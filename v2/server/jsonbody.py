@@ -44,41 +44,56 @@ def read_object(raw: bytes, *, known: Collection[str] = (), max_depth: int = MAX
 
 def check_shape(text: str, *, known: Collection[str] = (), max_depth: int = MAX_DEPTH,
                 max_members: int = MAX_MEMBERS) -> int:
-    """Refuse `text` at the first bound it passes; the number of tokens visited otherwise (at most about
-    2 * max_members + max_depth + 4 before a refusal, whatever the length). Malformed JSON is left for
+    """Refuse `text` at the first bound it passes; the number of tokens visited otherwise. Depth: arrays and
+    objects open at once. Members: every key, and every array element after each array's first (the `,`
+    of arrays and the `:` of objects). Tokens (strings, brackets, separators): a valid document within both
+    bounds has fewer than `token_limit(...)` (each member brings a few, each first element a chain of at
+    most `max_depth` arrays), so one with more is invalid or over a bound: refused too. So the scan visits
+    O(max_members * max_depth) tokens at most, however long the text. Other malformed JSON is left for
     `json.loads` to describe: the scan stops where it stops making sense."""
-    depth = members = tokens = pos = 0
+    open_: list[str] = []              # the containers the scan is in (at most max_depth)
+    members = tokens = pos = 0
+    most = token_limit(max_depth, max_members)
     top: str | None = None             # the top-level key whose value the scan is in
     first_unknown: str | None = None   # the first top-level key the caller does not know
     last: str | None = None            # the last string read at depth 1 (a key once ':' follows)
     while (m := _NEXT.search(text, pos)) is not None:
         tokens += 1
+        if tokens > most:
+            raise _refusal(top, f"more than {most} strings, brackets and separators")
         c, pos = m.group(), m.end()
         if c == '"':
             try:
                 value, pos = scanstring(text, pos, True)
             except ValueError:
                 return tokens
-            if depth == 1:
+            if len(open_) == 1:
                 last = value[:_KEY_CHARS]
         elif c in "[{":
-            depth += 1
-            if depth > max_depth:
+            open_.append(c)
+            if len(open_) > max_depth:
                 raise _refusal(top, f"nested deeper than {max_depth} levels")
         elif c in "]}":
-            depth -= 1
-            if depth < 0:
+            if not open_:
                 return tokens
-        else:  # ':' or ','
+            open_.pop()
+        elif c == ":" or open_ and open_[-1] == "[":
             members += 1
-            if c == ":" and depth == 1:
+            if c == ":" and len(open_) == 1:
                 top = last
                 if first_unknown is None and top not in known:
                     first_unknown = top
-            if members > max_members:  # passed by the top-level members: blame the one the schema would
-                raise _refusal(first_unknown or top if depth == 1 else top,
+            if members > max_members:  # passed by the top-level keys: blame the one the schema would
+                top_level = c == ":" and len(open_) == 1
+                raise _refusal(first_unknown or top if top_level else top,
                                f"the body has more than {max_members} keys and array elements")
     return tokens
+
+
+def token_limit(max_depth: int, max_members: int) -> int:
+    """More tokens than a valid document within both bounds can have: per member (a key or an element) its
+    separator, at most two strings, and a chain of at most `max_depth` first-element containers."""
+    return (max_members + 1) * (2 * max_depth + 4) + 2 * max_depth + 8
 
 
 def _refusal(param: str | None, what: str) -> ApiError:

@@ -85,9 +85,11 @@ def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:
         responses["200"] = {"description": "Prometheus text exposition",
                             "content": {"text/plain": {"schema": {"type": "string"}}}}
     elif path == "/health":
-        health = {"content": {"application/json": {"schema": _HEALTH_SCHEMA}}}
-        responses["200"] = {"description": "the engine answers", **health}
-        responses["503"] = {"description": "draining, or the engine did not answer `stats()` within 2 s", **health}
+        responses["200"] = {"description": "the engine answers",
+                            "content": {"application/json": {"schema": _HEALTH_SCHEMA}}}
+        responses["503"] = {"description": "the engine did not answer `stats()` within 2 s (the health object), "
+                                           "or the server is shutting down (an error)",
+                            "content": {"application/json": {"schema": {"oneOf": [_HEALTH_SCHEMA, ERROR]}}}}
     errors = dict(ROUTE_ERRORS.get((method, path), {}))
     errors[500] = "an unexpected failure (logged), or a whole-file request that ended with an error"
     if path.startswith("/v1"):
