@@ -140,8 +140,9 @@ def test_hostile_bodies_over_http_are_a_400_naming_the_param(live, kind):
 def test_a_bystander_keeps_its_pace_while_hostile_bodies_are_refused(live):
     """A 120-frame stream runs while a body of a million unknown keys and three 100,000-deep bodies are sent:
     each is refused with a 400 while the stream is still running, and no gap between the stream's chunks
-    during those requests is far above the gaps it had before them (a body that holds the interpreter lock
-    for seconds stalls every stream for as long). The stream's audio is the runtime's own."""
+    during those requests is far above its gaps before and after them (a body that holds the interpreter lock
+    for seconds stalls every stream for as long: 21.6 s against 0.44 s before this check). The stream's
+    audio is the runtime's own."""
     rt = shared_runtime()
     frames = 120
     want = s16(in_process(rt, text=TEXT, seed=5, max_frames=frames, min_frames=frames).audio)
@@ -166,14 +167,15 @@ def test_a_bystander_keeps_its_pace_while_hostile_bodies_are_refused(live):
     deadline = time.time() + 60
     while len(arrivals) < 6 and t.is_alive() and time.time() < deadline:
         time.sleep(0.005)
-    before = [b - a for a, b in zip(arrivals[1:], arrivals[2:])]  # past the first audio
     start = time.perf_counter()
     answers = [httpx.post(live.url + SPEECH, content=raw, headers=JSON, timeout=120) for raw in raws]
     end = time.perf_counter()
     t.join(120)
-    during = [b - a for a, b in zip(arrivals, arrivals[1:]) if b > start and a < end]
+    gaps = [(a, b - a) for a, b in zip(arrivals[1:], arrivals[2:])]  # past the first audio
+    during = [gap for a, gap in gaps if a + gap > start and a < end]
+    outside = [gap for a, gap in gaps if not (a + gap > start and a < end)]
     assert arrivals[-1] > end, "the stream ended before the refusals: make it longer"
-    assert before and max(during, default=0.0) <= 3 * max(before) + 1.0, (max(before), during)
+    assert outside and max(during, default=0.0) <= 2 * max(outside) + 1.0, (max(outside), during)
     for r in answers:
         assert r.status_code == 400 and r.json()["error"]["code"] == "too_complex", r.text
     assert got and np.array_equal(np.frombuffer(got[0][44:], "<i2").reshape(-1, 2), want)
