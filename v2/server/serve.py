@@ -1,9 +1,10 @@
 """`python -m v2 serve`: load one runtime, serve it over HTTP with uvicorn, drain on SIGTERM / Ctrl-C, exit 0.
 
 Owns: the serve options, binding the socket before the model loads (127.0.0.1 unless told otherwise; port 0
-picks a free one; a port in use is one `error:` line and exit 1), printing the URL once the server accepts, and shutting down: on the first SIGTERM or SIGINT new requests
-get 503 and the listening socket closes, requests in flight run on for up to `--drain-timeout` seconds,
-the rest are cancelled (their requests abort), the runtime is closed, and the process exits 0.
+picks a free one; a port in use is one `error:` line and exit 1), printing the URL once the server accepts,
+and shutting down: on the first SIGTERM or SIGINT new requests get 503 and the listening socket closes,
+requests in flight run on for up to `--drain-timeout` seconds, the rest are cancelled (their requests abort),
+the runtime is closed, and the process exits 0.
 Must not know: routes, request mapping, audio encoding, the engine's internals.
 """
 

@@ -1,10 +1,11 @@
 """`POST /v1/audio/speech`: an OpenAI speech request in, audio out (streamed, SSE, or the whole file).
 
-Owns: reading the body (JSON only: 415 otherwise; 400 for malformed JSON, or JSON too deep or with too
-many members, refused before it is parsed: jsonbody.py), then in a worker thread (the event loop never
-waits on parsing, reference audio or the runtime) planning it (schema.py), resolving the voice and submitting, mapping refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with
-Retry-After, a closed runtime -> 503), recording every request's result in the metrics, and choosing
-the response: a watched stream or the whole file with its rate, channels and timings in headers.
+Owns: reading the body (JSON only: 415 otherwise; 400 for malformed JSON, or JSON too deep or with too many
+members, refused before it is parsed: jsonbody.py), then in a worker thread (the event loop never waits on
+parsing, reference audio or the runtime) planning it (schema.py), resolving the voice and submitting, mapping
+refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with Retry-After, a closed runtime ->
+503), recording every request's result in the metrics, and choosing the response: a watched stream or the
+whole file with its rate, channels and timings in headers.
 Must not know: the engine's internals, how formats are encoded (audio.py), how bodies stream (streaming.py).
 """
 

@@ -1,8 +1,9 @@
 """What one server instance holds: its settings (`ServerConfig`) and its live parts (`ServerState`).
 
-Owns: the served model names (the card's name, `--served-model-name`, OpenAI's model names as aliases),
-the API key, the origins allowed besides the server's own, body and input limits, the reference-audio folder allow-list, Retry-After, and the state
-object routes reach through `request.app.state.server`: the runtime, metrics, voice book, draining flag.
+Owns: the served model names (the card's name, `--served-model-name`, OpenAI's model names as aliases), the
+API key, the origins allowed besides the server's own, body and input limits, the reference-audio folder
+allow-list, Retry-After, and the state object routes reach through `request.app.state.server`: the runtime,
+metrics, voice book, draining flag.
 Must not know: routes, encoders, the engine's internals.
 """
 
