@@ -23,6 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (the URL printed says which)")
     p.add_argument("--api-key", default=os.environ.get("V2_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1/* (default: $V2_API_KEY, else none)")
+    p.add_argument("--allow-origin", nargs="+", default=[], metavar="ORIGIN",
+                   help="web origins besides the server's own (e.g. https://app.example) whose pages may POST or "
+                        "DELETE through a browser; '*' allows any (default: none, so another site's page cannot "
+                        "store voices or use the server through the user's browser)")
     p.add_argument("--served-model-name", nargs="+", default=None,
                    help="names clients may give as `model` (default: the card's name)")
     p.add_argument("--no-openai-aliases", action="store_true",
