@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from qwen3_codec_helpers import qdecoder, qencoder, qref  # noqa: F401 (fixtures)
+
 TOL = dict(atol=1e-4, rtol=1e-4)
 TIME_MAJOR = {"pre_transformer_in", "pre_transformer_layer0", "pre_transformer_layer1", "pre_transformer_out"}
 LAYERS = ["quantizer_out", "pre_conv_out", *sorted(TIME_MAJOR), "upsample0_0_out", "upsample0_1_out",

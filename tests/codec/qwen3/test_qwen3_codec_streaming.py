@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings, strategies as st
 
+from qwen3_codec_helpers import qdecoder, seeded_decoder  # noqa: F401 (fixtures)
+
 
 def random_codes(decoder, frames: int, seed: int, batch: int = 1) -> torch.Tensor:
     size = decoder.cfg.decoder.codebook_size

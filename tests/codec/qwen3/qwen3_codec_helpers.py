@@ -1,5 +1,6 @@
-"""Fixtures of the Qwen3 codec tests: the tiny checkpoint's decoder and encoder, its reference arrays, and a
-seeded codec of other dimensions (grouped-query attention, a 40-frame window, a 24-sample hop)."""
+"""Paths, configs and fixtures shared by the Qwen3 codec tests: the tiny checkpoint's decoder and encoder, its
+reference arrays, and a seeded codec of other dimensions. A module of its own (not a conftest.py, which
+would shadow tests/conftest.py for `from conftest import ...`): test files import the fixtures by name."""
 
 from __future__ import annotations
 
