@@ -25,6 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+COLS_ELEMENTS = 1 << 24  # at most 64 MB of gathered taps (float32) per matmul group
+
+
 def tile_rows(rows_per_frame: int) -> int:
     """The fixed tile of a call site that sees `rows_per_frame` rows per codec frame per stream: a power of
     two in [64, 1024], about 16 frames' rows (fixed per layer, so the same in every call)."""
@@ -63,23 +66,21 @@ def conv_weight(weight: Tensor) -> Tensor:
 def causal_conv(xp: Tensor, n: int, weight2d: Tensor, bias: Tensor | None, kernel: int, dilation: int,
                 tile: int) -> Tensor:
     """Causal Conv1d, time-major: xp [B, ctx + n, C] = the ctx = (kernel - 1) * dilation history rows then
-    n new rows -> [B, n, out]. Output t is sum_m W[:, :, m] . xp[t + m * dilation]."""
-    b, length, c = xp.shape
+    n new rows -> [B, n, out]. Output t is sum_m W[:, :, m] . xp[t + m * dilation]: one matmul over the
+    taps gathered oldest first ([rows, k * C]), built for a group of batch rows at a time (bounded memory)."""
+    b, _, c = xp.shape
     if kernel == 1:
         return tiled_linear(xp, weight2d, bias, tile)
     if not exact(xp):
         w = weight2d.view(weight2d.shape[0], kernel, c).permute(0, 2, 1)  # [out, C, k]
         return F.conv1d(xp.transpose(1, 2), w, bias, dilation=dilation).transpose(1, 2)
-    flat = xp.reshape(b * length, c)
-    taps = torch.arange(kernel, device=xp.device) * dilation  # [k]
-    rows = b * n
-    out = xp.new_empty(rows, weight2d.shape[0])
-    for s in range(0, rows, tile):
-        r = torch.arange(s, s + tile, device=xp.device).clamp(max=rows - 1)  # [tile] (the last row repeated)
-        src = (r // n) * length + r % n  # [tile] row of each output's oldest tap in `flat`
-        cols = flat[src[:, None] + taps[None]].reshape(tile, kernel * c)  # [tile, k * C]
-        out[s : s + tile] = F.linear(cols, weight2d, bias)[: min(tile, rows - s)]
-    return out.view(b, n, -1)
+    group = max(1, COLS_ELEMENTS // max(1, n * kernel * c))  # batch rows per im2col
+    out = []
+    for s in range(0, b, group):
+        part = xp[s : s + group]
+        cols = torch.cat([part[:, m * dilation : m * dilation + n] for m in range(kernel)], dim=-1)  # [g, n, k * C]
+        out.append(tiled_linear(cols, weight2d, bias, tile))
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def depthwise_causal_conv(xp: Tensor, n: int, weight: Tensor, bias: Tensor) -> Tensor:
