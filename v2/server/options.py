@@ -42,3 +42,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=int, default=None,
                    help="serve N runtime replicas behind one endpoint on Ray Serve (needs the ray extra; "
                         "default: one runtime in this process)")
+    p.add_argument("--ray-logs", action="store_true",
+                   help="with --replicas: show Ray's own console output here (its banner, the replicas' and Serve's "
+                        "log lines); by default they stay in Ray's session folder")
