@@ -139,3 +139,15 @@ def test_sse_events_are_data_first_blocks(client, reference):
     joined = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
     _same_audio("pcm", joined, reference)
     assert events[-1]["usage"]["output_tokens"] == FRAMES
+
+
+def test_the_ttfb_sweep_times_every_format_and_the_whole_file(live):
+    from v2.bench.serving import workload
+    from v2.bench.ttfb import FORMATS as SWEPT, WHOLE, ttfb_sweep
+
+    sweep = ttfb_sweep(live.url, workload(2, seed=1, max_frames=6))
+    assert list(sweep["formats"]) == [*SWEPT, WHOLE] and sweep["requests_per_format"] == 2
+    for case, row in sweep["formats"].items():
+        assert row["requests"] == 2 and row["pieces_p50"] >= 1, case
+        assert 0 < row["headers_p50_s"] <= row["ttfb_p50_s"] <= row["done_p50_s"], case
+    assert sweep["formats"]["pcm"]["ttfb_p50_minus_pcm_ms"] == 0.0

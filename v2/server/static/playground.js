@@ -61,6 +61,7 @@ function request(format) {
   if ($("voice").value) body.voice = $("voice").value;
   if ($("max-frames").value) body.max_frames = Number($("max-frames").value);
   if (format === "pcm" || format === "wav") body.stream_format = "audio";
+  else body.stream = false;  // played once complete: the whole file, whose header lets the decoder trim its delay
   if (format === "pcm") body.sample_rate = 48000;
   return body;
 }
