@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 sweep = ttfb_sweep(server.url, workload(args.ttfb_requests, seed=7, max_frames=args.max_frames))
     finally:
         runtime.close()
-    print(table(rows) + (f"\n\n{ttfb_table(sweep)}" if sweep else ""))
+    print("\n\n".join(([table(rows)] if rows else []) + ([ttfb_table(sweep)] if sweep else [])))
     print(json.dumps({"bench": "v2.http", "card": runtime.card.name, "random_weights": args.random_weights,
                       "max_frames": args.max_frames, "format": "wav, streamed", "machine": machine(args.device),
                       "load_avg_1min": {"before": load_before, "after": os.getloadavg()[0]},
