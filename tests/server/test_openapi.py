@@ -141,7 +141,8 @@ def test_each_error_status_is_answered_as_declared(live):
         ("DELETE", "/v1/audio/voices", {}, 400),
         ("DELETE", "/v1/audio/voices/{name}", {"url": "/v1/audio/voices/nobody-stored"}, 404),
         ("GET", "/health", {}, 200), ("GET", "/metrics", {}, 200), ("GET", "/v1/models", {}, 200),
-        ("GET", "/v1/audio/voices", {}, 200),
+        ("GET", "/v1/audio/voices", {}, 200), ("GET", "/v1/audio/voices", {"params": {"legacy": "true"}}, 200),
+        ("GET", "/v1/audio/voices", {"params": {"legacy": "maybe"}}, 400),
     ]
     for method, path, kwargs, status in cases:
         url = kwargs.pop("url", path)

@@ -190,6 +190,12 @@ def test_routes_over_a_store_with_the_runtimes_methods(monkeypatch, sample_wav):
         listing = httpx.get(server.url + VOICES).json()["voices"]
         assert [v["id"] for v in listing if v["kind"] == "stored"] == ["alloy"]  # a stored name wins over the built-in
         assert "alloy" not in [v["id"] for v in listing if v["kind"] == "builtin"]
+        legacy = httpx.get(server.url + VOICES, params={"legacy": "true"}).json()  # Kokoro's list of names
+        assert legacy == {"voices": [v["id"] for v in listing]} and legacy["voices"][0] == "alloy"
+        assert all(isinstance(n, str) for n in legacy["voices"]) and len(legacy["voices"]) == len(OPENAI_VOICES)
+        assert httpx.get(server.url + VOICES, params={"legacy": "false"}).json()["voices"] == listing
+        r = httpx.get(server.url + VOICES, params={"legacy": "maybe"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "legacy"
         r = httpx.post(server.url + VOICES, files={"audio_sample": ("v.wav", sample_wav)}, data={"name": "a/b"})
         assert r.status_code == 400 and r.json()["error"]["param"] == "name"
         assert httpx.delete(server.url + VOICES, params={"name": "alloy"}).json()["deleted"] is True

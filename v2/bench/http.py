@@ -1,5 +1,6 @@
 """`python -m v2.bench.http`: what the HTTP server costs, measured against the same workload in-process, in one
-run: audio-s/s and TTFA p50/p99 at concurrency 1, 16 and 64, both ways; one JSON line last.
+run: audio-s/s and TTFA p50/p99 at concurrency 1, 16 and 64, both ways, then time to first byte per response
+format (v2.bench.ttfb); one JSON line last.
 
 Owns: one runtime serving both ways (in-process through `run_serving`, and over HTTP through the server on a
 free loopback port in this process), the HTTP clients in a child process (v2.bench.http_client: streaming
@@ -30,6 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from v2.bench.__main__ import build_runtime, check_plot, machine
 from v2.bench.metrics import percentile
 from v2.bench.serving import run_serving, workload
+from v2.bench.ttfb import table as ttfb_table
+from v2.bench.ttfb import ttfb_sweep
 from v2.server import ServerConfig, create_app
 from v2.server.serve import ThreadedServer
 
@@ -160,18 +163,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-frames", type=int, default=40)
     p.add_argument("--repeat", type=int, default=3, help="runs per way and level, alternating; medians reported")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the sweep (needs the plot extra)")
+    p.add_argument("--ttfb-requests", type=int, default=8, help="per format in the TTFB sweep (0: no sweep)")
+    p.add_argument("--ttfb-only", action="store_true", help="only the per-format TTFB sweep")
     args = p.parse_args(argv)
     check_plot(p, args.plot)
     runtime = build_runtime(args)
     load_before = os.getloadavg()[0]
-    rows = []
+    rows, sweep = [], None
     try:
         app = create_app(runtime, ServerConfig.for_card(runtime.card.name))
         with ThreadedServer(app) as server:
             warm = workload(2, seed=999, max_frames=8)
             run_serving(runtime, warm, concurrency=2, stream=True)
             run_http(server.url, warm, 2)
-            for level in args.concurrency:
+            for level in [] if args.ttfb_only else args.concurrency:
                 n = args.requests or max(8, 2 * level)
                 requests = workload(n, seed=level, max_frames=args.max_frames)
                 inproc, http = [], []
@@ -181,14 +186,18 @@ def main(argv: list[str] | None = None) -> int:
                     inproc.append(with_cpu(lambda: run_serving(runtime, requests, concurrency=level, stream=True)))
                     http.append(with_cpu(lambda: run_http(server.url, requests, level)))
                 rows.append(compare(level, median_of(inproc), median_of(http)))
+            if args.ttfb_requests:
+                print(f"TTFB per format: {args.ttfb_requests} requests each", file=sys.stderr, flush=True)
+                sweep = ttfb_sweep(server.url, workload(args.ttfb_requests, seed=7, max_frames=args.max_frames))
     finally:
         runtime.close()
-    print(table(rows))
+    print("\n\n".join(([table(rows)] if rows else []) + ([ttfb_table(sweep)] if sweep else [])))
     report = {"bench": "v2.http", "card": runtime.card.name, "random_weights": args.random_weights,
               "max_frames": args.max_frames, "format": "wav, streamed", "machine": machine(args.device),
               "load_avg_1min": {"before": load_before, "after": os.getloadavg()[0]},
-              "levels": rows, "goal": {"throughput_cost_max": 0.05, "ttfa_p50_added_ms_max": 10.0}}
-    if args.plot:
+              "levels": rows, "goal": {"throughput_cost_max": 0.05, "ttfa_p50_added_ms_max": 10.0},
+              "ttfb_by_format": sweep}
+    if args.plot and rows:
         plot(rows, runtime.card.name, args.plot)
         report["plot"] = str(Path(args.plot).absolute())
     print(json.dumps(report))

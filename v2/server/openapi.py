@@ -1,10 +1,10 @@
 """What `/openapi.json` publishes: FastAPI's description of the routes, amended to say what the server does.
 
 Owns: the speech request body (`SpeechBody`'s JSON schema, `application/json`), the content types of its
-200 (each `response_format`'s, `text/event-stream` for SSE) and its headers, every error answer of every
-operation in OpenAI's error shape (the gate's: 503 while draining and 500 on every operation, 401 on `/v1/*`,
-403 on state-changing methods, 413 where a body is taken; the routes' own: 400, 404, 409, 415, 429),
-`/metrics` as Prometheus text, `/health`'s 503; and no 422 (validation errors are answered as 400).
+200 (each `response_format`'s, `text/event-stream` for SSE), when it streams, and its headers, the voice
+listing (both shapes), every error answer of every operation in OpenAI's error shape (the gate's: 503 while
+draining and 500 on every operation, 401 on `/v1/*`, 403 on state-changing methods, 413 where a body is
+taken; the routes' own: 400, 404, 409, 415, 429), `/metrics` as Prometheus text, `/health`'s 503; and no 422 (validation errors are answered as 400).
 Must not know: the runtime, the engine, how the routes do their work.
 """
 
@@ -31,6 +31,16 @@ _HEALTH_SCHEMA = {"type": "object", "required": ["status", "engine", "version"],
                                  "version": {"type": "string"}}}
 _AUDIO_HEADERS = {name: {"description": doc, "schema": {"type": "string"}} for name, doc in (
     ("X-Sample-Rate", "samples per second"), ("X-Channels", "channels"), ("X-Request-Id", "the runtime's id"))}
+_VOICE = {"type": "object", "required": ["id", "name", "kind"],
+          "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "kind": {"enum": ["stored", "builtin"]}}}
+_VOICES_SCHEMA = {"oneOf": [
+    {"type": "object", "required": ["voices", "cloning"], "additionalProperties": False,
+     "properties": {"voices": {"type": "array", "items": _VOICE}, "cloning": {"type": "boolean"}}},
+    {"type": "object", "required": ["voices"], "additionalProperties": False, "description": "`?legacy=true`",
+     "properties": {"voices": {"type": "array", "items": {"type": "string"}}}}]}
+_SPEECH_200 = ("the audio, streamed as it is made in every format (chunked, no Content-Length) unless `stream` is "
+               "false: then the whole file, with Content-Length, X-Finish-Reason, X-Audio-Seconds and X-Frames; or "
+               "SSE events (`stream_format: sse`), each one `data: {json}` block whose `type` names it")
 _BODY_ERRORS = {400: "a field is invalid (`param` names it), or the body is not a JSON object, or it is nested "
                      "too deep or has too many members"}
 
@@ -39,6 +49,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("post", "/v1/audio/speech"): {
         **_BODY_ERRORS, 404: "`model` is not served here", 415: "the body is not application/json",
         429: "the server is busy (see Retry-After)"},
+    ("get", "/v1/audio/voices"): {400: "`legacy` is not a boolean"},
     ("post", "/v1/audio/voices"): {400: "a form field is missing or invalid, or this runtime has no voice store",
                                    409: "a voice of that name is stored already"},
     ("delete", "/v1/audio/voices"): {400: "no name given, or this runtime has no voice store",
@@ -79,8 +90,10 @@ def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:
             "schema": {"$ref": "#/components/schemas/SpeechBody"}}}}
         media = {t: {"schema": {"type": "string", "format": "binary"}} for t in dict.fromkeys(CONTENT_TYPES.values())}
         media["text/event-stream"] = {"schema": {"type": "string"}}
-        responses["200"] = {"description": "the audio: whole, streamed, or as SSE events", "content": media,
-                            "headers": _AUDIO_HEADERS}
+        responses["200"] = {"description": _SPEECH_200, "content": media, "headers": _AUDIO_HEADERS}
+    elif (method, path) == ("get", "/v1/audio/voices"):
+        responses["200"] = {"description": "stored voices, then OpenAI's names; `?legacy=true`: the names alone",
+                            "content": {"application/json": {"schema": _VOICES_SCHEMA}}}
     elif path == "/metrics":
         responses["200"] = {"description": "Prometheus text exposition",
                             "content": {"text/plain": {"schema": {"type": "string"}}}}

@@ -2,11 +2,11 @@
 
 Owns: `SpeechBody` (OpenAI's `POST /v1/audio/speech` fields plus the peers' extensions, strictly typed:
 a bool is not a number, unknown fields are refused), the checks that belong to HTTP (model name, input
-length, speed, format and rate, streaming mode, reference audio sources), and `plan()`: a `SpeechPlan`
-holding the runtime request dict, the output spec and how to answer. Reference audio is read from base64 or
-a data URL; a `file://` path only inside the allow-listed folder, a regular file read only up to the cap
-(every path that cannot be one, NUL bytes, overlong names and symlink loops included, is a 400 naming
-`ref_audio`); never a URL on the network.
+length, speed, format and rate, streaming mode: every format streams unless `stream: false`, reference audio
+sources), and `plan()`: a `SpeechPlan` holding the runtime request dict, the output spec and how to answer.
+Reference audio is read from base64 or a data URL; a `file://` path only inside the allow-listed folder, a
+regular file read only up to the cap (every path that cannot be one, NUL bytes, overlong names and symlink
+loops included, is a 400 naming `ref_audio`); never a URL on the network.
 Must not know: FastAPI, the engine, handles, encoders beyond their spec.
 """
 
@@ -111,7 +111,7 @@ def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels:
     except ValueError as e:
         raise ApiError(400, str(e), param=str(e).split(":")[0], code="invalid_value") from None
     sse = body.stream_format == "sse"
-    streaming = body.stream if body.stream is not None else (body.stream_format is not None or spec.format == "pcm")
+    streaming = body.stream is not False  # every format streams unless `stream: false` asks for the whole file
     if sse and not streaming:
         raise ApiError(400, "stream: stream_format 'sse' needs a stream", param="stream", code="invalid_value")
     aliases = {"max_frames": "max_frames" if body.max_frames is not None else "max_new_tokens",

@@ -4,8 +4,9 @@ Owns: reading the body (JSON only: 415 otherwise; 400 for malformed JSON, or JSO
 members, refused before it is parsed: jsonbody.py), then in a worker thread (the event loop never waits on
 parsing, reference audio or the runtime) planning it (schema.py), resolving the voice and submitting, mapping
 refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with Retry-After, a closed runtime ->
-503), recording every request's result in the metrics, and choosing the response: a watched stream or the
-whole file with its rate, channels and timings in headers.
+503), recording every request's result in the metrics, and choosing the response: a watched stream (every
+format, unless `stream: false`) or the whole file with its Content-Length, rate, channels and timings in
+headers.
 Must not know: the engine's internals, how formats are encoded (audio.py), how bodies stream (streaming.py).
 """
 

@@ -26,6 +26,7 @@ async function request(format) {
   if (reference) Object.assign(body, reference);  // cloning from the recording: no stored voice
   else if ($("voice").value) body.voice = $("voice").value;
   if (format === "pcm" || format === "wav") body.stream_format = "audio";
+  else body.stream = false;  // played once complete: the whole file, whose header lets the decoder trim its delay
   if (format === "pcm") body.sample_rate = 48000;
   return body;
 }
