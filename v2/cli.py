@@ -2,9 +2,11 @@
 `--reference speaker.wav` or `--voice NAME`); `v2 voices add|list|remove` manages stored voices; `v2 cards`
 lists the cards; `v2 serve` serves the runtime over HTTP (v2/server). `python -m v2` is the same command.
 
-Owns: the options (every default shown by --help), checking options, the device and the output path before
-any model loads, one runtime per job, the progress line on stderr, writing the audio file, and turning each
-expected failure into one line `error: ...` on stderr and a non-zero exit (`--debug` adds the traceback).
+Owns: the options (every default shown by --help), the text (the argument, a file or stdin), checking
+options, the device and the output path (the caller's directory for a relative one) before any model
+loads, one runtime per job, the progress line on stderr, writing the audio file, and turning each expected
+failure into one line `error: ...` on stderr, in the options' names, and a non-zero exit (`--debug` adds
+the traceback).
 Must not know: model internals, scheduling, the server's internals.
 """
 
@@ -19,7 +21,7 @@ from typing import Any, Callable, NoReturn
 from v2.audiofile import FORMATS, OutputError, check_writable, format_for
 from v2.card import DEFAULT_CARD, CardError, known_cards, load_card
 from v2.checkpoints import CheckpointNotFound
-from v2.cli_options import add_runtime_arguments, add_synth_arguments, sampling_fields
+from v2.cli_options import DEFAULT_TEXT, add_runtime_arguments, add_synth_arguments, in_option_names, sampling_fields
 from v2.progress import Progress
 from v2.server.options import add_arguments as add_serve_arguments
 
@@ -86,18 +88,52 @@ def _voice_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
+MAX_TEXT_FILE_BYTES = 1 << 20  # a text file or stdin is read up to this much (a card takes 20 000 characters)
+
+
+def _text(args: argparse.Namespace) -> tuple[str, str]:
+    """What to say, and the option that gave it (for errors): the argument, stdin (`-`) or `--text-file`."""
+    if args.text_file is not None and args.text is not None:
+        raise CliError("--text-file: give the text or --text-file, not both")
+    source = args.text_file if args.text_file is not None else args.text
+    if source is None:
+        return DEFAULT_TEXT, "text"
+    option = "--text-file" if args.text_file is not None else "text"
+    if source != "-" and option == "text":
+        return source, option
+    where = "stdin (-)" if source == "-" else f"{option} {source}"
+    try:
+        if source == "-":
+            raw = sys.stdin.buffer.read(MAX_TEXT_FILE_BYTES + 1)
+        else:
+            with open(source, "rb") as f:
+                raw = f.read(MAX_TEXT_FILE_BYTES + 1)
+    except OSError as e:
+        raise CliError(f"{where}: cannot be read ({e.strerror or e})") from None
+    if len(raw) > MAX_TEXT_FILE_BYTES:
+        raise CliError(f"{where}: over {MAX_TEXT_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise CliError(f"{where}: not UTF-8 text (byte {e.start})") from None
+    if not text.strip():
+        raise CliError(f"{where}: no text in it")
+    return text.strip(), option
+
+
 def _synth(args: argparse.Namespace) -> int:
     from v2.audiofile import AudioWriter, write_audio
 
-    out = check_writable(args.out)
+    out = check_writable(args.out)  # relative to the caller's directory (as typed in errors; reported absolute)
     fmt = format_for(out, args.format)
     if args.codes_out:
         check_writable(args.codes_out, "--codes-out")
+    text, text_option = _text(args)
     with Progress(enabled=not args.quiet) as progress:
         runtime = _runtime(args, progress)
         try:
             request: dict[str, Any] = {
-                "text": args.text, "seed": args.seed, "min_frames": args.min_frames, "stream": True,
+                "text": text, "seed": args.seed, "min_frames": args.min_frames, "stream": True,
                 "language": args.language, "instruction": args.instruction, **_voice_fields(args),
                 **sampling_fields(args)}
             if args.max_frames:
@@ -105,7 +141,16 @@ def _synth(args: argparse.Namespace) -> int:
             if args.duration is not None:
                 frame_rate = runtime.frame_rate  # frames per second (12.5 for MOSS-TTS-Local)
                 request["duration_frames"] = max(1, round(args.duration * frame_rate))
-            handle = runtime.submit(request)
+                cap = runtime.card.loops.ar_decode.max_frames
+                if request["duration_frames"] > cap:
+                    raise CliError(f"--duration {args.duration:g}: {request['duration_frames']} frames, over the "
+                                   f"card's max_frames ({cap}, {cap / frame_rate:g} s)")
+            try:
+                handle = runtime.submit(request)
+            except ValueError as e:  # a RequestError or a VoiceError: named as the options that set the fields
+                if not _expected(e):
+                    raise
+                raise CliError(in_option_names(str(e), text_option)) from None
             progress.started()
             channels, rate = runtime.channels, runtime.sample_rate
             writer = AudioWriter(out, fmt, rate, channels) if args.stream else None
@@ -130,8 +175,8 @@ def _synth(args: argparse.Namespace) -> int:
                 np.save(args.codes_out, result.codes)
         finally:
             runtime.close()
-    print(json.dumps({"card": runtime.card.name, "out": str(out), "format": fmt, "finish_reason": result.finish_reason,
-                      "frames": m.frames, "audio_seconds": round(m.audio_seconds, 3), "channels": channels,
+    print(json.dumps({"card": runtime.card.name, "out": str(out.absolute()), "format": fmt,
+                      "finish_reason": result.finish_reason, "frames": m.frames, "audio_seconds": round(m.audio_seconds, 3), "channels": channels,
                       "sample_rate": rate, "prompt_rows": m.prompt_rows,
                       "ttfa_s": None if m.ttfa_s is None else round(m.ttfa_s, 4), "total_s": round(m.total_s, 3),
                       "rtf": None if m.rtf is None else round(m.rtf, 4)}))
@@ -143,17 +188,44 @@ def _voices(args: argparse.Namespace) -> int:
     try:
         store = runtime.voices
         if args.action == "add":
-            print(json.dumps(store.add(args.name, args.audio, text=args.text).info()))
+            print(json.dumps(_add_voice(store, args).info()))
         elif args.action == "remove":
             store.remove(args.name)
-        else:
+        elif args.json:
             for voice in store.list():
                 print(json.dumps(voice.info()))
+        else:
+            print(_voice_table(store.list(), store.directory))
         for problem in store.errors:
             print(f"skipped a corrupt voice entry: {problem}", file=sys.stderr)
         return 0
     finally:
         runtime.close()
+
+
+def _add_voice(store: Any, args: argparse.Namespace) -> Any:
+    from v2.runtime.voices import VoiceExists
+
+    try:
+        return store.add(args.name, args.audio, text=args.text, replace=args.replace)
+    except VoiceExists:
+        raise CliError(f"voices add: a voice named {args.name!r} is stored already in {store.directory}; "
+                       "pass --replace to replace it") from None
+
+
+def _voice_table(voices: list[Any], directory: Any) -> str:
+    """Stored voices as a table for people: name, frames, when added, the transcript (clipped)."""
+    import time
+
+    from v2.runtime.voices import clip
+
+    if not voices:
+        return f"no stored voices in {directory}"
+    rows = [("NAME", "FRAMES", "ADDED", "TEXT")]
+    rows += [(v.name, str(len(v.codes)), time.strftime("%Y-%m-%d %H:%M", time.localtime(v.created)),
+              "-" if v.text is None else clip(v.text, 48)) for v in voices]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows)
 
 
 def _cards(args: argparse.Namespace) -> int:
@@ -212,7 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("audio", help="a recording of the voice (wav, flac, ogg, mp3)")
     add.add_argument("--text", default=None,
                      help="its transcript (then the voice speaks by continuation; default: none)")
-    actions.add_parser("list", help="one JSON line per stored voice")
+    add.add_argument("--replace", action="store_true",
+                     help="replace a stored voice of that name (default: refuse a taken name)")
+    listing = actions.add_parser("list", formatter_class=_Help, help="a table of the stored voices")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line instead (default: a table)")
     remove = actions.add_parser("remove", help="delete a stored voice")
     remove.add_argument("name", help="the voice's name")
     sub.add_parser("cards", parents=[common], help="list the shipped cards with their descriptions")

@@ -2,7 +2,8 @@
 
 Owns: option names, defaults and help texts; refusing a bad value at parse time, naming the option, with
 the same ranges a request or a card accepts (v2/fields.py); mapping the sampling knobs onto the request's
-audio head (`sampling.audio.*`) and `sampling.repetition_penalty`.
+audio head (`sampling.audio.*`) and `sampling.repetition_penalty`; and back: a refused request's message
+with its fields named as the options that set them (`in_option_names`).
 Must not know: the runtime, models, the server.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import Any, Callable
 
 from v2.audiofile import FORMATS
@@ -81,7 +83,10 @@ def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_synth_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("text", nargs="?", default=DEFAULT_TEXT, help="what to say")
+    p.add_argument("text", nargs="?", default=None,
+                   help=f"what to say; - reads it from stdin (default: {DEFAULT_TEXT!r})")
+    p.add_argument("--text-file", default=None, metavar="PATH",
+                   help="read what to say from this UTF-8 file, - for stdin (default: none)")
     p.add_argument("-o", "--out", default="out/speech.wav", help="the audio file to write (48 kHz stereo)")
     p.add_argument("--format", choices=list(FORMATS), default=None,
                    help="wav and flac: 16-bit PCM; ogg: Vorbis; mp3 (default: from the --out suffix)")
@@ -121,3 +126,37 @@ def sampling_fields(args: argparse.Namespace) -> dict[str, Any]:
     if args.repetition_penalty is not None:
         sampling["repetition_penalty"] = args.repetition_penalty
     return {"sampling": sampling} if sampling else {}
+
+
+# the request's fields -> the options that set them; a longer dotted name wins (`sampling.audio.top_k`)
+OPTION_FOR_FIELD: dict[str, str] = {
+    "seed": "--seed", "duration_frames": "--duration", "max_frames": "--max-frames", "min_frames": "--min-frames",
+    "language": "--language", "instruction": "--instruction", "voice": "--voice", "reference_audio": "--reference",
+    "reference_text": "--reference-text",
+    **{f"{prefix}{knob}": f"--{knob.replace('_', '-')}" for prefix in ("sampling.audio.", "sampling.", "")
+       for knob in ("temperature", "top_k", "top_p")},
+    "sampling.repetition_penalty": "--repetition-penalty", "repetition_penalty": "--repetition-penalty",
+}
+_NAME = re.compile(r"(?<![\w.'-])([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)(?:\[(\d+)\])?(?![\w-])")
+
+
+def in_option_names(message: str, text_option: str = "text") -> str:
+    """A request's refusal as the command line says it: each request field named by the option that sets it
+    (`max_frames: ...` -> `--max-frames: ...`, `reference_audio[1]` -> `--reference #2`, `text` -> the text's
+    source). A plain word is taken for a field only where a message starts with it (`voice: ...`); a name
+    with `_` or `.` anywhere, unless it is a card's setting ("the card's max_frames"). A whole-request rule
+    loses its `request: ` prefix."""
+    names = {**OPTION_FOR_FIELD, "text": text_option}
+
+    def rename(part: str) -> str:
+        def option(match: re.Match[str]) -> str:
+            field, index = match.group(1), match.group(2)
+            name = names.get(field)
+            leading = match.start() == 0
+            card_setting = part[:match.start()].endswith("card's ")
+            if name is None or not (leading or "_" in field or "." in field) or card_setting:
+                return match.group(0)
+            return name if index is None else f"{name} #{int(index) + 1}"
+        return _NAME.sub(option, part)
+
+    return "; ".join(rename(part.removeprefix("request: ")) for part in message.split("; "))

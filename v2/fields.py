@@ -3,13 +3,16 @@
 Owns: turning a list / numpy array / tensor into a fresh int64 CPU tensor (a copy: nothing the caller holds
 is ever read again) or refusing it with a `FieldError` that names the field and, where it can, the row; the
 scalar rules (a bool is not a number, a numeric string is not a number, bytes are not text, text must be
-encodable) as pydantic-ready annotated types; the accepted sampling ranges.
+encodable) as pydantic-ready annotated types; the accepted sampling ranges; the bounds on a reference
+recording's sample rate and decoded size (one rule, used by the request before it copies raw samples and by
+the audio reader before it decodes or converts anything).
 Must not know: the model, cards, the engine.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 import sys
 from typing import Annotated, Any
@@ -28,6 +31,14 @@ INT64_MIN = -(2**63)
 TEMPERATURE_MIN, TEMPERATURE_MAX = 0.25, 3.0
 PENALTY_MIN, PENALTY_MAX = 0.8, 2.0
 TOP_K_MAX = 2**31 - 1  # the kernels hold top-k in 32 bits; any k above the codebook keeps everything
+
+# Reference recordings: what one may cost is decided from a file's header (frames, rate, channels) or an
+# array's shape, before anything is decoded, converted or copied. The rate range spans telephone audio to
+# studio masters (the codec runs at 24 or 48 kHz; a rate outside it is a mistake or a crafted header). The
+# decoded size bounds samples x channels: 2**24 is 64 MiB as float32, room for 30 s of 192 kHz stereo or of
+# 8 channels at 48 kHz, while the card's max_reference_seconds bounds the duration.
+MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8_000, 192_000  # Hz
+MAX_REFERENCE_SAMPLES = 2**24  # frames x channels of one recording, as given (before resampling)
 
 
 class FieldError(ValueError):
@@ -128,8 +139,50 @@ def _int_item(item: Any, where: str) -> int:
     if not isinstance(item, int):
         raise FieldError(f"{where}: expected an integer, got {type(item).__name__}")
     if not INT64_MIN <= item <= INT64_MAX:
-        raise FieldError(f"{where}: {item} does not fit in int64")
+        raise FieldError(f"{where}: {shown(item)} does not fit in int64")
     return item
+
+
+def shown(value: Any) -> str:
+    """repr(value) cut to 60 characters, or a stand-in for an integer too long to print (str() of 4,300+ digits
+    raises)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)) > 10**30:
+        digits = int(int(abs(value)).bit_length() * 0.30103)
+        return f"{'a negative' if value < 0 else 'an'} integer of about {digits} digits"
+    try:
+        text = repr(value)
+    except ValueError:  # e.g. a Fraction of a huge integer
+        return f"a {type(value).__name__} too long to print"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_sample_rate(value: Any) -> int:
+    """A recording's sample rate as an int in [MIN_SAMPLE_RATE, MAX_SAMPLE_RATE] Hz, or ValueError saying why
+    (never OverflowError: a huge integer is compared, not converted to float)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"sample rate must be a positive whole number of Hz, got {shown(value)}")
+    if isinstance(value, numbers.Integral):
+        rate = int(value)
+    else:
+        try:
+            f = float(value)
+        except (OverflowError, ValueError):
+            f = math.inf
+        if not math.isfinite(f) or not f.is_integer():
+            raise ValueError(f"sample rate must be a positive whole number of Hz, got {shown(value)}")
+        rate = int(f)
+    if rate <= 0:
+        raise ValueError(f"sample rate must be a positive whole number of Hz, got {shown(value)}")
+    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise ValueError(f"sample rate must lie in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}] Hz, got {shown(value)}")
+    return rate
+
+
+def check_reference_size(frames: int, channels: int) -> None:
+    """ValueError when frames x channels exceeds MAX_REFERENCE_SAMPLES (what decoding would hold)."""
+    if frames * channels > MAX_REFERENCE_SAMPLES:
+        raise ValueError(f"holds {frames:,} frames x {channels} channels = {frames * channels:,} samples; at most "
+                         f"{MAX_REFERENCE_SAMPLES:,} samples x channels are accepted")
 
 
 # ----- scalars ---------------------------------------------------------------------------------------
@@ -145,7 +198,10 @@ def _strict_float(v: Any) -> Any:
     if isinstance(v, (bool, np.bool_)):
         raise ValueError("expected a number, got a bool")
     if isinstance(v, numbers.Real):
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an integer beyond float's range
+            raise ValueError(f"{shown(v)} is beyond the range of a float") from None
     raise ValueError(f"expected a number, got {type(v).__name__}")
 
 

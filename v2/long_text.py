@@ -3,6 +3,8 @@
 Owns: splitting `text` at sentence ends when it is longer than the card's `max_segment_chars` (a text with a
 sentence over that cap stays one prompt, refused naming `text` only when it does not fit one; long text
 under the ROLLOUT profile or with a `duration_frames` target is refused, naming the field),
+what a prompt says (a text within the cap: as written; a longer one: each segment `spoken`, trimmed with
+every whitespace run as one character, so blank lines and spaces cost neither segments nor prompt rows),
 and each segment's plan: its span of the text, its prompt text, the continuation prompt's text rows of
 every segment after the first (the previous segment's text as the transcript, then its own; the previous
 segment's codes are appended as assistant rows when it has been spoken), and its frame cap. A segment's
@@ -22,7 +24,7 @@ from v2.models.config import MossTTSLocalConfig
 from v2.models.prompt import build_prompt
 from v2.models.tokenizer import TextTokenizer
 from v2.request import RequestError, SpeechRequest
-from v2.sentences import SplitError, segments
+from v2.sentences import SplitError, segments, spoken
 
 
 @dataclass(frozen=True)
@@ -63,24 +65,24 @@ def unsplit(request: SpeechRequest, max_chars: int) -> str:
     return ""
 
 
-def first_text(request: SpeechRequest, parts: list[tuple[int, int]]) -> str | None:
-    """What the first prompt says: the whole text, or the first segment's (trimmed) when it is split."""
-    if request.text is None or len(parts) <= 1:
+def first_text(request: SpeechRequest, parts: list[tuple[int, int]], max_chars: int) -> str | None:
+    """What the first prompt says: a text within `max_chars` as written, else its first segment `spoken`."""
+    if request.text is None or len(request.text) <= max_chars:
         return request.text
     s, e = parts[0]
-    return request.text[s:e].strip()
+    return spoken(request.text[s:e])
 
 
 def plan(request: SpeechRequest, parts: list[tuple[int, int]], cfg: MossTTSLocalConfig, tokenizer: TextTokenizer, *,
-         max_frames: int, min_frames: int, max_prompt_rows: int) -> tuple[TextSegment, ...]:
+         max_frames: int, min_frames: int, max_prompt_rows: int, max_chars: int) -> tuple[TextSegment, ...]:
     """Every segment's plan; `max_frames` caps each. Raises RequestError (naming the field) when a later
     prompt leaves no room for its carried frames or the frames `min_frames` asks for."""
     text = request.text or ""
     if len(parts) <= 1:
-        return (TextSegment(0, len(text), text, None, max_frames),)
+        return (TextSegment(0, len(text), first_text(request, parts, max_chars) or text, None, max_frames),)
     rows: list[torch.Tensor | None] = [None]
-    for (ps, _), (s, e) in zip(parts, parts[1:]):  # transcript (the previous segment) + this segment, as written
-        rows.append(build_prompt(tokenizer, cfg, text[ps:e].strip(), instruction=request.instruction,
+    for (ps, _), (s, e) in zip(parts, parts[1:]):  # transcript (the previous segment) + this segment, spoken
+        rows.append(build_prompt(tokenizer, cfg, spoken(text[ps:e]), instruction=request.instruction,
                                  language=request.language))
     out = []
     for i, (s, e) in enumerate(parts):
@@ -92,5 +94,5 @@ def plan(request: SpeechRequest, parts: list[tuple[int, int]], cfg: MossTTSLocal
                                f"{int(nxt.shape[0])} prompt rows, leaving {max(cap, 0)} for the previous segment's "
                                f"frames within max_prompt_rows ({max_prompt_rows}); at least {max(1, min_frames)} "
                                "are needed: lower the card's max_segment_chars")
-        out.append(TextSegment(s, e, text[s:e].strip(), rows[i], cap))
+        out.append(TextSegment(s, e, spoken(text[s:e]), rows[i], cap))
     return tuple(out)

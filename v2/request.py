@@ -2,14 +2,17 @@
 
 Owns: the request schema (text or explicit prompt rows; a voice as reference codes, reference recordings,
 a transcript for continuation, or a stored voice's name; style fields, per-head sampling, seed, frame
-limits, streaming, profile), its field rules (strict types; arrays and raw samples copied when validated,
-so nothing the caller holds is read later), and `parse_request` (errors name the field). Checking a
-request against a card and laying out its prompt is `v2/prepare.py`.
+limits, streaming, profile), the flat sampling names HTTP uses (`temperature`, `top_k`, `top_p`: the
+audio head's; `repetition_penalty`) folded into `sampling`, its field rules (strict types; every integer
+bounded; arrays and raw samples copied when validated, so nothing the caller holds is read later; raw samples'
+rate and size are checked before that copy), and `parse_request` (errors name the field). Checking a request
+against a card and laying out its prompt is `v2/prepare.py`.
 Must not know: the engine, slots, devices, cards.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import re
@@ -17,11 +20,14 @@ from typing import Annotated, Any
 
 import numpy as np
 import torch
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator,
+)
 
 from v2.contracts import ExecutionProfile
 from v2.fields import (
-    INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature, int_tensor,
+    INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_reference_size,
+    check_sample_rate, check_temperature, int_tensor,
 )
 from v2.sampling_settings import HeadSampling, SamplingSettings
 
@@ -81,6 +87,42 @@ class SamplingParams(_Strict):
         )
 
 
+FLAT_SAMPLING: dict[str, str] = {
+    "temperature": "sampling.audio.temperature", "top_k": "sampling.audio.top_k", "top_p": "sampling.audio.top_p",
+    "repetition_penalty": "sampling.repetition_penalty"}
+"""The top-level sampling names (HTTP's) -> the nested field each means: the audio head's knobs."""
+_FLAT_CHECKS: dict[str, TypeAdapter[Any]] = {
+    "temperature": TypeAdapter(Temperature), "top_k": TypeAdapter(TopK), "top_p": TypeAdapter(TopP),
+    "repetition_penalty": TypeAdapter(Penalty)}
+
+
+def fold_flat_sampling(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with `temperature`, `top_k`, `top_p` (the audio head's) and `repetition_penalty` moved into
+    `sampling` (copies: the caller's dicts are not changed); a setting given both ways is refused naming both."""
+    flat = {k: fields[k] for k in FLAT_SAMPLING if k in fields}
+    sampling = fields.get("sampling", {})
+    sampling = sampling.model_dump(exclude_none=True) if isinstance(sampling, SamplingParams) else sampling
+    audio = sampling.get("audio", {}) if isinstance(sampling, dict) else None
+    audio = audio.model_dump(exclude_none=True) if isinstance(audio, HeadParams) else audio
+    if not flat or not isinstance(audio, dict):
+        return fields  # nothing to fold, or a malformed `sampling` that its own validation names
+    sampling, audio = dict(sampling), dict(audio)
+    for name, value in flat.items():
+        try:
+            _FLAT_CHECKS[name].validate_python(value)
+        except ValidationError as e:
+            raise FieldError(f"{name}: {_message(e.errors()[0])}") from None
+        if value is None:  # None is the card's default, as when left out
+            continue
+        for label, place in ((f"sampling.audio.{name}", audio), (f"sampling.{name}", sampling)):
+            if place.get(name) is not None:
+                raise FieldError(f"{name}: give {name} or {label}, not both")
+        (audio if FLAT_SAMPLING[name].startswith("sampling.audio.") else sampling)[name] = value
+    if audio or "audio" in sampling:
+        sampling["audio"] = audio
+    return {**{k: v for k, v in fields.items() if k not in FLAT_SAMPLING}, "sampling": sampling}
+
+
 class SpeechRequest(_Strict):
     text: OptionalText = None
     prompt_rows: Any = None          # explicit rows [T, 13] (list, array or tensor) instead of text
@@ -90,7 +132,7 @@ class SpeechRequest(_Strict):
     voice: OptionalText = None       # the name of a stored voice (rt.voices)
     instruction: OptionalText = None
     language: OptionalText = None
-    duration_frames: Annotated[StrictInt | None, Field(ge=1)] = None  # the prompt's "Tokens" duration target
+    duration_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None  # the prompt's "Tokens" target
     sampling: SamplingParams = SamplingParams()
     seed: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
     max_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None
@@ -99,6 +141,11 @@ class SpeechRequest(_Strict):
     profile: ExecutionProfile = ExecutionProfile.SERVE
     decode_audio: StrictBool = True  # False: codes (and, under ROLLOUT, the trajectory) only, no codec work
     timeout: Annotated[StrictFloat | None, Field(gt=0, le=86400)] = None  # seconds from submit; then "abort"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_sampling(cls, data: Any) -> Any:
+        return fold_flat_sampling(data) if isinstance(data, dict) else data
 
     @field_validator("prompt_rows")
     @classmethod
@@ -168,6 +215,7 @@ def _recording(x: Any, field: str) -> Any:
     if isinstance(x, (bytes, bytearray, memoryview)):
         return bytes(x)
     if isinstance(x, tuple) and _is_samples(x):
+        _check_samples_cost(x[0], x[1], field)
         samples = x[0].detach().cpu().numpy() if isinstance(x[0], torch.Tensor) else x[0]
         if isinstance(samples, np.ndarray) and samples.dtype.kind not in "fi":
             raise FieldError(f"{field}: samples must be float, int16 or int32 PCM, got {samples.dtype}")
@@ -177,6 +225,19 @@ def _recording(x: Any, field: str) -> Any:
             raise FieldError(f"{field}: samples are not an array of numbers ({e})") from None
     raise FieldError(f"{field}: expected a path, the bytes of an audio file, or (samples, sample_rate); "
                      f"got {type(x).__name__}")
+
+
+def _check_samples_cost(samples: Any, rate: Any, field: str) -> None:
+    """The rate and frames x channels of raw samples, from the shape alone: refused before the copy (the
+    duration against the card is checked at prepare, still before any conversion)."""
+    try:
+        check_sample_rate(rate)
+        shape = tuple(samples.shape) if isinstance(samples, (np.ndarray, torch.Tensor)) else (len(samples),) \
+            if isinstance(samples, (list, tuple)) else None
+        if shape and max(shape) > 0:
+            check_reference_size(max(shape), math.prod(shape) // max(shape))  # the longer axis is time
+    except ValueError as e:
+        raise FieldError(f"{field}: {e}") from None
 
 
 def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
@@ -190,10 +251,14 @@ def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
         raise RequestError("; ".join(_describe(err) for err in e.errors())) from None
 
 
+def _message(err: Any) -> str:
+    return str(err["ctx"]["error"]) if err["type"] == "value_error" and "error" in err.get("ctx", {}) else err["msg"]
+
+
 def _describe(err: Any) -> str:
     """'field: message'; a converter's message that already names the field (and row) is kept as it is."""
     loc = ".".join(str(x) for x in err["loc"])
-    message = str(err["ctx"]["error"]) if err["type"] == "value_error" and "error" in err.get("ctx", {}) else err["msg"]
+    message = _message(err)
     if not loc:  # a whole-request rule: its message names the field when one is to blame
         return message if _NAMED.match(message) else f"request: {message}"
     return message if message.startswith((f"{loc}:", f"{loc}[")) else f"{loc}: {message}"

@@ -4,6 +4,9 @@ Owns: where a sentence ends (`.`, `!`, `?`, `;` followed by whitespace or the en
 `。`, `！`, `？`, `；` and a newline anywhere; closing quotes and brackets and the whitespace that follow
 stay with the sentence they close) and packing whole sentences greedily into segments of at most
 `max_chars` characters. A text is never cut inside a sentence, hence never inside a word.
+A segment's length is the length of what it says (`spoken`: trimmed, every whitespace run one character), so
+runs of blank lines or spaces between sentences cost one character, and whitespace alone never makes a
+segment: it stays with the sentence before it (leading whitespace with the first).
 Must not know: tokenizers, prompts, cards, requests. Pure Python.
 """
 
@@ -21,13 +24,21 @@ _SENTENCE = re.compile(
 )
 
 
+_RUN = re.compile(r"\s+")
+
+
 class SplitError(ValueError):
     """A sentence longer than a segment may be: the text cannot be split to fit."""
 
-    def __init__(self, start: int, end: int, max_chars: int) -> None:
-        super().__init__(f"a sentence of {end - start} characters (characters {start}-{end}) is longer than a "
+    def __init__(self, start: int, end: int, max_chars: int, length: int) -> None:
+        super().__init__(f"a sentence of {length} characters (characters {start}-{end}) is longer than a "
                          f"segment may be ({max_chars}); end sentences with . ! ? ; or a newline")
         self.start, self.end = start, end
+
+
+def spoken(text: str) -> str:
+    """What a segment says of `text`: trimmed, each whitespace run as one character (a newline if it has one)."""
+    return _RUN.sub(lambda m: "\n" if "\n" in m.group() else " ", text.strip())
 
 
 def sentences(text: str) -> list[tuple[int, int]]:
@@ -43,20 +54,29 @@ def sentences(text: str) -> list[tuple[int, int]]:
 
 
 def segments(text: str, max_chars: int) -> list[tuple[int, int]]:
-    """Spans of consecutive whole sentences, each at most `max_chars` characters, greedily filled; they tile
-    the text. A text within the cap is one segment. Raises `SplitError` for a sentence over the cap."""
+    """Spans of consecutive whole sentences, each saying at most `max_chars` characters (`spoken`), greedily
+    filled; they tile the text, and each holds some non-whitespace text unless the whole text is whitespace.
+    A text within the cap is one segment. Raises `SplitError` for a sentence over the cap."""
     if max_chars < 1:
         raise ValueError(f"max_chars must be >= 1, got {max_chars}")
     if len(text) <= max_chars:
         return [(0, len(text))]
     out: list[tuple[int, int]] = []
-    start = end = 0
+    start = end = length = 0  # the open segment text[start:end] and the length of what it says
     for s, e in sentences(text):
-        if e - s > max_chars:
-            raise SplitError(s, e, max_chars)
-        if e - start > max_chars:
-            out.append((start, end))
-            start = s
+        words = text[s:e].split()
+        n = sum(map(len, words)) + len(words) - 1 if words else 0  # len(spoken(text[s:e]))
+        if n > max_chars:
+            raise SplitError(s, e, max_chars, n)
+        if n and not length:  # the first words of the open segment (whitespace before them stays with it)
+            length = n
+        elif n:  # a whitespace-only sentence says nothing: it stays with the open segment
+            gap = text[s - 1].isspace() or text[s].isspace()  # whitespace since the last words: one character
+            if length + gap + n > max_chars:
+                out.append((start, end))
+                start, length = s, n
+            else:
+                length += gap + n
         end = e
     out.append((start, end))
     return out

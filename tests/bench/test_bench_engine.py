@@ -1,7 +1,7 @@
 """`python -m v2.bench.engine --quick` runs on the tiny card in a fresh process; its last line is JSON with the
 three parts (engine overhead, the simulated device's step period, serving vs generate_batch), every figure a
-number, and the runtime's codes equal to the reference loop's. Goals are reported, not asserted: they are
-timings on whatever machine runs the tests."""
+number, the runtime's codes equal to the reference loop's, and `--plot` draws the overhead sweep. Goals are
+reported, not asserted: they are timings on whatever machine runs the tests."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from test_plots import assert_picture
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,11 +20,14 @@ def finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def test_engine_bench_quick_prints_one_json_line_with_three_parts():
-    done = subprocess.run([sys.executable, "-m", "v2.bench.engine", "--quick", "--repeat", "1"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=240)
+def test_engine_bench_quick_prints_one_json_line_with_three_parts(tmp_path):
+    picture = tmp_path / "engine.png"
+    done = subprocess.run([sys.executable, "-m", "v2.bench.engine", "--quick", "--repeat", "1", "--plot", str(picture)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["plot"] == str(picture)
+    assert_picture(picture)  # the overhead's sweep over rows
     assert report["bench"] == "v2.engine" and report["card"] == "moss_tts_local_tiny" and report["quick"] is True
     assert {"torch", "git_commit", "cpus", "device"} <= set(report["machine"])
 

@@ -130,7 +130,8 @@ def test_the_store_skips_corrupt_entries_validates_names_and_takes_concurrent_ad
 
     store = VoiceStore(tmp_path, encode=refuse, width=12)
     codes = np.ones((4, 12), np.int64)
-    threads = [threading.Thread(target=store.add, args=(f"v{i % 4}", codes * i)) for i in range(16)]
+    threads = [threading.Thread(target=store.add, args=(f"v{i % 4}", codes * i), kwargs={"replace": True})
+               for i in range(16)]
     for t in threads:
         t.start()
     for t in threads:

@@ -65,6 +65,20 @@ class Browser:
     def evaluate(self, session: str, expression: str) -> Any:
         return self.call("Runtime.evaluate", session, expression=expression, returnByValue=True)["result"].get("value")
 
+    def evaluate_async(self, session: str, expression: str) -> Any:
+        """The value a JS promise settles to."""
+        result = self.call("Runtime.evaluate", session, expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"the page threw: {result['exceptionDetails'].get('text')} "
+                               f"{result['result'].get('description', '')}")
+        return result["result"].get("value")
+
+    def set_files(self, session: str, selector: str, paths: list[str]) -> None:
+        """Choose files in a file input, as a user picking them would (the page gets its change event)."""
+        root = self.call("DOM.getDocument", session)["root"]["nodeId"]
+        node = self.call("DOM.querySelector", session, nodeId=root, selector=selector)["nodeId"]
+        self.call("DOM.setFileInputFiles", session, files=paths, nodeId=node)
+
     def wait_for(self, session: str, expression: str, timeout: float) -> Any:
         """Poll a JS expression until it is truthy; its value."""
         deadline = time.time() + timeout

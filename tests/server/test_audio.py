@@ -85,13 +85,17 @@ def test_the_plan_maps_openai_fields_onto_the_runtime_request():
                        "response_format": "wav", "seed": 3, "temperature": 0.7, "top_p": 0.9, "top_k": 20,
                        "repetition_penalty": 1.1, "max_new_tokens": 40, "min_new_tokens": 5, "language": "en"})
     p = plan(body, Limits(("card", "tts-1")), native_rate=RATE, native_channels=2)
-    assert p.request == {"text": "Hi.", "stream": False, "instruction": "calm", "language": "en", "seed": 3,
+    assert p.request == {"text": "Hi.", "stream": True, "instruction": "calm", "language": "en", "seed": 3,
                          "max_frames": 40, "min_frames": 5,
                          "sampling": {"audio": {"temperature": 0.7, "top_p": 0.9, "top_k": 20},
                                       "repetition_penalty": 1.1}}
-    assert p.voice == "alloy" and not p.streaming and (p.spec.sample_rate, p.spec.channels) == (RATE, 2)
-    assert plan(SpeechBody(input="x", response_format="pcm"), Limits(("c",)), native_rate=RATE,
-                native_channels=2).streaming  # pcm streams unless told not to
+    assert p.voice == "alloy" and p.streaming and (p.spec.sample_rate, p.spec.channels) == (RATE, 2)
+    for fmt in ("mp3", "opus", "aac", "flac", "wav", "pcm"):  # every format streams unless told not to
+        assert plan(SpeechBody(input="x", response_format=fmt), Limits(("c",)), native_rate=RATE,
+                    native_channels=2).streaming
+        whole = plan(SpeechBody(input="x", response_format=fmt, stream=False, stream_format="audio"), Limits(("c",)),
+                     native_rate=RATE, native_channels=2)
+        assert not whole.streaming and whole.request["stream"] is False
 
 
 def test_reference_audio_sources(tmp_path):

@@ -17,6 +17,7 @@ import soundfile as sf
 from serverkit import CARD, TEXT, LiveServer, in_process, s16, shared_runtime
 from v2.card import load_card
 from v2.runtime import Runtime
+from v2.runtime.voices import VoiceExists
 from v2.server import schema as schema_module
 from v2.server import voices as voices_module
 from v2.server.schema import OPENAI_VOICES, runtime_supports
@@ -146,9 +147,11 @@ class _MemoryStore:
     def __init__(self) -> None:
         self.voices: dict[str, tuple[bytes, str | None]] = {}
 
-    def add(self, name: str, audio: Any, *, text: str | None = None) -> None:
+    def add(self, name: str, audio: Any, *, text: str | None = None, replace: bool = False) -> None:
         if "/" in name:
             raise ValueError(f"name: {name!r} has a path separator")
+        if name in self.voices and not replace:
+            raise VoiceExists(name)
         self.voices[name] = (audio, text)
 
     def list(self) -> list[dict[str, Any]]:
@@ -177,9 +180,22 @@ def test_routes_over_a_store_with_the_runtimes_methods(monkeypatch, sample_wav):
                        data={"name": "alloy", "ref_text": "A voice to keep."})
         assert r.status_code == 200 and r.json()["voice"]["id"] == "alloy"
         assert store.voices["alloy"] == (sample_wav, "A voice to keep.")
+        again = httpx.post(server.url + VOICES, files={"audio_sample": ("v.wav", b"other", "audio/wav")},
+                           data={"name": "alloy"})
+        assert again.status_code == 409 and again.json()["error"]["param"] == "name"
+        assert store.voices["alloy"] == (sample_wav, "A voice to keep.")
+        again = httpx.post(server.url + VOICES, files={"audio_sample": ("v.wav", sample_wav, "audio/wav")},
+                           data={"name": "alloy", "ref_text": "A voice to keep.", "replace": "true"})
+        assert again.status_code == 200 and store.voices["alloy"] == (sample_wav, "A voice to keep.")
         listing = httpx.get(server.url + VOICES).json()["voices"]
         assert [v["id"] for v in listing if v["kind"] == "stored"] == ["alloy"]  # a stored name wins over the built-in
         assert "alloy" not in [v["id"] for v in listing if v["kind"] == "builtin"]
+        legacy = httpx.get(server.url + VOICES, params={"legacy": "true"}).json()  # Kokoro's list of names
+        assert legacy == {"voices": [v["id"] for v in listing]} and legacy["voices"][0] == "alloy"
+        assert all(isinstance(n, str) for n in legacy["voices"]) and len(legacy["voices"]) == len(OPENAI_VOICES)
+        assert httpx.get(server.url + VOICES, params={"legacy": "false"}).json()["voices"] == listing
+        r = httpx.get(server.url + VOICES, params={"legacy": "maybe"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "legacy"
         r = httpx.post(server.url + VOICES, files={"audio_sample": ("v.wav", sample_wav)}, data={"name": "a/b"})
         assert r.status_code == 400 and r.json()["error"]["param"] == "name"
         assert httpx.delete(server.url + VOICES, params={"name": "alloy"}).json()["deleted"] is True

@@ -109,7 +109,7 @@ def test_a_failure_clears_the_status_line(tmp_path, capsys, monkeypatch):
     assert main(["synth", "x", "-o", str(tmp_path / "a.wav"), "--voice", "nobody",
                  "--voices-dir", str(tmp_path / "voices")]) == 1
     visible = term.getvalue().split("\r")[-1]
-    assert visible == "error: voice: no stored voice named 'nobody'\n"
+    assert visible == "error: --voice: no stored voice named 'nobody'\n"
 
 
 def test_voices_add_list_remove_and_synth_with_a_voice_or_a_reference(tmp_path, capsys):
@@ -120,7 +120,7 @@ def test_voices_add_list_remove_and_synth_with_a_voice_or_a_reference(tmp_path, 
     assert main(["voices", *store, "add", "alice", str(speaker), "--text", "Hello."]) == 0
     added = json.loads(capsys.readouterr().out.strip())
     assert added["name"] == "alice" and added["frames"] == 12 and added["text"] == "Hello."
-    assert main(["voices", *store, "list"]) == 0
+    assert main(["voices", *store, "list", "--json"]) == 0
     assert [json.loads(line)["name"] for line in capsys.readouterr().out.strip().splitlines()] == ["alice"]
     for extra in (["--voice", "alice"], ["--reference", str(speaker)],
                   ["--reference", str(speaker), "--reference-text", "Hello."]):

@@ -84,12 +84,12 @@ def test_device_cuda_without_cuda(tmp_path, capsys, no_synthesis):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--max-frames", "100000"], "error: max_frames: 100000 exceeds the card's cap"),
-    (["--max-frames", "10", "--min-frames", "11"], "error: request: min_frames (11) exceeds max_frames (10)"),
-    (["--voice", "nobody"], "error: voice: no stored voice named 'nobody'"),
-    (["--reference", "{tmp}/none.wav"], "error: reference_audio: no such file"),
-    (["--reference", "{tmp}/noise.wav"], "error: reference_audio: "),
-    (["--reference-text", "Hello."], "error: reference_text: continuation needs exactly one reference"),
+    (["--max-frames", "100000"], "error: --max-frames: 100000 exceeds the card's cap"),
+    (["--max-frames", "10", "--min-frames", "11"], "error: --min-frames (11) exceeds --max-frames (10)"),
+    (["--voice", "nobody"], "error: --voice: no stored voice named 'nobody'"),
+    (["--reference", "{tmp}/none.wav"], "error: --reference: no such file"),
+    (["--reference", "{tmp}/noise.wav"], "error: --reference: "),
+    (["--reference-text", "Hello."], "error: --reference-text: continuation needs exactly one reference"),
     (["--checkpoint", "{tmp}/missing"], "error: checkpoint directory not found: {tmp}/missing"),
     (["--checkpoint", "{tmp}/noise.wav"], "error: checkpoint '{tmp}/noise.wav': "),
 ])

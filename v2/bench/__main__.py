@@ -1,7 +1,8 @@
 """`python -m v2.bench`: v2 against the sequential baseline, side by side, on one card; one JSON line last.
 
 Owns: the command line, which scenarios run (end-to-end serving at several concurrencies, streaming and
-not; the sequential baseline on the same weights; engine overhead), the progress bar, the table, and the
+not; the sequential baseline on the same weights; engine overhead), the progress bar, the table, the
+picture (`--plot FILE.png`: audio-s/s and TTFA against concurrency, the baseline drawn across), and the
 final JSON line with every figure, the machine, the torch version and the git commit.
 Must not know: engine or model internals.
 """
@@ -69,6 +70,17 @@ def machine(device: str) -> dict[str, Any]:
     return info
 
 
+def check_plot(parser: argparse.ArgumentParser, path: str | None) -> None:
+    """Refuse `--plot` before anything runs when it cannot be drawn (matplotlib missing, a bad path)."""
+    if path is not None:
+        from v2.bench.plot import PlotError, check
+
+        try:
+            check(path)
+        except PlotError as e:
+            parser.error(str(e))
+
+
 def build_runtime(args: argparse.Namespace) -> Runtime:
     card = load_card(args.card)
     if args.random_weights:  # the release's dimensions with random weights: nothing to download
@@ -97,6 +109,26 @@ def table(rows: list[dict[str, Any]], baseline: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(report: dict[str, Any], path: str) -> None:
+    """audio-s/s and TTFA (p50, p99) against concurrency, streamed and not, with the sequential baseline."""
+    from v2.bench.plot import Panel, Series, sweep
+
+    base = report["baseline"]
+    levels = sorted({s["concurrency"] for s in report["scenarios"]})
+    at = {(s["concurrency"], s["stream"]): s for s in report["scenarios"]}
+    ways = [(True, "streamed"), (False, "whole")]
+    throughput = Panel("throughput", "audio seconds per second",
+                       [Series(name, [at[(c, stream)]["audio_s_per_s"] for c in levels]) for stream, name in ways],
+                       {"sequential baseline": base["audio_s_per_s"]})
+    ttfa = Panel("time to first audio", "ms",
+                 [Series(f"{name} {q}", [at[(c, stream)][f"ttfa_{q}_s"] * 1e3 for c in levels], dashed=q == "p99")
+                  for stream, name in ways for q in ("p50", "p99")],
+                 {"sequential, one request alone": base["wall_s"] / base["requests"] * 1e3})
+    sweep(path, f"v2 serving, {report['card']} on {report['machine']['device']} ({report['requests']} requests, "
+          f"{report['max_frames']} frames each)", "concurrency (requests in flight)", levels, [throughput, ttfa],
+          note="baseline: the same requests through generate() then decode(), one after another")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench", description=__doc__.splitlines()[0])
     p.add_argument("--card", default="moss_tts_local_tiny")
@@ -107,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-frames", type=int, default=None)
     p.add_argument("--concurrency", type=int, nargs="+", default=None)
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the sweep (needs the plot extra)")
     args = p.parse_args(argv)
+    check_plot(p, args.plot)
     n = args.requests or (8 if args.quick else 48)
     max_frames = args.max_frames or (24 if args.quick else 100)
     levels = args.concurrency or ([1, 4] if args.quick else [1, 4, 16, 64])
@@ -146,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
               "quick": args.quick, "requests": n, "max_frames": max_frames, "machine": machine(args.device),
               "baseline": baseline, "scenarios": scenarios, "engine_overhead": overhead,
               "rtf_note": "RTF = generation time / audio duration, lower is better"}
+    if args.plot:
+        plot(report, args.plot)
+        report["plot"] = str(Path(args.plot).absolute())
     print(json.dumps(report))
     return 0
 

@@ -21,7 +21,8 @@ Four parts:
   with audio (runtime decoding chunks vs. one `codec.decode` per request afterwards: informative only).
 
 Owns: the command line, the three measurements above (a step-timestamp wrapper around the engine's step,
-the paired and alternated timing of the two sides), the table and the JSON line.
+the paired and alternated timing of the two sides), the table, the JSON line, and the picture of the one
+sweep (`--plot FILE.png`: the overhead's microseconds per row and per step against rows, the goal drawn).
 Must not know: model internals, loop logic, how the engine plans or schedules (it times `_step` from
 outside and reads `stats()`).
 """
@@ -40,7 +41,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from v2.bench.__main__ import machine
+from v2.bench.__main__ import check_plot, machine
 from v2.bench.overhead import instant_experts, one_row_requests, run_overhead
 from v2.bench.serving import workload
 from v2.card import load_card
@@ -257,6 +258,21 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(report: dict[str, Any], path: str) -> None:
+    """Part "overhead": engine and wall microseconds per row and per step against rows (best of the runs)."""
+    from v2.bench.plot import Panel, Series, sweep
+
+    over = report["overhead"]["rows"]
+    rows = [r["rows"] for r in over]
+    per_row = Panel("per row", "microseconds", [Series("engine thread", [r["best"]["engine_us_per_row"] for r in over]),
+                                                Series("wall", [r["best"]["us_per_row"] for r in over])],
+                    {f"goal at 64 rows ({OVERHEAD_GOAL_US_PER_ROW:g} us)": OVERHEAD_GOAL_US_PER_ROW})
+    per_step = Panel("per step", "microseconds", [Series("engine thread", [r["best"]["engine_us_per_step"] for r in over]),
+                                                  Series("wall", [r["best"]["us_per_step"] for r in over])])
+    sweep(path, f"engine overhead, {report['card']} (instant experts, CPU stream; best of {report['repeat']})",
+          "rows per step (one-row requests)", rows, [per_row, per_step])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.engine", description=__doc__.splitlines()[0])
     p.add_argument("--card", default="moss_tts_local_tiny")
@@ -264,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a short run (well under a minute on a 2-core CPU)")
     p.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is reported")
     p.add_argument("--latency", type=float, default=0.005, help="the simulated device's time per step, seconds")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the overhead sweep (the plot extra)")
     args = p.parse_args(argv)
+    check_plot(p, args.plot)
     frames = 40 if args.quick else 100
     sim_frames = 60 if args.quick else 100
     load_before = os.getloadavg()
@@ -299,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
               "overhead": over, "simulated_device": sim, "serving_vs_generate_batch": serving,
               "time_to_first_audio": ttfa}
     print(table(report))
+    if args.plot:
+        plot(report, args.plot)
+        report["plot"] = os.path.abspath(args.plot)
     print(json.dumps(report))
     return 0
 

@@ -1,10 +1,12 @@
 """`python -m v2.bench.http`: what the HTTP server costs, measured against the same workload in-process, in one
-run: audio-s/s and TTFA p50/p99 at concurrency 1, 16 and 64, both ways; one JSON line last.
+run: audio-s/s and TTFA p50/p99 at concurrency 1, 16 and 64, both ways, then time to first byte per response
+format (v2.bench.ttfb); one JSON line last.
 
 Owns: one runtime serving both ways (in-process through `run_serving`, and over HTTP through the server on a
 free loopback port in this process), the HTTP clients in a child process (v2.bench.http_client: streaming
 wav, TTFA taken at the first audio byte past the header), the comparison (throughput cost, TTFA added) and
-the report. Goal (issue 15): HTTP costs <= 5% of throughput and <= 10 ms of TTFA p50.
+the report, and its picture (`--plot FILE.png`: audio-s/s and TTFA against concurrency, both ways). Goal:
+HTTP costs <= 5% of throughput and <= 10 ms of TTFA p50.
 Must not know: engine or model internals, the server's routes.
 """
 
@@ -26,9 +28,11 @@ import numpy as np
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
-from v2.bench.__main__ import build_runtime, machine
+from v2.bench.__main__ import build_runtime, check_plot, machine
 from v2.bench.metrics import percentile
 from v2.bench.serving import run_serving, workload
+from v2.bench.ttfb import table as ttfb_table
+from v2.bench.ttfb import ttfb_sweep
 from v2.server import ServerConfig, create_app
 from v2.server.serve import ThreadedServer
 
@@ -135,6 +139,20 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict[str, Any]], card: str, path: str) -> None:
+    """audio-s/s and TTFA (p50, p99) against concurrency, in-process and over HTTP."""
+    from v2.bench.plot import Panel, Series, sweep
+
+    levels = [r["concurrency"] for r in rows]
+    ways = (("in_process", "in-process"), ("http", "HTTP"))
+    throughput = Panel("throughput", "audio seconds per second",
+                       [Series(name, [r[way]["audio_s_per_s"] for r in rows]) for way, name in ways])
+    ttfa = Panel("time to first audio", "ms", [Series(f"{name} {q}", [r[way][f"ttfa_{q}_s"] * 1e3 for r in rows],
+                                                      dashed=q == "p99") for way, name in ways for q in ("p50", "p99")])
+    sweep(path, f"HTTP against in-process, {card} (streamed wav; medians of alternating runs)",
+          "concurrency (requests in flight)", levels, [throughput, ttfa])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.http", description=__doc__.splitlines()[0])
     p.add_argument("--card", default="moss_tts_local_tiny")
@@ -144,17 +162,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=0, help="per level; 0: max(8, 2 x concurrency)")
     p.add_argument("--max-frames", type=int, default=40)
     p.add_argument("--repeat", type=int, default=3, help="runs per way and level, alternating; medians reported")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the sweep (needs the plot extra)")
+    p.add_argument("--ttfb-requests", type=int, default=8, help="per format in the TTFB sweep (0: no sweep)")
+    p.add_argument("--ttfb-only", action="store_true", help="only the per-format TTFB sweep")
     args = p.parse_args(argv)
+    check_plot(p, args.plot)
     runtime = build_runtime(args)
     load_before = os.getloadavg()[0]
-    rows = []
+    rows, sweep = [], None
     try:
         app = create_app(runtime, ServerConfig.for_card(runtime.card.name))
         with ThreadedServer(app) as server:
             warm = workload(2, seed=999, max_frames=8)
             run_serving(runtime, warm, concurrency=2, stream=True)
             run_http(server.url, warm, 2)
-            for level in args.concurrency:
+            for level in [] if args.ttfb_only else args.concurrency:
                 n = args.requests or max(8, 2 * level)
                 requests = workload(n, seed=level, max_frames=args.max_frames)
                 inproc, http = [], []
@@ -164,13 +186,21 @@ def main(argv: list[str] | None = None) -> int:
                     inproc.append(with_cpu(lambda: run_serving(runtime, requests, concurrency=level, stream=True)))
                     http.append(with_cpu(lambda: run_http(server.url, requests, level)))
                 rows.append(compare(level, median_of(inproc), median_of(http)))
+            if args.ttfb_requests:
+                print(f"TTFB per format: {args.ttfb_requests} requests each", file=sys.stderr, flush=True)
+                sweep = ttfb_sweep(server.url, workload(args.ttfb_requests, seed=7, max_frames=args.max_frames))
     finally:
         runtime.close()
-    print(table(rows))
-    print(json.dumps({"bench": "v2.http", "card": runtime.card.name, "random_weights": args.random_weights,
-                      "max_frames": args.max_frames, "format": "wav, streamed", "machine": machine(args.device),
-                      "load_avg_1min": {"before": load_before, "after": os.getloadavg()[0]},
-                      "levels": rows, "goal": {"throughput_cost_max": 0.05, "ttfa_p50_added_ms_max": 10.0}}))
+    print("\n\n".join(([table(rows)] if rows else []) + ([ttfb_table(sweep)] if sweep else [])))
+    report = {"bench": "v2.http", "card": runtime.card.name, "random_weights": args.random_weights,
+              "max_frames": args.max_frames, "format": "wav, streamed", "machine": machine(args.device),
+              "load_avg_1min": {"before": load_before, "after": os.getloadavg()[0]},
+              "levels": rows, "goal": {"throughput_cost_max": 0.05, "ttfa_p50_added_ms_max": 10.0},
+              "ttfb_by_format": sweep}
+    if args.plot and rows:
+        plot(rows, runtime.card.name, args.plot)
+        report["plot"] = str(Path(args.plot).absolute())
+    print(json.dumps(report))
     return 0
 
 

@@ -125,12 +125,14 @@ class Qwen3Layer(nn.Module):
 
 
 class Qwen3Backbone(nn.Module):
-    """Embedding table, decoder layers and final norm (release prefix `transformer.`)."""
+    """Embedding table, decoder layers and final norm (release prefix `transformer.`). With
+    `embed_tokens=False` the stack has no token table (a model that builds its input rows itself)."""
 
-    def __init__(self, cfg: BackboneConfig) -> None:
+    def __init__(self, cfg: BackboneConfig, *, embed_tokens: bool = True) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        if embed_tokens:
+            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Qwen3Layer(cfg) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 

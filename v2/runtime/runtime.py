@@ -21,7 +21,7 @@ import torch
 
 from v2.card import DEFAULT_CARD, ModelCard, family_of, load_card
 from v2.request import OverloadedError, RequestError
-from v2.runtime import weight_updates
+from v2.runtime import shutdown, weight_updates
 from v2.runtime.device import Stream, default_stream
 from v2.runtime.encoding import EncodeJob
 from v2.runtime.engine import Engine
@@ -51,6 +51,7 @@ class Runtime:
                                  codebook_size=self.family.codebook_size)
         self._ids = itertools.count()
         self.engine.thread.start()
+        shutdown.track(self)  # closed at interpreter exit if still open (shutdown.py)
 
     @classmethod
     def from_card(cls, card: str | ModelCard = DEFAULT_CARD, *, checkpoint: str | None = None,

@@ -1,10 +1,14 @@
 """The voice store: named voices (reference codes [N, G] and an optional transcript) kept on disk.
 
-Owns: validating voice names (no path separators, no leading dot), the on-disk layout (one directory per
-voice: `codes.npy` read with allow_pickle=False, `meta.json`), atomic writes (a temporary directory renamed
-into place, so a reader never sees half a voice), a lock for adds and removes from many threads, loading
-every voice at start (a corrupt entry is reported in `errors` and skipped, never fatal), and telling
-audio from codes in `add` (audio is encoded through the `encode` function it is given, once, ever).
+Owns: validating voice names (matched whole: no path separators, no leading dot, no trailing newline), the
+on-disk layout (one directory per voice: `codes.npy` read with allow_pickle=False, `meta.json`; nothing in
+it followed through a symbolic link), publishing and withdrawing entries so that a reader in any thread or
+process sees a whole voice or none (a staging directory renamed into place; an entry renamed out of sight
+before it is deleted), the cross-process lock that orders writers and readers (`flock` on `<dir>/.lock`:
+exclusive for add and remove, shared for reads), refusing a taken name unless asked to replace, sweeping
+what a crashed writer left, reading the directory as the truth (a cache keyed by each entry's write id, so
+several stores on one directory agree), reporting corrupt entries in `errors` (skipped, never fatal), and
+telling audio from codes in `add` (audio is encoded through the `encode` function it is given, once, ever).
 Must not know: the engine, models, requests.
 """
 
@@ -14,10 +18,11 @@ import json
 import logging
 import os
 import re
-import shutil
+import stat
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -26,17 +31,32 @@ import numpy as np
 import torch
 
 from v2.fields import FieldError, int_tensor
+from v2.runtime.voice_files import create, delete, locked, opened, read_bytes, sync_directory
 
 log = logging.getLogger(__name__)
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullmatch
 FORMAT = 1
+STAGING, WITHDRAWN = ".staging-", ".withdrawn-"  # hidden: never listed; swept at start
+MAX_CODES_BYTES, MAX_META_BYTES = 16 * 2**20, 2**20  # [N, 12] int64 at 16 MiB: 174k frames, hours of audio
 
 
 class VoiceError(ValueError):
     """A voice name, its codes or its entry on disk is unusable; the message names which."""
 
 
-@dataclass(frozen=True)
+class VoiceExists(VoiceError):
+    """`add` of a name that is taken, without `replace=True`."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"voice: a voice named {name!r} is stored already; pass replace=True to replace it")
+        self.name = name
+
+
+class _Unusable(Exception):
+    """An entry on disk that is not a readable voice (why: the message)."""
+
+
+@dataclass(frozen=True, repr=False)
 class Voice:
     name: str
     codes: np.ndarray    # int64 [N, G]
@@ -46,6 +66,17 @@ class Voice:
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "frames": int(len(self.codes)), "text": self.text, "created": self.created}
 
+    def __repr__(self) -> str:
+        text = None if self.text is None else clip(self.text, 40)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.created))
+        return f"Voice(name={self.name!r}, frames={len(self.codes)}, text={text!r}, created={when!r})"
+
+
+def clip(text: str, width: int) -> str:
+    """`text` on one line, at most `width` characters (an ellipsis where cut)."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[:width - 1] + "…"
+
 
 def default_directory(card_name: str) -> Path:
     """`$XDG_CACHE_HOME/v2/voices/<card>` (else `~/.cache/...`): codes belong to one codec."""
@@ -54,7 +85,7 @@ def default_directory(card_name: str) -> Path:
 
 
 def check_name(name: object) -> str:
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or NAME.fullmatch(name) is None:
         raise VoiceError(f"voice: name must be 1-64 characters of letters, digits, '_', '-', '.', starting with a "
                          f"letter or digit (no path separators); got {name!r}")
     return name
@@ -71,55 +102,178 @@ def is_codes(value: object, width: int) -> bool:
 
 
 class VoiceStore:
-    """`add`, `get`, `list`, `remove`; persisted under `directory`, loaded when made."""
+    """`add`, `get`, `list`, `remove`; persisted under `directory` (shared safely with other stores on it)."""
 
     def __init__(self, directory: str | Path, *, encode: Callable[[Any], np.ndarray], width: int,
                  codebook_size: int = 1024) -> None:
         self.directory = Path(directory)
         self._encode = encode
         self._width, self._codebook = width, codebook_size
-        self._lock = threading.Lock()
-        self._voices: dict[str, Voice] = {}
-        self.errors: list[str] = []  # entries skipped at load, each "name: why"
-        self._load()
+        self._cache_lock = threading.Lock()
+        self._cache: dict[str, tuple[str, Voice]] = {}  # name -> (write id, voice)
+        self._reported: set[str] = set()
+        self.errors: list[str] = []  # entries skipped by the latest scan (made at start and by list()), "name: why"
+        self._sweep()
+        self.list()
 
-    def add(self, name: str, source: Any, *, text: str | None = None, replace: bool = True) -> Voice:
-        """Store a voice from audio (a path, file bytes or (samples, rate): encoded now) or codes [N, G]."""
+    def __repr__(self) -> str:
+        return f"VoiceStore(directory={str(self.directory)!r})"
+
+    def add(self, name: str, source: Any, *, text: str | None = None, replace: bool = False) -> Voice:
+        """Store a voice from audio (a path, file bytes or (samples, rate): encoded now) or codes [N, G].
+        A taken name raises `VoiceExists` (before any encoding) unless `replace=True`."""
         check_name(name)
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise VoiceError("text: must be a non-empty string (the recording's transcript) or None")
+        if not isinstance(replace, bool):
+            raise VoiceError(f"replace: must be True or False, got {replace!r}")
+        if not replace and os.path.lexists(self.directory / name):
+            raise VoiceExists(name)  # checked again under the lock; this spares the encoding
         codes = self._check_codes(source, "codes") if is_codes(source, self._width) else self._encode(source)
         voice = Voice(name, self._check_codes(codes, "codes"), text, time.time())
-        with self._lock:
-            if not replace and name in self._voices:
-                raise VoiceError(f"voice: {name!r} already exists")
-            self._write(voice)
-            self._voices[name] = voice
+        write_id = uuid.uuid4().hex
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with locked(self.directory, exclusive=True):
+            taken = os.path.lexists(self.directory / name)
+            if taken and not replace:
+                raise VoiceExists(name)
+            self._publish(voice, write_id, taken)
+        with self._cache_lock:
+            self._cache[name] = (write_id, voice)
         return voice
 
     def get(self, name: str) -> Voice:
-        with self._lock:
-            voice = self._voices.get(name) if isinstance(name, str) else None
-        if voice is None:
-            raise VoiceError(f"voice: no stored voice named {name!r}")
-        return voice
+        check_name(name)
+        with locked(self.directory, exclusive=False):
+            try:
+                return self._entry(name)
+            except _Unusable as e:
+                raise VoiceError(f"voice: the stored entry {name!r} in {self.directory} is unusable: {e}") from None
 
     def list(self) -> list[Voice]:
-        with self._lock:
-            return sorted(self._voices.values(), key=lambda v: v.name)
+        """Every readable voice, by name; the entries skipped are in `errors` afterwards."""
+        voices, errors = [], []
+        with locked(self.directory, exclusive=False):
+            names = self._names()
+            for name in names:
+                try:
+                    voices.append(self._entry(name))
+                except (_Unusable, VoiceError) as e:
+                    errors.append(f"{name}: {e}")
+        with self._cache_lock:
+            for gone in set(self._cache) - set(names):
+                del self._cache[gone]
+        for message in errors:
+            if message not in self._reported:
+                self._reported.add(message)
+                log.warning("voice store %s: skipped %s", self.directory, message)
+        self.errors = errors
+        return voices
 
     def remove(self, name: str) -> None:
+        """Take the entry out of sight (a rename), then delete it; a symbolic link is removed, never followed."""
         check_name(name)
-        with self._lock:
-            if self._voices.pop(name, None) is None:
+        if not self.directory.is_dir():
+            raise VoiceError(f"voice: no stored voice named {name!r}")
+        with locked(self.directory, exclusive=True):
+            if not os.path.lexists(self.directory / name):
                 raise VoiceError(f"voice: no stored voice named {name!r}")
-            shutil.rmtree(self.directory / name, ignore_errors=True)
+            aside = self.directory / f"{WITHDRAWN}{name}-{uuid.uuid4().hex}"
+            os.rename(self.directory / name, aside)
+            delete(aside)
+            sync_directory(self.directory)
+        with self._cache_lock:
+            self._cache.pop(name, None)
 
     def __contains__(self, name: object) -> bool:
-        with self._lock:
-            return name in self._voices
+        try:
+            self.get(name)  # type: ignore[arg-type]
+        except VoiceError:
+            return False
+        return True
 
     # ----- disk ------------------------------------------------------------------------------------
+    def _publish(self, voice: Voice, write_id: str, taken: bool) -> None:
+        """Under the exclusive lock: write a staging directory, then rename it into place (the old entry,
+        if any, renamed aside first and deleted after). A failure removes what it wrote and keeps the old."""
+        final = self.directory / voice.name
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{voice.name}-", dir=self.directory))
+        try:
+            with create(staging / "codes.npy") as f:
+                np.save(f, voice.codes, allow_pickle=False)
+            meta = {"format": FORMAT, "name": voice.name, "text": voice.text, "created": voice.created,
+                    "id": write_id}
+            with create(staging / "meta.json") as f:
+                f.write(json.dumps(meta).encode())
+            if taken:
+                aside = self.directory / f"{WITHDRAWN}{voice.name}-{write_id}"
+                os.rename(final, aside)
+                try:
+                    os.rename(staging, final)
+                except BaseException:
+                    os.rename(aside, final)
+                    raise
+                delete(aside)
+            else:
+                os.rename(staging, final)
+        finally:
+            delete(staging)  # gone already once published
+        sync_directory(self.directory)
+
+    def _sweep(self) -> None:
+        """Delete staging and withdrawn entries a crashed writer left: under the exclusive lock no write is
+        in progress, so every one of them is debris. Skipped where the directory is absent or read-only."""
+        if not self.directory.is_dir():
+            return
+        try:
+            with locked(self.directory, exclusive=True):
+                for entry in os.scandir(self.directory):
+                    if entry.name.startswith((STAGING, WITHDRAWN)):
+                        delete(Path(entry.path))
+        except OSError as e:
+            log.debug("voice store %s: not swept (%s)", self.directory, e)  # e.g. a read-only store
+
+    def _names(self) -> list[str]:
+        try:
+            return sorted(e.name for e in os.scandir(self.directory) if not e.name.startswith("."))
+        except FileNotFoundError:
+            return []
+
+    def _entry(self, name: str) -> Voice:
+        """Under a lock: the voice stored as `name` (the cached one while its write id is unchanged)."""
+        path = self.directory / name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            raise VoiceError(f"voice: no stored voice named {name!r}") from None
+        if stat.S_ISLNK(mode):
+            raise _Unusable("a symbolic link (the store does not follow links; remove it and add the voice)")
+        if not stat.S_ISDIR(mode):
+            raise _Unusable("not a directory")
+        try:
+            check_name(name)
+            meta = json.loads(read_bytes(path / "meta.json", MAX_META_BYTES))
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("name") != name:
+                raise VoiceError("meta.json: not a voice entry of this format")
+            text, created = meta.get("text"), meta.get("created", 0.0)
+            if text is not None and not isinstance(text, str):
+                raise VoiceError("meta.json: text must be a string or null")
+            if not isinstance(created, (int, float)):
+                raise VoiceError("meta.json: created must be a number")
+            write_id = str(meta.get("id") or repr(created))  # entries written before ids: their time
+            with self._cache_lock:
+                cached = self._cache.get(name)
+            if cached is not None and cached[0] == write_id:
+                return cached[1]
+            with opened(path / "codes.npy", MAX_CODES_BYTES) as f:
+                codes = self._check_codes(np.load(f, allow_pickle=False), "codes.npy")
+        except (OSError, ValueError) as e:  # VoiceError included
+            raise _Unusable(f"{type(e).__name__}: {e}") from None
+        voice = Voice(name, codes, text, float(created))
+        with self._cache_lock:
+            self._cache[name] = (write_id, voice)
+        return voice
+
     def _check_codes(self, value: Any, field: str) -> np.ndarray:
         try:
             codes = int_tensor(value, field).numpy()
@@ -130,42 +284,3 @@ class VoiceStore:
         if codes.min() < 0 or codes.max() >= self._codebook:
             raise VoiceError(f"{field}: codes must lie in [0, {self._codebook})")
         return codes
-
-    def _write(self, voice: Voice) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{voice.name}.", dir=self.directory))
-        np.save(staging / "codes.npy", voice.codes, allow_pickle=False)
-        meta = {"format": FORMAT, "name": voice.name, "text": voice.text, "created": voice.created}
-        (staging / "meta.json").write_text(json.dumps(meta))
-        final = self.directory / voice.name
-        if final.exists():  # swap: the old entry moves aside, the new one takes its place, the old one goes
-            old = Path(tempfile.mkdtemp(prefix=f".{voice.name}.old.", dir=self.directory))
-            os.replace(final, old / "entry")
-            os.replace(staging, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, final)
-
-    def _load(self) -> None:
-        if not self.directory.is_dir():
-            return
-        for entry in sorted(self.directory.iterdir()):
-            if entry.name.startswith("."):
-                continue  # a write in progress or an interrupted one
-            try:
-                self._voices[entry.name] = self._read(entry)
-            except Exception as e:  # any corruption: report, skip, go on
-                message = f"{entry.name}: {type(e).__name__}: {e}"
-                self.errors.append(message)
-                log.warning("voice store %s: skipped %s", self.directory, message)
-
-    def _read(self, entry: Path) -> Voice:
-        check_name(entry.name)
-        meta = json.loads((entry / "meta.json").read_text())
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("name") != entry.name:
-            raise VoiceError("meta.json: not a voice entry of this format")
-        text = meta.get("text")
-        if text is not None and not isinstance(text, str):
-            raise VoiceError("meta.json: text must be a string or null")
-        codes = self._check_codes(np.load(entry / "codes.npy", allow_pickle=False), "codes.npy")
-        return Voice(entry.name, codes, text, float(meta.get("created", 0.0)))

@@ -1,14 +1,14 @@
 """The FastAPI application over one runtime: `create_app(runtime, config)`.
 
 Owns: putting the parts together (the gate middleware, the speech route, the other routes, the static
-playground files), the state routes reach, and turning every error (ours, FastAPI's validation errors,
-unknown routes, anything unexpected) into OpenAI's error shape.
+playground files, the published schema from openapi.py), the state routes reach, and turning every error
+(ours, FastAPI's validation errors, unknown routes, a method a path does not take: 405 with every method
+the path takes in `Allow`) into OpenAI's error shape; anything unexpected is the gate's 500.
 Must not know: the engine's internals, uvicorn, signals, the command line.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,16 +16,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from v2 import __version__
-from v2.server import routes, speech
+from v2.server import openapi, routes, speech
 from v2.server.errors import ApiError
 from v2.server.metrics import ServerMetrics
 from v2.server.middleware import Gate
 from v2.server.state import ServerConfig, ServerState
 from v2.server.voices import VoiceBook
-
-log = logging.getLogger("v2.server")
 
 
 def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
@@ -41,6 +40,7 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     app.include_router(routes.router)
     app.mount("/static", StaticFiles(directory=routes.STATIC), name="static")
     app.add_middleware(Gate, state=state)
+    app.openapi = lambda: openapi.describe(app)  # type: ignore[method-assign]
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -56,13 +56,23 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = allowed_methods(app, request.scope)
         return JSONResponse(ApiError(exc.status_code, str(exc.detail), code=f"http_{exc.status_code}").body(),
-                            status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s", request.url.path)
-        return JSONResponse(ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error").body(),
-                            status_code=500)
+                            status_code=exc.status_code, headers=headers)
 
     return app
+
+
+def allowed_methods(app: FastAPI, scope: Any) -> str:
+    """Every method some route of this path takes (Starlette names only the first route's), HEAD with GET.
+    The routers' own routes are read too: FastAPI may wrap included routers in routes without methods."""
+    methods: set[str] = set()
+    for route in [*app.router.routes, *speech.router.routes, *routes.router.routes]:
+        match, _ = route.matches(scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods))

@@ -25,9 +25,9 @@ _PARAMS: dict[str, str] = {
 
 _FIELD = re.compile(r"([A-Za-z_][\w.]*)(?=[\[: ])")  # the dotted field a runtime message starts with
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-          413: "invalid_request_error", 415: "invalid_request_error", 429: "rate_limit_error",
-          500: "server_error", 503: "service_unavailable"}
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
+          429: "rate_limit_error", 500: "server_error", 503: "service_unavailable"}
 
 
 class ApiError(Exception):

@@ -1,20 +1,31 @@
-"""The gate in front of every route, as plain ASGI: 503 while draining, 401 without the key, 413 over the limit.
+"""The gate in front of every route, as plain ASGI: 503 while draining, 403 cross-origin, 401 without the key,
+413 over the limit, 500 for anything unexpected; HEAD answered by GET routes.
 
-Owns: refusing a request before a route sees it (shutting down; `/v1/*` without `Authorization: Bearer KEY`
-when a key is set, compared in constant time; a body over the limit, by Content-Length or by counting the
-bytes as they arrive) and counting every 4xx/5xx response by status for the metrics.
+Owns: refusing a request before a route sees it (shutting down; a state-changing method, anything but
+GET/HEAD/OPTIONS, whose `Origin` is neither this server's own, by its `Host`, nor one of `--allow-origin`,
+so a web page elsewhere cannot use the server through the user's browser; `/v1/*` without
+`Authorization: Bearer KEY` when a key is set, compared in constant time; a body over the limit, by
+Content-Length or by counting the bytes as they arrive); answering HEAD with the GET route's headers and no
+body; turning an exception no route handled into a 500 in OpenAI's shape here, inside the app, so uvicorn
+never sees it (it would close a keep-alive connection) and the response is counted; counting every
+4xx/5xx response by status for the metrics.
 Must not know: the runtime, audio, request fields.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from v2.server.errors import ApiError
 from v2.server.state import ServerState
+
+
+log = logging.getLogger("v2.server")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class _TooLarge(Exception):
@@ -31,10 +42,13 @@ class Gate:
             return
         cfg = self.state.config
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        refusal = self._refusal(scope["path"], headers)
+        refusal = self._refusal(scope["method"], scope["path"], headers)
         if refusal is not None:
             await self._reply(send, refusal)
             return
+        head = scope["method"] == "HEAD"
+        if head:  # a GET route answers; its body is dropped below (uvicorn drops it too)
+            scope = {**scope, "method": "GET"}
         limit, seen, started = cfg.max_body_bytes, 0, False
 
         async def counted() -> Message:
@@ -52,6 +66,10 @@ class Gate:
                 started = True
                 if message["status"] >= 400:
                     self.state.metrics.refuse(message["status"])
+            elif head and message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b""}
             await send(message)
 
         try:
@@ -59,11 +77,22 @@ class Gate:
         except _TooLarge:
             if not started:
                 await self._reply(send, _too_large(limit))
+        except Exception as e:  # noqa: BLE001 - every route's unexpected failure ends here, logged
+            log.exception("unexpected error on %s %s", scope["method"], scope["path"])
+            if started:  # a body under way: only cutting the connection tells the client it is incomplete
+                raise
+            await self._reply(send, ApiError(500, f"internal error: {type(e).__name__}", code="internal_error"))
 
-    def _refusal(self, path: str, headers: dict[str, str]) -> ApiError | None:
+    def _refusal(self, method: str, path: str, headers: dict[str, str]) -> ApiError | None:
         cfg = self.state.config
         if self.state.draining:
             return ApiError(503, "the server is shutting down; try another replica or later", code="shutting_down")
+        origin = headers.get("origin")
+        if method not in SAFE_METHODS and origin is not None and not _origin_allowed(
+                origin, headers.get("host", ""), cfg.allowed_origins):
+            return ApiError(403, f"Origin {origin} is not this server's ({headers.get('host', 'no Host')}): "
+                                 f"cross-origin {method} refused (allow it with --allow-origin {origin})",
+                            code="cross_origin")
         if cfg.api_key and path.startswith("/v1"):
             scheme, _, token = headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
@@ -83,6 +112,16 @@ class Gate:
             headers.append((b"www-authenticate", b"Bearer"))
         await send({"type": "http.response.start", "status": error.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _origin_allowed(origin: str, host: str, allowed: tuple[str, ...]) -> bool:
+    """Same origin: the Origin's host[:port] is the Host the request was sent to (the scheme is not compared:
+    behind a TLS proxy the server speaks http to the proxy). Else it must be listed ("*": any origin)."""
+    origin = origin.strip().lower().rstrip("/")
+    _, sep, netloc = origin.partition("://")
+    if sep and netloc and netloc == host.strip().lower():
+        return True
+    return "*" in allowed or origin in allowed
 
 
 def _too_large(limit: int) -> ApiError:

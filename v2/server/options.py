@@ -23,6 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (the URL printed says which)")
     p.add_argument("--api-key", default=os.environ.get("V2_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1/* (default: $V2_API_KEY, else none)")
+    p.add_argument("--allow-origin", nargs="+", default=[], metavar="ORIGIN",
+                   help="web origins besides the server's own (e.g. https://app.example) whose pages may POST or "
+                        "DELETE through a browser; '*' allows any (default: none, so another site's page cannot "
+                        "store voices or use the server through the user's browser)")
     p.add_argument("--served-model-name", nargs="+", default=None,
                    help="names clients may give as `model` (default: the card's name)")
     p.add_argument("--no-openai-aliases", action="store_true",
@@ -38,3 +42,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=int, default=None,
                    help="serve N runtime replicas behind one endpoint on Ray Serve (needs the ray extra; "
                         "default: one runtime in this process)")
+    p.add_argument("--ray-logs", action="store_true",
+                   help="with --replicas: show Ray's own console output here (its banner, the replicas' and Serve's "
+                        "log lines); by default they stay in Ray's session folder")

@@ -1,9 +1,10 @@
 """Every route but speech: models, the voice store, health, metrics, and the playground page.
 
-Owns: `GET /v1/models` (the served names, aliases included), `GET/POST/DELETE /v1/audio/voices` (multipart
-`audio_sample`, `name`, optional `ref_text`; `DELETE /v1/audio/voices/{name}` or `?name=`), `GET /health`
-(the engine answers `stats()` within 2 s, version, weight version), `GET /metrics` (Prometheus text) and
-`GET /` (the static playground page). Store calls and stats run in worker threads.
+Owns: `GET /v1/models` (the served names, aliases included), `GET/POST/DELETE /v1/audio/voices` (GET
+`?legacy=true`: Kokoro's plain list of names; POST: multipart `audio_sample`, `name`, optional `ref_text` and
+`replace` (a taken name is a 409 unless it is true); `DELETE /v1/audio/voices/{name}` or `?name=`), `GET
+/health` (the engine answers `stats()` within 2 s, version, weight version), `GET /metrics` (Prometheus text)
+and `GET /` (the static playground page). Store calls and stats run in worker threads.
 Must not know: the engine's internals, audio encoding, how the speech route streams.
 """
 
@@ -34,22 +35,25 @@ async def list_models(request: Request) -> dict[str, object]:
 
 
 @router.get("/v1/audio/voices")
-async def list_voices(request: Request) -> dict[str, object]:
+async def list_voices(request: Request, legacy: bool = False) -> dict[str, object]:
+    """The voices a request may name; `?legacy=true`: Kokoro-FastAPI's shape, `{"voices": [name, ...]}`."""
     book = server_state(request).voices
     entries = await anyio.to_thread.run_sync(book.listing)
+    if legacy:
+        return {"voices": [e["id"] for e in entries]}
     return {"voices": entries, "cloning": book.store is not None}
 
 
 @router.post("/v1/audio/voices")
 async def add_voice(request: Request, audio_sample: UploadFile = File(...), name: str = Form(...),
-                    ref_text: str | None = Form(None)) -> dict[str, object]:
+                    ref_text: str | None = Form(None), replace: bool = Form(False)) -> dict[str, object]:
     book = server_state(request).voices
     if not name.strip():
         raise ApiError(400, "name: must not be empty", param="name", code="invalid_value")
     data = await audio_sample.read()
     if not data:
         raise ApiError(400, "audio_sample: the file is empty", param="audio_sample", code="invalid_value")
-    await anyio.to_thread.run_sync(book.add, name, data, ref_text)
+    await anyio.to_thread.run_sync(book.add, name, data, ref_text, replace)
     return {"success": True, "voice": {"id": name, "name": name, "kind": "stored", "ref_text": ref_text}}
 
 

@@ -2,9 +2,11 @@
 
 Owns: `SpeechBody` (OpenAI's `POST /v1/audio/speech` fields plus the peers' extensions, strictly typed:
 a bool is not a number, unknown fields are refused), the checks that belong to HTTP (model name, input
-length, speed, format and rate, streaming mode, reference audio sources), and `plan()`: a `SpeechPlan`
-holding the runtime request dict, the output spec and how to answer. Reference audio is read from base64 or
-a data URL; a `file://` path only inside the allow-listed folder; never a URL on the network.
+length, speed, format and rate, streaming mode: every format streams unless `stream: false`, reference audio
+sources), and `plan()`: a `SpeechPlan` holding the runtime request dict, the output spec and how to answer.
+Reference audio is read from base64 or a data URL; a `file://` path only inside the allow-listed folder, a
+regular file read only up to the cap (every path that cannot be one, NUL bytes, overlong names and symlink
+loops included, is a 400 naming `ref_audio`); never a URL on the network.
 Must not know: FastAPI, the engine, handles, encoders beyond their spec.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -65,6 +69,7 @@ class Limits:
     model_names: tuple[str, ...]           # accepted `model` values (the first is the served name)
     max_input_chars: int = 4096            # OpenAI's cap on `input`
     allowed_media_path: Path | None = None  # `file://` reference audio only under this folder
+    max_reference_bytes: int = 16 * 2**20  # a `file://` reference over this is refused before it is read
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels:
     except ValueError as e:
         raise ApiError(400, str(e), param=str(e).split(":")[0], code="invalid_value") from None
     sse = body.stream_format == "sse"
-    streaming = body.stream if body.stream is not None else (body.stream_format is not None or spec.format == "pcm")
+    streaming = body.stream is not False  # every format streams unless `stream: false` asks for the whole file
     if sse and not streaming:
         raise ApiError(400, "stream: stream_format 'sse' needs a stream", param="stream", code="invalid_value")
     aliases = {"max_frames": "max_frames" if body.max_frames is not None else "max_new_tokens",
@@ -143,14 +148,16 @@ def _reference(body: SpeechBody, limits: Limits) -> dict[str, Any]:
         return {}
     if not runtime_supports("reference_audio"):
         raise ApiError(400, f"ref_audio: {NO_CLONING}", param="ref_audio", code="unsupported")
-    out: dict[str, Any] = {"reference_audio": read_reference(body.ref_audio, limits.allowed_media_path)}
+    out: dict[str, Any] = {"reference_audio": read_reference(body.ref_audio, limits.allowed_media_path,
+                                                                   limits.max_reference_bytes)}
     if body.ref_text is not None:
         out["reference_text"] = body.ref_text
     return out
 
 
-def read_reference(value: str, allowed: Path | None) -> bytes:
-    """The bytes of a reference audio file from base64, a base64 data URL, or an allow-listed `file://` path."""
+def read_reference(value: str, allowed: Path | None, max_bytes: int = 16 * 2**20) -> bytes:
+    """The bytes of a reference audio file from base64, a base64 data URL, or an allow-listed `file://` path
+    (a regular file of at most `max_bytes`; every path that cannot be one is a 400 naming `ref_audio`)."""
     if value.startswith("data:"):
         head, sep, data = value.partition(",")
         if not sep or not head.endswith(";base64"):
@@ -158,7 +165,7 @@ def read_reference(value: str, allowed: Path | None) -> bytes:
                            code="invalid_value")
         return _b64(data)
     if value.startswith("file://"):
-        return _local(value, allowed)
+        return _local(value, allowed, max_bytes)
     if "://" in value[:16]:
         raise ApiError(400, "ref_audio: URLs are not fetched; send base64 or a data URL", param="ref_audio",
                        code="invalid_value")
@@ -175,11 +182,38 @@ def _b64(data: str) -> bytes:
     return raw
 
 
-def _local(url: str, allowed: Path | None) -> bytes:
+def _local(url: str, allowed: Path | None, max_bytes: int) -> bytes:
     if allowed is None:
         raise ApiError(400, "ref_audio: file:// is off on this server (see --allowed-local-media-path)",
                        param="ref_audio", code="invalid_value")
-    path = Path(unquote(urlparse(url).path)).resolve()
-    if not path.is_relative_to(allowed.resolve()) or not path.is_file():
+    try:  # a NUL byte (ValueError), a name too long (OSError), a symlink loop (RuntimeError)
+        path = Path(unquote(urlparse(url).path)).resolve()
+        inside = path.is_relative_to(allowed.resolve()) and path.is_file()
+    except (OSError, ValueError, RuntimeError) as e:
+        raise ApiError(400, f"ref_audio: not a usable file path ({_reason(e)})", param="ref_audio",
+                       code="invalid_value") from None
+    if not inside:
         raise ApiError(400, "ref_audio: not a file inside the allowed folder", param="ref_audio", code="invalid_value")
-    return path.read_bytes()
+    try:  # no blocking on a FIFO swapped in since the check, no symlink swapped in as the last part
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise ApiError(400, f"ref_audio: cannot open the file ({_reason(e)})", param="ref_audio",
+                       code="invalid_value") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ApiError(400, "ref_audio: not a regular file", param="ref_audio", code="invalid_value")
+        if info.st_size > max_bytes:
+            raise ApiError(400, f"ref_audio: the file is {info.st_size} bytes, over the limit of {max_bytes}",
+                           param="ref_audio", code="reference_too_large")
+        data = f.read(max_bytes + 1)  # the file may have grown since fstat
+    if len(data) > max_bytes:
+        raise ApiError(400, f"ref_audio: the file is over the limit of {max_bytes} bytes", param="ref_audio",
+                       code="reference_too_large")
+    if not data:
+        raise ApiError(400, "ref_audio: the file is empty", param="ref_audio", code="invalid_value")
+    return data
+
+
+def _reason(e: BaseException) -> str:
+    return e.strerror if isinstance(e, OSError) and e.strerror else str(e)[:120]

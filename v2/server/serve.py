@@ -1,9 +1,10 @@
 """`python -m v2 serve`: load one runtime, serve it over HTTP with uvicorn, drain on SIGTERM / Ctrl-C, exit 0.
 
-Owns: the serve options, binding the socket (127.0.0.1 unless told otherwise; port 0 picks a free one),
-printing the URL once the server accepts, and shutting down: on the first SIGTERM or SIGINT new requests
-get 503 and the listening socket closes, requests in flight run on for up to `--drain-timeout` seconds,
-the rest are cancelled (their requests abort), the runtime is closed, and the process exits 0.
+Owns: the serve options, binding the socket before the model loads (127.0.0.1 unless told otherwise; port 0
+picks a free one; a port in use is one `error:` line and exit 1), printing the URL once the server accepts,
+and shutting down: on the first SIGTERM or SIGINT new requests get 503 and the listening socket closes,
+requests in flight run on for up to `--drain-timeout` seconds, the rest are cancelled (their requests abort),
+the runtime is closed, and the process exits 0.
 Must not know: routes, request mapping, audio encoding, the engine's internals.
 """
 
@@ -82,17 +83,32 @@ class ThreadedServer:
         self.thread.join(30)
 
 
+def bind_or_explain(host: str, port: int) -> socket.socket:
+    """`bind`, with a port in use (or any address the system refuses) as one line for the command line."""
+    from v2.cli import CliError
+
+    try:
+        return bind(host, port)
+    except OSError as e:
+        raise CliError(f"cannot listen on {host}:{port}: {e.strerror or e} (--host, --port)") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    runtime = Runtime.from_card(args.card, checkpoint=args.checkpoint, codec_checkpoint=args.codec_checkpoint,
-                                device=args.device)
+    sock = bind_or_explain(args.host, args.port)  # before the model loads: a busy port fails at once
+    try:
+        runtime = Runtime.from_card(args.card, checkpoint=args.checkpoint, codec_checkpoint=args.codec_checkpoint,
+                                    device=args.device)
+    except BaseException:
+        sock.close()
+        raise
     try:
         config = ServerConfig.for_card(runtime.card.name, served_names=args.served_model_name,
                                        openai_aliases=not args.no_openai_aliases, api_key=args.api_key or None,
                                        max_body_bytes=int(args.max_body_mb * 2**20),
                                        max_input_chars=args.max_input_chars,
-                                       allowed_media_path=args.allowed_local_media_path)
+                                       allowed_media_path=args.allowed_local_media_path,
+                                       allowed_origins=tuple(args.allow_origin or ()))
         app = create_app(runtime, config)
-        sock = bind(args.host, args.port)
         url = url_of(sock)
         uv = uvicorn.Config(app, log_level=args.log_level, access_log=not args.no_access_log, lifespan="off",
                             timeout_graceful_shutdown=max(args.drain_timeout, 0.001))

@@ -1,16 +1,17 @@
 """`POST /v1/audio/speech`: an OpenAI speech request in, audio out (streamed, SSE, or the whole file).
 
-Owns: reading the body (JSON only: 415 otherwise, 400 for malformed JSON), then in a worker thread (the
-event loop never waits on parsing, reference audio or the runtime) planning it (schema.py), resolving the
-voice and submitting, mapping refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with
-Retry-After, a closed runtime -> 503), recording every request's result in the metrics, and choosing
-the response: a watched stream or the whole file with its rate, channels and timings in headers.
+Owns: reading the body (JSON only: 415 otherwise; 400 for malformed JSON, or JSON too deep or with too many
+members, refused before it is parsed: jsonbody.py), then in a worker thread (the event loop never waits on
+parsing, reference audio or the runtime) planning it (schema.py), resolving the voice and submitting, mapping
+refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with Retry-After, a closed runtime ->
+503), recording every request's result in the metrics, and choosing the response: a watched stream (every
+format, unless `stream: false`) or the whole file with its Content-Length, rate, channels and timings in
+headers.
 Must not know: the engine's internals, how formats are encoded (audio.py), how bodies stream (streaming.py).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anyio
@@ -20,7 +21,8 @@ from v2.request import OverloadedError, RequestError
 from v2.server import audio
 from v2.server.audio import Encoder
 from v2.server.errors import ApiError, runtime_field_error
-from v2.server.schema import SpeechPlan, parse_body, plan
+from v2.server.jsonbody import read_object
+from v2.server.schema import SpeechBody, SpeechPlan, parse_body, plan
 from v2.server.state import ServerState, server_state
 from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, audio_body, whole_result
 
@@ -31,13 +33,7 @@ def _read_json(raw: bytes, content_type: str) -> dict[str, Any]:
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise ApiError(415, f"the body must be application/json, not {content_type or 'unlabelled'}",
                        code="unsupported_media_type")
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ApiError(400, f"the body is not valid JSON: {e}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the body must be a JSON object", code="invalid_json")
-    return body
+    return read_object(raw, known=SpeechBody.model_fields)
 
 
 def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan, Encoder | None, Any]:

@@ -1,8 +1,9 @@
 """What one server instance holds: its settings (`ServerConfig`) and its live parts (`ServerState`).
 
-Owns: the served model names (the card's name, `--served-model-name`, OpenAI's model names as aliases),
-the API key, body and input limits, the reference-audio folder allow-list, Retry-After, and the state
-object routes reach through `request.app.state.server`: the runtime, metrics, voice book, draining flag.
+Owns: the served model names (the card's name, `--served-model-name`, OpenAI's model names as aliases), the
+API key, the origins allowed besides the server's own, body and input limits, the reference-audio folder
+allow-list, Retry-After, and the state object routes reach through `request.app.state.server`: the runtime,
+metrics, voice book, draining flag.
 Must not know: routes, encoders, the engine's internals.
 """
 
@@ -23,10 +24,11 @@ from v2.server.voices import VoiceBook
 class ServerConfig:
     model_names: tuple[str, ...]                 # accepted `model` values; the first is listed as the served model
     api_key: str | None = None                   # required as `Authorization: Bearer KEY` on /v1/* when set
-    max_body_bytes: int = 16 * 2**20             # larger bodies: 413
+    max_body_bytes: int = 16 * 2**20             # larger bodies: 413; also the cap on a `file://` reference
     max_input_chars: int = 4096                  # OpenAI's cap on `input`
     allowed_media_path: Path | None = None       # `file://` reference audio only under this folder
     retry_after_s: int = 1                       # Retry-After on a 429
+    allowed_origins: tuple[str, ...] = ()        # origins besides the server's own that may POST/DELETE ("*": any)
 
     @classmethod
     def for_card(cls, card_name: str, *, served_names: list[str] | None = None, openai_aliases: bool = True,
@@ -36,10 +38,13 @@ class ServerConfig:
             names.append(card_name)
         if openai_aliases:
             names += [n for n in OPENAI_MODELS if n not in names]
+        if "allowed_origins" in options:  # as typed: "https://app.example/" is the origin https://app.example
+            options["allowed_origins"] = tuple(o.strip().lower().rstrip("/") for o in options["allowed_origins"] or ())
         return cls(model_names=tuple(names), **options)
 
     def limits(self) -> Limits:
-        return Limits(self.model_names, self.max_input_chars, self.allowed_media_path)
+        return Limits(self.model_names, self.max_input_chars, self.allowed_media_path,
+                      max_reference_bytes=self.max_body_bytes)
 
 
 @dataclass

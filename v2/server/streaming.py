@@ -1,11 +1,11 @@
 """Response bodies over a request's handle: raw audio bytes or SSE events as chunks arrive, or the whole result.
 
 Owns: the streamed body (each chunk encoded as it arrives, in a worker thread for the costly formats; SSE
-`speech.audio.delta` events with base64 audio and exactly one `speech.audio.done` with OpenAI's `usage`),
-what a stream does when its request ends badly (SSE: an `error` event; raw audio: the connection is cut
-without the closing chunk, so the client sees a truncated body, not a short file), a streaming response
-that watches the socket so a client that leaves cancels its request at once, and waiting for a whole result
-while watching for the same.
+`speech.audio.delta` events with base64 audio and exactly one `speech.audio.done` with OpenAI's `usage`, each
+one `data:` block with its type in the JSON), what a stream does when its request ends badly (SSE: an `error`
+event; raw audio: the connection is cut without the closing chunk, so the client sees a truncated body, not a
+short file), a streaming response that watches the socket so a client that leaves cancels its request at
+once, and waiting for a whole result while watching for the same.
 Must not know: the engine's internals, request mapping, routes.
 """
 
@@ -32,7 +32,9 @@ class StreamAborted(Exception):
 
 
 def sse_event(kind: str, payload: dict[str, Any]) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, **payload})}\n\n".encode()
+    """One SSE block, OpenAI's way: a single `data: {json}` line whose `type` names the event, then a blank
+    line; no `event:` line (parsers that split on blank lines and keep `data:` blocks find every event)."""
+    return f"data: {json.dumps({'type': kind, **payload})}\n\n".encode()
 
 
 async def final_result(handle: Any) -> Any:

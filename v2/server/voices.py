@@ -1,9 +1,10 @@
 """The runtime's voice store as the server uses it, and which voice a request speaks with.
 
-Owns: detecting the store (`rt.voices` with `add(name, audio, text=...)`, `list()`, `get(name)`,
-`remove(name)`, and a `voice` request field); listing voices for `GET /v1/audio/voices` (stored ones, then
-OpenAI's built-in names, which speak with the card's default voice unless a stored voice has that name);
-resolving a request's `voice`; adding and removing. Every call may touch disk: run them off the event loop.
+Owns: detecting the store (`rt.voices` with `add(name, audio, text=..., replace=...)` raising the store's
+`VoiceExists` for a taken name, `list()`, `get(name)`, `remove(name)`, and a `voice` request field); listing
+voices for `GET /v1/audio/voices` (stored ones, then OpenAI's built-in names, which speak with the card's
+default voice unless a stored voice has that name); resolving a request's `voice`; adding (a taken name is a
+409 unless replacing) and removing. Every call may touch disk: run them off the event loop.
 Must not know: HTTP, FastAPI, audio encoding.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from v2.runtime.voices import VoiceExists
 from v2.server.errors import ApiError
 from v2.server.schema import NO_CLONING, OPENAI_VOICES, runtime_supports
 
@@ -58,10 +60,15 @@ class VoiceBook:
         raise ApiError(400, f"voice: {voice!r} is neither a stored voice ({known}) nor one of OpenAI's voice names",
                        param="voice", code="voice_not_found")
 
-    def add(self, name: str, audio: bytes, text: str | None) -> None:
+    def add(self, name: str, audio: bytes, text: str | None, replace: bool = False) -> None:
+        """A taken name is a 409 naming `name` unless `replace`; the store refuses it under its own lock,
+        so two servers on one store directory cannot both take the name."""
         store = self._require("audio_sample")
         try:
-            store.add(name, audio, text=text)
+            store.add(name, audio, text=text, replace=replace)
+        except VoiceExists:
+            raise ApiError(409, f"name: a voice named {name!r} is stored already; send the form field "
+                           "replace=true to replace it", param="name", code="voice_exists") from None
         except (ValueError, TypeError, KeyError) as e:
             message = str(e.args[0]) if e.args else type(e).__name__
             param = {"name": "name", "voice": "name", "text": "ref_text"}.get(message.partition(":")[0], "audio_sample")

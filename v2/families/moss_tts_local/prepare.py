@@ -127,8 +127,9 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
     else:
         references = tuple(request.reference_codes or ())
     transcript = request.reference_text if request.reference_text is not None else getattr(voice, "text", None)
+    said = first_text(request, parts, limits.max_segment_chars)
     try:
-        rows = build_rows(request, cfg, tokenizer, references, transcript, first_text(request, parts))
+        rows = build_rows(request, cfg, tokenizer, references, transcript, said)
     except (PromptError, ValueError, TypeError) as e:
         raise RequestError(str(e)) from None
     if len(rows) > limits.max_prompt_rows:
@@ -146,5 +147,5 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
     except ValueError as e:
         raise RequestError(f"sampling: {e}") from None
     segments = plan(request, parts, cfg, tokenizer, max_frames=max_frames, min_frames=request.min_frames,
-                    max_prompt_rows=limits.max_prompt_rows)
+                    max_prompt_rows=limits.max_prompt_rows, max_chars=limits.max_segment_chars)
     return Prepared(rows, sampling, segments[0].max_frames if segments else max_frames, audio, transcript, segments)

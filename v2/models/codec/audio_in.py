@@ -4,7 +4,10 @@ Owns: reading with soundfile (wav, flac, ogg, mp3 where libsndfile has it), the 
 samples, mono -> stereo (duplicated) and > 2 channels -> the first two, resampling with soxr (quality "HQ"),
 the output length `ceil(n * rate / source_rate)` that the reference's resampler gives, the reference's
 loudness normalisation (-20 dBFS mean power, gain clamped to [-3, +3] dB), and refusing unusable audio with
-an `AudioError` whose message reads after the field's name ("reference_audio: is 31.0 s long; ...").
+an `AudioError` whose message reads after the field's name ("reference_audio: is 31.0 s long; ..."). What a
+recording may cost is decided before it is decoded, converted or copied: from a file's header (frames, rate,
+channels) or an array's shape, the rate range, the duration and frames x channels (bounds in `v2/fields.py`),
+and a path's length (MAX_PATH_CHARS).
 Must not know: torch, the codec's weights, requests, the runtime.
 """
 
@@ -13,7 +16,6 @@ from __future__ import annotations
 import io
 import math
 import os
-from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, Union
 
@@ -21,9 +23,12 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from v2.fields import check_reference_size, check_sample_rate  # the bounds: MIN/MAX_SAMPLE_RATE, MAX_REFERENCE_SAMPLES
+
 TARGET_DBFS = -20.0
 MAX_GAIN_DB = 3.0
 RESAMPLE_QUALITY = "HQ"  # soxr's 20-bit preset: flat passband to ~0.91 of the lower Nyquist, fast
+MAX_PATH_CHARS = 4096  # Linux's PATH_MAX: a longer path is refused before the file system is asked
 
 AudioSource = Union[str, os.PathLike, bytes, bytearray, memoryview, tuple[Any, Any]]
 
@@ -45,24 +50,34 @@ def _check_duration(n: int, rate: int, min_seconds: float, max_seconds: float | 
         raise AudioError(f"is {_seconds(n, rate)} long; at least {min_seconds:g} s is needed")
 
 
+def _check_cost(frames: int, channels: int, rate: int, max_seconds: float | None) -> None:
+    """What decoding or converting would hold, refused from the header or the shape alone: the duration,
+    then frames x channels (MAX_REFERENCE_SAMPLES)."""
+    _check_duration(frames, rate, 0.0, max_seconds)
+    try:
+        check_reference_size(frames, channels)
+    except ValueError as e:
+        raise AudioError(str(e)) from None
+
+
 def _sample_rate(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, Real) or not float(value).is_integer() or value <= 0:
-        raise AudioError(f"sample rate must be a positive whole number of Hz, got {value!r}")
-    return int(value)
+    try:
+        return check_sample_rate(value)
+    except ValueError as e:
+        raise AudioError(str(e)) from None
 
 
-def _from_samples(samples: Any) -> np.ndarray:
-    """Raw samples -> [channels, n] float32. Layout: [n] is mono; a 2-D array's longer axis is time
-    ([n, channels] or [channels, n]). Floats are taken as they are, int16 / int32 PCM scaled to [-1, 1)."""
+def _layout(samples: Any) -> tuple[np.ndarray, int, int]:
+    """Raw samples -> (a [channels, n] view of them, channels, n), read from the shape only: nothing is
+    converted or copied (a list becomes an array; an array is taken as it is). Layout: [n] is mono; a 2-D
+    array's longer axis is time ([n, channels] or [channels, n])."""
     try:
         array = np.asarray(samples)
     except (TypeError, ValueError, RuntimeError) as e:
         raise AudioError(f"samples are not an array of numbers ({e})") from None
     if array.size == 0:
         raise AudioError("has no samples")
-    if array.dtype == np.int16 or array.dtype == np.int32:
-        array = array.astype(np.float64) / float(2 ** (8 * array.dtype.itemsize - 1))
-    elif array.dtype.kind != "f":
+    if array.dtype != np.int16 and array.dtype != np.int32 and array.dtype.kind != "f":
         raise AudioError(f"samples must be float, int16 or int32 PCM, got {array.dtype}")
     if array.ndim == 1:
         array = array[None]  # [1, n]
@@ -71,11 +86,24 @@ def _from_samples(samples: Any) -> np.ndarray:
         if rows == cols and rows > 0:
             raise AudioError(f"cannot tell channels from time in a {rows} x {cols} array; pass [n, channels]")
         if rows > cols:
-            array = array.T  # [n, channels] -> [channels, n]
+            array = array.T  # [n, channels] -> [channels, n], a view
     else:
         raise AudioError(f"samples must be shaped [n], [n, channels] or [channels, n], got {list(array.shape)}")
+    return array, array.shape[0], array.shape[1]
+
+
+def _to_float32(array: np.ndarray) -> np.ndarray:
+    """[channels, n] -> [channels, n] float32, one new array. Floats are taken as they are, int16 / int32 PCM
+    scaled to [-1, 1) (int -> float32, then an exact power-of-two scale: the same values as through float64)."""
     with np.errstate(over="ignore"):  # values beyond float32 become inf, refused as such
-        return array.astype(np.float32)
+        out = array.astype(np.float32)
+    if array.dtype.kind == "i":
+        out *= np.float32(2.0 ** -(8 * array.dtype.itemsize - 1))
+    return out
+
+
+def _shown_path(path: str) -> str:
+    return path if len(path) <= 120 else f"{path[:60]}...{path[-40:]}"
 
 
 def _open(source: Any) -> tuple[Any, str]:
@@ -84,12 +112,26 @@ def _open(source: Any) -> tuple[Any, str]:
         if len(source) == 0:
             raise AudioError("is empty (0 bytes)")
         return io.BytesIO(bytes(source)), "the bytes are"
-    path = Path(source)
-    if not path.exists():
-        raise AudioError(f"no such file: '{path}'")
-    if not path.is_file():
-        raise AudioError(f"'{path}' is not a file")
-    return str(path), f"'{path}' is"
+    try:
+        name = os.fspath(source)
+    except TypeError as e:
+        raise AudioError(f"the path is not usable ({e})") from None
+    if not isinstance(name, str):
+        raise AudioError("the path must be text (str or os.PathLike of str)")
+    if len(name) > MAX_PATH_CHARS:
+        raise AudioError(f"the path is {len(name):,} characters; at most {MAX_PATH_CHARS} are accepted")
+    shown = _shown_path(name)
+    try:
+        path = Path(name)
+        if not path.exists():
+            raise AudioError(f"no such file: '{shown}'")
+        if not path.is_file():
+            raise AudioError(f"'{shown}' is not a file")
+    except (OSError, ValueError) as e:
+        if isinstance(e, AudioError):
+            raise
+        raise AudioError(f"cannot open '{shown}' ({getattr(e, 'strerror', None) or e})") from None
+    return name, f"'{shown}' is"
 
 
 def _undecodable(subject: str, e: Exception) -> AudioError:
@@ -97,35 +139,44 @@ def _undecodable(subject: str, e: Exception) -> AudioError:
     return AudioError(f"{subject} not decodable as audio ({detail.strip()})")
 
 
-def _read_file(source: Any, min_seconds: float, max_seconds: float | None) -> tuple[np.ndarray, int]:
-    """A path or file bytes -> [channels, n] float32 and its rate; the length is checked from the header
-    first, so an over-long file is refused before it is decoded."""
+_SOUNDFILE_ERRORS = (sf.SoundFileError, RuntimeError, TypeError, ValueError, OSError)
+
+
+def _read_file(source: Any, max_seconds: float | None) -> tuple[np.ndarray, int]:
+    """A path or file bytes -> [channels, n] float32 and its rate. The header's rate, duration and frames x
+    channels are checked before a sample is decoded, so a file that declares too much costs its header only;
+    the read is bounded by the header's frame count."""
     file, subject = _open(source)
     try:
-        info = sf.info(file)
-        if isinstance(file, io.BytesIO):
-            file.seek(0)
-        if info.frames > 0 and info.samplerate > 0:
-            _check_duration(info.frames, info.samplerate, 0.0, max_seconds)
-        data, rate = sf.read(file, dtype="float32", always_2d=True)  # [n, channels]
-    except (sf.SoundFileError, RuntimeError, TypeError, ValueError) as e:
+        handle = sf.SoundFile(file)
+    except _SOUNDFILE_ERRORS as e:
         raise _undecodable(subject, e) from None
-    return np.ascontiguousarray(data.T), int(rate)
+    with handle:
+        rate = _sample_rate(handle.samplerate)
+        _check_cost(handle.frames, handle.channels, rate, max_seconds)
+        try:
+            data = handle.read(handle.frames, dtype="float32", always_2d=True)  # [n, channels]
+        except _SOUNDFILE_ERRORS as e:
+            raise _undecodable(subject, e) from None
+    return np.ascontiguousarray(data.T), rate
 
 
 def read_audio(source: AudioSource, *, min_seconds: float = 0.0,
                max_seconds: float | None = None) -> tuple[np.ndarray, int]:
     """source -> (samples [channels, n] float32, sample_rate), as decoded (no resampling, no level change).
     Raises AudioError for a missing or undecodable file, no samples, NaN / infinite samples, a sample rate
-    <= 0, or a duration outside [min_seconds, max_seconds]."""
+    outside [MIN_SAMPLE_RATE, MAX_SAMPLE_RATE], a duration outside [min_seconds, max_seconds], or more than
+    MAX_REFERENCE_SAMPLES frames x channels; the last three are decided from the header or the shape, before
+    anything is decoded or converted."""
     if isinstance(source, tuple):
         if len(source) != 2:
             raise AudioError(f"expected (samples, sample_rate), got a tuple of {len(source)}")
         rate = _sample_rate(source[1])
-        samples = _from_samples(source[0])
+        array, channels, n = _layout(source[0])
+        _check_cost(n, channels, rate, max_seconds)
+        samples = _to_float32(array)
     elif isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
-        samples, rate = _read_file(source, min_seconds, max_seconds)
-        rate = _sample_rate(rate)
+        samples, rate = _read_file(source, max_seconds)
     else:
         raise AudioError(f"expected a path, the bytes of an audio file, or (samples, sample_rate); got "
                          f"{type(source).__name__}")

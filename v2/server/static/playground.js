@@ -1,66 +1,32 @@
 // The playground page: synthesise through POST /v1/audio/speech and play as the bytes arrive (Web Audio).
-// pcm and wav are streamed and scheduled chunk by chunk; the compressed formats play once complete.
-// ?text=...&format=...&seed=...&max_frames=...&autorun=1 fills the form and speaks on load.
+// pcm and wav are streamed and scheduled chunk by chunk; the compressed formats play once complete. When a
+// request is done, the whole audio is offered in a player, as a download and as a waveform (audio.js).
+// The sampling knobs left empty keep the card's settings; a reference recording clones (voices.js).
+// ?text=...&format=...&seed=...&max_frames=...&temperature=...&top_p=...&top_k=...&repetition_penalty=...
+// &voice=...&autorun=1 fills the form and speaks on load.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
+import { $, authHeaders, errorText, setStatus } from "./util.js";
+import { Player, channelsOf, showWhole, wavBlob } from "./audio.js";
+import { loadVoices, referenceFields, wireVoices } from "./voices.js";
+
+// [input id, request field = query parameter]: numbers, sent only when filled in
+const KNOBS = [["seed", "seed"], ["max-frames", "max_frames"], ["temperature", "temperature"], ["top-p", "top_p"],
+               ["top-k", "top_k"], ["repetition-penalty", "repetition_penalty"]];
 const params = new URLSearchParams(location.search);
 let current = null;
 
-function authHeaders() {
-  const key = $("api-key").value.trim();
-  return key ? { Authorization: "Bearer " + key } : {};
-}
-
-function setStatus(state, text) {
-  $("status").dataset.state = state;
-  $("status").textContent = text;
-}
-
-async function loadVoices() {
-  try {
-    const resp = await fetch("/v1/audio/voices", { headers: authHeaders() });
-    if (!resp.ok) return;
-    const { voices } = await resp.json();
-    for (const v of voices) {
-      const opt = document.createElement("option");
-      opt.value = v.id;
-      opt.textContent = v.kind === "builtin" ? v.name + " (default voice)" : v.name;
-      $("voice").appendChild(opt);
-    }
-  } catch (e) { /* the list stays at "default" */ }
-}
-
-class Player {
-  // Schedules s16 interleaved samples back to back on one AudioContext.
-  constructor(rate, channels) {
-    this.rate = rate; this.channels = channels; this.at = 0; this.scheduled = 0;
-    try { this.ctx = new AudioContext({ sampleRate: rate }); } catch (e) { this.ctx = null; }
+async function request(format) {
+  const body = { input: $("text").value, response_format: format };
+  for (const [id, field] of KNOBS) {
+    const value = $(id).value.trim();
+    if (value !== "") body[field] = Number(value);
   }
-  push(samples) {
-    if (!this.ctx || samples.length === 0) return;
-    const frames = samples.length / this.channels;
-    const buffer = this.ctx.createBuffer(this.channels, frames, this.rate);
-    for (let c = 0; c < this.channels; c++) {
-      const out = buffer.getChannelData(c);
-      for (let i = 0; i < frames; i++) out[i] = samples[i * this.channels + c] / 32768;
-    }
-    const src = this.ctx.createBufferSource();
-    src.buffer = buffer;
-    src.connect(this.ctx.destination);
-    this.at = Math.max(this.at, this.ctx.currentTime + 0.05);
-    src.start(this.at);
-    this.at += buffer.duration;
-    this.scheduled += buffer.duration;
-  }
-  close() { if (this.ctx) this.ctx.close(); }
-}
-
-function request(format) {
-  const body = { input: $("text").value, response_format: format, seed: Number($("seed").value || 0) };
-  if ($("voice").value) body.voice = $("voice").value;
-  if ($("max-frames").value) body.max_frames = Number($("max-frames").value);
+  const reference = await referenceFields();
+  if (reference) Object.assign(body, reference);  // cloning from the recording: no stored voice
+  else if ($("voice").value) body.voice = $("voice").value;
   if (format === "pcm" || format === "wav") body.stream_format = "audio";
+  else body.stream = false;  // played once complete: the whole file, whose header lets the decoder trim its delay
   if (format === "pcm") body.sample_rate = 48000;
   return body;
 }
@@ -73,11 +39,19 @@ function show(stats) {
   $("reads").textContent = String(stats.reads);
 }
 
+function concat(parts, length) {
+  const out = new Uint8Array(length);
+  let at = 0;
+  for (const p of parts) { out.set(p, at); at += p.length; }
+  return out;
+}
+
 async function streamed(resp, format, stats, t0) {
   const rate = Number(resp.headers.get("X-Sample-Rate")), channels = Number(resp.headers.get("X-Channels"));
   const player = new Player(rate, channels);
   const frameBytes = 2 * channels;
-  let skip = format === "wav" ? 44 : 0, carry = new Uint8Array(0), frames = 0;
+  let skip = format === "wav" ? 44 : 0, carry = new Uint8Array(0), frames = 0, kept = 0;
+  const parts = [];  // every sample's bytes, for the whole audio at the end
   const reader = resp.body.getReader();
   try {
     for (;;) {
@@ -93,6 +67,8 @@ async function streamed(resp, format, stats, t0) {
       carry = bytes.slice(usable);
       if (usable === 0) continue;
       if (stats.ttfa === null) stats.ttfa = performance.now() - t0;
+      parts.push(bytes.slice(0, usable));
+      kept += usable;
       const view = new DataView(bytes.buffer, bytes.byteOffset, usable);
       const samples = new Int16Array(usable / 2);
       for (let i = 0; i < samples.length; i++) samples[i] = view.getInt16(2 * i, true);
@@ -105,24 +81,29 @@ async function streamed(resp, format, stats, t0) {
     $("audio-seconds").dataset.played = player.scheduled.toFixed(6);  // handed to Web Audio
     setTimeout(() => player.close(), Math.max(0, (player.at - (player.ctx ? player.ctx.currentTime : 0)) * 1000) + 500);
   }
+  const pcm = concat(parts, kept);
+  const wav = wavBlob(pcm, rate, channels);  // for wav: the streamed header's open sizes filled in
+  const file = format === "pcm" ? new Blob([pcm], { type: "audio/pcm" }) : wav;
+  showWhole({ file, filename: "speech." + format, playable: wav, channels: channelsOf(pcm, channels) });
 }
 
-async function whole(resp, stats, t0) {
+async function whole(resp, format, stats, t0) {
   const data = await resp.arrayBuffer();
   stats.ttfa = performance.now() - t0;
   stats.bytes = data.byteLength; stats.reads = 1;
-  const blob = new Blob([data], { type: resp.headers.get("Content-Type") || "audio/mpeg" });
-  $("player").src = URL.createObjectURL(blob);
-  $("player").hidden = false;
+  const file = new Blob([data], { type: resp.headers.get("Content-Type") || "audio/mpeg" });
+  let channels = [];
   try {
     const ctx = new AudioContext();
     const buffer = await ctx.decodeAudioData(data.slice(0));
     stats.seconds = buffer.duration;
+    channels = Array.from({ length: buffer.numberOfChannels }, (_, c) => buffer.getChannelData(c));
     const src = ctx.createBufferSource();
     src.buffer = buffer; src.connect(ctx.destination); src.start();
   } catch (e) {
     stats.seconds = Number(resp.headers.get("X-Audio-Seconds") || 0);
   }
+  showWhole({ file, filename: "speech." + format, playable: file, channels });
   show(stats);
 }
 
@@ -133,25 +114,25 @@ async function speak() {
   const format = $("format").value;
   const stats = { ttfa: null, seconds: 0, bytes: 0, reads: 0 };
   show(stats);
-  setStatus("running", "Speaking…");
+  setStatus("status", "running", "Speaking…");
   const t0 = performance.now();
   try {
     const resp = await fetch("/v1/audio/speech", {
       method: "POST", signal: controller.signal,
       headers: { "Content-Type": "application/json", ...authHeaders() },
-      body: JSON.stringify(request(format)),
+      body: JSON.stringify(await request(format)),
     });
     if (!resp.ok) {
-      const err = await resp.json().catch(() => ({ error: { message: resp.statusText } }));
-      setStatus("error", `Error ${resp.status}: ${err.error.message}`);
+      setStatus("status", "error", await errorText(resp));
       return;
     }
     if (format === "pcm" || format === "wav") await streamed(resp, format, stats, t0);
-    else await whole(resp, stats, t0);
+    else await whole(resp, format, stats, t0);
     show(stats);
-    setStatus("done", `Done: ${stats.seconds.toFixed(3)} s of audio.`);
+    setStatus("status", "done", `Done: ${stats.seconds.toFixed(3)} s of audio.`);
   } catch (e) {
-    setStatus(e.name === "AbortError" ? "stopped" : "error", e.name === "AbortError" ? "Stopped." : String(e));
+    const stopped = e.name === "AbortError";
+    setStatus("status", stopped ? "stopped" : "error", stopped ? "Stopped." : String(e));
   } finally {
     if (current === controller) current = null;
   }
@@ -159,13 +140,14 @@ async function speak() {
 
 $("speak").addEventListener("click", speak);
 $("stop").addEventListener("click", () => { if (current) current.abort(); });
+wireVoices();
 
 (async () => {
   await loadVoices();
   if (params.has("text")) $("text").value = params.get("text");
   if (params.has("format")) $("format").value = params.get("format");
-  if (params.has("seed")) $("seed").value = params.get("seed");
-  if (params.has("max_frames")) $("max-frames").value = params.get("max_frames");
+  for (const [id, field] of KNOBS) if (params.has(field)) $(id).value = params.get(field);
   if (params.has("voice")) $("voice").value = params.get("voice");
+  $("page").dataset.ready = "1";
   if (params.get("autorun") === "1") speak();
 })();

@@ -1,0 +1,104 @@
+"""The process ends as Python says it ends: a script that raises, calls sys.exit, is interrupted in
+`result()`, deletes its runtime or falls off its end while requests still run exits with Python's own
+status, promptly, without "terminate called" (SIGABRT) from threads stopped inside torch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BOUND = 120.0  # seconds: a hang check (the child normally ends within a second of its last line)
+
+# Four requests of the card's 600 frames (~12 s on the 2-core CPU) are still decoding when the script ends.
+PRELUDE = """
+import sys, time
+from v2.runtime import Runtime
+
+rt = Runtime.from_card("moss_tts_local_tiny", device="cpu")
+handles = [rt.submit({"text": "a long request", "max_frames": 600, "min_frames": 600, "stream": i % 2 == 0})
+           for i in range(4)]
+handles[0].subscribe(lambda chunk: None)
+while rt.stats()["steps"] < 5:
+    time.sleep(0.01)
+print("running", rt.stats()["running"], flush=True)
+"""
+
+SCENARIOS = {
+    "raise": ("raise ValueError('boom')", 1),
+    "sys.exit(3)": ("sys.exit(3)", 3),
+    "del rt": ("del rt", 0),
+    "end of script": ("pass", 0),
+    "raise in a with block": ("with rt:\n    raise ValueError('boom')", 1),
+}
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(PRELUDE) + body + "\n")
+    return path
+
+
+def _start(args: list[str]) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+
+
+def _end(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=BOUND)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the process did not end within {BOUND} s (a hang); stderr:\n{err[-2000:]}")
+    return proc.returncode, out, err
+
+
+def _check_clean(out: str, err: str) -> None:
+    assert "terminate called" not in err, err[-2000:]
+    running = [line for line in out.splitlines() if line.startswith("running")]
+    assert running and int(running[0].split()[1]) > 0, f"requests were not running at exit: {out!r}"
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_script_exits_with_pythons_status_while_requests_run(tmp_path, name):
+    body, status = SCENARIOS[name]
+    code, out, err = _end(_start([str(_script(tmp_path, body))]))
+    _check_clean(out, err)
+    assert code == status, f"exit status {code}, Python's is {status}; stderr:\n{err[-2000:]}"
+    if status == 1:
+        assert "ValueError: boom" in err
+
+
+def _interrupted(args: list[str]) -> tuple[int, str, str]:
+    """Start the script, wait for its "waiting" line, send SIGINT, and return how it ended."""
+    proc = _start(args)
+    assert proc.stdout is not None
+    lines = []
+    while (line := proc.stdout.readline()) and not line.startswith("waiting"):
+        lines.append(line)
+    time.sleep(0.5)  # into result() (a signal before it would end the script the same way)
+    proc.send_signal(signal.SIGINT)
+    code, out, err = _end(proc)
+    return code, "".join(lines) + out, err
+
+
+def test_ctrl_c_while_waiting_in_result_exits_as_python_does(tmp_path):
+    plain = tmp_path / "plain.py"
+    plain.write_text("import threading\nprint('waiting', flush=True)\nthreading.Event().wait()\n")
+    python_code, _, python_err = _interrupted([str(plain)])  # what Python does on an uncaught KeyboardInterrupt
+    assert "KeyboardInterrupt" in python_err
+
+    script = _script(tmp_path, "print('waiting', flush=True)\nhandles[1].result()")
+    code, out, err = _interrupted([str(script)])
+    _check_clean(out, err)
+    assert "KeyboardInterrupt" in err
+    assert code == python_code, f"exit status {code}, Python's is {python_code}; stderr:\n{err[-2000:]}"

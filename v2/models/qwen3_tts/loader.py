@@ -1,0 +1,104 @@
+"""Qwen3-TTS checkpoint loading and seeded initialisation.
+
+Owns: mapping the release's key names onto the module tree (q/k/v and gate/up fused per decoder, each
+decoder with its own sizes), the strict key check (speaker-encoder keys exactly when the config is a
+"base" model; no tied aliases: the release's heads are separate tensors), reading each tensor once into
+the compute dtype, and the seeded weights of an embedded tiny model. The file handling is weights.py's.
+Must not know: the runtime, cards, requests, prompts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from v2.models.qwen3 import Qwen3Backbone, fused_parts
+from v2.models.qwen3_tts.config import Qwen3TTSConfig
+from v2.models.qwen3_tts.model import Qwen3TTS
+from v2.models.weights import (
+    empty_model, open_weights, raise_mismatch, read_config, read_tensor, set_tensor, stored_by_file, stored_shapes,
+    weight_files,
+)
+
+
+@dataclass(frozen=True)
+class Part:
+    """Where one release key lives: rows [start, start + shape[0]) of parameter `param`."""
+
+    param: str
+    start: int
+    shape: tuple[int, ...]
+
+
+def release_layout(model: nn.Module) -> dict[str, Part]:
+    """Every release key the model's parameters are made of; a fused parameter of a decoder is split into
+    its parts with that decoder's own sizes."""
+    fused = {name + ".": fused_parts(m.cfg) for name, m in model.named_modules() if isinstance(m, Qwen3Backbone)}
+    layout: dict[str, Part] = {}
+    for name, p in model.named_parameters():
+        prefix = max((k for k in fused if name.startswith(k)), key=len, default=None)
+        parts = fused[prefix] if prefix is not None else {}
+        suffix = next((s for s in parts if name.endswith(s)), None)
+        if suffix is None:
+            layout[name] = Part(name, 0, tuple(p.shape))
+            continue
+        base, start = name[: -len(suffix)], 0
+        for key, rows in parts[suffix]:
+            layout[base + key] = Part(name, start, (rows, *p.shape[1:]))
+            start += rows
+    return layout
+
+
+def check_keys(layout: dict[str, Part], stored: dict[str, tuple[int, ...]]) -> None:
+    """Raise one CheckpointError listing every missing, unexpected and mis-shaped key."""
+    misshaped = [f"{k}: checkpoint {list(s)} vs model {list(layout[k].shape)}"
+                 for k, s in sorted(stored.items()) if k in layout and tuple(s) != layout[k].shape]
+    raise_mismatch(sorted(set(layout) - set(stored)), sorted(set(stored) - set(layout)), misshaped)
+
+
+def load_checkpoint(path: Path, *, dtype: torch.dtype, device: torch.device | str) -> Qwen3TTS:
+    """Build the model on the meta device and fill it tensor by tensor from safetensors (bf16 or any
+    stored dtype -> `dtype`)."""
+    model = empty_model(Qwen3TTS, Qwen3TTSConfig.from_dict(read_config(path)))
+    layout = release_layout(model)
+    files = weight_files(path)
+    check_keys(layout, stored_shapes(files))
+    for name, p in list(model.named_parameters()):  # one allocation per parameter, filled below
+        set_tensor(model, name, torch.empty(p.shape, dtype=dtype, device=device))
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for file, keys in stored_by_file(files):
+            with open_weights(file) as f:
+                for key in keys:
+                    part = layout[key]
+                    params[part.param][part.start : part.start + part.shape[0]] = read_tensor(f, key, file)
+    return model.eval()
+
+
+def fill_seeded(model: nn.Module, seed: int, *, gain: float, device: torch.device | str = "cpu") -> None:
+    """Every parameter drawn from `seed` on `device`, in name order: weights of 2 or more dims (matrices,
+    tables, convolutions) ~ N(0, gain / sqrt(fan_in)), biases ~ N(0, 0.02), norm scales ~ 1 + N(0, 0.02)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for name, p in sorted(model.named_parameters()):
+        shape = tuple(p.shape)
+        value = torch.randn(shape, generator=gen, device=device)
+        if len(shape) >= 2:
+            value *= gain / math.prod(shape[1:]) ** 0.5
+        elif name.endswith("bias"):
+            value *= 0.02
+        else:
+            value = value.mul_(0.02).add_(1.0)
+        set_tensor(model, name, value)
+
+
+def init_seeded(config: dict, seed: int, *, dtype: torch.dtype, device: torch.device | str,
+                init_device: torch.device | str = "cpu") -> Qwen3TTS:
+    """The model of `config` (release schema) with weights drawn from `seed` (identical on every machine
+    for a given `init_device` type; CPU: everywhere)."""
+    model = empty_model(Qwen3TTS, Qwen3TTSConfig.from_dict(config))
+    fill_seeded(model, seed, gain=0.5, device=init_device)
+    return model.to(device=device, dtype=dtype).eval()

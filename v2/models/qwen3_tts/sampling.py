@@ -1,0 +1,96 @@
+"""Qwen3-TTS choices: the talker's group-0 rule and the code predictor's draws, seeded and batch-invariant.
+
+Owns: the per-row tensor form of `Qwen3TTSSampling` (column 0 = talker, column 1 = code predictor), the
+group-0 rule in the reference's order (repetition penalty over the distinct earlier group-0 ids, EOS
+masked where not allowed, control ids except EOS suppressed, then temperature / top-k / top-p), and the
+noise counters: group g of frame t is keyed by `t * G + g` (group 0 = the talker's choice of frame t), so
+a row's draw depends only on its own logits, seed and frame, never on its batch. The distribution and
+Gumbel-max draw are v2/models/sampling.py's (`sample`), so a logprob is exact under the processed
+distribution the id was drawn from; temperature 0 is a point mass on the argmax (logprob 0).
+Must not know: the model, requests, the runtime.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from v2.models.qwen3_tts.config import Qwen3TTSSampling
+from v2.models.sampling import apply_repetition_penalty, gumbel_noise, sample
+from v2.sampling_settings import MIN_TEMPERATURE, SORT_WIDTH, HeadSampling
+
+
+def head_needs_full_sort(head: HeadSampling) -> bool:
+    """Host-side: whether a head's draws need the full sort (see `sampling.fast_rows`)."""
+    return head.temperature >= MIN_TEMPERATURE and not 1 <= head.top_k <= SORT_WIDTH
+
+
+@dataclass
+class Qwen3TTSSamplingTensors:
+    """Per-row settings of a batch: temperature / top_k / top_p [B, 2] (talker, code predictor),
+    penalty [B] (group 0), seed [B]."""
+
+    temperature: Tensor
+    top_k: Tensor
+    top_p: Tensor
+    penalty: Tensor
+    seed: Tensor
+    full_sort: bool = True  # False promises that no row needs the full sort (skips it)
+
+    @classmethod
+    def build(cls, settings: list[Qwen3TTSSampling], seeds: list[int],
+              device: torch.device | str = "cpu") -> "Qwen3TTSSamplingTensors":
+        if len(settings) != len(seeds):
+            raise ValueError(f"{len(settings)} settings for {len(seeds)} seeds")
+        heads = [(s.talker, s.subtalker) for s in settings]
+        f32, i64 = torch.float32, torch.int64
+        return cls(
+            temperature=torch.tensor([[h.temperature for h in p] for p in heads], dtype=f32, device=device).view(-1, 2),
+            top_k=torch.tensor([[h.top_k for h in p] for p in heads], dtype=i64, device=device).view(-1, 2),
+            top_p=torch.tensor([[h.top_p for h in p] for p in heads], dtype=f32, device=device).view(-1, 2),
+            penalty=torch.tensor([s.repetition_penalty for s in settings], dtype=f32, device=device),
+            seed=torch.tensor(seeds, dtype=i64, device=device),
+            full_sort=any(head_needs_full_sort(h) for p in heads for h in p),
+        )
+
+    def rows(self, index: Tensor) -> "Qwen3TTSSamplingTensors":
+        """The settings of rows `index` ([B'] long), e.g. to pad or reorder a batch."""
+        return Qwen3TTSSamplingTensors(self.temperature[index], self.top_k[index], self.top_p[index],
+                                       self.penalty[index], self.seed[index], self.full_sort)
+
+
+def group0_mask(vocab: int, eos: int, control: range, device: torch.device | str) -> Tensor:
+    """[V] bool: the ids the group-0 choice never takes (the control ids except EOS)."""
+    ids = torch.arange(vocab, device=device)
+    return (ids >= control.start) & (ids < control.stop) & (ids != eos)
+
+
+def group0_logits(logits: Tensor, s: Qwen3TTSSamplingTensors, seen: Tensor | None, allow_eos: Tensor,
+                  eos: int, suppress: Tensor) -> Tensor:
+    """The talker's rule before temperature: logits [B, V] float32 raw; seen [B, V] bool (group-0 ids
+    chosen at earlier steps; None = none); allow_eos [B] bool; suppress [V] bool (`group0_mask`)."""
+    x = logits.float()
+    if seen is not None:
+        x = apply_repetition_penalty(x, seen, s.penalty)
+    eos_col = torch.zeros_like(suppress)
+    eos_col[eos] = True
+    x = x.masked_fill(eos_col[None] & ~allow_eos[:, None], -math.inf)
+    return x.masked_fill(suppress[None], -math.inf)
+
+
+def choose_group0(logits: Tensor, s: Qwen3TTSSamplingTensors, frame: Tensor, num_groups: int, *,
+                  seen: Tensor | None, allow_eos: Tensor, eos: int, suppress: Tensor) -> tuple[Tensor, Tensor]:
+    """Group 0 of frame `frame` [B] for every row: ids [B] and logprobs [B] under the processed distribution."""
+    x = group0_logits(logits, s, seen, allow_eos, eos, suppress)
+    noise = gumbel_noise(s.seed, frame * num_groups, x.shape[-1])
+    return sample(x, s.temperature[:, 0], s.top_k[:, 0], s.top_p[:, 0], noise, full=s.full_sort)
+
+
+def draw_code(logits: Tensor, s: Qwen3TTSSamplingTensors, frame: Tensor, group: int,
+              num_groups: int) -> tuple[Tensor, Tensor]:
+    """Group `group` (1..G-1) of frame `frame` [B] from the code predictor's raw logits [B, V]."""
+    noise = gumbel_noise(s.seed, frame * num_groups + group, logits.shape[-1])
+    return sample(logits, s.temperature[:, 1], s.top_k[:, 1], s.top_p[:, 1], noise, full=s.full_sort)

@@ -1,0 +1,123 @@
+"""What `/openapi.json` publishes: FastAPI's description of the routes, amended to say what the server does.
+
+Owns: the speech request body (`SpeechBody`'s JSON schema, `application/json`), the content types of its
+200 (each `response_format`'s, `text/event-stream` for SSE), when it streams, and its headers, the voice
+listing (both shapes), every error answer of every operation in OpenAI's error shape (the gate's: 503 while
+draining and 500 on every operation, 401 on `/v1/*`, 403 on state-changing methods, 413 where a body is
+taken; the routes' own: 400, 404, 409, 415, 429), `/metrics` as Prometheus text, `/health`'s 503; and no 422 (validation errors are answered as 400).
+Must not know: the runtime, the engine, how the routes do their work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from v2.server.audio import CONTENT_TYPES
+from v2.server.middleware import SAFE_METHODS
+from v2.server.schema import SpeechBody
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+_ERROR_SCHEMA = {
+    "type": "object", "required": ["error"], "additionalProperties": False,
+    "properties": {"error": {
+        "type": "object", "required": ["message", "type", "param", "code"], "additionalProperties": False,
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+_HEALTH_SCHEMA = {"type": "object", "required": ["status", "engine", "version"],
+                  "properties": {"status": {"enum": ["ok", "draining", "unresponsive"]}, "engine": {"type": "string"},
+                                 "version": {"type": "string"}}}
+_AUDIO_HEADERS = {name: {"description": doc, "schema": {"type": "string"}} for name, doc in (
+    ("X-Sample-Rate", "samples per second"), ("X-Channels", "channels"), ("X-Request-Id", "the runtime's id"))}
+_VOICE = {"type": "object", "required": ["id", "name", "kind"],
+          "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "kind": {"enum": ["stored", "builtin"]}}}
+_VOICES_SCHEMA = {"oneOf": [
+    {"type": "object", "required": ["voices", "cloning"], "additionalProperties": False,
+     "properties": {"voices": {"type": "array", "items": _VOICE}, "cloning": {"type": "boolean"}}},
+    {"type": "object", "required": ["voices"], "additionalProperties": False, "description": "`?legacy=true`",
+     "properties": {"voices": {"type": "array", "items": {"type": "string"}}}}]}
+_SPEECH_200 = ("the audio, streamed as it is made in every format (chunked, no Content-Length) unless `stream` is "
+               "false: then the whole file, with Content-Length, X-Finish-Reason, X-Audio-Seconds and X-Frames; or "
+               "SSE events (`stream_format: sse`), each one `data: {json}` block whose `type` names it")
+_BODY_ERRORS = {400: "a field is invalid (`param` names it), or the body is not a JSON object, or it is nested "
+                     "too deep or has too many members"}
+
+# the answers each route gives itself, beyond the gate's
+ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
+    ("post", "/v1/audio/speech"): {
+        **_BODY_ERRORS, 404: "`model` is not served here", 415: "the body is not application/json",
+        429: "the server is busy (see Retry-After)"},
+    ("get", "/v1/audio/voices"): {400: "`legacy` is not a boolean"},
+    ("post", "/v1/audio/voices"): {400: "a form field is missing or invalid, or this runtime has no voice store",
+                                   409: "a voice of that name is stored already"},
+    ("delete", "/v1/audio/voices"): {400: "no name given, or this runtime has no voice store",
+                                     404: "no stored voice of that name"},
+    ("delete", "/v1/audio/voices/{name}"): {400: "this runtime has no voice store",
+                                            404: "no stored voice of that name"},
+}
+
+
+def describe(app: FastAPI) -> dict[str, Any]:
+    """The schema, built once per app."""
+    if app.openapi_schema is None:
+        spec = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                           description="OpenAI-compatible speech. HEAD is answered wherever GET is.")
+        amend(spec)
+        app.openapi_schema = spec
+    return app.openapi_schema
+
+
+def amend(spec: dict[str, Any]) -> None:
+    components = spec.setdefault("components", {}).setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    components["Error"] = _ERROR_SCHEMA
+    body = SpeechBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    components.update(body.pop("$defs", {}))
+    components["SpeechBody"] = body
+    for path, item in spec.get("paths", {}).items():
+        for method, op in item.items():
+            _amend_operation(path, method, op)
+
+
+def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:
+    responses: dict[str, Any] = op.setdefault("responses", {})
+    responses.pop("422", None)
+    if (method, path) == ("post", "/v1/audio/speech"):
+        op["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/SpeechBody"}}}}
+        media = {t: {"schema": {"type": "string", "format": "binary"}} for t in dict.fromkeys(CONTENT_TYPES.values())}
+        media["text/event-stream"] = {"schema": {"type": "string"}}
+        responses["200"] = {"description": _SPEECH_200, "content": media, "headers": _AUDIO_HEADERS}
+    elif (method, path) == ("get", "/v1/audio/voices"):
+        responses["200"] = {"description": "stored voices, then OpenAI's names; `?legacy=true`: the names alone",
+                            "content": {"application/json": {"schema": _VOICES_SCHEMA}}}
+    elif path == "/metrics":
+        responses["200"] = {"description": "Prometheus text exposition",
+                            "content": {"text/plain": {"schema": {"type": "string"}}}}
+    elif path == "/health":
+        responses["200"] = {"description": "the engine answers",
+                            "content": {"application/json": {"schema": _HEALTH_SCHEMA}}}
+        responses["503"] = {"description": "the engine did not answer `stats()` within 2 s (the health object), "
+                                           "or the server is shutting down (an error)",
+                            "content": {"application/json": {"schema": {"oneOf": [_HEALTH_SCHEMA, ERROR]}}}}
+    errors = dict(ROUTE_ERRORS.get((method, path), {}))
+    errors[500] = "an unexpected failure (logged), or a whole-file request that ended with an error"
+    if path.startswith("/v1"):
+        errors[401] = "an API key is set and `Authorization: Bearer KEY` is missing or wrong"
+    if method.upper() not in SAFE_METHODS:
+        errors[403] = "a browser sent it from another origin (see --allow-origin)"
+    if "requestBody" in op:
+        errors[413] = "the body is over the size limit"
+    for status, doc in sorted(errors.items()):
+        answer: dict[str, Any] = {"description": doc, "content": {"application/json": {"schema": ERROR}}}
+        if status == 429:
+            answer["headers"] = {"Retry-After": {"description": "seconds", "schema": {"type": "string"}}}
+        if status == 401:
+            answer["headers"] = {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}}
+        responses.setdefault(str(status), answer)
+    if "503" not in responses:
+        responses["503"] = {"description": "the server is shutting down, or the runtime is not taking requests",
+                            "content": {"application/json": {"schema": ERROR}}}
