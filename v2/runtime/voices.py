@@ -14,6 +14,7 @@ Must not know: the engine, models, requests.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullmatch
 FORMAT = 1
 STAGING, WITHDRAWN = ".staging-", ".withdrawn-"  # hidden: never listed; swept at start
-MAX_CODES_BYTES, MAX_META_BYTES = 16 * 2**20, 2**20  # [N, 12] int64 at 16 MiB: 174k frames, hours of audio
+MAX_CODES_BYTES, MAX_META_BYTES = 16 * 2**20, 2**20  # [N, G] int64 at 16 MiB: 2M codes, hours of audio
 
 
 class VoiceError(ValueError):
@@ -233,7 +234,7 @@ class VoiceStore:
         except OSError as e:
             log.debug("voice store %s: not swept (%s)", self.directory, e)  # e.g. a read-only store
 
-    def _names(self) -> list[str]:
+    def _names(self) -> builtins.list[str]:
         try:
             return sorted(e.name for e in os.scandir(self.directory) if not e.name.startswith("."))
         except FileNotFoundError:
