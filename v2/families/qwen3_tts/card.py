@@ -226,11 +226,14 @@ def build_encoder(card: Qwen3Card, *, checkpoint: str | Path | None = None, code
 
 
 class ByteIds:
-    """UTF-8 bytes as text ids (the seeded card's tokenizer: seeded weights have no tokenizer files)."""
+    """UTF-8 bytes as text ids (the seeded card's tokenizer: seeded weights have no tokenizer files); the
+    template's role words are one id each, as in the release vocab ("assistant" 305, "user" 306)."""
+
+    ROLES = {"assistant\n": [305, 10], "user\n": [306, 10]}
 
     def encode(self, text: str, add_special_tokens: bool = False) -> Any:
         class _Out:
-            ids = list(text.encode("utf-8"))
+            ids = self.ROLES.get(text) or list(text.encode("utf-8"))
         return _Out()
 
     def decode(self, ids: list[int]) -> str:
