@@ -115,7 +115,7 @@ class Qwen3Request(BaseModel):
         if self.speaker is not None and not self.speaker.strip():
             raise ValueError("speaker: must not be empty")
         if self.max_frames is not None and self.min_frames > self.max_frames:
-            raise ValueError(f"min_frames ({self.min_frames}) exceeds max_frames ({self.max_frames})")
+            raise ValueError(f"min_frames: {self.min_frames} exceeds max_frames ({self.max_frames})")
         if self.stream and not self.decode_audio:
             raise ValueError("stream: a stream needs decode_audio")
         return self
