@@ -92,6 +92,9 @@ def _family_fields(family: str, args: argparse.Namespace) -> dict[str, Any]:
     """The sampling knobs (and Qwen3-TTS's speaker and text feed) as the card's family names them."""
     fields = sampling_fields(args)
     if family != "qwen3_tts":
+        for option, value in (("--speaker", args.speaker), ("--text-feed", args.text_feed)):
+            if value is not None:
+                raise CliError(f"{option}: the {family} family takes no {option[2:].replace('-', ' ')}")
         return fields
     sampling = fields.get("sampling", {})
     flat = {**sampling.get("audio", {}), **{k: v for k, v in sampling.items() if k != "audio"}}
