@@ -141,7 +141,7 @@ def load_card(name_or_path: str | Path = DEFAULT_CARD) -> ModelCard:
         raise CardError(f"card {path.name}: {fields}") from None
 
 
-FAMILIES = {"moss_tts_local": "v2.families.moss_tts_local"}  # the shipped families: name -> package
+FAMILIES = {"moss_tts_local": "v2.families.moss_tts_local", "qwen3_tts": "v2.families.qwen3_tts"}  # the shipped families: name -> package
 
 
 def _family_package(name: Any) -> str:

@@ -88,6 +88,19 @@ def _voice_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
+def _family_fields(family: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling knobs (and Qwen3-TTS's speaker and text feed) as the card's family names them."""
+    fields = sampling_fields(args)
+    if family != "qwen3_tts":
+        for option, value in (("--speaker", args.speaker), ("--text-feed", args.text_feed)):
+            if value is not None:
+                raise CliError(f"{option}: the {family} family takes no {option[2:].replace('-', ' ')}")
+        return fields
+    sampling = fields.get("sampling", {})
+    flat = {**sampling.get("audio", {}), **{k: v for k, v in sampling.items() if k != "audio"}}
+    return {**flat, **{k: v for k, v in (("speaker", args.speaker), ("text_feed", args.text_feed)) if v is not None}}
+
+
 MAX_TEXT_FILE_BYTES = 1 << 20  # a text file or stdin is read up to this much (a card takes 20 000 characters)
 
 
@@ -135,10 +148,12 @@ def _synth(args: argparse.Namespace) -> int:
             request: dict[str, Any] = {
                 "text": text, "seed": args.seed, "min_frames": args.min_frames, "stream": True,
                 "language": args.language, "instruction": args.instruction, **_voice_fields(args),
-                **sampling_fields(args)}
+                **_family_fields(runtime.card.family, args)}
             if args.max_frames:
                 request["max_frames"] = args.max_frames
             if args.duration is not None:
+                if not hasattr(runtime.card.loops, "ar_decode"):
+                    raise CliError(f"--duration: the {runtime.card.family} family takes no duration target")
                 frame_rate = runtime.frame_rate  # frames per second (12.5 for MOSS-TTS-Local)
                 request["duration_frames"] = max(1, round(args.duration * frame_rate))
                 cap = runtime.card.loops.ar_decode.max_frames

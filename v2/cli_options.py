@@ -114,6 +114,10 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-frames", type=count, default=0, help="ignore the stop decision before this many frames")
     p.add_argument("--language", default=None, help="the language of the text, e.g. en or zh (default: none)")
     p.add_argument("--instruction", default=None, help="a style instruction (default: none)")
+    p.add_argument("--speaker", default=None,
+                   help="Qwen3-TTS CustomVoice: a speaker of the checkpoint, e.g. vivian (default: none)")
+    p.add_argument("--text-feed", choices=["streaming", "whole"], default=None,
+                   help="Qwen3-TTS: feed the text per frame or put it all in the prompt (default: the mode's)")
     p.add_argument("--codes-out", default=None, help="also write the codes [F, 12] as .npy (default: none)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line (default: off)")
 
@@ -132,7 +136,7 @@ def sampling_fields(args: argparse.Namespace) -> dict[str, Any]:
 OPTION_FOR_FIELD: dict[str, str] = {
     "seed": "--seed", "duration_frames": "--duration", "max_frames": "--max-frames", "min_frames": "--min-frames",
     "language": "--language", "instruction": "--instruction", "voice": "--voice", "reference_audio": "--reference",
-    "reference_text": "--reference-text",
+    "reference_text": "--reference-text", "speaker": "--speaker", "text_feed": "--text-feed",
     **{f"{prefix}{knob}": f"--{knob.replace('_', '-')}" for prefix in ("sampling.audio.", "sampling.", "")
        for knob in ("temperature", "top_k", "top_p")},
     "sampling.repetition_penalty": "--repetition-penalty", "repetition_penalty": "--repetition-penalty",

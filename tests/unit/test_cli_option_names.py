@@ -36,6 +36,8 @@ CASES: dict[str, tuple[list[str], str]] = {
     "--min-frames": (["--min-frames", "100000"], "error: --min-frames: 100000 exceeds --max-frames"),
     "--language": (["--language", LONG], "error: --language: 20001 characters, over the card's max_text_chars"),
     "--instruction": (["--instruction", LONG], "error: --instruction: 20001 characters, over the card's"),
+    "--speaker": (["--speaker", "vivian"], "error: --speaker: the moss_tts_local family takes no speaker"),
+    "--text-feed": (["--text-feed", "sometimes"], "error: argument --text-feed: invalid choice: 'sometimes'"),
     "--codes-out": (["--codes-out", "{tmp}"], "error: --codes-out {tmp}: is a directory"),
     "--card": (["--card", "nope"], "error: card 'nope' not found"),
     "--checkpoint": (["--checkpoint", "{tmp}/missing"], "error: checkpoint directory not found: {tmp}/missing"),

@@ -1,0 +1,233 @@
+"""Qwen3-TTS 12 Hz bound for the runtime: the `v2.runtime.family.Family` of this family (`FAMILY` binds it).
+
+Owns: building the experts a card names (`experts`: the talker checkpoint, its codec from
+`speech_tokenizer/` unless given, the tokenizer from its files, the sampling defaults from its
+generation_config.json), and `Qwen3Family`: the loop graph (`talker` -> `codec`, `encode` in front; `talker`
+holds the paged KV), the executors per work kind (SPEAKER and ENCODE in front, PREFILL, AR_FRAME,
+AUDIO_CHUNK), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the family's side of a
+request's life: parsing and preparing it, its loops' states at admission, device state at admission
+(sampling, seed, x-vector, fresh codec state), the prompt laid out again once the recording is encoded,
+the rows a preempted request recomputes, and the result.
+Must not know: the engine's queues, scheduling policy, threads.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Hashable, Mapping, Sequence
+
+import torch
+
+from v2.contracts import LoopState, WorkUnitKind
+from v2.families.qwen3_tts import results
+from v2.families.qwen3_tts.card import (
+    Qwen3Card, TalkerSettings, build_codec, build_encoder, build_model, build_tokenizer, generation_config,
+)
+from v2.families.qwen3_tts.codec import CODEC, CodecLoop
+from v2.families.qwen3_tts.codec_executor import CodecExecutor
+from v2.families.qwen3_tts.encode import EncodeLoop, Qwen3Work
+from v2.families.qwen3_tts.encode_executor import CodesExecutor, SpeakerExecutor
+from v2.families.qwen3_tts.prepare import CodecSpec, prepare, read_recording, with_encoded
+from v2.families.qwen3_tts.request import parse
+from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState, recompute_rows
+from v2.families.qwen3_tts.talker_executor import FrameBatch, OnStream, TalkerExecutor
+from v2.families.qwen3_tts.weights import NAMES
+from v2.models.kv_cache import PagedKVCache
+from v2.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSSampling
+from v2.request import RequestError
+from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs
+from v2.sampling_settings import HeadSampling
+
+
+def pool_blocks(settings: TalkerSettings, model: Any) -> int:
+    """The KV pool in blocks: `kv_blocks`; or `kv_memory_fraction` of the memory free now; else max_running
+    requests at full length."""
+    if settings.kv_blocks is not None:
+        return settings.kv_blocks
+    if settings.kv_memory_fraction is None:
+        return settings.max_running * settings.max_blocks
+    device = model.device
+    free = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda"
+            else os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    per_block = PagedKVCache.block_bytes(model.cfg.talker.decoder, settings.block_size, model.dtype)
+    blocks = int(free * settings.kv_memory_fraction) // per_block
+    if blocks < settings.max_blocks:
+        raise RuntimeError(f"kv_memory_fraction: {settings.kv_memory_fraction} of {free / 2**30:.1f} GiB free holds "
+                           f"{blocks} KV blocks, fewer than one request at full length ({settings.max_blocks})")
+    return blocks
+
+
+def sampling_defaults(card: Qwen3Card, generation: dict[str, Any] | None) -> Qwen3TTSSampling:
+    """The card's sampling section, else generation_config.json over the reference API's hard defaults."""
+    s = card.loops.talker.sampling
+    if s is not None:
+        return Qwen3TTSSampling(HeadSampling(s.talker.temperature, s.talker.top_k, s.talker.top_p),
+                                HeadSampling(s.code_predictor.temperature, s.code_predictor.top_k, s.code_predictor.top_p),
+                                s.repetition_penalty)
+    return GenerationDefaults.from_dict(generation).sampling
+
+
+class _Half:
+    """An executor registered under a work kind: its host half, device half and read."""
+
+    def __init__(self, prepare: Any, launch: Any, read: Any) -> None:
+        self.prepare, self.launch, self.read = prepare, launch, read
+
+
+class Qwen3Family:
+    name = "qwen3_tts"
+    weight_names = NAMES
+
+    def __init__(self, card: Qwen3Card, model: Any, codec: Any, tokenizer: Any, *, encoder: Any = None,
+                 generation: dict[str, Any] | None = None, graphs: bool = True) -> None:
+        tk, cd, enc = card.loops.talker, card.loops.codec, card.loops.encode
+        cfg = model.cfg
+        if codec.cfg.groups != cfg.num_code_groups:
+            raise ValueError(f"codec: {codec.cfg.groups} code groups, the talker makes {cfg.num_code_groups}")
+        self.card, self.model, self.codec, self.tokenizer, self.encoder = card, model, codec, tokenizer, encoder
+        self.cfg, self.device, self.weights = cfg, model.device, model
+        self.code_width, self.codebook_size = cfg.num_code_groups, cfg.code_predictor.codebook_size
+        self.sample_rate, self.channels = codec.sample_rate, 1
+        self.frame_rate = codec.sample_rate / codec.hop
+        self.defaults = sampling_defaults(card, generation)
+        self._launch: LaunchState = lambda work: work()
+        self.talker_loop, self.codec_loop = TalkerLoop(tk), CodecLoop(cd)
+        self.talker_exec = TalkerExecutor(model, num_slots=tk.max_running, max_len=tk.max_prompt_rows + tk.max_frames,
+                                          batch_buckets=tk.batch_buckets, num_blocks=pool_blocks(tk, model),
+                                          block_size=tk.block_size, graphs=graphs)
+        self.calls = OnStream(self.talker_exec, lambda work: self._launch(work))
+        self.codec_exec = CodecExecutor(codec, num_slots=cd.max_streams, batch_buckets=cd.batch_buckets,
+                                        frame_buckets=cd.frame_buckets, graphs=graphs)
+        speaker = cfg.speaker_encoder
+        self.codec_spec = CodecSpec(codec.sample_rate, codec.hop, speaker.sample_rate if speaker else codec.sample_rate,
+                                    encoder is not None)
+        self.enc_loop = EncodeLoop() if (speaker is not None or encoder is not None) else None
+        self.graph = LoopGraph((LoopSpec(TALKER, self.talker_loop, (CODEC,), pools=("kv",)),
+                                LoopSpec(CODEC, self.codec_loop, pools=("codec",))),
+                               paged=TALKER, front=self.enc_loop, front_pool="encode")
+        t, c = self.talker_exec, self.codec_exec
+        spk = SpeakerExecutor(model)
+        codes = CodesExecutor(encoder, codec.hop) if encoder is not None else None
+        groups = self.code_width
+        self.executors: dict[Hashable, Any] = {Qwen3Work.SPEAKER: _Half(spk.prepare, spk.launch, spk.read)}
+        if codes is not None:  # without the codec's encoder an in-context clone is refused at submit
+            self.executors[WorkUnitKind.ENCODE] = _Half(codes.prepare, codes.launch, codes.read)
+        self.executors |= {
+            WorkUnitKind.PREFILL: _Half(lambda b: [p.payload for p in b.plans], t.prefill,
+                                        lambda host, b: [None] * len(b.plans)),
+            WorkUnitKind.AR_FRAME: _Half(lambda b: t.prepare([p.payload for p in b.plans], b.bucket), t.launch,
+                                         lambda host, b: FrameBatch.read(host, len(b.plans), groups)),
+            WorkUnitKind.AUDIO_CHUNK: _Half(
+                lambda b: c.prepare([p.payload for p in b.plans], b.bucket, b.plans[0].signature.bucket), c.launch,
+                lambda host, b: c.read(host, [p.payload for p in b.plans])),
+        }
+        self.buckets = {WorkUnitKind.AR_FRAME: tk.batch_buckets, WorkUnitKind.AUDIO_CHUNK: cd.batch_buckets}
+        self.pools = {"kv": tk.max_running, "codec": cd.max_streams, "encode": enc.max_streams}
+        self.kv = KVSpec(self.talker_exec.kv.num_blocks, tk.block_size, tk.max_blocks, tk.prefix_cache)
+        self.kv_ops = self.calls
+        self.prefill_budget, self.max_waiting = tk.prefill_chunk_rows, tk.max_waiting
+        self.max_group, self.max_buffered_chunks = tk.max_running, tk.max_buffered_chunks
+
+    def bind(self, launch: LaunchState) -> None:
+        self._launch = launch
+
+    def thread_setup(self) -> None:
+        threads = self.card.runtime.cpu_threads
+        if threads is not None and self.device.type == "cpu":
+            torch.set_num_threads(threads)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+
+    # ----- submit --------------------------------------------------------------------------------
+    def parse(self, request: Any) -> Any:
+        return parse(request)
+
+    def prepare(self, request: Any, *, voice: Any = None) -> Any:
+        return prepare(request, self.card, self.cfg, self.tokenizer, self.defaults,
+                       self.codec_spec if self.enc_loop is not None else None)
+
+    def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
+        prepared = [p for _, p in group]
+        if len(group) > self.max_group:
+            raise ValueError(f"n: a group of {len(group)} exceeds the card's max_running")
+        if sum(r.decode_audio for r, _ in group) > self.card.loops.codec.max_streams:
+            raise ValueError("n: a group decoding audio needs a codec stream each")
+        if any(not torch.equal(p.rows, prepared[0].rows) or p.trailing != prepared[0].trailing for p in prepared):
+            raise ValueError("prompts: a shared prompt must be the same for every request of the group")
+        if prepared[0].recording is not None:
+            raise RequestError("reference_audio: a group shares one prompt; a recording to encode cannot be shared")
+
+    def read_input(self, source: Any) -> Any:
+        return read_recording(source, self.codec_spec if self.encoder is not None else None,
+                              self.card.loops.encode.max_reference_seconds, codes=True, speaker=False)
+
+    def front_state(self, request_id: int, inputs: tuple[Any, ...]) -> Any:
+        assert self.enc_loop is not None
+        (one,) = inputs
+        return self.enc_loop.init(request_id, speaker_audio=one.speaker_audio, codec_audio=one.codec_audio)
+
+    def front_start(self, slots: list[int]) -> None:
+        pass  # both encoders run a whole recording per call: no state to reset
+
+    def encoded(self, record: Any) -> Any:
+        front = record.front
+        return with_encoded(record.work, self.code_width, front.xvector, front.codes)
+
+    # ----- admission and after -------------------------------------------------------------------
+    def needs(self, record: Any) -> Needs:
+        return Needs({"kv": 1, "codec": int(record.request.decode_audio)},
+                     kv_rows=int(record.rows.shape[0]) + record.work.max_frames)
+
+    def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
+        work, request = record.work, record.request
+        talker = self.talker_loop.init(record.id, record.rows, trailing=work.trailing, pad_text=self.cfg.text.tts_pad,
+                                       max_frames=work.max_frames, floor=work.floor, slot=slots["kv"])
+        if share_from is not None:
+            self.talker_loop.share(talker, share_from)
+        codec = self.codec_loop.init(record.id, sample_rate=self.sample_rate, enabled=request.decode_audio,
+                                     slot=slots.get("codec", -1), context=work.context)
+        return {TALKER: talker, CODEC: codec}
+
+    def admitted(self, record: Any) -> None:
+        state = record.states[TALKER]
+        xvec = None if record.work.xvector is None else torch.from_numpy(record.work.xvector)
+        self.calls.admit(state.slot, record.work.sampling, record.request.seed, xvec)
+        if "codec" in record.slots:
+            slot, codec = record.slots["codec"], self.codec_exec
+            self._launch(lambda: codec.admit(slot))
+
+    def recompute_rows(self, state: TalkerState) -> Any:
+        return recompute_rows(state)
+
+    def more_input(self, record: Any, loop: Hashable) -> Any:
+        return None
+
+    def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
+        return results.build_result(record, outputs.get(TALKER), outputs.get(CODEC), reason, now,
+                                    sample_rate=self.sample_rate, groups=self.code_width)
+
+    def stats(self) -> dict[str, Any]:
+        return {"graphs": {"ar_frame": self.talker_exec.graphs.stats(), "audio_chunk": self.codec_exec.graphs.stats()}}
+
+
+class _Factory:
+    """`FAMILY`: binds a card and its experts (`bind`), or builds the experts a card names (`experts`)."""
+
+    name = "qwen3_tts"
+
+    def bind(self, card: Qwen3Card, model: Any, codec: Any, tokenizer: Any = None, *, graphs: bool = True,
+             encoder: Any = None, generation: dict[str, Any] | None = None) -> Qwen3Family:
+        return Qwen3Family(card, model, codec, tokenizer, encoder=encoder, generation=generation, graphs=graphs)
+
+    def experts(self, card: Qwen3Card, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
+                device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
+        model = build_model(card, checkpoint=checkpoint, dtype=dtype, device=device)
+        codec = build_codec(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint, dtype=dtype, device=device)
+        encoder = (build_encoder(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint, dtype=dtype,
+                                 device=device) if card.experts.codec.encoder else None)
+        return {"model": model, "codec": codec, "tokenizer": build_tokenizer(card, checkpoint, ids=model.cfg.text),
+                "encoder": encoder, "generation": generation_config(card, checkpoint)}
+
+
+FAMILY = _Factory()
+__all__ = ["FAMILY", "Qwen3Family", "pool_blocks"]

@@ -1,0 +1,132 @@
+"""What a Qwen3-TTS request may say: the pydantic `Qwen3Request`, checked field by field before anything runs.
+
+Owns: the request schema of this family (text or the text's own token ids; a CustomVoice `speaker`; a
+`language`; an instruction or its ids; one reference recording with its transcript or transcript ids (in
+context clone) or `x_vector_only`; the text feed; frame limits; seed; the talker's sampling (`temperature`,
+`top_k`, `top_p`, `repetition_penalty`) and the code predictor's (`subtalker_temperature`, `subtalker_top_k`,
+`subtalker_top_p`); streaming, timeout, profile, decode_audio), its field rules (strict types, bounded
+integers, private copies of arrays), and `parse` (errors name the field). What needs the checkpoint
+(speaker and language names, vocab bounds, the mode a checkpoint supports) is prepare.py's.
+Must not know: the engine, slots, devices, cards.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from v2.contracts import ExecutionProfile
+from v2.fields import INT64_MAX, TOP_K_MAX, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature
+from v2.request import RequestError, _describe, _is_samples, _recording
+
+Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
+TopK = Annotated[StrictInt | None, Field(ge=0, le=TOP_K_MAX)]
+TopP = Annotated[StrictFloat | None, Field(gt=0, le=1)]
+Penalty = Annotated[StrictFloat | None, AfterValidator(check_penalty)]
+Ids = list[Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]] | None
+MAX_IDS = 100_000  # token ids in one field (bounded before anything else reads them)
+
+
+class Qwen3Request(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, revalidate_instances="always")
+
+    text: StrictText | None = None
+    text_ids: Ids = None                 # the text's own token ids (no chat template)
+    speaker: StrictText | None = None    # a CustomVoice speaker name (case-insensitive)
+    language: StrictText | None = None   # the reference's names (case-insensitive); None = "Auto"
+    instruction: StrictText | None = None
+    instruction_ids: Ids = None
+    reference_audio: Any = None          # one recording: a path, file bytes, or (samples, sample_rate)
+    reference_text: StrictText | None = None
+    reference_text_ids: Ids = None
+    x_vector_only: StrictBool = False    # clone from the speaker embedding alone (no reference codes, no transcript)
+    text_feed: Literal["streaming", "whole"] | None = None  # None: the reference API's default for the mode
+    temperature: Temperature = None      # the talker's (group 0); 0 without subtalker_temperature: both greedy
+    top_k: TopK = None
+    top_p: TopP = None
+    repetition_penalty: Penalty = None   # the talker's group 0 only, as the reference applies it
+    subtalker_temperature: Temperature = None  # the code predictor's (groups 1..G-1)
+    subtalker_top_k: TopK = None
+    subtalker_top_p: TopP = None
+    seed: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
+    max_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None  # frames produced at most
+    min_frames: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0  # the stop id is masked until then
+    stream: StrictBool = False
+    profile: ExecutionProfile = ExecutionProfile.SERVE
+    decode_audio: StrictBool = True
+    timeout: Annotated[StrictFloat | None, Field(gt=0, le=86400)] = None
+
+    @field_validator("text_ids", "instruction_ids", "reference_text_ids", mode="before")
+    @classmethod
+    def _ids(cls, v: Any) -> Any:
+        """A list, tuple, 1-D array or tensor of ids -> a list (bounded in length first)."""
+        if v is None or isinstance(v, list):
+            items = v
+        elif isinstance(v, tuple):
+            items = list(v)
+        elif hasattr(v, "tolist") and getattr(v, "ndim", 1) == 1:
+            items = v.tolist()
+        else:
+            raise ValueError(f"expected a list of token ids, got {type(v).__name__}")
+        if items is not None and len(items) > MAX_IDS:
+            raise ValueError(f"{len(items)} ids, over {MAX_IDS}")
+        return items
+
+    @field_validator("reference_audio")
+    @classmethod
+    def _recording(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, list) or (isinstance(v, tuple) and not _is_samples(v)):
+            raise ValueError("give one recording (a path, file bytes, or (samples, sample_rate))")
+        return _recording(v, "reference_audio")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Qwen3Request":
+        for name in ("text", "instruction", "reference_text"):
+            if getattr(self, name) is not None and getattr(self, f"{name}_ids" if name != "text" else "text_ids") is not None:
+                raise ValueError(f"{name}: give {name} or {name}_ids, not both")
+        if self.text is None and self.text_ids is None:
+            raise ValueError("text: give text or text_ids")
+        if self.text is not None and not self.text.strip():
+            raise ValueError("text: must not be empty or whitespace")
+        if self.text_ids is not None and not self.text_ids:
+            raise ValueError("text_ids: must hold at least one id")
+        clone = self.reference_audio is not None
+        transcript = self.reference_text is not None or self.reference_text_ids is not None
+        if not clone:
+            if transcript:
+                raise ValueError(f"{'reference_text' if self.reference_text is not None else 'reference_text_ids'}: "
+                                 "a transcript goes with reference_audio")
+            if self.x_vector_only:
+                raise ValueError("x_vector_only: goes with reference_audio")
+        else:
+            if self.speaker is not None:
+                raise ValueError("speaker: a voice clone takes its voice from reference_audio, not a speaker name")
+            if self.instruction is not None or self.instruction_ids is not None:
+                name = "instruction" if self.instruction is not None else "instruction_ids"
+                raise ValueError(f"{name}: a voice clone takes no instruction (the reference's clone has none)")
+            if not self.x_vector_only and not transcript:
+                raise ValueError("reference_text: an in-context clone needs the reference's transcript "
+                                 "(or x_vector_only: true)")
+            if self.reference_text is not None and not self.reference_text.strip():
+                raise ValueError("reference_text: must not be empty or whitespace")
+        if self.speaker is not None and not self.speaker.strip():
+            raise ValueError("speaker: must not be empty")
+        if self.max_frames is not None and self.min_frames > self.max_frames:
+            raise ValueError(f"min_frames: {self.min_frames} exceeds max_frames ({self.max_frames})")
+        if self.stream and not self.decode_audio:
+            raise ValueError("stream: a stream needs decode_audio")
+        return self
+
+
+def parse(request: Any) -> Qwen3Request:
+    """A validated `Qwen3Request` (from an instance or a dict); a pydantic error becomes a RequestError naming
+    the field."""
+    if not isinstance(request, (Qwen3Request, dict)):
+        raise RequestError(f"request: expected a Qwen3Request or a dict of fields, got {type(request).__name__}")
+    try:
+        return Qwen3Request.model_validate(request)
+    except ValidationError as e:
+        raise RequestError("; ".join(_describe(err) for err in e.errors())) from None

@@ -1,0 +1,48 @@
+"""Building what a finished Qwen3-TTS request hands back: the `SpeechResult`, and under ROLLOUT its `Trajectory`.
+
+Owns: the audio joined from the chunks made (24 kHz mono), the codes [F, G], the metrics, and the trajectory
+record (prompt rows [T, 2 + G], codes, per frame G logprobs: group 0's choice, whose distribution includes
+the stop id, then groups 1..G-1; the stop choice's logprob when it stopped).
+Must not know: slots, scheduling, threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from v2.contracts import ExecutionProfile, FinishReason
+from v2.families.qwen3_tts.codec import CodecResult
+from v2.families.qwen3_tts.talker import TalkerResult
+from v2.rl.trajectory import Trajectory
+from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
+
+
+def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | None, reason: FinishReason, now: float,
+                 *, sample_rate: int, groups: int) -> SpeechResult:
+    chunks = codec.chunks if codec else []
+    audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((1, 0), np.float32)
+    codes = np.array(talker.codes if talker else [], dtype=np.int64).reshape(-1, groups)
+    prompt_rows = int(req.rows.shape[0])
+    segments = (SpeechSegment(0, len(req.request.text or ""), 0, len(codes), (talker.finish if talker else reason).value,
+                              prompt_rows),) if talker else ()
+    metrics = Metrics(
+        prompt_rows=prompt_rows, frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
+        ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,
+        queue_s=(req.admitted or now) - req.submitted)
+    trajectory = None
+    if req.request.profile is ExecutionProfile.ROLLOUT:
+        logprobs = np.array(talker.logprobs if talker else [], dtype=np.float32).reshape(-1, groups)
+        stopped = talker is not None and talker.finish is FinishReason.STOP and talker.stop_logprob is not None
+        decisions = np.zeros(len(codes) + int(stopped), dtype=bool)
+        if stopped:
+            decisions[-1] = True
+        trajectory = Trajectory(
+            request_id=req.id, group_id=req.group_id, sample_id=req.sample_id, seed=req.request.seed,
+            weight_version=req.version, prompt_rows=req.rows.numpy(), codes=codes, stop_decisions=decisions,
+            logprobs=logprobs, stop_logprob=talker.stop_logprob if stopped and talker else None,
+            sampling=req.work.sampling, min_frames=req.work.floor, finish_reason=reason.value,
+            timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
+            audio=audio if req.request.decode_audio else None)
+    return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error, segments)
