@@ -8,9 +8,10 @@
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions soundfile cffi pycparser
 # Output lands in $OUT (or ./out when unset): gpu_tests.log, framestep.json, compile.json, serving.json, kv.json,
-# engine.json.
-# Parts: scripts/gpu_check.sh [tests] [framestep] [compile] [serving] [kv] [engine] (default: all six, about 17 minutes
-# at most by their timeouts; a device call runs at most 10, so split them over two calls when needed).
+# engine.json, qwen_gpu_tests.log, qwen_launches.json, qwen_frames.json (+ qwen_family_tests.log, qwen_engine.json
+# once the Qwen3-TTS family and its tiny card are there).
+# Parts: scripts/gpu_check.sh [tests] [framestep] [compile] [serving] [kv] [engine] [qwen] (default: all seven, about
+# 25 minutes at most by their timeouts; a device call runs at most 10, so split them over calls when needed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"
@@ -22,12 +23,14 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-parts="${*:-tests framestep compile serving kv engine}"
+parts="${*:-tests framestep compile serving kv engine qwen}"
+QWEN_GPU_TESTS="tests/gpu/test_qwen3_tts_gpu.py tests/gpu/test_qwen3_tts_family_gpu.py"
 status=0
 for part in $parts; do
     case "$part" in
-    tests)
-        timeout 200 python3 -m pytest -q -m gpu tests 2>&1 | tee "$OUT/gpu_tests.log" || status=1 ;;
+    tests)  # every GPU test but the Qwen3-TTS ones (the qwen part runs those)
+        timeout 200 python3 -m pytest -q -m gpu tests $(printf -- '--ignore=%s ' $QWEN_GPU_TESTS) 2>&1 \
+            | tee "$OUT/gpu_tests.log" || status=1 ;;
     framestep)  # eager vs graph per bucket, and the decode attention kernel vs gather + SDPA
         timeout 150 python3 -m v2.bench.framestep --no-compile 2>&1 | tee "$OUT/framestep.log"
         tail -n 1 "$OUT/framestep.log" > "$OUT/framestep.json" ;;
@@ -46,7 +49,28 @@ for part in $parts; do
     engine)  # the overlapped step on CUDA: engine host time per row, serving vs generate_batch per frame
         timeout 150 python3 -m v2.bench.engine --device cuda --quick 2>&1 | tee "$OUT/engine.log"
         tail -n 1 "$OUT/engine.log" > "$OUT/engine.json" ;;
-    *) echo "unknown part: $part (tests, framestep, compile, serving, kv, engine)"; exit 2 ;;
+    qwen)  # Qwen3-TTS 12 Hz: the model layer on CUDA (fp32 fixture parity, batched == alone, the RL recompute),
+           # its frame step's launches at the release's dims and its frames per second on the tiny fixture; once
+           # the family package and its tiny card are there, graph == eager on a runtime, the family's tests, and
+           # the engine bench on that card (else those are skipped, and say so)
+        timeout 240 python3 -m pytest -q -m gpu $QWEN_GPU_TESTS 2>&1 | tee "$OUT/qwen_gpu_tests.log" || status=1
+        timeout 60 python3 -m v2.bench.launches --family qwen3_tts --size 1.7b --buckets 1 64 2>"$OUT/qwen_launches.log" \
+            | tail -n 1 > "$OUT/qwen_launches.json"
+        timeout 90 python3 -m v2.bench.qwen3_tts_frames --device cuda --batches 1 8 64 2>&1 | tee "$OUT/qwen_frames.log"
+        tail -n 1 "$OUT/qwen_frames.log" > "$OUT/qwen_frames.json"
+        if [ -f v2/families/qwen3_tts/__init__.py ] \
+                && python3 -c "import sys; from v2.card import known_cards; sys.exit('qwen3_tts_tiny' not in known_cards())"; then
+            if [ -d tests/qwen3_tts ]; then
+                timeout 240 python3 -m pytest -q tests/qwen3_tts 2>&1 | tee "$OUT/qwen_family_tests.log" || status=1
+            fi
+            timeout 150 python3 -m v2.bench.engine --card qwen3_tts_tiny --device cuda --quick 2>&1 | tee "$OUT/qwen_engine.log" \
+                || status=1
+            tail -n 1 "$OUT/qwen_engine.log" > "$OUT/qwen_engine.json"
+        else
+            echo "qwen: no v2/families/qwen3_tts package or qwen3_tts_tiny card yet: the family's tests and bench skipped" \
+                | tee "$OUT/qwen_family_skipped.txt"
+        fi ;;
+    *) echo "unknown part: $part (tests, framestep, compile, serving, kv, engine, qwen)"; exit 2 ;;
     esac
 done
 exit $status

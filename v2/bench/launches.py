@@ -4,7 +4,8 @@ Owns: counting, at the release's dimensions on the meta device (no memory, no GP
 `ARExecutor._frame_step` that launch a kernel (every aten operation except views and allocations,
 including those of the Triton kernels' Python wrappers) plus the Triton launches themselves, each kernel
 replaced by a counter. Replaying a CUDA graph still pays a few microseconds per kernel node at these
-sizes, so this count bounds the step time from below. One JSON line last.
+sizes, so this count bounds the step time from below. One JSON line last. `--family qwen3_tts` counts a
+Qwen3-TTS 12 Hz frame step instead (`--size 1.7b | 0.6b`; launches_qwen3.py), with every kernel by name.
 Must not know: timing, requests.
 """
 
@@ -105,9 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.launches", description=__doc__.splitlines()[0])
     p.add_argument("--buckets", type=int, nargs="+", default=[1, 64])
     p.add_argument("--context", type=int, default=512)
+    p.add_argument("--family", choices=["moss_tts_local", "qwen3_tts"], default="moss_tts_local",
+                   help="whose frame step: MOSS-TTS-Local v1.5, or Qwen3-TTS 12 Hz (launches_qwen3.py)")
+    p.add_argument("--size", choices=["1.7b", "0.6b"], default="1.7b", help="the Qwen3-TTS release size")
     args = p.parse_args(argv)
     if args.context <= 64:
         p.error("--context must exceed 64 (rows sit at mixed positions from 32 up)")
+    if args.family == "qwen3_tts":
+        return _qwen3(args)
     config = json.loads(SHAPES.joinpath("moss_tts_local_v1_5.json").read_text())
     model = empty_model(MossTTSLocal, MossTTSLocalConfig.from_dict(config)).to(torch.bfloat16)  # shapes only
     rows = []
@@ -123,6 +129,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bucket={bucket} torch={row['torch_launches']} kernels={row['kernels_launches']}", file=sys.stderr)
     print(json.dumps({"bench": "v2.launches", "dims": "release", "device": "meta", "machine": machine("cpu"),
                       "context": args.context, "buckets": rows}))
+    return 0
+
+
+def _qwen3(args: argparse.Namespace) -> int:
+    from v2.bench import launches_qwen3
+
+    model = launches_qwen3.release_model(args.size)
+    rows = []
+    for bucket in args.buckets:
+        row = launches_qwen3.bucket_row(model, bucket, args.context)
+        rows.append(row)
+        print(f"bucket={bucket} torch={row['torch_launches']} {row['torch_parts']} "
+              f"kernels={row['kernels_launches']} {row['kernels_parts']}", file=sys.stderr)
+        for name, n in row["kernels_ops"].items():
+            print(f"  {name:<28} {n:>6}", file=sys.stderr)
+    print(json.dumps({"bench": "v2.launches", "family": "qwen3_tts", "size": args.size, "dims": "release",
+                      "device": "meta", "machine": machine("cpu"), "context": args.context, "buckets": rows}))
     return 0
 
 

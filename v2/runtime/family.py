@@ -191,6 +191,8 @@ class Family(Protocol):
     frame_rate: float
     code_width: int                         # codes per frame, and each code's range (the voice store's checks)
     codebook_size: int
+    speakers: tuple[str, ...] = ()          # built-in voices a request names as `speaker` (the checkpoint's)
+    request_fields: frozenset[str] = frozenset()  # the request fields `parse` takes (what a server may send)
 
     def bind(self, launch: LaunchState) -> None: ...
     def parse(self, request: Any) -> Any: ...

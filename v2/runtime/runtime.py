@@ -80,6 +80,16 @@ class Runtime:
         return self.family.channels
 
     @property
+    def speakers(self) -> tuple[str, ...]:
+        """The checkpoint's built-in voices a request names as `speaker` (empty where the family has none)."""
+        return tuple(getattr(self.family, "speakers", ()))
+
+    @property
+    def request_fields(self) -> frozenset[str]:
+        """The request fields the family takes (a server sends only these)."""
+        return frozenset(getattr(self.family, "request_fields", ()))
+
+    @property
     def frame_rate(self) -> float:
         """Frames per second of audio."""
         return self.family.frame_rate

@@ -18,7 +18,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Collection, Literal
 from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -97,7 +97,19 @@ def runtime_supports(field: str) -> bool:
     return field in SpeechRequest.model_fields
 
 
-def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels: int) -> SpeechPlan:
+def request_fields(runtime: Any) -> Collection[str] | None:
+    """The request fields a runtime's family takes (`runtime.request_fields`), None where it does not say."""
+    return getattr(runtime, "request_fields", None) or None
+
+
+def family_takes(fields: Collection[str] | None, field: str) -> bool:
+    """Whether the family takes a request field: one of its `fields` (True where they are not known)."""
+    return fields is None or field in fields
+
+
+def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels: int,
+         fields: Collection[str] | None = None) -> SpeechPlan:
+    """`fields`: the request fields the runtime takes (`request_fields`)."""
     if body.model is not None and body.model not in limits.model_names:
         raise ApiError(404, f"model: {body.model!r} is not served here (served: {', '.join(limits.model_names)})",
                        param="model", code="model_not_found")
@@ -128,7 +140,7 @@ def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels:
         sampling["repetition_penalty"] = body.repetition_penalty
     if sampling:
         request["sampling"] = sampling
-    request.update(_reference(body, limits))
+    request.update(_reference(body, limits, fields))
     voice = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
     return SpeechPlan(request, voice, spec, streaming, sse, aliases)
 
@@ -141,12 +153,12 @@ def _one_of(a: int | None, b: int | None, name_a: str, name_b: str) -> int | Non
     return a if a is not None else b
 
 
-def _reference(body: SpeechBody, limits: Limits) -> dict[str, Any]:
+def _reference(body: SpeechBody, limits: Limits, fields: Collection[str] | None) -> dict[str, Any]:
     if body.ref_audio is None:
         if body.ref_text is not None:
             raise ApiError(400, "ref_text: give it with ref_audio", param="ref_text", code="invalid_value")
         return {}
-    if not runtime_supports("reference_audio"):
+    if not (runtime_supports("reference_audio") and family_takes(fields, "reference_audio")):
         raise ApiError(400, f"ref_audio: {NO_CLONING}", param="ref_audio", code="unsupported")
     out: dict[str, Any] = {"reference_audio": read_reference(body.ref_audio, limits.allowed_media_path,
                                                                    limits.max_reference_bytes)}

@@ -2,7 +2,8 @@
 
 Owns: reading the body (JSON only: 415 otherwise; 400 for malformed JSON, or JSON too deep or with too many
 members, refused before it is parsed: jsonbody.py), then in a worker thread (the event loop never waits on
-parsing, reference audio or the runtime) planning it (schema.py), resolving the voice and submitting, mapping
+parsing, reference audio or the runtime) planning it (schema.py), resolving the voice (a speaker of the
+checkpoint, a stored voice, or an OpenAI name: voices.py) and submitting, mapping
 refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with Retry-After, a closed runtime ->
 503), recording every request's result in the metrics, and choosing the response: a watched stream (every
 format, unless `stream: false`) or the whole file with its Content-Length, rate, channels and timings in
@@ -22,7 +23,7 @@ from v2.server import audio
 from v2.server.audio import Encoder
 from v2.server.errors import ApiError, runtime_field_error
 from v2.server.jsonbody import read_object
-from v2.server.schema import SpeechBody, SpeechPlan, parse_body, plan
+from v2.server.schema import SpeechBody, SpeechPlan, parse_body, plan, request_fields
 from v2.server.state import ServerState, server_state
 from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, audio_body, whole_result
 
@@ -41,16 +42,13 @@ def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan,
     audio, a store lookup and the runtime's tokenising must not hold up the event loop). The plan, the
     stream's encoder (made before submitting: nothing can fail between submit and the response) and the handle."""
     p = plan(parse_body(_read_json(raw, content_type)), st.config.limits(), native_rate=st.native_rate,
-             native_channels=st.native_channels)
+             native_channels=st.native_channels, fields=request_fields(st.runtime))
     encoder = audio.make_encoder(p.spec, st.native_rate, st.native_channels, streaming=True) if p.streaming else None
-    request = dict(p.request)
-    voice = st.voices.resolve(p.voice)
-    if voice is not None:
-        request["voice"] = voice
+    request = {**p.request, **st.voices.voice_fields(p.voice)}  # + a speaker, a stored voice, or neither
     try:
         handle = st.runtime.submit(request)
     except RequestError as e:
-        raise runtime_field_error(str(e), aliases=p.aliases) from None
+        raise runtime_field_error(str(e), aliases={**p.aliases, "speaker": "voice"}) from None
     except OverloadedError as e:
         raise ApiError(429, f"the server is busy: {e}", code="overloaded",
                        headers={"Retry-After": str(st.config.retry_after_s)}) from None

@@ -1,10 +1,12 @@
 """The runtime's voice store as the server uses it, and which voice a request speaks with.
 
 Owns: detecting the store (`rt.voices` with `add(name, audio, text=..., replace=...)` raising the store's
-`VoiceExists` for a taken name, `list()`, `get(name)`, `remove(name)`, and a `voice` request field); listing
-voices for `GET /v1/audio/voices` (stored ones, then OpenAI's built-in names, which speak with the card's
-default voice unless a stored voice has that name); resolving a request's `voice`; adding (a taken name is a
-409 unless replacing) and removing. Every call may touch disk: run them off the event loop.
+`VoiceExists` for a taken name, `list()`, `get(name)`, `remove(name)`, and a `voice` request field); the
+checkpoint's built-in speakers (`rt.speakers`, empty for a family without them); listing voices for `GET
+/v1/audio/voices` (speakers, stored ones, then OpenAI's built-in names, which speak with the card's default
+voice unless a stored voice has that name); resolving a request's `voice` (a speaker's name, any case, is
+the `speaker` field; else a stored voice; else an OpenAI name); adding (a taken name, or a speaker's, is a
+409 unless replacing a stored one) and removing. Every call may touch disk: run them off the event loop.
 Must not know: HTTP, FastAPI, audio encoding.
 """
 
@@ -14,7 +16,7 @@ from typing import Any
 
 from v2.runtime.voices import VoiceExists
 from v2.server.errors import ApiError
-from v2.server.schema import NO_CLONING, OPENAI_VOICES, runtime_supports
+from v2.server.schema import NO_CLONING, OPENAI_VOICES, family_takes, request_fields, runtime_supports
 
 
 class VoiceBook:
@@ -25,7 +27,17 @@ class VoiceBook:
     def store(self) -> Any | None:
         """The runtime's voice store, or None where the runtime has none (or cannot take a `voice` field)."""
         store = getattr(self._runtime, "voices", None)
-        return store if store is not None and runtime_supports("voice") else None
+        takes = runtime_supports("voice") and family_takes(request_fields(self._runtime), "voice")
+        return store if store is not None and takes else None
+
+    @property
+    def speakers(self) -> tuple[str, ...]:
+        """The checkpoint's built-in speakers (`speaker` request values), as the runtime spells them."""
+        return tuple(getattr(self._runtime, "speakers", None) or ())
+
+    def speaker(self, name: str) -> str | None:
+        """The speaker `name` names, case-insensitively, or None."""
+        return next((s for s in self.speakers if s.casefold() == name.casefold()), None)
 
     def stored_names(self) -> list[str]:
         store = self.store
@@ -44,26 +56,41 @@ class VoiceBook:
 
     def listing(self) -> list[dict[str, Any]]:
         stored = self.stored_names()
-        entries = [{"id": n, "name": n, "kind": "stored"} for n in stored]
-        entries += [{"id": n, "name": n, "kind": "builtin"} for n in OPENAI_VOICES if n not in stored]
+        entries = [{"id": n, "name": n, "kind": "speaker"} for n in self.speakers]
+        entries += [{"id": n, "name": n, "kind": "stored"} for n in stored]
+        entries += [{"id": n, "name": n, "kind": "builtin"} for n in OPENAI_VOICES
+                    if n not in stored and self.speaker(n) is None]
         return entries
 
+    def voice_fields(self, voice: str | None) -> dict[str, str]:
+        """The request fields a `voice` maps to: {"speaker": its name} for a speaker of the checkpoint,
+        {"voice": name} for a stored voice, {} for an OpenAI name or none (the card's default voice)."""
+        if voice is not None and (speaker := self.speaker(voice)) is not None:
+            return {"speaker": speaker}
+        stored = self.resolve(voice)
+        return {"voice": stored} if stored is not None else {}
+
     def resolve(self, voice: str | None) -> str | None:
-        """The stored voice to put in the request, or None for the card's default voice."""
-        if voice is None:
+        """The stored voice to put in the request, or None: a speaker (`voice_fields` maps it), an OpenAI
+        name or none (the card's default voice)."""
+        if voice is None or self.speaker(voice) is not None:
             return None
         if self.has(voice):
             return voice
         if voice in OPENAI_VOICES:
             return None
-        known = ", ".join(self.stored_names()) or "none stored"
-        raise ApiError(400, f"voice: {voice!r} is neither a stored voice ({known}) nor one of OpenAI's voice names",
+        known = ", ".join(self.speakers + tuple(self.stored_names())) or "none stored"
+        what = "a speaker of this checkpoint, a stored voice" if self.speakers else "a stored voice"
+        raise ApiError(400, f"voice: {voice!r} is neither {what} ({known}) nor one of OpenAI's voice names",
                        param="voice", code="voice_not_found")
 
     def add(self, name: str, audio: bytes, text: str | None, replace: bool = False) -> None:
         """A taken name is a 409 naming `name` unless `replace`; the store refuses it under its own lock,
         so two servers on one store directory cannot both take the name."""
         store = self._require("audio_sample")
+        if self.speaker(name) is not None:  # `voice` would name the speaker, never this voice
+            raise ApiError(409, f"name: {name!r} is a built-in speaker of this checkpoint; choose another name",
+                           param="name", code="voice_exists")
         try:
             store.add(name, audio, text=text, replace=replace)
         except VoiceExists:

@@ -30,7 +30,7 @@ from v2.families.moss_tts_local.prepare import CodecSpec, build_rows, prepare, p
 from v2.families.moss_tts_local.vocoder import VocoderLoop
 from v2.families.moss_tts_local.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
-from v2.request import RequestError, parse_request
+from v2.request import RequestError, SpeechRequest, parse_request
 from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs
 
 AR, VOC = LoopKind.AR_DECODE, LoopKind.VOCODER
@@ -125,6 +125,8 @@ class _Chunks:
 class MossFamily:
     name = "moss_tts_local"
     weight_names = NAMES
+    speakers: tuple[str, ...] = ()  # no built-in voices: a voice is a reference or a stored voice
+    request_fields = frozenset(SpeechRequest.model_fields)
 
     def __init__(self, card: MossCard, model: Any, codec: Any, tokenizer: Any, *, encoder: Any = None,
                  graphs: bool = True) -> None:

@@ -1,0 +1,49 @@
+"""`python -m v2.bench.launches --family qwen3_tts`: a Qwen3-TTS frame step's launches at the release's dims."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from v2.bench.launches import main as launches
+from v2.bench.launches_qwen3 import SIZES, release_model
+from v2.bench.shapes import SHAPES
+from v2.models import kernels
+from v2.models.qwen3_tts.config import Qwen3TTSConfig
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+def test_release_shapes_parse_into_the_published_sizes(size):
+    cfg = Qwen3TTSConfig.from_dict(json.loads(SHAPES.joinpath(SIZES[size]).read_text()))
+    t, c = cfg.talker.decoder, cfg.code_predictor.decoder
+    assert cfg.num_code_groups == 16 and cfg.talker.vocab_size == 3072 and cfg.code_predictor.codebook_size == 2048
+    assert (t.num_layers, t.num_heads, t.num_kv_heads, t.head_dim) == (28, 16, 8, 128)
+    assert (c.num_layers, c.hidden_size, c.intermediate_size) == (5, 1024, 3072)
+    assert cfg.model_size == {"1.7b": "1b7", "0.6b": "0b6"}[size] and len(cfg.speakers) == 9
+    model = release_model(size)  # meta device: no memory
+    params = sum(p.numel() for p in model.parameters())
+    projected = type(model.talker.code_predictor.small_to_mtp_projection).__name__ == "Linear"
+    assert projected == (size == "1.7b")  # the 0.6B talker is as wide as its code predictor
+    assert (1.8e9 < params < 2.0e9) if size == "1.7b" else (0.85e9 < params < 0.95e9)
+
+
+def test_one_frame_step_routes_every_layer_to_its_kernel_and_splits_into_parts(capsys):
+    if kernels.triton is None:
+        pytest.skip("needs triton")
+    assert launches(["--family", "qwen3_tts", "--size", "0.6b", "--buckets", "2", "--context", "200"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    assert out["family"] == "qwen3_tts" and out["size"] == "0.6b" and out["dims"] == "release"
+    row = out["buckets"][0]
+    talker, predictor, steps = 28, 5, 15  # layers, layers, code-predictor steps (the first one takes two rows)
+    assert row["triton"] == {"rms_norm": 2 * talker + 1 + steps * (2 * predictor + 1),
+                             "qk_rope": talker + steps * predictor, "silu_mul": talker + steps * predictor,
+                             "split": talker + (steps - 1) * predictor, "merge": talker + (steps - 1) * predictor}
+    for label in ("torch", "kernels"):
+        assert sum(row[f"{label}_parts"].values()) == row[f"{label}_launches"] == sum(row[f"{label}_ops"].values())
+        assert all(n > 0 for n in row[f"{label}_parts"].values())
+    assert row["kernels_parts"]["code_predictor"] < row["torch_parts"]["code_predictor"] / 3
+    assert row["kernels_parts"]["talker"] < row["torch_parts"]["talker"] / 3
+    assert row["kernels_ops"]["mm"] == row["torch_ops"]["mm"]  # the same matmuls either way
+    assert "triton:rms_norm" in captured.err  # the per-kernel table
