@@ -219,3 +219,20 @@ def test_refusals_name_the_field_and_a_refused_piece_harms_nothing(rt):
     r = h.result(60)
     assert np.array_equal(r.codes, whole.codes)  # the refused pieces took nothing
     leak_free(rt)
+
+
+def test_the_handle_marks_each_segment_as_it_begins_and_ends(rt):
+    h = rt.open(BASE)
+    h.feed(TEXT)
+    h.end_text()
+    frames = 0
+    for chunk in h:  # by the time a chunk is read, the segments it reaches into are marked
+        frames += chunk.frames
+        marks = h.marks()
+        assert marks and marks[-1].frame_start <= frames
+        assert all(m.frame_end is not None for m in marks[:-1])
+    r = h.result(60)
+    marks = h.marks()
+    assert [(m.text_start, m.text_end, m.frame_start, m.frame_end, m.finish_reason) for m in marks] == \
+        [(s.text_start, s.text_end, s.frame_start, s.frame_end, s.finish_reason) for s in r.segments]
+    leak_free(rt)

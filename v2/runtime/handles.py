@@ -66,6 +66,18 @@ class SpeechResult:
     segments: tuple[SpeechSegment, ...] = ()  # in order; their frame ranges tile `codes` (one unless long text)
 
 
+@dataclass(frozen=True)
+class SegmentMark:
+    """A segment of a request being spoken (open text: as its segments begin and end, before the result)."""
+
+    index: int
+    text_start: int             # its span of the text fed: [text_start, text_end)
+    text_end: int
+    frame_start: int            # its frames so far: from frame_start; frame_end once it has ended
+    frame_end: int | None = None
+    finish_reason: str | None = None  # stop | length, once it has ended
+
+
 _END = object()
 
 
@@ -128,6 +140,7 @@ class SpeechHandle:
         self._subscribers: list[_Subscriber] = []
         self._done_callbacks: list[Callable[[SpeechResult], None]] = []
         self._result: SpeechResult | None = None
+        self._marks: list[SegmentMark] = []
         self.callback_errors: list[str] = []
 
     # ----- consumer side ---------------------------------------------------------------------------
@@ -147,6 +160,12 @@ class SpeechHandle:
                 raise TimeoutError(f"request {self.request_id} not finished within {timeout} s")
             assert self._result is not None
             return self._result
+
+    def marks(self) -> list[SegmentMark]:
+        """The segments begun so far, in order. A mark is made before any chunk that holds a frame of the next
+        segment is delivered, so a reader of chunks sees a segment's end by the time it reads past it."""
+        with self._cond:
+            return list(self._marks)
 
     def subscribe(self, callback: Callable[[AudioChunk], None]) -> None:
         """Call `callback(chunk)` for every chunk, from the first, on the runtime's callback thread."""
@@ -229,6 +248,14 @@ class SpeechHandle:
                     self._post(sub, chunk)
             self._cond.notify_all()
             return ok
+
+    def mark(self, mark: SegmentMark) -> None:
+        """A segment began (a new index) or ended (the same index again, with its end)."""
+        with self._cond:
+            if self._marks and self._marks[-1].index == mark.index:
+                self._marks[-1] = mark
+            else:
+                self._marks.append(mark)
 
     def finish(self, result: SpeechResult) -> None:
         with self._cond:

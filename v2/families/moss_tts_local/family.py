@@ -237,6 +237,8 @@ class MossFamily:
                                segment_caps=caps, slot=slots["kv"], open_text=opened)
         if share_from is not None:
             self.ar_loop.share(ar, share_from)
+        if opened:
+            self.opened.started(record)
         voc = self.voc_loop.init(record.id, sample_rate=self.codec.sample_rate, enabled=request.decode_audio,
                                  slot=slots.get("codec", -1))
         return {AR: ar, VOC: voc}

@@ -36,6 +36,7 @@ from v2.models.config import MossTTSLocalConfig
 from v2.models.prompt import PromptError, build_prompt
 from v2.models.tokenizer import TextTokenizer
 from v2.request import RequestError, SpeechRequest, parse_request
+from v2.runtime.handles import SegmentMark
 from v2.sampling_settings import SamplingSettings
 from v2.sentences import spoken
 from v2.text_feed import SPLITS, TextFeed
@@ -154,6 +155,23 @@ class OpenText:
             return first.rows
         return build_rows(record.request, self.cfg, self.tokenizer, references, work.transcript, first.text)
 
+    def started(self, record: Any) -> None:
+        """Admitted: its first segment begins (a mark on its handle)."""
+        first = record.work.segments[0]
+        record.handle.mark(SegmentMark(0, first.start, first.end, 0))
+
+    def _ended(self, record: Any, ar: ARState) -> int:
+        """The segment that just ended, marked on the handle (once); the frames made so far."""
+        frames = len(ar.done_codes) + len(ar.codes)
+        last = record.handle.marks()[-1]
+        if last.frame_end is not None:
+            return frames
+        with record.work.lock:
+            segment = record.work.segments[ar.segment]
+        record.handle.mark(SegmentMark(ar.segment, segment.start, segment.end, last.frame_start, frames,
+                                       ar.ended[-1][2].value))
+        return frames
+
     def next_segment(self, record: Any, ar: ARState, voc: VocoderState) -> torch.Tensor | None:
         """A segment has ended: the next one's prompt (the AR loop begins it), or None: the text has ended
         (the AR loop ends) or the next segment is not cut yet (it waits; the audio made so far goes out)."""
@@ -162,12 +180,15 @@ class OpenText:
             nxt = work.segments[ar.segment + 1] if len(work.segments) > ar.segment + 1 else None
             ended = work.text.ended
         if nxt is None:
+            self._ended(record, ar)
             if ended:
                 self.ar_loop.end_input(ar)
             else:
                 self.voc_loop.hold(voc)
             return None
         assert nxt.rows is not None
+        frames = self._ended(record, ar)
+        record.handle.mark(SegmentMark(ar.segment + 1, nxt.start, nxt.end, frames))
         room = self.limits.max_prompt_rows - int(nxt.rows.shape[0])  # >= 1, checked at feed
         rows = carried_rows(nxt.rows, ar.codes[-room:], self.cfg.ids.audio_assistant_slot)
         self.ar_loop.begin_segment(ar, rows, cap=nxt.max_frames)
