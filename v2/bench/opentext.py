@@ -8,7 +8,8 @@ arrival (the piece holding its end mark and the space after it was fed) to its f
 the first piece to the first audio (whole: from the moment the whole reply would have been written, i.e.
 the last piece's time, plus its own time to first audio); a player that starts at the first chunk and
 plays in real time (underruns: times it ran dry before the request ended, and the seconds it waited, and
-the audio it still held when the first chunk of each new segment came: the gap a segment switch would open
+the audio it still held when the first chunk of each new segment came; the same player on the whole text's
+stream: the gap a segment switch would open
 is heard only if that reaches 0); the time per frame of the chunks that hold a segment switch against the
 other chunks' (the switch's cost: its prefill and the steps without a frame). p50 / p99 over the sessions.
 Must not know: the engine's internals (it reads chunks, marks and results only).
@@ -124,12 +125,11 @@ def session(rt: Any, text: str, seed: int, args: argparse.Namespace, out: dict[s
 def whole(rt: Any, text: str, seed: int, args: argparse.Namespace, written_s: float, out: dict[str, Any]) -> None:
     start = time.perf_counter()
     h = rt.submit({"text": text, "seed": seed, "max_frames": args.frames, "min_frames": args.frames, "stream": True})
-    first = None
-    for _ in h:
-        if first is None:
-            first = time.perf_counter()
+    arrivals = [(time.perf_counter(), chunk.audio.shape[1] / rt.sample_rate) for chunk in h]
     h.result(600)
-    out.update(ttfa_s=None if first is None else first - start,
+    first = arrivals[0][0] if arrivals else None
+    underruns, waited = player(arrivals)
+    out.update(ttfa_s=None if first is None else first - start, underruns=underruns, waited_s=waited,
                first_piece_to_audio_s=None if first is None else written_s + first - start)
 
 
@@ -164,6 +164,8 @@ def summary(opened: list[dict[str, Any]], plain: list[dict[str, Any]]) -> dict[s
                            "audio_s_per_session": float(np.mean([o["audio_s"] for o in opened])),
                            "underruns": sum(o["underruns"] for o in opened),
                            "underrun_wait_s": sum(o["waited_s"] for o in opened),
+                           "whole_underruns": sum(w["underruns"] for w in plain),
+                           "whole_underrun_wait_s": sum(w["waited_s"] for w in plain),
                            "finishes": sorted({o["finish"] for o in opened})}
     for name, xs in (("first_sentence_to_audio", key(opened, "first_sentence_to_audio_s")),
                      ("open_first_piece_to_audio", key(opened, "first_piece_to_audio_s")),
