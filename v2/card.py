@@ -96,6 +96,8 @@ class RuntimeSettings(_Frozen):
     cpu_threads: int | None = Field(default=None, ge=1)
     # where stored voices live (None: $XDG_CACHE_HOME/v2/voices/<card name>)
     voices_dir: str | None = None
+    # an open request (Runtime.open) that gets no text for this long ends (abort, the reason in its error)
+    input_idle_timeout_s: float = Field(default=30.0, gt=0, le=86400, allow_inf_nan=False)
 
 
 class ModelCard(_Frozen):

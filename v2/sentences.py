@@ -16,12 +16,9 @@ import re
 
 # A sentence: the shortest run of characters up to an end mark (ASCII marks only before whitespace or the
 # end), then closing quotes/brackets, then whitespace; or the rest of the text.
-_SENTENCE = re.compile(
-    r".*?(?:[.!?;](?=[\s\"'\)\]\u201d\u2019]|$)|[\u3002\uff01\uff1f\uff1b\n])"
-    r"[\"'\)\]\u201d\u2019\u300d\u300f\uff09]*\s*"
-    r"|.+",
-    re.DOTALL,
-)
+END_MARK = r"(?:[.!?;](?=[\s\"'\)\]\u201d\u2019]|$)|[\u3002\uff01\uff1f\uff1b\n])"  # a sentence's end mark
+CLOSERS = r"[\"'\)\]\u201d\u2019\u300d\u300f\uff09]*"  # closing quotes and brackets that stay with it
+_SENTENCE = re.compile(r".*?" + END_MARK + CLOSERS + r"\s*|.+", re.DOTALL)
 
 
 _RUN = re.compile(r"\s+")

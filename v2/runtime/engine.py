@@ -39,6 +39,22 @@ from v2.runtime.slots import SlotPool
 from v2.runtime.weight_updates import UpdateGate
 
 
+class _Condition(threading.Condition):
+    """The engine's lock and condition; it counts its wake-ups, so the engine thread, after a step that did
+    nothing, waits only if nothing was announced since that step began (no wake-up is missed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakes = 0
+
+    def notify_all(self) -> None:
+        self.wakes += 1
+        super().notify_all()
+
+
+IDLE_WAIT_S = 0.05  # at most this long asleep after a step that did nothing (deadlines wake it sooner)
+
+
 @dataclass
 class InFlight:
     """A launched step: its batches with each one's device result, and their copy to the host."""
@@ -50,7 +66,7 @@ class InFlight:
 class Engine:
     def __init__(self, family: Family, stream: Stream) -> None:
         self.family, self.stream, self.graph = family, stream, family.graph
-        self.cond = threading.Condition()
+        self.cond = _Condition()
         self.results = Dispatcher("v2-results")     # publishes results: runs no user code
         self.callbacks = Dispatcher("v2-callbacks")  # runs done callbacks: user code
         self.gate = UpdateGate(self.cond)
@@ -83,20 +99,28 @@ class Engine:
     def _serve(self) -> None:
         self.family.thread_setup()  # this thread's intra-op threads, current device
         q = self.requests
-        busy = lambda: (q.waiting or q.running or q.cancels or self.gate.pending  # noqa: E731
+        busy = lambda: (q.waiting or q.running or q.cancels or q.inputs or self.gate.pending  # noqa: E731
                         or self.encoding.jobs or self.inflight)
+        quiet, seen = False, 0  # the last step did nothing; the wake-ups counted when it began
         while True:
             with self.cond:
+                if quiet and self.cond.wakes == seen and not self.closed:  # e.g. every request waits for text
+                    deadline = q.next_deadline()
+                    wait = IDLE_WAIT_S if deadline is None else min(IDLE_WAIT_S, deadline - time.perf_counter())
+                    if wait > 0:
+                        self.cond.wait(wait)
                 self.cond.wait_for(lambda: self.closed or busy())
                 if self.closed and not self.drain:
                     q.cancels.update(r.id for r in (*q.waiting, *q.running.values()))
                     self.encoding.fail_all("the runtime is closed")
                 idle = not busy()
+                seen = self.cond.wakes
             if self.closed and idle:
                 break
             try:
-                self.step()
+                quiet = not self.step()
             except Exception as e:  # a fault in the engine's own code: end what is in flight, keep serving
+                quiet = False
                 self._fail_everything(f"engine step failed: {type(e).__name__}: {e}")
         self.stream.close()
         self.results.post(self.callbacks.stop)  # after the last result: its done callbacks, then the end
@@ -117,22 +141,27 @@ class Engine:
             q.state_calls.clear()
             self.groups.clear()
 
-    def step(self) -> None:
+    def step(self) -> bool:
+        """One step; whether it did anything (launched or read work, admitted or ended a request)."""
         start, self._waited = time.perf_counter(), 0.0
-        self._step_work()
+        changes = self.requests.changes
+        did = self._step_work()
         with self.cond:
             self.steps += 1
             self.host_seconds += time.perf_counter() - start - self._waited
+        return did or self.requests.changes != changes or self.gate.pending is not None
 
-    def _step_work(self) -> None:
+    def _step_work(self) -> bool:
         q = self.requests
         q.apply_cancels()
         q.expire()
+        q.apply_inputs(self._settle)  # text fed to open requests since the last step
         if self.gate.pending is not None:  # admit nothing until the update is applied, on an idle device
             self._read_all()
             self.gate.progress(self.family.weights, q.running, lambda req: q.finish(req, FinishReason.ABORT))
         else:
             q.admit()
+        read = bool(self.inflight)
         launched = self._launch(self._collect())  # step N's prefills, frames and encodes go first
         keep = max(0, self.stream.depth - 1) if launched else 0
         while len(self.inflight) > keep:  # read step N - 1 while the device runs them
@@ -144,6 +173,7 @@ class Engine:
             self._scatter(self.inflight.popleft())
         if self.kv is not None:
             self.groups.step(q.running, self.kv, q.guard)
+        return read or bool(launched)
 
     def _read_all(self) -> None:
         """Read every step still on the device; then the device is idle."""
@@ -299,9 +329,10 @@ class Engine:
         return True
 
     def _settle(self, req: RequestRecord) -> None:
-        """A request whose loops moved on: computed prompt blocks into the prefix cache, new input for a loop
-        that waits for it (a long text's next segment), each ended loop's slots back, and the request's end
-        once every loop has ended."""
+        """A request whose loops moved on (or that got new input): computed prompt blocks into the prefix
+        cache, new input for a loop that waits for it (a long text's next segment, text fed to an open request;
+        a loop whose input has ended ends, and the loops it feeds are told), each ended loop's slots back, and
+        the request's end once every loop has ended."""
         if self.kv is not None:
             self.kv.computed([req])
         ended = True
@@ -311,6 +342,9 @@ class Engine:
                 rows = self.family.more_input(req, spec.name)
                 if rows is not None and self.kv is not None and spec.name == self.kv.name:
                     self.kv.new_prompt(req, rows)  # prefilled once KV blocks are given
+                if state.finish is not None:  # its input ended: the loops it feeds learn it (made nothing more)
+                    for name in spec.feeds:
+                        self.graph.specs[name].loop.feed(req.states[name], [], state.finish)
             if state.finish is not None:
                 for pool in spec.pools:
                     self.requests.release(req, pool)

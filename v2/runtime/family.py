@@ -5,7 +5,7 @@ Owns: `Executor` (the device work of one work kind: host half, device half, read
 reference recordings), `LoopSpec` / `LoopGraph` (the loops a card declares and the edges between them: which
 loop feeds which), `KVSpec` (the paged KV pool's geometry), `Needs` (what a request holds from admission)
 and `Family`: one family bound to its card and experts on a device, which the runtime receives at
-construction. The runtime imports this module and never a family; a family implements it.
+construction; `TextInput`: what a family that takes text while a request runs (an open request) adds. The runtime imports this module and never a family; a family implements it.
 Must not know: any family, tensors, models, threads.
 """
 
@@ -171,7 +171,12 @@ class Family(Protocol):
     `front_state` for inputs to encode before admission and `encoded` once they are, `needs` and `start`
     at admission (then `admitted` for device state: settings, fresh codec state), the loops through
     `graph` and the executors through `executors` every step, `recompute_rows` after a preemption,
-    `more_input` when a loop waits for input (a long text's next segment), and `result` at the end."""
+    `more_input` when a loop waits for input (a long text's next segment, text fed to an open request) or,
+    with `loop` None, when an open request waiting for admission got input (its first prompt's rows, or
+    None while it has not enough), and `result` at the end. `more_input(record, loop)` returns a new prompt
+    for the paged loop (the runtime gives it KV blocks), or None: the family handed the loop what it needed
+    itself (through the loop's own calls), or there is nothing yet (the loop stays waiting, holding no
+    batch row; the runtime asks again when more input arrives), or the input has ended (the loop ends)."""
 
     name: str
     graph: LoopGraph
@@ -210,3 +215,15 @@ class Family(Protocol):
     def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any: ...
     def stats(self) -> dict[str, Any]: ...
     def thread_setup(self) -> None: ...
+
+
+class TextInput(Protocol):
+    """What a family adds to take a request's text while it runs (`Runtime.open`). `open_text` checks the
+    request like `parse` + `prepare` do, without its text (or with the text's first piece as `text`), and
+    returns (request, work) with `work.rows` None and `work.inputs` as `prepare` gives them; `feed(request,
+    work, text, end=)` is called on the caller's thread with each piece (`end`: the text is complete) and returns whether the
+    engine has new input to hand over (`more_input`); it raises `RequestError` naming the field for a
+    piece it refuses, and then takes none of it. Callers serialise `feed` per request."""
+
+    def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[Any, Any]: ...
+    def feed(self, request: Any, work: Any, text: str, *, end: bool = False) -> bool: ...

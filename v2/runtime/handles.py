@@ -1,6 +1,7 @@
 """What a caller holds: `SpeechHandle` (chunks as they come, the final result, cancel) and the result types.
 
-Owns: the per-request chunk log (every chunk kept, so an iterator or subscriber attached at any time
+Owns: `TextHandle` (a `SpeechHandle` whose text arrives in pieces: `feed`, `end_text`, and their async
+forms), the per-request chunk log (every chunk kept, so an iterator or subscriber attached at any time
 sees all of them from the first), sync and async iteration, subscriber callbacks (each on its own thread,
 never the engine's: a slow subscriber stalls neither the engine nor other subscribers; each may fall at
 most `max_behind` chunks behind, past that `deliver` reports the overflow and the runtime aborts the
@@ -65,6 +66,18 @@ class SpeechResult:
     segments: tuple[SpeechSegment, ...] = ()  # in order; their frame ranges tile `codes` (one unless long text)
 
 
+@dataclass(frozen=True)
+class SegmentMark:
+    """A segment of a request being spoken (open text: as its segments begin and end, before the result)."""
+
+    index: int
+    text_start: int             # its span of the text fed: [text_start, text_end)
+    text_end: int
+    frame_start: int            # its frames so far: from frame_start; frame_end once it has ended
+    frame_end: int | None = None
+    finish_reason: str | None = None  # stop | length, once it has ended
+
+
 _END = object()
 
 
@@ -127,6 +140,7 @@ class SpeechHandle:
         self._subscribers: list[_Subscriber] = []
         self._done_callbacks: list[Callable[[SpeechResult], None]] = []
         self._result: SpeechResult | None = None
+        self._marks: list[SegmentMark] = []
         self.callback_errors: list[str] = []
 
     # ----- consumer side ---------------------------------------------------------------------------
@@ -146,6 +160,12 @@ class SpeechHandle:
                 raise TimeoutError(f"request {self.request_id} not finished within {timeout} s")
             assert self._result is not None
             return self._result
+
+    def marks(self) -> list[SegmentMark]:
+        """The segments begun so far, in order. A mark is made before any chunk that holds a frame of the next
+        segment is delivered, so a reader of chunks sees a segment's end by the time it reads past it."""
+        with self._cond:
+            return list(self._marks)
 
     def subscribe(self, callback: Callable[[AudioChunk], None]) -> None:
         """Call `callback(chunk)` for every chunk, from the first, on the runtime's callback thread."""
@@ -229,6 +249,14 @@ class SpeechHandle:
             self._cond.notify_all()
             return ok
 
+    def mark(self, mark: SegmentMark) -> None:
+        """A segment began (a new index) or ended (the same index again, with its end)."""
+        with self._cond:
+            if self._marks and self._marks[-1].index == mark.index:
+                self._marks[-1] = mark
+            else:
+                self._marks.append(mark)
+
     def finish(self, result: SpeechResult) -> None:
         with self._cond:
             self._result = result
@@ -254,3 +282,38 @@ class SpeechHandle:
             callback(arg)
         except BaseException as e:  # noqa: BLE001 - a callback's bug (SystemExit included) reaches nobody else
             self.callback_errors.append(f"{type(e).__name__}: {e}")
+
+
+class TextHandle(SpeechHandle):
+    """The handle of an open request (`Runtime.open`): one stream and one result, like any handle, with its
+    text given piece by piece. `feed(text)` adds a piece; `end_text()` says the text is complete (the rest is
+    spoken and the request ends once it has been). A refused piece raises `RequestError` naming `text` and
+    is not taken; the request goes on. Feeding a request that has ended raises `RuntimeError`."""
+
+    def __init__(self, request_id: int, cancel: Callable[[int], None], dispatcher: Dispatcher,
+                 max_behind: int = 64) -> None:
+        super().__init__(request_id, cancel, dispatcher, max_behind)
+        self._give: Callable[[str, bool], None] | None = None  # set by the runtime once the request is queued
+        self._lock = threading.Lock()  # pieces are taken in the order they are fed
+
+    def feed(self, text: str) -> None:
+        """Add a piece of the text (any length; sentences may span pieces)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text: expected a string, got {type(text).__name__}")
+        self._send(text, False)
+
+    def end_text(self) -> None:
+        """The text is complete: what is left of it is spoken, then the request ends."""
+        self._send("", True)
+
+    async def afeed(self, text: str) -> None:
+        """`feed` off the event loop (a piece that completes a sentence is laid out as a prompt)."""
+        await asyncio.to_thread(self.feed, text)
+
+    async def aend_text(self) -> None:
+        await asyncio.to_thread(self.end_text)
+
+    def _send(self, text: str, end: bool) -> None:
+        assert self._give is not None
+        with self._lock:
+            self._give(text, end)

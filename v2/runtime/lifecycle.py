@@ -44,6 +44,10 @@ class Requests:
         self.running: dict[int, RequestRecord] = {}
         self.cancels: set[int] = set()
         self.deadlines: dict[int, float] = {}  # request id -> when it times out (perf_counter), if it has one
+        # open requests: new input to hand to them (ids), and when each times out waiting for input
+        self.inputs: set[int] = set()
+        self.idle: dict[int, tuple[float, float]] = {}  # request id -> (deadline, the idle timeout in s)
+        self.changes = 0  # admissions and ends so far (a step that changes nothing else may wait for news)
         # state changes queued on the stream (with the request they belong to), checked at each read
         self.state_calls: list[tuple[int | None, Pending[Any]]] = []
         self._owner: int | None = None  # the request whose loop code `guard` runs now
@@ -87,6 +91,7 @@ class Requests:
                 for r in batch:
                     self.waiting.remove(r)
                     self.running[r.id] = r
+                self.changes += len(batch)
             for r in batch:
                 r.admitted = time.perf_counter()
                 self.guard(r, partial(self.start, r))
@@ -125,19 +130,58 @@ class Requests:
                 self.finish(self.running[rid], FinishReason.ABORT)
 
     def expire(self) -> None:
-        """End every request past its deadline (`timeout` seconds after submit), waiting or running."""
-        if not self.deadlines:
+        """End every request past its deadline (`timeout` seconds after submit), waiting or running, and every
+        open request that got no input for its idle timeout."""
+        if not self.deadlines and not self.idle:
             return
         now = time.perf_counter()
         with self.cond:
             late = [r for r in (*self.waiting, *self.running.values())
-                    if self.deadlines.get(r.id, now) < now]
+                    if self.deadlines.get(r.id, now) < now or self.idle.get(r.id, (now, 0.0))[0] < now]
+            idle = {r.id: self.idle[r.id][1] for r in late if r.id in self.idle and self.deadlines.get(r.id, now) >= now}
             for r in late:
                 if r in self.waiting:
                     self.waiting.remove(r)
         for r in late:
-            r.error = f"timeout: not finished within {r.request.timeout} s of submit"
+            r.error = (f"text: no text arrived for {idle[r.id]:g} s (the card's input_idle_timeout_s); the request "
+                       "was ended" if r.id in idle else f"timeout: not finished within {r.request.timeout} s of submit")
             self.finish(r, FinishReason.ABORT)
+
+    def next_deadline(self) -> float | None:
+        """The soonest deadline (perf_counter) of any request, timeouts and idle timeouts (the caller holds the lock)."""
+        times = [*self.deadlines.values(), *(d for d, _ in self.idle.values())]
+        return min(times) if times else None
+
+    def apply_inputs(self, settle: Callable[[RequestRecord], None]) -> None:
+        """Hand new input to the open requests that got some: a running one settles (its waiting loop asks its
+        family for the input); a waiting one may now have its first prompt (then it is admissible)."""
+        with self.cond:
+            ids, self.inputs = self.inputs, set()
+            waiting = [r for r in self.waiting if r.id in ids and r.unprompted]
+        for rid in ids:
+            req = self.running.get(rid)
+            if req is not None and not req.ended:
+                self.guard(req, partial(settle, req))
+        for req in waiting:
+            if req.front is not None and req.front.finish is None:
+                continue  # its prompt is laid out once its references are encoded (`encoded`)
+            try:
+                rows = self.family.more_input(req, None)
+            except Exception as e:  # its family could not lay the prompt out: it ends, nothing else does
+                self.fail_waiting(req, f"{type(e).__name__}: {e}")
+                continue
+            with self.cond:
+                req.rows, req.unprompted = rows, rows is None
+            self.wordless(req)
+
+    def wordless(self, req: RequestRecord) -> None:
+        """An open request whose input ended before it gave a first prompt (no words at all) ends, with nothing
+        to say: `stop`, no audio."""
+        if req.unprompted and req.input_ended and (req.front is None or req.front.finish is not None):
+            with self.cond:
+                if req in self.waiting:
+                    self.waiting.remove(req)
+            self.finish(req, FinishReason.STOP)
 
     def guard(self, req: RequestRecord, work: Callable[[], None]) -> None:
         """Run one request's loop code; an exception fails that request alone (so does a failure of the
@@ -174,8 +218,13 @@ class Requests:
             self.fail_id(plan.request_id, message)
 
     def encoded(self, req: RequestRecord) -> None:
-        """A waiting request's front work is done: its family lays out its prompt (it is admissible)."""
-        req.rows = self.family.encoded(req)
+        """A waiting request's front work is done: its family lays out its prompt (it is admissible; an open
+        request: once its input gives one)."""
+        rows = self.family.encoded(req)
+        if req.unprompted:
+            req.unprompted = rows is None
+        req.rows = rows
+        self.wordless(req)
 
     def fail_id(self, rid: int, message: str) -> None:
         """Fail a running request, a waiting one (its encode failed) or an encode job."""
@@ -186,11 +235,15 @@ class Requests:
             return
         with self.cond:
             req = next((r for r in self.waiting if r.id == rid), None)
-            if req is not None:
-                self.waiting.remove(req)
         if req is not None:
-            req.error = message
-            self.finish(req, FinishReason.ERROR)
+            self.fail_waiting(req, message)
+
+    def fail_waiting(self, req: RequestRecord, message: str) -> None:
+        with self.cond:
+            if req in self.waiting:
+                self.waiting.remove(req)
+        req.error = message
+        self.finish(req, FinishReason.ERROR)
 
     def release(self, req: RequestRecord, pool: str) -> None:
         slot = req.slots.pop(pool, None)
@@ -207,8 +260,11 @@ class Requests:
             return
         req.ended = True
         with self.cond:
+            self.changes += 1
             self.running.pop(req.id, None)
             self.deadlines.pop(req.id, None)
+            self.idle.pop(req.id, None)
+            self.inputs.discard(req.id)
             self.encoding.release(req.front)  # an encode cut short gives its slots back
         for pool in list(req.slots):
             self.release(req, pool)

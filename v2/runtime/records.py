@@ -36,8 +36,10 @@ class RequestRecord:
     sample_id: int = 0
     version: int = 0  # weights it runs under, fixed at admission
     kv_keys: list[bytes] | None = None  # chained keys of its prompt's full KV blocks (made once it is ready)
+    input_ended: bool = False  # an open request: all its input has been given (`end_text`)
+    unprompted: bool = False   # an open request waiting for the input its first prompt needs (not admissible)
 
     @property
     def ready(self) -> bool:
         """Its prompt is final: nothing left to do before admission."""
-        return self.front is None or self.front.finish is not None
+        return not self.unprompted and (self.front is None or self.front.finish is not None)

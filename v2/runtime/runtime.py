@@ -2,7 +2,9 @@
 
 Owns: building a runtime from a card (its family, named by the card, binds the card and its experts; the
 runtime holds an `Engine`, which it starts last), validating and queueing requests (the family parses and
-prepares them, errors name the field; a group of requests sharing one prompt), encode-only jobs
+prepares them, errors name the field; a group of requests sharing one prompt), open requests (`open`: the
+text arrives in pieces through the handle; each piece goes to the family on the caller's thread, then the
+engine is told there is input; the card's `input_idle_timeout_s` ends one that waits too long), encode-only jobs
 (`encode_audio`, for the voice store), weight-update calls (handed to the engine's gate), cancels,
 `stats()` and `close()`. Everything it queues is run by the engine thread (engine.py).
 Must not know: any family (the card names it; `v2.card.family_of` finds it), steps, executors, the device
@@ -27,7 +29,7 @@ from v2.runtime.encoding import EncodeJob
 from v2.runtime.engine import Engine
 from v2.runtime.family import Family
 from v2.runtime.groups import Group
-from v2.runtime.handles import SpeechHandle
+from v2.runtime.handles import SpeechHandle, TextHandle
 from v2.runtime.records import RequestRecord
 from v2.runtime.voices import VoiceError, VoiceStore, default_directory
 
@@ -135,6 +137,61 @@ class Runtime:
                 handles.append(handle)
             self._cond.notify_all()
         return handles
+
+    def open(self, request: Any, *, split: str = "sentence") -> TextHandle:
+        """An open request: like `submit` (voice, references, sampling, seed, limits), but its text arrives in
+        pieces through the handle (`feed`, `end_text`; `request`'s `text`, if given, is the first piece). The
+        family speaks it as the text allows (e.g. a segment per sentence, `v2.text_feed`; `split="clause"`
+        also cuts at clause marks); one stream, one result. Refusals name the field, as at `submit`."""
+        family = self.family
+        open_text = getattr(family, "open_text", None)
+        if open_text is None:
+            raise RequestError(f"text: the {family.name} family does not take text while a request runs")
+        voice = request.get("voice") if isinstance(request, dict) else getattr(request, "voice", None)
+        req, work = open_text(request, voice=self._voice(voice), split=split)
+        first = request.get("text") if isinstance(request, dict) else getattr(request, "text", None)
+        engine, q, idle = self.engine, self.engine.requests, self.card.runtime.input_idle_timeout_s
+        with self._cond:
+            if engine.closed:
+                raise RuntimeError("the runtime is closed")
+            if len(q.waiting) + 1 > family.max_waiting:
+                raise OverloadedError(f"queue: {len(q.waiting)} requests are already waiting for a slot "
+                                      f"(max_waiting {family.max_waiting}); nothing was queued, try again later")
+            rid = next(self._ids)
+            handle = TextHandle(rid, self._request_cancel, engine.callbacks, family.max_buffered_chunks)
+            record = RequestRecord(rid, handle, req, work, None, time.perf_counter(),
+                                   front=self._front_state(rid, work.inputs), unprompted=True)
+            handle._give = lambda text, end: self._give(record, text, end)
+            if record.front is not None:
+                engine.encoding.requests[rid] = record
+            if req.timeout is not None:
+                q.deadlines[rid] = record.submitted + req.timeout
+            q.idle[rid] = (record.submitted + idle, idle)
+            q.waiting.append(record)
+            self._cond.notify_all()
+        if first:
+            handle.feed(first)
+        return handle
+
+    def _give(self, record: RequestRecord, text: str, end: bool) -> None:
+        """A piece of an open request's text (the handle serialises calls): its family takes it here, on the
+        caller's thread (refusals raise, naming the field); the engine hands it over at its next step."""
+        if record.ended:
+            raise RuntimeError(f"request {record.id} has ended" + (f": {record.error}" if record.error else ""))
+        new = self.family.feed(record.request, record.work, text, end=end)  # type: ignore[attr-defined]
+        idle = self.card.runtime.input_idle_timeout_s
+        q = self.engine.requests
+        with self._cond:
+            if record.ended:
+                return
+            if end:
+                record.input_ended = True
+                q.idle.pop(record.id, None)
+            elif record.id in q.idle:
+                q.idle[record.id] = (time.perf_counter() + idle, idle)
+            if new or end:
+                q.inputs.add(record.id)
+            self._cond.notify_all()
 
     def encode_audio(self, audio: Any, *, timeout: float | None = None) -> np.ndarray:
         """One recording (a path, file bytes or (samples, sample_rate)) -> its codes [N, G], encoded on the

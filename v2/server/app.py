@@ -1,7 +1,7 @@
 """The FastAPI application over one runtime: `create_app(runtime, config)`.
 
-Owns: putting the parts together (the gate middleware, the speech route, the other routes, the static
-playground files, the published schema from openapi.py), the state routes reach, and turning every error
+Owns: putting the parts together (the gate middleware, the speech route, the speech stream's WebSocket
+(ws.py), the other routes, the static playground files, the published schema from openapi.py), the state routes reach, and turning every error
 (ours, FastAPI's validation errors, unknown routes, a method a path does not take: 405 with every method
 the path takes in `Allow`) into OpenAI's error shape; anything unexpected is the gate's 500.
 Must not know: the engine's internals, uvicorn, signals, the command line.
@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from v2 import __version__
-from v2.server import openapi, routes, speech
+from v2.server import openapi, routes, speech, ws
 from v2.server.errors import ApiError
 from v2.server.metrics import ServerMetrics
 from v2.server.middleware import Gate
@@ -38,6 +38,7 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     app.state.server = state
     app.include_router(speech.router)
     app.include_router(routes.router)
+    app.include_router(ws.router)
     app.mount("/static", StaticFiles(directory=routes.STATIC), name="static")
     app.add_middleware(Gate, state=state)
     app.openapi = lambda: openapi.describe(app)  # type: ignore[method-assign]

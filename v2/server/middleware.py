@@ -1,5 +1,6 @@
 """The gate in front of every route, as plain ASGI: 503 while draining, 403 cross-origin, 401 without the key,
-413 over the limit, 500 for anything unexpected; HEAD answered by GET routes.
+413 over the limit, 500 for anything unexpected; HEAD answered by GET routes; a WebSocket handshake held to
+the same rules (its Origin always checked, as for a state-changing method) and refused with the same answer.
 
 Owns: refusing a request before a route sees it (shutting down; a state-changing method, anything but
 GET/HEAD/OPTIONS, whose `Origin` is neither this server's own, by its `Host`, nor one of `--allow-origin`,
@@ -37,6 +38,14 @@ class Gate:
         self.app, self.state = app, state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            refusal = self._refusal("WEBSOCKET", scope["path"], headers)
+            if refusal is None:
+                await self.app(scope, receive, send)
+            else:
+                await self._deny(scope, send, refusal)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -103,15 +112,24 @@ class Gate:
             return _too_large(cfg.max_body_bytes)
         return None
 
-    async def _reply(self, send: Send, error: ApiError) -> None:
+    async def _deny(self, scope: Scope, send: Send, error: ApiError) -> None:
+        """Refuse a WebSocket handshake: the HTTP answer a route would give (where the server can send one),
+        else a close before accepting (the server answers 403)."""
+        if "websocket.http.response" in scope.get("extensions", {}):
+            await self._reply(send, error, prefix="websocket.")
+            return
+        self.state.metrics.refuse(error.status)
+        await send({"type": "websocket.close", "code": 1008, "reason": error.message[:120]})
+
+    async def _reply(self, send: Send, error: ApiError, prefix: str = "") -> None:
         self.state.metrics.refuse(error.status)
         body = error.encoded()
         headers: list[Any] = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
         if error.status == 401:
             headers.append((b"www-authenticate", b"Bearer"))
-        await send({"type": "http.response.start", "status": error.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": prefix + "http.response.start", "status": error.status, "headers": headers})
+        await send({"type": prefix + "http.response.body", "body": body})
 
 
 def _origin_allowed(origin: str, host: str, allowed: tuple[str, ...]) -> bool:

@@ -16,6 +16,10 @@ Long text: a request may be several segments, each one prompt and one run of fra
 When a segment that another follows ends, the state waits (`switching`) until the runtime lays out the
 next prompt (`begin_segment`); the frames made so far stay in the request's history. A segment that
 another follows emits at least one frame, since its codes carry the voice into the next prompt.
+Open text (`open_text`): the segments arrive while the request runs, so whether another follows is not
+known: every segment emits at least one frame, each ended segment waits (`switching`) for the next one or
+for the end of the text (`end_input`: the loop ends as that segment did), and each segment's cap comes
+with its prompt.
 Must not know: tensors on a device, batching, other requests, the codec.
 """
 
@@ -92,6 +96,7 @@ class ARState(LoopState):
     segment_caps: tuple[int, ...] = ()  # frame caps of the segments after the first
     segment: int = 0                    # the current segment's index
     switching: bool = False             # the segment ended and another follows: waits for `begin_segment`
+    open_text: bool = False             # segments arrive while it runs: each may be followed by another
     done_codes: list[tuple[int, ...]] = field(default_factory=list)     # frames of the finished segments
     done_logprobs: list[tuple[float, ...]] = field(default_factory=list)
     ended: list[tuple[int, int, FinishReason]] = field(default_factory=list)  # finished segments: (prompt rows,
@@ -110,11 +115,15 @@ class ARDecodeLoop:
         self.settings = settings
 
     def init(self, request_id: int, rows: Any, *, max_frames: int, min_frames: int,
-             segment_caps: tuple[int, ...] = (), slot: int = -1) -> ARState:
+             segment_caps: tuple[int, ...] = (), slot: int = -1, open_text: bool = False) -> ARState:
         """`max_frames`: the first segment's cap; `segment_caps`: the caps of the segments that follow;
-        `slot`: its KV slot (given at admission)."""
+        `slot`: its KV slot (given at admission); `open_text`: its segments arrive while it runs."""
         return ARState(request_id=request_id, rows=rows, prompt_len=int(rows.shape[0]), max_frames=max_frames,
-                       min_frames=min_frames, segment_caps=segment_caps, slot=slot)
+                       min_frames=min_frames, segment_caps=segment_caps, slot=slot, open_text=open_text)
+
+    def _followed(self, state: ARState) -> bool:
+        """Another segment may follow the current one."""
+        return state.open_text or state.segment < len(state.segment_caps)
 
     def resources(self, state: ARState, *, decode_audio: bool) -> ResourceRequest:
         return ResourceRequest(kv_rows=state.prompt_len + state.max_frames, codec_stream=decode_audio)
@@ -135,7 +144,7 @@ class ARDecodeLoop:
         frame = state.launched_frames
         if frame >= state.max_frames:
             return None
-        floor = max(state.min_frames, 1) if state.segment < len(state.segment_caps) else state.min_frames
+        floor = max(state.min_frames, 1) if self._followed(state) else state.min_frames
         plan = FramePlan(state.slot, state.prompt_len + frame, frame, frame >= floor, state.segment)
         return WorkPlan(state.request_id, self.kind, FRAME, plan)
 
@@ -175,7 +184,7 @@ class ARDecodeLoop:
             if len(state.codes) >= state.max_frames:
                 end = FinishReason.LENGTH
         if end is not None:
-            if state.segment < len(state.segment_caps):
+            if self._followed(state):
                 state.switching = True
                 state.ended.append((state.prompt_len, len(state.codes), end))
             else:
@@ -189,20 +198,28 @@ class ARDecodeLoop:
         state.epoch += 1
         state.launched_frames = len(state.codes) + (state.launched_frames > len(state.codes))
 
-    def begin_segment(self, state: ARState, rows: Any) -> None:
-        """The next segment's prompt `rows`: its frames so far join the history; it waits (`paused`) for KV
-        blocks, as a preempted request does, then prefills the prompt and decodes its first frame."""
+    def begin_segment(self, state: ARState, rows: Any, cap: int | None = None) -> None:
+        """The next segment's prompt `rows` (`cap`: its frame cap, for open text): its frames so far join the
+        history; it waits (`paused`) for KV blocks, as a preempted request does, then prefills the prompt and
+        decodes its first frame."""
         if not state.switching:
             raise RuntimeError(f"request {state.request_id}: no segment has ended")
         state.done_codes += state.codes
         state.done_logprobs += state.logprobs
         state.codes, state.logprobs, state.fresh = [], [], []
-        state.max_frames = state.segment_caps[state.segment]
+        state.max_frames = state.segment_caps[state.segment] if cap is None else cap
         state.segment += 1
         state.rows, state.prompt_len, state.prefilled, state.computed = rows, int(rows.shape[0]), 0, 0
         state.switching, state.paused = False, True
         state.epoch += 1
         state.launched_frames = 0
+
+    def end_input(self, state: ARState) -> None:
+        """Open text: the text ended with no segment after the one that just ended; the loop ends as it did."""
+        if not state.switching:
+            raise RuntimeError(f"request {state.request_id}: no segment has ended")
+        _, _, end = state.ended.pop()  # the current segment's entry again (`finalize` adds it)
+        state.switching, state.finish = False, end
 
     # ----- the paged KV's side (the engine tells the loop what its pager did) -----------------------
     def kv_span(self, plan: WorkPlan) -> tuple[int, int]:

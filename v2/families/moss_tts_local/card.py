@@ -54,6 +54,7 @@ class ARDecodeSettings(LoopDecl):
     max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
     max_text_chars: int = Field(default=20_000, ge=1)  # cap on text, instruction and language, each (checked first)
     max_segment_chars: int = Field(default=300, ge=1)  # longer text is spoken as segments of whole sentences
+    open_segment_chars: int = Field(default=200, ge=1)  # open text: a longer sentence is cut at a clause or word
     max_running: int = Field(ge=1)         # KV slots: requests decoding at once
     max_waiting: int = Field(ge=1)         # requests queued for a slot; past it submit() refuses (overload)
     max_buffered_chunks: int = Field(ge=1)  # chunks a subscriber may fall behind before its request is aborted

@@ -6,7 +6,8 @@ per work kind (ENCODE, PREFILL, AR_FRAME, AUDIO_CHUNK: thin halves over `ARExecu
 `EncodeExecutor`), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the family's side
 of a request's life: parsing and preparing it, its loops' states at admission (each made by its loop, with
 its slot), device state at admission, the prompt laid out again once references are encoded, the next
-segment's carried prompt, the rows a preempted request recomputes, and the result.
+segment's carried prompt, the rows a preempted request recomputes, and the result; open requests (text fed
+while they run) through `open_text.OpenText`.
 Must not know: the engine's queues, scheduling policy, threads (device state changes are queued through
 the `launch` the engine binds).
 """
@@ -26,6 +27,7 @@ from v2.families.moss_tts_local.card import ARDecodeSettings, MossCard, build_co
 from v2.families.moss_tts_local.codec_executor import CodecExecutor
 from v2.families.moss_tts_local.encode import EncodeLoop
 from v2.families.moss_tts_local.encode_executor import EncodeExecutor
+from v2.families.moss_tts_local.open_text import OpenText, OpenWork
 from v2.families.moss_tts_local.prepare import CodecSpec, build_rows, prepare, prepare_recording
 from v2.families.moss_tts_local.vocoder import VocoderLoop
 from v2.families.moss_tts_local.weights import NAMES
@@ -158,6 +160,7 @@ class MossFamily:
         self.kv_ops = self.ar_calls
         self.prefill_budget, self.max_waiting = ar.prefill_chunk_rows, ar.max_waiting
         self.max_group, self.max_buffered_chunks = ar.max_running, ar.max_buffered_chunks
+        self.opened = OpenText(card, model.cfg, tokenizer, self.codec_spec, self.ar_loop, self.voc_loop, self.ar_calls)
 
     def bind(self, launch: LaunchState) -> None:
         self._launch = launch
@@ -193,6 +196,14 @@ class MossFamily:
             raise RequestError("text: a group shares one prompt; this text is spoken as "
                                f"{len(prepared[0].segments)} segments (max_segment_chars)")
 
+    def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[Any, OpenWork]:
+        """An open request checked (its text arrives through `feed`)."""
+        return self.opened.open_text(request, voice=voice, split=split)
+
+    def feed(self, request: Any, work: OpenWork, text: str, *, end: bool = False) -> bool:
+        """A piece of an open request's text (the caller's thread): the segments it completes, laid out."""
+        return self.opened.feed(request, work, text, end=end)
+
     def read_input(self, source: Any) -> Any:
         return prepare_recording(source, self.card, self.codec_spec)
 
@@ -206,9 +217,12 @@ class MossFamily:
         self._launch(lambda: executor.start(slots))
 
     def encoded(self, record: Any) -> Any:
-        """The prompt again, with the real codes of the request's recordings."""
+        """The prompt again, with the real codes of the request's recordings (an open request's: once its first
+        segment is cut; None before)."""
         work = record.work
         references = tuple(torch.from_numpy(c) for c in self.enc_loop.finalize(record.front))
+        if isinstance(work, OpenWork):
+            return self.opened.first_prompt(record, references)
         return build_rows(record.request, self.model.cfg, self.tokenizer, references, work.transcript,
                           work.segments[0].text if work.segments else None)
 
@@ -219,10 +233,14 @@ class MossFamily:
 
     def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
         work, request = record.work, record.request
+        opened = isinstance(work, OpenWork)
+        caps = () if opened else tuple(s.max_frames for s in work.segments[1:])
         ar = self.ar_loop.init(record.id, record.rows, max_frames=work.max_frames, min_frames=request.min_frames,
-                               segment_caps=tuple(s.max_frames for s in work.segments[1:]), slot=slots["kv"])
+                               segment_caps=caps, slot=slots["kv"], open_text=opened)
         if share_from is not None:
             self.ar_loop.share(ar, share_from)
+        if opened:
+            self.opened.started(record)
         voc = self.voc_loop.init(record.id, sample_rate=self.codec.sample_rate, enabled=request.decode_audio,
                                  slot=slots.get("codec", -1))
         return {AR: ar, VOC: voc}
@@ -238,8 +256,15 @@ class MossFamily:
     def recompute_rows(self, state: ARState) -> Any:
         return segments.recompute_rows(state, self.model.cfg.ids.audio_assistant_slot)
 
-    def more_input(self, record: Any, loop: Hashable) -> Any:
-        """The next segment's prompt (the AR loop waits for it once a segment another follows has ended)."""
+    def more_input(self, record: Any, loop: Hashable | None) -> Any:
+        """The next segment's prompt (the AR loop waits for it once a segment another follows has ended); for
+        an open request also its first prompt (`loop` None), or None while its text has not given it."""
+        if isinstance(record.work, OpenWork):
+            if loop is None:
+                front = record.front
+                references = None if front is None else tuple(torch.from_numpy(c) for c in self.enc_loop.finalize(front))
+                return self.opened.first_prompt(record, references)
+            return self.opened.next_segment(record, record.states[AR], record.states[VOC])
         return segments.next_segment(record, record.states[AR], self.ar_loop, self.ar_calls,
                                      self.model.cfg.ids.audio_assistant_slot)
 

@@ -40,7 +40,8 @@ def build_result(req: Any, ar: ARResult | None, voc: VocoderResult | None, reaso
     codes = np.array(ar.codes if ar else [], dtype=np.int64).reshape(-1, groups)
     segments = _segments(req, ar)
     metrics = Metrics(
-        prompt_rows=sum(s.prompt_rows for s in segments) if segments else int(req.rows.shape[0]), frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
+        prompt_rows=sum(s.prompt_rows for s in segments) if segments else 0 if req.rows is None else int(req.rows.shape[0]),
+        frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
         ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,
         queue_s=(req.admitted or now) - req.submitted)
     trajectory = None

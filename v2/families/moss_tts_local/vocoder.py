@@ -7,7 +7,8 @@ when a chunk is due, or None; no kernel), `launched` (the chunk's frames went to
 the final chunk is made (or at once when the utterance ends with nothing left to decode).
 Chunking: a first chunk of `first_chunk_frames`, doubling per chunk up to `chunk_frames`, the rest at the
 end. A chunk is cut once a frame beyond it exists or the utterance has ended, so the last chunk is always
-marked final.
+marked final. While the AR loop waits for input (`hold`: an open request's text has run dry), every
+pending frame but the last is cut, so the audio made so far goes out; the last waits to learn if it is final.
 Must not know: tensors on a device, batching, other requests, the TTS model.
 """
 
@@ -44,6 +45,7 @@ class VocoderState(LoopState):
     pending: list[tuple[int, ...]] = field(default_factory=list)  # frames not yet launched to the codec
     planned: int = 0                        # chunks launched (made, or on the device)
     upstream: FinishReason | None = None    # how the AR loop ended, once it has
+    held: bool = False                      # the AR loop waits for input: cut all pending frames but the last
     chunks: list[AudioChunk] = field(default_factory=list)
     fresh: list[AudioChunk] = field(default_factory=list)  # made by the last advance
 
@@ -68,6 +70,8 @@ class VocoderLoop:
     def feed(self, state: VocoderState, frames: list[tuple[int, ...]], upstream: FinishReason | None) -> None:
         if state.enabled:
             state.pending.extend(frames)
+        if frames:
+            state.held = False
         if upstream is not None:
             state.upstream = upstream
             if not state.pending:  # nothing left to decode (e.g. it stopped right after a chunk)
@@ -83,11 +87,17 @@ class VocoderLoop:
         elif state.upstream is not None:
             n = min(due, len(state.pending))
             final = n == len(state.pending)
+        elif state.held and len(state.pending) > 1:
+            n, final = len(state.pending) - 1, False
         else:
             return None
         plan = ChunkPlan(state.slot, tuple(state.pending[:n]), final)
         signature = ShapeSignature(WorkUnitKind.AUDIO_CHUNK, EXPERT, bucket_for(n, self.settings.frame_buckets))
         return WorkPlan(state.request_id, self.kind, signature, plan)
+
+    def hold(self, state: VocoderState) -> None:
+        """The AR loop waits for input: no frame may come for a while, so the pending ones go out (but one)."""
+        state.held = True
 
     def expects(self, state: VocoderState, plan: WorkPlan) -> bool:
         """Every launched chunk is one the loop waits for."""
