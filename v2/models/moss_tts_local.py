@@ -23,6 +23,7 @@ from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.kernels import kernels_on
 from v2.models.kernels.sample import sample_fused
+from v2.models.frame_sampler import FrameSampler
 from v2.models.sampling import SamplingTensors, apply_repetition_penalty, frame_noise, sample
 
 # one channel's draw: (settings, steps, channel, logits [B, V], presence [B, V] | None, full sort) -> ids, logprobs
@@ -141,7 +142,12 @@ class MossTTSLocal(nn.Module):
             masked = torch.stack([stop_logits[:, 0], stop_logits[:, 1].masked_fill(~allow_stop, -math.inf)], dim=1)
         s = sampling
         fused = kernels_on(hidden.device)
-        draw = self._fused_draw if fused else self._torch_draw(s, steps)
+        if fused:
+            draw = self._fused_draw
+        elif hidden.device.type == "cpu" and not full_sort:  # every row a top-width row: the host sampler
+            draw = self._host_draw(s, steps)
+        else:
+            draw = self._torch_draw(s, steps)
         stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
         codes, logprobs, raw = [], [stop_lp], []
         for c, table in enumerate(self.audio_embeddings):
@@ -176,6 +182,17 @@ class MossTTSLocal(nn.Module):
                 logits = apply_repetition_penalty(logits, presence, s.penalty[:, ch])
             return sample(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], noise[:, ch],
                           full=full or ch == 0)
+        return draw
+
+    def _host_draw(self, s: SamplingTensors, steps: Tensor) -> Draw:
+        """Channel draws through `FrameSampler` (the same draws as `_torch_draw`, at the top candidates)."""
+        sampler = FrameSampler(s, steps, self.cfg.codebook_size)
+
+        def draw(s: SamplingTensors, steps: Tensor, ch: int, logits: Tensor, presence: Tensor | None,
+                 full: bool) -> tuple[Tensor, Tensor]:
+            if presence is not None:
+                logits = apply_repetition_penalty(logits, presence, s.penalty[:, ch])
+            return sampler.draw(ch, logits)
         return draw
 
     @staticmethod
