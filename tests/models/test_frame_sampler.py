@@ -79,3 +79,15 @@ def test_a_row_draws_the_same_alone_and_in_a_batch_that_falls_back():
         alone = FrameSampler(s.rows(idx), steps[idx], V).draw(5, logits[idx])
         assert int(alone[0]) == int(batch[0][i])
         torch.testing.assert_close(alone[1], batch[1][i:i + 1], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("seeds", [[0, 1, 2], [2**32 - 1, 2**32, 2**40 + 5], [2**63 - 1, 123456789012345, 7]])
+def test_the_host_hash_gives_the_torch_noise_bit_for_bit(seeds):
+    s = SamplingTensors.build([SamplingSettings()] * 3, seeds)
+    steps = torch.tensor([0, 77, 2**28])
+    sampler = FrameSampler(s, steps, V)
+    assert torch.equal(sampler.noise, frame_noise(s.seed, steps, V))
+    ids = torch.tensor([[0, 5, 1023], [1, 2, 3], [1000, 999, 7]])
+    for ch in (0, 6, 12):
+        assert torch.equal(sampler._noise_at(ch, ids), frame_noise(s.seed, steps, V)[:, ch].gather(1, ids))
+        sampler.noise = None  # now hashed at the ids

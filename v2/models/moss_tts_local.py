@@ -149,7 +149,7 @@ class MossTTSLocal(nn.Module):
         else:
             draw = self._torch_draw(s, steps)
         stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
-        codes, logprobs, raw = [], [stop_lp], []
+        codes, logprobs, raw, fed = [], [stop_lp], [], []
         for c, table in enumerate(self.audio_embeddings):
             logits = out @ table.weight.T  # [B, V]; the fused sampler reads any float dtype in float32
             if return_logits or not fused:
@@ -158,11 +158,15 @@ class MossTTSLocal(nn.Module):
             code, lp = draw(s, steps, 1 + c, logits, None if presence is None else presence[:, c], full_sort)
             codes.append(code)
             logprobs.append(lp)
+            fed.append(table(code))  # [B, H]: the next micro-step's input and a term of the next row's embedding
             if c + 1 < self.cfg.n_vq:
-                out = self.local_transformer.step(table(code), c + 1, kv)
+                out = self.local_transformer.step(fed[-1], c + 1, kv)
         code_t = torch.stack(codes, dim=1)  # [B, 12]
         slot = torch.full((b,), self.cfg.ids.audio_assistant_slot, dtype=torch.long, device=hidden.device)
-        next_embed = self.transformer.embed_tokens(slot) + self.embed_codes(code_t)
+        summed = fed[0]
+        for e in fed[1:]:  # as embed_codes sums them (drawn codes are never the pad code)
+            summed = summed + e
+        next_embed = self.transformer.embed_tokens(slot) + summed
         return FrameOutput(
             stop=stop_id == 1,
             codes=code_t,
@@ -187,10 +191,11 @@ class MossTTSLocal(nn.Module):
     def _host_draw(self, s: SamplingTensors, steps: Tensor) -> Draw:
         """Channel draws through `FrameSampler` (the same draws as `_torch_draw`, at the top candidates)."""
         sampler = FrameSampler(s, steps, self.cfg.codebook_size)
+        penalized = bool((s.penalty != 1).any())  # a penalty of 1 changes no logit: skipped when every row has it
 
         def draw(s: SamplingTensors, steps: Tensor, ch: int, logits: Tensor, presence: Tensor | None,
                  full: bool) -> tuple[Tensor, Tensor]:
-            if presence is not None:
+            if presence is not None and penalized:
                 logits = apply_repetition_penalty(logits, presence, s.penalty[:, ch])
             return sampler.draw(ch, logits)
         return draw
