@@ -24,7 +24,7 @@ from v2.bench.__main__ import machine
 from v2.bench.shapes import SHAPES
 from v2.loops.ar_decode import FramePlan
 from v2.models import kernels
-from v2.models.kernels import decode_attention, local_rope, qk_rope, rms_norm, sample, swiglu
+from v2.models.kernels import decode_attention, layer_norm, local_attention, qk_rope, rms_norm, sample, swiglu
 from v2.models.config import MossTTSLocalConfig
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.sampling_settings import SamplingSettings
@@ -68,7 +68,8 @@ def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Any]:
     """Every Triton kernel the model launches, replaced by a counter (their Python wrappers still run)."""
     kernels_by_module = {decode_attention: ["_split_kernel", "_merge_kernel"], sample: ["_sample_kernel"],
                          rms_norm: ["_rms_norm_kernel"], swiglu: ["_silu_mul_kernel"],
-                         qk_rope: ["_qk_rope_kernel"], local_rope: ["_local_rope_kernel"]}
+                         qk_rope: ["_qk_rope_kernel"], local_attention: ["_local_attention_kernel"],
+                         layer_norm: ["_add_layer_norm_kernel"]}
     return {(module, name): _CountedKernel(name.strip("_").removesuffix("_kernel"), counter)
             for module, names in kernels_by_module.items() for name in names}
 
@@ -117,10 +118,13 @@ def main(argv: list[str] | None = None) -> int:
             ops = count(model, bucket, args.context, on)
             row[f"{label}_launches"] = sum(ops.values())
             row[f"{label}_top"] = dict(ops.most_common(8))
+            row[f"{label}_ops"] = dict(ops.most_common())  # the whole per-kernel breakdown
             if on:
                 row["triton"] = {k.split(":", 1)[1]: n for k, n in sorted(ops.items()) if k.startswith("triton:")}
         rows.append(row)
         print(f"bucket={bucket} torch={row['torch_launches']} kernels={row['kernels_launches']}", file=sys.stderr)
+        for name, n in row["kernels_ops"].items():
+            print(f"  {n:5d}  {name}", file=sys.stderr)
     print(json.dumps({"bench": "v2.launches", "dims": "release", "device": "meta", "machine": machine("cpu"),
                       "context": args.context, "buckets": rows}))
     return 0

@@ -136,12 +136,14 @@ class MossTTSLocal(nn.Module):
         b = hidden.shape[0]
         kv = LocalKV.allocate(self.cfg.local, b, dtype=self.dtype, device=hidden.device)
         out = self.local_transformer.step(hidden, 0, kv)  # [B, H]
-        stop_logits = self.local_text_lm_head(out).float()  # [B, 2]
+        fused = kernels_on(hidden.device)
+        stop_logits = self.local_text_lm_head(out)  # [B, 2]; the fused sampler reads any float dtype
+        if return_logits or not fused:
+            stop_logits = stop_logits.float()
         masked = stop_logits
         if allow_stop is not None:
             masked = torch.stack([stop_logits[:, 0], stop_logits[:, 1].masked_fill(~allow_stop, -math.inf)], dim=1)
         s = sampling
-        fused = kernels_on(hidden.device)
         if fused:
             draw = self._fused_draw
         elif hidden.device.type == "cpu" and not full_sort:  # every row a top-width row: the host sampler
