@@ -68,6 +68,7 @@ def test_launch_count_at_release_dims_routes_every_piece_to_its_kernel(capsys):
                              "qk_rope": layers, "silu_mul": layers,
                              "local_attention": 12,  # one local transformer step per codebook input
                              "add_layer_norm": 24,  # its two residual adds, each with the norm after it
+                             "embed_layer_norm": 12,  # each code's row: the next step's input, norm, row sum
                              "sample": 13}  # the stop decision and 12 codebooks
     assert row["kernels_launches"] < row["torch_launches"] / 8
     assert "_to_copy" not in row["kernels_ops"]  # no dtype copy inside the step

@@ -76,6 +76,22 @@ def test_add_layer_norm_refuses_mismatched_inputs():
         lnk.add_layer_norm_fused(torch.zeros(2, 8), torch.zeros(2, 9), torch.ones(8), torch.zeros(8), 1e-5)
 
 
+def test_embedding_norm_and_running_sum_equal_the_torch_form():
+    g = torch.Generator().manual_seed(1)
+    b, v, h = 4, 50, 72
+    tables = [torch.randn(v, h, generator=g) for _ in range(3)]
+    w, bias, slot_row = torch.randn(h, generator=g), torch.randn(h, generator=g), torch.randn(h, generator=g)
+    codes = [torch.randint(0, v, (b,), generator=g) for _ in range(3)]
+    acc = torch.full((b, h), float("nan"))  # set by the first code
+    for c in range(2):
+        e, y = lnk.embed_layer_norm_fused(codes[c], tables[c], acc, w, bias, 1e-5, first=c == 0)
+        assert torch.equal(e, tables[c][codes[c]])
+        torch.testing.assert_close(y, F.layer_norm(e, (h,), w, bias, 1e-5), atol=1e-5, rtol=1e-5)
+    assert torch.equal(acc, tables[0][codes[0]] + tables[1][codes[1]])
+    row, same = lnk.embed_layer_norm_fused(codes[2], tables[2], acc, None, None, 0.0, first=False, last_row=slot_row)
+    assert row is same and torch.equal(row, slot_row + (tables[0][codes[0]] + tables[1][codes[1]] + tables[2][codes[2]]))
+
+
 COMPILE_FOR_HOPPER = """
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
@@ -94,12 +110,20 @@ sig = {"x_ptr": "*bf16", "delta_ptr": "*bf16", "w_ptr": "*bf16", "b_ptr": "*bf16
        "out_ptr": "*bf16", "dim": "i32", "eps": "fp32", "BLOCK_D": "constexpr"}
 src = ASTSource(fn=lnk._add_layer_norm_kernel, signature=sig, constexprs={"BLOCK_D": 4096})
 print(len(compile(src, target=target).asm["cubin"]))
+sig = {"code_ptr": "*i64", "table_ptr": "*bf16", "stride_t": "i64", "acc_ptr": "*bf16", "w_ptr": "*bf16",
+       "b_ptr": "*bf16", "last_ptr": "*bf16", "e_ptr": "*bf16", "y_ptr": "*bf16", "dim": "i32", "eps": "fp32",
+       "FIRST": "constexpr", "FINAL": "constexpr", "BLOCK_D": "constexpr"}
+for first, final in ((True, False), (False, False), (False, True)):
+    src = ASTSource(fn=lnk._embed_layer_norm_kernel, signature=sig,
+                    constexprs={"FIRST": first, "FINAL": final, "BLOCK_D": 4096})
+    print(len(compile(src, target=target).asm["cubin"]))
 """
 
 
 def test_kernels_compile_for_hopper_without_a_gpu(hopper_compile):
-    attention, fused, norm = hopper_compile(COMPILE_FOR_HOPPER)
+    attention, fused, norm, *embed = hopper_compile(COMPILE_FOR_HOPPER)
     assert attention > 0 and fused == 0 and norm > 0  # RoPE products rounded to bf16 before the add, as in torch
+    assert len(embed) == 3 and all(n > 0 for n in embed)
 
 
 @pytest.mark.gpu
@@ -120,3 +144,9 @@ def test_local_step_kernels_in_bf16_match_the_torch_form_on_cuda():
     total, y = lnk.add_layer_norm_fused(x, delta, w, bias, 1e-5)
     assert torch.equal(total, x + delta)
     torch.testing.assert_close(y.float(), F.layer_norm(x + delta, (heads * d,), w, bias, 1e-5).float(), atol=0.05, rtol=0.02)
+    table = torch.randn(1024, heads * d, device="cuda", dtype=torch.bfloat16)
+    codes = torch.randint(0, 1024, (b,), device="cuda")
+    acc = torch.zeros(b, heads * d, device="cuda", dtype=torch.bfloat16)
+    e, y = lnk.embed_layer_norm_fused(codes, table, acc, w, bias, 1e-5, first=True)
+    assert torch.equal(e, table[codes]) and torch.equal(acc, table[codes])
+    torch.testing.assert_close(y.float(), F.layer_norm(e, (heads * d,), w, bias, 1e-5).float(), atol=0.05, rtol=0.02)

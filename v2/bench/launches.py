@@ -69,7 +69,7 @@ def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Any]:
     kernels_by_module = {decode_attention: ["_split_kernel", "_merge_kernel"], sample: ["_sample_kernel"],
                          rms_norm: ["_rms_norm_kernel"], swiglu: ["_silu_mul_kernel"],
                          qk_rope: ["_qk_rope_kernel"], local_attention: ["_local_attention_kernel"],
-                         layer_norm: ["_add_layer_norm_kernel"]}
+                         layer_norm: ["_add_layer_norm_kernel", "_embed_layer_norm_kernel"]}
     return {(module, name): _CountedKernel(name.strip("_").removesuffix("_kernel"), counter)
             for module, names in kernels_by_module.items() for name in names}
 

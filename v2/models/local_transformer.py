@@ -133,12 +133,13 @@ class LocalTransformer(nn.Module):
             x = x + block.mlp(block.ln_2(x))
         return self.ln_f(x)
 
-    def step(self, x: Tensor, position: int, kv: LocalKV) -> Tensor:
-        """Advance every row by one position: x [B, H] at `position` (same for all rows) -> [B, H]."""
+    def step(self, x: Tensor, position: int, kv: LocalKV, *, normed: Tensor | None = None) -> Tensor:
+        """Advance every row by one position: x [B, H] at `position` (same for all rows) -> [B, H].
+        `normed` [B, H]: the first block's ln_1(x) when the caller made it (kernels only)."""
         cos, sin = kv.cos[position : position + 1], kv.sin[position : position + 1]  # [1, D] views
         h = x[:, None]  # [B, 1, H]
         if inference_kernels(x.device):  # each residual add fused with the norm after it
-            y = self.h[0].ln_1(h)
+            y = self.h[0].ln_1(h) if normed is None else normed[:, None]
             for j, block in enumerate(self.h):
                 h, y = _add_norm(h, block.attn.step(y, cos, sin, position, kv.k[j], kv.v[j]), block.ln_2)
                 h, y = _add_norm(h, block.mlp(y), self.h[j + 1].ln_1 if j + 1 < len(self.h) else self.ln_f)

@@ -21,7 +21,8 @@ from v2.models.config import MossTTSLocalConfig
 from v2.models.local_transformer import LocalKV, LocalTransformer
 from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
-from v2.models.kernels import kernels_on
+from v2.models.kernels import inference_kernels, kernels_on
+from v2.models.kernels.layer_norm import embed_layer_norm_fused
 from v2.models.kernels.sample import sample_fused
 from v2.models.frame_sampler import FrameSampler
 from v2.models.sampling import SamplingTensors, apply_repetition_penalty, frame_noise, sample
@@ -152,6 +153,9 @@ class MossTTSLocal(nn.Module):
             draw = self._torch_draw(s, steps)
         stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
         codes, logprobs, raw, fed = [], [stop_lp], [], []
+        layer_kernels, slot_id = inference_kernels(hidden.device), self.cfg.ids.audio_assistant_slot
+        acc = torch.empty(b, self.cfg.hidden_size, dtype=self.dtype, device=hidden.device)  # the next row's sum
+        ln_1 = self.local_transformer.h[0].ln_1
         for c, table in enumerate(self.audio_embeddings):
             logits = out @ table.weight.T  # [B, V]; the fused sampler reads any float dtype in float32
             if return_logits or not fused:
@@ -160,15 +164,25 @@ class MossTTSLocal(nn.Module):
             code, lp = draw(s, steps, 1 + c, logits, None if presence is None else presence[:, c], full_sort)
             codes.append(code)
             logprobs.append(lp)
+            if layer_kernels:  # the code's row, its ln_1 and the running sum of the next row in one launch
+                if c + 1 < self.cfg.n_vq:
+                    e, normed = embed_layer_norm_fused(code, table.weight, acc, ln_1.weight, ln_1.bias, ln_1.eps,
+                                                       first=c == 0)
+                    out = self.local_transformer.step(e, c + 1, kv, normed=normed)
+                else:
+                    next_embed, _ = embed_layer_norm_fused(code, table.weight, acc, None, None, 0.0, first=False,
+                                                           last_row=self.transformer.embed_tokens.weight[slot_id])
+                continue
             fed.append(table(code))  # [B, H]: the next micro-step's input and a term of the next row's embedding
             if c + 1 < self.cfg.n_vq:
                 out = self.local_transformer.step(fed[-1], c + 1, kv)
         code_t = torch.stack(codes, dim=1)  # [B, 12]
-        slot = torch.full((b,), self.cfg.ids.audio_assistant_slot, dtype=torch.long, device=hidden.device)
-        summed = fed[0]
-        for e in fed[1:]:  # as embed_codes sums them (drawn codes are never the pad code)
-            summed = summed + e
-        next_embed = self.transformer.embed_tokens(slot) + summed
+        if not layer_kernels:
+            slot = torch.full((b,), slot_id, dtype=torch.long, device=hidden.device)
+            summed = fed[0]
+            for e in fed[1:]:  # as embed_codes sums them (drawn codes are never the pad code)
+                summed = summed + e
+            next_embed = self.transformer.embed_tokens(slot) + summed
         return FrameOutput(
             stop=stop_id == 1,
             codes=code_t,
