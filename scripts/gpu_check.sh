@@ -7,10 +7,11 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions soundfile cffi pycparser
-# Output lands in $OUT (or ./out when unset): gpu_tests.log, framestep.json, compile.json, serving.json, kv.json,
-# engine.json.
-# Parts: scripts/gpu_check.sh [tests] [framestep] [compile] [serving] [kv] [engine] (default: all six, about 17 minutes
-# at most by their timeouts; a device call runs at most 10, so split them over two calls when needed).
+# Output lands in $OUT (or ./out when unset): gpu_tests.log, launches.json, framestep.json, compile.json,
+# serving.json, kv.json, engine.json.
+# Parts: scripts/gpu_check.sh [tests] [launches] [framestep] [compile] [serving] [kv] [engine] (default: all seven,
+# about 17 minutes at most by their timeouts; a device call runs at most 10, so split them over two calls when
+# needed). A short first call for the frame step: scripts/gpu_check.sh tests launches framestep (~6 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"
@@ -22,13 +23,17 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-parts="${*:-tests framestep compile serving kv engine}"
+parts="${*:-tests launches framestep compile serving kv engine}"
 status=0
 for part in $parts; do
     case "$part" in
     tests)
         timeout 200 python3 -m pytest -q -m gpu tests 2>&1 | tee "$OUT/gpu_tests.log" || status=1 ;;
-    framestep)  # eager vs graph per bucket, and the decode attention kernel vs gather + SDPA
+    launches)  # kernels per frame step at the release's dims (meta device), by kind: the graph's node count
+        timeout 60 python3 -m v2.bench.launches --buckets 1 64 2>&1 | tee "$OUT/launches.log"
+        tail -n 1 "$OUT/launches.log" > "$OUT/launches.json" ;;
+    framestep)  # the frame step (local attention, fused norms, one-launch decode attention): eager vs graph per
+                # bucket at the release's dims, and the decode attention kernel vs gather + SDPA
         timeout 150 python3 -m v2.bench.framestep --no-compile 2>&1 | tee "$OUT/framestep.log"
         tail -n 1 "$OUT/framestep.log" > "$OUT/framestep.json" ;;
     compile)  # the torch.compile(mode="reduce-overhead") baseline recompiles per bucket: three buckets only
@@ -46,7 +51,7 @@ for part in $parts; do
     engine)  # the overlapped step on CUDA: engine host time per row, serving vs generate_batch per frame
         timeout 150 python3 -m v2.bench.engine --device cuda --quick 2>&1 | tee "$OUT/engine.log"
         tail -n 1 "$OUT/engine.log" > "$OUT/engine.json" ;;
-    *) echo "unknown part: $part (tests, framestep, compile, serving, kv, engine)"; exit 2 ;;
+    *) echo "unknown part: $part (tests, launches, framestep, compile, serving, kv, engine)"; exit 2 ;;
     esac
 done
 exit $status

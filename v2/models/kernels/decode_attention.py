@@ -10,7 +10,8 @@ through the row's table (key n: block `tables[row, n // block_size]`, offset `n 
 stores nothing when its split starts past the row's length; the last program of each (row, kv head) to
 finish (a ticket counter: every split takes a ticket after its stores, the one holding the last ticket
 merges every split by their log-sum-exp, in split order, and resets the counter for the next launch or
-graph replay) writes the output, so a step is one launch per layer. All query heads of one kv head (GQA)
+graph replay) writes the output, so a step is one launch per layer. The counters are one set per device:
+launches on a device must not overlap (the runtime's steps run on one stream). All query heads of one kv head (GQA)
 share each key tile. Lengths and tables live on the
 device, so one captured graph serves rows at any positions; `max_context` only sizes the launch grid.
 The tiles and their arithmetic do not depend on the block size, so paged and contiguous give the same bits.
