@@ -34,13 +34,16 @@ from v2.models.kv_cache import gather_pages
 SPLIT = 256    # keys per program: one row's long context spreads over several SMs
 BLOCK_N = 64   # keys per inner block (SPLIT / BLOCK_N blocks, each masked to the row's length)
 _TICKETS: dict[torch.device, Tensor] = {}  # per device: int32 counters, zero between launches (each resets its own)
+_OUTGROWN: list[Tensor] = []  # counters replaced by larger ones: kept, as graphs captured earlier still use them
 
 
 def _tickets(n: int, device: torch.device) -> Tensor:
     """At least n zeroed counters on `device`, made once (grown outside graph capture: warm-up steps run first)."""
     have = _TICKETS.get(device)
     if have is None or have.numel() < n:
-        have = _TICKETS[device] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        if have is not None:
+            _OUTGROWN.append(have)
+        have = _TICKETS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
     return have
 
 
