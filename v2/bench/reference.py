@@ -57,7 +57,8 @@ class ReferenceProcess:
         while True:
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"the reference worker exited ({self.proc.wait()}); run {WORKER.name} by hand to see why")
+                raise RuntimeError(f"the reference worker exited ({self.proc.wait()}); "
+                                   f"run {WORKER.name} by hand to see why")
             if line.startswith("{"):
                 return json.loads(line)
 
@@ -108,8 +109,9 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
     card = load_card("moss_tts_local_tiny")
     card = card.model_copy(update={"runtime": card.runtime.model_copy(update={"cpu_threads": 1})})
     checkpoint = FIXTURE / "moss_tts_local_tiny" / "checkpoint"
-    rt = Runtime.from_card(card, checkpoint=str(checkpoint), codec_checkpoint=str(FIXTURE / "moss_codec_tiny" / "checkpoint"),
-                           device="cpu", stream=HostStream())
+    codec_checkpoint = FIXTURE / "moss_codec_tiny" / "checkpoint"
+    rt = Runtime.from_card(card, checkpoint=str(checkpoint), codec_checkpoint=str(codec_checkpoint), device="cpu",
+                           stream=HostStream())
     settings = card.loops.ar_decode.sampling.settings()
     prompts = fixture_prompts(batch)
     seeds = list(range(batch))
@@ -167,14 +169,18 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
             row["x_reference_median"] = statistics.median(paired)
             row["x_reference_each"] = paired
         rows.append(row)
+    def same(side: str) -> bool:
+        return all(np.array_equal(a, b) for a, b in zip(codes[side], codes["generate_batch"]))
+
     equal = {
-        "runtime_equals_generate_batch": all(np.array_equal(a, b) for a, b in zip(codes[f"runtime_{batch}"], codes["generate_batch"])),
-        "runtime_audio_equals_generate_batch": all(np.array_equal(a, b) for a, b in zip(codes[f"runtime_{batch}_audio"], codes["generate_batch"])),
+        "runtime_equals_generate_batch": same(f"runtime_{batch}"),
+        "runtime_audio_equals_generate_batch": same(f"runtime_{batch}_audio"),
         "batch_row0_equals_alone": bool(np.array_equal(codes["generate_batch"][0], codes["generate"][0])
                                         and np.array_equal(codes["runtime_1"][0], codes["generate"][0])),
     }
     return {"frames": frames, "batch": batch, "repeat": repeat, "checkpoint": "tests/fixtures/moss_tts_local_tiny",
-            "sampling": reference_sampling(settings), "reference": str(reference), "reference_torch": ref.ready.get("torch"),
+            "sampling": reference_sampling(settings), "reference": str(reference),
+            "reference_torch": ref.ready.get("torch"),
             "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
             "sides": rows, "codes": equal}
 
@@ -187,7 +193,8 @@ def locate(reference: str | None, python: str | None) -> tuple[Path | None, str,
         return None, py, f"no reference copy given (--reference DIR or ${REFERENCE_ENV}): skipped"
     path = Path(ref)
     if not (path / "moss_tts_local_v1.5" / "modeling_moss_tts.py").is_file():
-        return None, py, f"{path} has no moss_tts_local_v1.5/modeling_moss_tts.py (a copy of OpenMOSS/MOSS-TTS at 58b20a0): skipped"
+        return None, py, (f"{path} has no moss_tts_local_v1.5/modeling_moss_tts.py (a copy of OpenMOSS/MOSS-TTS "
+                          "at 58b20a0): skipped")
     return path, py, ""
 
 
@@ -205,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m v2.bench.reference", description=__doc__.splitlines()[0])
     p.add_argument("--reference", default=None, help=f"a local copy of OpenMOSS/MOSS-TTS (default ${REFERENCE_ENV})")
-    p.add_argument("--reference-python", default=None, help=f"python with its dependencies (default ${PYTHON_ENV}, else this one)")
+    p.add_argument("--reference-python", default=None,
+                   help=f"python with its dependencies (default ${PYTHON_ENV}, else this one)")
     p.add_argument("--frames", type=int, default=64)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--repeat", type=int, default=5)

@@ -65,7 +65,8 @@ if triton is not None:
         if FIRST:
             total = e
         else:  # the running sum, rounded as torch's `acc + e`
-            total = (tl.load(acc_ptr + r * dim + col, mask=mask, other=0.0).to(tl.float32) + e.to(tl.float32)).to(e.dtype)
+            acc = tl.load(acc_ptr + r * dim + col, mask=mask, other=0.0)
+            total = (acc.to(tl.float32) + e.to(tl.float32)).to(e.dtype)
         if FINAL:  # the slot's row + the codes' sum, as `embed_tokens(slot) + summed`
             last = tl.load(last_ptr + col, mask=mask, other=0.0)
             tl.store(y_ptr + r * dim + col, (last.to(tl.float32) + total.to(tl.float32)).to(e.dtype), mask=mask)
