@@ -7,11 +7,12 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions soundfile cffi pycparser
-# Output lands in $OUT (or ./out when unset): gpu_tests.log, framestep.json, compile.json, serving.json, kv.json,
-# engine.json, qwen_gpu_tests.log, qwen_launches.json, qwen_frames.json (+ qwen_family_tests.log, qwen_engine.json
-# once the Qwen3-TTS family and its tiny card are there).
-# Parts: scripts/gpu_check.sh [tests] [framestep] [compile] [serving] [kv] [engine] [qwen] (default: all seven, about
-# 25 minutes at most by their timeouts; a device call runs at most 10, so split them over calls when needed).
+# Output lands in $OUT (or ./out when unset): gpu_tests.log, launches.json, framestep.json, compile.json,
+# serving.json, kv.json, engine.json, qwen_gpu_tests.log, qwen_launches.json, qwen_frames.json, qwen_family_tests.log,
+# qwen_engine.json.
+# Parts: scripts/gpu_check.sh [tests] [launches] [framestep] [compile] [serving] [kv] [engine] [qwen] (default: all
+# eight, about 25 minutes at most by their timeouts; a device call runs at most 10, so split them over calls when
+# needed). A short first call for the frame step: scripts/gpu_check.sh tests launches framestep (~6 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"
@@ -23,7 +24,7 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-parts="${*:-tests framestep compile serving kv engine qwen}"
+parts="${*:-tests launches framestep compile serving kv engine qwen}"
 QWEN_GPU_TESTS="tests/gpu/test_qwen3_tts_gpu.py tests/gpu/test_qwen3_tts_family_gpu.py"
 status=0
 for part in $parts; do
@@ -31,7 +32,11 @@ for part in $parts; do
     tests)  # every GPU test but the Qwen3-TTS ones (the qwen part runs those)
         timeout 200 python3 -m pytest -q -m gpu tests $(printf -- '--ignore=%s ' $QWEN_GPU_TESTS) 2>&1 \
             | tee "$OUT/gpu_tests.log" || status=1 ;;
-    framestep)  # eager vs graph per bucket, and the decode attention kernel vs gather + SDPA
+    launches)  # kernels per frame step at the release's dims (meta device), by kind: the graph's node count
+        timeout 60 python3 -m v2.bench.launches --buckets 1 64 2>&1 | tee "$OUT/launches.log"
+        tail -n 1 "$OUT/launches.log" > "$OUT/launches.json" ;;
+    framestep)  # the frame step (local attention, fused norms, one-launch decode attention): eager vs graph per
+                # bucket at the release's dims, and the decode attention kernel vs gather + SDPA
         timeout 150 python3 -m v2.bench.framestep --no-compile 2>&1 | tee "$OUT/framestep.log"
         tail -n 1 "$OUT/framestep.log" > "$OUT/framestep.json" ;;
     compile)  # the torch.compile(mode="reduce-overhead") baseline recompiles per bucket: three buckets only
@@ -60,8 +65,8 @@ for part in $parts; do
         tail -n 1 "$OUT/qwen_frames.log" > "$OUT/qwen_frames.json"
         if [ -f v2/families/qwen3_tts/__init__.py ] \
                 && python3 -c "import sys; from v2.card import known_cards; sys.exit('qwen3_tts_tiny' not in known_cards())"; then
-            if [ -d tests/qwen3_tts ]; then
-                timeout 240 python3 -m pytest -q tests/qwen3_tts 2>&1 | tee "$OUT/qwen_family_tests.log" || status=1
+            if [ -d tests/families/qwen3_tts ]; then
+                timeout 240 python3 -m pytest -q tests/families/qwen3_tts 2>&1 | tee "$OUT/qwen_family_tests.log" || status=1
             fi
             timeout 150 python3 -m v2.bench.engine --card qwen3_tts_tiny --device cuda --quick 2>&1 | tee "$OUT/qwen_engine.log" \
                 || status=1
@@ -70,7 +75,7 @@ for part in $parts; do
             echo "qwen: no v2/families/qwen3_tts package or qwen3_tts_tiny card yet: the family's tests and bench skipped" \
                 | tee "$OUT/qwen_family_skipped.txt"
         fi ;;
-    *) echo "unknown part: $part (tests, framestep, compile, serving, kv, engine, qwen)"; exit 2 ;;
+    *) echo "unknown part: $part (tests, launches, framestep, compile, serving, kv, engine, qwen)"; exit 2 ;;
     esac
 done
 exit $status

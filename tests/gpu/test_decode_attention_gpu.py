@@ -108,3 +108,25 @@ def test_one_captured_graph_serves_any_lengths_and_block_tables():
         table.copy_(tables[torch.randperm(9, device="cuda")[:8]])  # other rows' blocks, in place
         graph.replay()
         assert torch.equal(out, da.paged_decode_attention(q, pk, pv, table, lengths, 1024)), trial
+
+
+def test_the_last_split_merges_the_same_bits_every_launch():
+    """The merge happens in whichever split program finishes last: over many launches (and under graph
+    replay) the output is the same bits, and the ticket counters are back at zero after each."""
+    k, v = _cache(3, 8, 4096)
+    q = torch.randn(8, 32, 128, device="cuda").bfloat16()
+    slots = torch.arange(8, device="cuda")
+    lengths = torch.tensor([4096, 4000, 2049, 1024, 513, 257, 256, 1], device="cuda")
+    first = da.decode_attention(q, k, v, slots, lengths, 4096)
+    for _ in range(50):
+        assert torch.equal(da.decode_attention(q, k, v, slots, lengths, 4096), first)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = da.decode_attention(q, k, v, slots, lengths, 4096)
+    for _ in range(20):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first)
+    assert not da._TICKETS[q.device].any()
+    ref = da.decode_attention_reference(q.double(), k.double(), v.double(), slots, lengths, 4096)
+    assert _rel_err(first, ref) < 1e-2

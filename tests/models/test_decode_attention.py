@@ -96,22 +96,24 @@ from v2.models.kernels import decode_attention as da
 
 ptr = "*" + sys.argv[1]
 split = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "table_ptr": "*i64", "len_ptr": "*i64", "part_ptr": "*fp32",
-         "lse_ptr": "*fp32", "sk_s": "i64", "sk_h": "i32", "sk_l": "i32", "sv_s": "i64", "sv_h": "i32",
-         "sv_l": "i32", "table_width": "i32", "scale": "fp32", "num_heads": "i32", "num_splits": "i32"}
+         "lse_ptr": "*fp32", "ticket_ptr": "*i32", "out_ptr": ptr, "sk_s": "i64", "sk_h": "i32", "sk_l": "i32",
+         "sv_s": "i64", "sv_h": "i32", "sv_l": "i32", "table_width": "i32", "scale": "fp32", "num_heads": "i32",
+         "num_splits": "i32"}
 split_consts = {"GROUP": 4, "BLOCK_G": 16, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_N": da.BLOCK_N,
-                "SPLIT_LEN": da.SPLIT, "PAGE": int(sys.argv[2]), "IEEE": ptr == "*fp32"}
-merge = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "len_ptr": "*i64", "out_ptr": ptr, "num_splits": "i32"}
-merge_consts = {"HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_S": 32, "SPLIT_LEN": da.SPLIT}
-for fn, sig, consts in ((da._split_kernel, split, split_consts), (da._merge_kernel, merge, merge_consts)):
-    src = ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in consts}}, constexprs=consts)
-    print(len(compile(src, target=GPUTarget("cuda", 90, 32)).asm["cubin"]))
+                "SPLIT_LEN": da.SPLIT, "PAGE": int(sys.argv[2]), "IEEE": ptr == "*fp32", "BLOCK_S": 32}
+src = ASTSource(fn=da._split_kernel, signature={**split, **{k: "constexpr" for k in split_consts}},
+                constexprs=split_consts)
+built = compile(src, target=GPUTarget("cuda", 90, 32))
+ptx = built.asm["ptx"]
+print(len(built.asm["cubin"]), int("atom.global.gpu.acq_rel.add" in ptx), int("ld.global.cg" in ptx))
 """
 
 
 @pytest.mark.parametrize("dtype,page", [("bf16", "16"), ("fp32", "16"), ("bf16", "6144")])
 def test_kernels_compile_for_hopper_without_a_gpu(dtype, page, hopper_compile):
-    """Triton compiles both kernels to sm_90 machine code here (no GPU needed): what the interpreter cannot
-    check (types, layouts, the block-skipping branch) is checked by the real compiler at the release's sizes,
-    over 16-row pages and over a contiguous 6144-row slot."""
-    sizes = hopper_compile(COMPILE_FOR_HOPPER, dtype, page)
-    assert len(sizes) == 2 and min(sizes) > 0  # cubins of both kernels
+    """Triton compiles the kernel to sm_90 machine code here (no GPU needed): what the interpreter cannot
+    check (types, layouts, the block-skipping branch, the ticket's acquire-release atomic and the merge's
+    reads past L1) is checked by the real compiler at the release's sizes, over 16-row pages and over a
+    contiguous 6144-row slot."""
+    cubin, ticket, past_l1 = hopper_compile(COMPILE_FOR_HOPPER, dtype, page)
+    assert cubin > 0 and ticket == 1 and past_l1 == 1  # the merge's ticket and its reads of the other splits

@@ -1,9 +1,11 @@
 """`python -m v2.bench`: v2 against the sequential baseline, side by side, on one card; one JSON line last.
 
 Owns: the command line, which scenarios run (end-to-end serving at several concurrencies, streaming and
-not; the sequential baseline on the same weights; engine overhead), the progress bar, the table, the
-picture (`--plot FILE.png`: audio-s/s and TTFA against concurrency, the baseline drawn across), and the
-final JSON line with every figure, the machine, the torch version and the git commit.
+not; the sequential baseline on the same weights; engine overhead; with `--reference DIR`, the frame
+step against the reference implementation's own generate(), `v2.bench.reference`), the progress bar,
+the table (with the engine's seconds per kind of work in each scenario), the picture (`--plot FILE.png`:
+audio-s/s and TTFA against concurrency, the baseline drawn across), and the final JSON line with every
+figure, the machine, the torch version and the git commit.
 Must not know: engine or model internals.
 """
 
@@ -23,6 +25,8 @@ import numpy as np
 import torch
 
 from v2.bench.overhead import run_overhead
+from v2.bench.reference import compare, locate
+from v2.bench.reference import table as reference_table
 from v2.bench.serving import peak_memory_mb, run_baseline, run_serving, workload
 from v2.bench.shapes import SHAPES
 from v2.card import build_codec, build_model, build_tokenizer, load_card
@@ -104,7 +108,12 @@ def table(rows: list[dict[str, Any]], baseline: dict[str, Any]) -> str:
                      f"{r['requests_per_s']:>6.2f} {r['ttfa_p50_s'] * 1e3:>7.1f}ms {r['ttfa_p99_s'] * 1e3:>7.1f}ms "
                      f"{r['rtf_p50']:>8.3f} {r['mean_ar_batch']:>8.2f} {r['underruns']:>9}")
     lines.append(f"baseline (sequential generate() + decode()): {baseline['audio_s_per_s']:.2f} audio-s/s, "
-                 f"{baseline['requests_per_s']:.2f} req/s")
+                 f"{baseline['requests_per_s']:.2f} req/s; "
+                 + ", ".join(f"{k} {v:.1f} s" for k, v in baseline.get("part_seconds", {}).items()))
+    lines.append("engine seconds per kind of work: "
+                 + "; ".join(f"c={r['concurrency']} {'stream' if r['stream'] else 'whole'}: wall {r['wall_s']:.1f}, "
+                             + ", ".join(f"{k} {v:.1f}" for k, v in r.get("kind_seconds", {}).items() if v > 0)
+                             for r in rows))
     lines.append("RTF = generation time / audio duration: lower is better.")
     return "\n".join(lines)
 
@@ -140,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, nargs="+", default=None)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the sweep (needs the plot extra)")
+    p.add_argument("--reference", default=None,
+                   help="a local copy of OpenMOSS/MOSS-TTS: adds the frame-step comparison with its own generate() "
+                        "(v2.bench.reference; default $V2_MOSS_REFERENCE, skipped when neither is set)")
+    p.add_argument("--reference-python", default=None, help="the python that runs it (default $V2_MOSS_REFERENCE_PYTHON)")
     args = p.parse_args(argv)
     check_plot(p, args.plot)
     n = args.requests or (8 if args.quick else 48)
@@ -173,12 +186,21 @@ def main(argv: list[str] | None = None) -> int:
         runtime.close()
     baseline.pop("codes")
     print(table(scenarios, baseline))
+    reference_dir, python, why = locate(args.reference, args.reference_python)
+    if reference_dir is None:
+        print(f"reference comparison: {why}")
+        comparison: dict[str, Any] = {"skipped": why}
+    else:
+        comparison = compare(reference_dir, python, repeat=3 if args.quick else 5,
+                             log=lambda m: print(m, file=sys.stderr) if not args.no_progress else None)
+        print(reference_table(comparison))
     for o in overhead:
         print(f"engine overhead at {o['rows']:>2} rows: {o['us_per_step']:8.0f} us per step, {o['us_per_row']:7.0f} us per row "
               f"(instant experts; {o['mean_rows_per_step']:.1f} rows per step on average)")
     report = {"bench": "v2.serving", "card": runtime.card.name, "random_weights": args.random_weights,
               "quick": args.quick, "requests": n, "max_frames": max_frames, "machine": machine(args.device),
               "baseline": baseline, "scenarios": scenarios, "engine_overhead": overhead,
+              "reference_comparison": comparison,
               "rtf_note": "RTF = generation time / audio duration, lower is better"}
     if args.plot:
         plot(report, args.plot)

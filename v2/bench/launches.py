@@ -3,9 +3,11 @@
 Owns: counting, at the release's dimensions on the meta device (no memory, no GPU), the operations of
 `ARExecutor._frame_step` that launch a kernel (every aten operation except views and allocations,
 including those of the Triton kernels' Python wrappers) plus the Triton launches themselves, each kernel
-replaced by a counter. Replaying a CUDA graph still pays a few microseconds per kernel node at these
-sizes, so this count bounds the step time from below. One JSON line last. `--family qwen3_tts` counts a
-Qwen3-TTS 12 Hz frame step instead (`--size 1.7b | 0.6b`; launches_qwen3.py), with every kernel by name.
+replaced by a counter, in a step after one warm-up step (as a captured graph is); the whole breakdown by
+kernel is printed and in the JSON line (`kernels_ops`). Replaying a CUDA graph still pays a few microseconds
+per kernel node at these sizes, so this count bounds the step time from below. One JSON line last.
+`--family qwen3_tts` counts a Qwen3-TTS 12 Hz frame step instead (`--size 1.7b | 0.6b`; launches_qwen3.py),
+with every kernel by name.
 Must not know: timing, requests.
 """
 
@@ -25,7 +27,7 @@ from v2.bench.__main__ import machine
 from v2.bench.shapes import SHAPES
 from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.models import kernels
-from v2.models.kernels import decode_attention, local_rope, qk_rope, rms_norm, sample, swiglu
+from v2.models.kernels import decode_attention, layer_norm, local_attention, qk_rope, rms_norm, sample, swiglu
 from v2.models.config import MossTTSLocalConfig
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.sampling_settings import SamplingSettings
@@ -67,9 +69,10 @@ class _CountedKernel:
 
 def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Any]:
     """Every Triton kernel the model launches, replaced by a counter (their Python wrappers still run)."""
-    kernels_by_module = {decode_attention: ["_split_kernel", "_merge_kernel"], sample: ["_sample_kernel"],
+    kernels_by_module = {decode_attention: ["_split_kernel"], sample: ["_sample_kernel"],
                          rms_norm: ["_rms_norm_kernel"], swiglu: ["_silu_mul_kernel"],
-                         qk_rope: ["_qk_rope_kernel"], local_rope: ["_local_rope_kernel"]}
+                         qk_rope: ["_qk_rope_kernel"], local_attention: ["_local_attention_kernel"],
+                         layer_norm: ["_add_layer_norm_kernel", "_embed_layer_norm_kernel"]}
     return {(module, name): _CountedKernel(name.strip("_").removesuffix("_kernel"), counter)
             for module, names in kernels_by_module.items() for name in names}
 
@@ -97,8 +100,11 @@ def count(model: MossTTSLocal, bucket: int, context: int, use_kernels: bool) -> 
     key = ex.graph_key(bucket, ex.stage([FramePlan(i, (37 * i) % (context - 64) + 32, 5, True)
                                          for i in range(bucket)], bucket))
     counter = LaunchCounter()
-    with _patched(_stand_ins(counter), force=use_kernels and kernels.triton is not None), torch.no_grad(), counter:
-        ex._frame_step(key)
+    with _patched(_stand_ins(counter), force=use_kernels and kernels.triton is not None), torch.no_grad():
+        ex._frame_step(key)  # a warm-up step, as before a graph capture (buffers made once are made here)
+        counter.ops.clear()
+        with counter:
+            ex._frame_step(key)
     return counter.ops
 
 
@@ -123,10 +129,13 @@ def main(argv: list[str] | None = None) -> int:
             ops = count(model, bucket, args.context, on)
             row[f"{label}_launches"] = sum(ops.values())
             row[f"{label}_top"] = dict(ops.most_common(8))
+            row[f"{label}_ops"] = dict(ops.most_common())  # the whole per-kernel breakdown
             if on:
                 row["triton"] = {k.split(":", 1)[1]: n for k, n in sorted(ops.items()) if k.startswith("triton:")}
         rows.append(row)
         print(f"bucket={bucket} torch={row['torch_launches']} kernels={row['kernels_launches']}", file=sys.stderr)
+        for name, n in row["kernels_ops"].items():
+            print(f"  {n:5d}  {name}", file=sys.stderr)
     print(json.dumps({"bench": "v2.launches", "dims": "release", "device": "meta", "machine": machine("cpu"),
                       "context": args.context, "buckets": rows}))
     return 0

@@ -62,7 +62,8 @@ def run_serving(runtime: Runtime, requests: list[dict[str, Any]], *, concurrency
             in_flight -= 1
             cond.notify_all()
 
-    before = runtime.stats()["kinds"]["ar_frame"]
+    kinds_before = runtime.stats()["kinds"]
+    before = kinds_before["ar_frame"]
     start = time.perf_counter()
     for req in requests:
         with cond:
@@ -76,7 +77,8 @@ def run_serving(runtime: Runtime, requests: list[dict[str, Any]], *, concurrency
     with cond:
         cond.wait_for(lambda: in_flight == 0)
     wall = time.perf_counter() - start
-    after = runtime.stats()["kinds"]["ar_frame"]
+    kinds_after = runtime.stats()["kinds"]
+    after = kinds_after["ar_frame"]
     audio = [t.result.metrics.audio_seconds for t in traces]
     ttfa = [t.chunks[0].at - t.submitted for t in traces if t.chunks]
     rtfs = [rtf(t.finished - t.submitted, a) for t, a in zip(traces, audio) if a > 0]
@@ -90,6 +92,8 @@ def run_serving(runtime: Runtime, requests: list[dict[str, Any]], *, concurrency
         "underruns": sum(underruns(t.chunks) for t in traces) if stream else 0,
         "finish_reasons": sorted({t.result.finish_reason for t in traces}),
         "codes": [t.result.codes for t in traces],
+        # seconds the engine spent running each kind of work (prefill, frames, audio chunks, ...) in this scenario
+        "kind_seconds": {k: kinds_after[k]["seconds"] - kinds_before[k]["seconds"] for k in kinds_after},
     }
 
 
@@ -97,20 +101,24 @@ def run_baseline(runtime: Runtime, requests: list[dict[str, Any]], tick: Callabl
     """The simple sequential loop on the runtime's own weights: generate() then decode(), one request at a time."""
     model, codec = runtime.model, runtime.family.codec
     sampling = runtime.card.loops.ar_decode.sampling.settings()
-    codes_out, audio_s = [], 0.0
+    codes_out, audio_s, generate_s, decode_s = [], 0.0, 0.0, 0.0
     threads, saved = runtime.card.runtime.cpu_threads, torch.get_num_threads()
     if threads is not None and model.device.type == "cpu":
         torch.set_num_threads(threads)  # the same threading as the engine thread: a like-for-like baseline
     start = time.perf_counter()
     for req in requests:
         rows = build_prompt(runtime.family.tokenizer, model.cfg, req["text"])
+        t0 = time.perf_counter()
         codes = generate(model, rows, max_frames=req["max_frames"], seed=req["seed"], sampling=sampling)
+        t1 = time.perf_counter()
         if len(codes):
             audio = codec.decode(codes.T[None].to(codec.device))
             audio_s += audio.shape[-1] / codec.sample_rate
+        generate_s, decode_s = generate_s + t1 - t0, decode_s + time.perf_counter() - t1
         codes_out.append(codes.cpu().numpy())
         tick()
     wall = time.perf_counter() - start
     torch.set_num_threads(saved)
     return {"requests": len(requests), "wall_s": wall, "audio_s": audio_s, "audio_s_per_s": audio_s / wall,
-            "requests_per_s": len(requests) / wall, "codes": codes_out}
+            "requests_per_s": len(requests) / wall, "codes": codes_out,
+            "part_seconds": {"generate": generate_s, "decode": decode_s}}

@@ -17,7 +17,8 @@ from torch import Tensor, nn
 
 from v2.models.config import LocalConfig
 from v2.models.kernels import inference_kernels
-from v2.models.kernels.local_rope import local_rope_write
+from v2.models.kernels.layer_norm import add_layer_norm_fused
+from v2.models.kernels.local_attention import local_attention_step
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
 FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)
@@ -83,12 +84,13 @@ class LocalAttention(nn.Module):
 
     def step(self, x: Tensor, cos: Tensor, sin: Tensor, position: int, k_cache: Tensor, v_cache: Tensor) -> Tensor:
         """x [B, 1, H] at `position`; k_cache/v_cache [B, heads, 13, D] are written at `position`."""
-        if inference_kernels(x.device):  # RoPE and the K/V writes in one kernel
-            q = local_rope_write(self.c_attn(x), self.cfg.num_heads, cos[0], sin[0], k_cache, v_cache, position)
-        else:
-            q, k, v = self._qkv(x, cos, sin)
-            k_cache[:, :, position : position + 1] = k.to(k_cache.dtype)
-            v_cache[:, :, position : position + 1] = v.to(v_cache.dtype)
+        if inference_kernels(x.device):  # RoPE, the K/V writes and the attention in one kernel
+            heads = local_attention_step(self.c_attn(x), self.cfg.num_heads, cos[0], sin[0], k_cache, v_cache,
+                                         position)  # [B, 1, H]
+            return self.c_proj(heads)
+        q, k, v = self._qkv(x, cos, sin)
+        k_cache[:, :, position : position + 1] = k.to(k_cache.dtype)
+        v_cache[:, :, position : position + 1] = v.to(v_cache.dtype)
         keys, values = k_cache[:, :, : position + 1].to(q.dtype), v_cache[:, :, : position + 1].to(q.dtype)
         scale = 1.0 / math.sqrt(self.cfg.head_dim)
         return self._out(F.scaled_dot_product_attention(q, keys, values, scale=scale))
@@ -131,11 +133,23 @@ class LocalTransformer(nn.Module):
             x = x + block.mlp(block.ln_2(x))
         return self.ln_f(x)
 
-    def step(self, x: Tensor, position: int, kv: LocalKV) -> Tensor:
-        """Advance every row by one position: x [B, H] at `position` (same for all rows) -> [B, H]."""
+    def step(self, x: Tensor, position: int, kv: LocalKV, *, normed: Tensor | None = None) -> Tensor:
+        """Advance every row by one position: x [B, H] at `position` (same for all rows) -> [B, H].
+        `normed` [B, H]: the first block's ln_1(x) when the caller made it (kernels only)."""
         cos, sin = kv.cos[position : position + 1], kv.sin[position : position + 1]  # [1, D] views
         h = x[:, None]  # [B, 1, H]
+        if inference_kernels(x.device):  # each residual add fused with the norm after it
+            y = self.h[0].ln_1(h) if normed is None else normed[:, None]
+            for j, block in enumerate(self.h):
+                h, y = _add_norm(h, block.attn.step(y, cos, sin, position, kv.k[j], kv.v[j]), block.ln_2)
+                h, y = _add_norm(h, block.mlp(y), self.h[j + 1].ln_1 if j + 1 < len(self.h) else self.ln_f)
+            return y[:, 0]
         for j, block in enumerate(self.h):
             h = h + block.attn.step(block.ln_1(h), cos, sin, position, kv.k[j], kv.v[j])
             h = h + block.mlp(block.ln_2(h))
         return self.ln_f(h)[:, 0]
+
+
+def _add_norm(h: Tensor, delta: Tensor, norm: nn.LayerNorm) -> tuple[Tensor, Tensor]:
+    """(h + delta, norm(h + delta)) in one launch."""
+    return add_layer_norm_fused(h, delta, norm.weight, norm.bias, norm.eps)

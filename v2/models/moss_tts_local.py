@@ -21,8 +21,10 @@ from v2.models.config import MossTTSLocalConfig
 from v2.models.local_transformer import LocalKV, LocalTransformer
 from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
-from v2.models.kernels import kernels_on
+from v2.models.kernels import inference_kernels, kernels_on
+from v2.models.kernels.layer_norm import embed_layer_norm_fused
 from v2.models.kernels.sample import sample_fused
+from v2.models.frame_sampler import FrameSampler
 from v2.models.sampling import SamplingTensors, apply_repetition_penalty, frame_noise, sample
 
 # one channel's draw: (settings, steps, channel, logits [B, V], presence [B, V] | None, full sort) -> ids, logprobs
@@ -135,15 +137,25 @@ class MossTTSLocal(nn.Module):
         b = hidden.shape[0]
         kv = LocalKV.allocate(self.cfg.local, b, dtype=self.dtype, device=hidden.device)
         out = self.local_transformer.step(hidden, 0, kv)  # [B, H]
-        stop_logits = self.local_text_lm_head(out).float()  # [B, 2]
+        fused = kernels_on(hidden.device)
+        stop_logits = self.local_text_lm_head(out)  # [B, 2]; the fused sampler reads any float dtype
+        if return_logits or not fused:
+            stop_logits = stop_logits.float()
         masked = stop_logits
         if allow_stop is not None:
             masked = torch.stack([stop_logits[:, 0], stop_logits[:, 1].masked_fill(~allow_stop, -math.inf)], dim=1)
         s = sampling
-        fused = kernels_on(hidden.device)
-        draw = self._fused_draw if fused else self._torch_draw(s, steps)
+        if fused:
+            draw = self._fused_draw
+        elif hidden.device.type == "cpu" and not full_sort:  # every row a top-width row: the host sampler
+            draw = self._host_draw(s, steps)
+        else:
+            draw = self._torch_draw(s, steps)
         stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
-        codes, logprobs, raw = [], [stop_lp], []
+        codes, logprobs, raw, fed = [], [stop_lp], [], []
+        layer_kernels, slot_id = inference_kernels(hidden.device), self.cfg.ids.audio_assistant_slot
+        acc = torch.empty(b, self.cfg.hidden_size, dtype=self.dtype, device=hidden.device)  # the next row's sum
+        ln_1 = self.local_transformer.h[0].ln_1
         for c, table in enumerate(self.audio_embeddings):
             logits = out @ table.weight.T  # [B, V]; the fused sampler reads any float dtype in float32
             if return_logits or not fused:
@@ -152,11 +164,25 @@ class MossTTSLocal(nn.Module):
             code, lp = draw(s, steps, 1 + c, logits, None if presence is None else presence[:, c], full_sort)
             codes.append(code)
             logprobs.append(lp)
+            if layer_kernels:  # the code's row, its ln_1 and the running sum of the next row in one launch
+                if c + 1 < self.cfg.n_vq:
+                    e, normed = embed_layer_norm_fused(code, table.weight, acc, ln_1.weight, ln_1.bias, ln_1.eps,
+                                                       first=c == 0)
+                    out = self.local_transformer.step(e, c + 1, kv, normed=normed)
+                else:
+                    next_embed, _ = embed_layer_norm_fused(code, table.weight, acc, None, None, 0.0, first=False,
+                                                           last_row=self.transformer.embed_tokens.weight[slot_id])
+                continue
+            fed.append(table(code))  # [B, H]: the next micro-step's input and a term of the next row's embedding
             if c + 1 < self.cfg.n_vq:
-                out = self.local_transformer.step(table(code), c + 1, kv)
+                out = self.local_transformer.step(fed[-1], c + 1, kv)
         code_t = torch.stack(codes, dim=1)  # [B, 12]
-        slot = torch.full((b,), self.cfg.ids.audio_assistant_slot, dtype=torch.long, device=hidden.device)
-        next_embed = self.transformer.embed_tokens(slot) + self.embed_codes(code_t)
+        if not layer_kernels:
+            slot = torch.full((b,), slot_id, dtype=torch.long, device=hidden.device)
+            summed = fed[0]
+            for e in fed[1:]:  # as embed_codes sums them (drawn codes are never the pad code)
+                summed = summed + e
+            next_embed = self.transformer.embed_tokens(slot) + summed
         return FrameOutput(
             stop=stop_id == 1,
             codes=code_t,
@@ -176,6 +202,18 @@ class MossTTSLocal(nn.Module):
                 logits = apply_repetition_penalty(logits, presence, s.penalty[:, ch])
             return sample(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], noise[:, ch],
                           full=full or ch == 0)
+        return draw
+
+    def _host_draw(self, s: SamplingTensors, steps: Tensor) -> Draw:
+        """Channel draws through `FrameSampler` (the same draws as `_torch_draw`, at the top candidates)."""
+        sampler = FrameSampler(s, steps, self.cfg.codebook_size)
+        penalized = bool((s.penalty != 1).any())  # a penalty of 1 changes no logit: skipped when every row has it
+
+        def draw(s: SamplingTensors, steps: Tensor, ch: int, logits: Tensor, presence: Tensor | None,
+                 full: bool) -> tuple[Tensor, Tensor]:
+            if presence is not None and penalized:
+                logits = apply_repetition_penalty(logits, presence, s.penalty[:, ch])
+            return sampler.draw(ch, logits)
         return draw
 
     @staticmethod

@@ -7,19 +7,22 @@ Must not know: any model.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 
+@functools.lru_cache(maxsize=32)
 def rope_inv_freq(head_dim: int, base: float, device: torch.device) -> Tensor:
-    """[head_dim / 2] float32 inverse frequencies base^(-2j/head_dim)."""
+    """[head_dim / 2] float32 inverse frequencies base^(-2j/head_dim), made once per device (read-only)."""
     exponent = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
     return 1.0 / (base ** exponent)
 
 
 def rotate_half_cos_sin(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
     """cos/sin [B, T, head_dim] for rotate-half RoPE at integer positions [B, T]."""
-    freqs = positions.float()[..., None] * rope_inv_freq(head_dim, base, positions.device)  # [B, T, D/2]
+    freqs = positions[..., None] * rope_inv_freq(head_dim, base, positions.device)  # [B, T, D/2], float32
     emb = torch.cat([freqs, freqs], dim=-1)  # [B, T, D]
     return emb.cos(), emb.sin()
 
@@ -35,7 +38,7 @@ def apply_rotate_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 def interleaved_cos_sin(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
     """cos/sin [..., head_dim] for interleaved (GPT-J) RoPE at integer positions [...]; each value
     repeated for both members of its pair."""
-    freqs = positions.float()[..., None] * rope_inv_freq(head_dim, base, positions.device)  # [..., D/2]
+    freqs = positions[..., None] * rope_inv_freq(head_dim, base, positions.device)  # [..., D/2], float32
     return freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
 
 

@@ -139,10 +139,19 @@ def _rotl32(x: Tensor, r: int) -> Tensor:
     return ((x << r) | (x >> (32 - r))) & _M32
 
 
+def _word(word: Tensor) -> Tensor:
+    """The word's half of a MurmurHash3 body round (it does not depend on the state)."""
+    return _mul32(_rotl32(_mul32(word & _M32, 0xCC9E2D51), 15), 0x1B873593)
+
+
+def _fold(h: Tensor, k: Tensor) -> Tensor:
+    """The state's half: fold a prepared word k (`_word`) into the state h."""
+    return (_mul32(_rotl32(h ^ k, 13), 5) + 0xE6546B64) & _M32
+
+
 def _mix(h: Tensor, word: Tensor) -> Tensor:
     """One MurmurHash3 body round: fold a 32-bit word into the state h."""
-    k = _mul32(_rotl32(_mul32(word & _M32, 0xCC9E2D51), 15), 0x1B873593)
-    return (_mul32(_rotl32(h ^ k, 13), 5) + 0xE6546B64) & _M32
+    return _fold(h, _word(word))
 
 
 def _finish(h: Tensor, n_words: int) -> Tensor:

@@ -241,7 +241,7 @@ class ARExecutor:
         b, context, full = key
         x = self.inputs
         slots, positions, steps = x.slot[:b], x.position[:b], x.step[:b]
-        allow, valid = x.allow_stop[:b].bool(), x.valid[:b].bool()
+        allow, valid = x.allow_stop[:b] != 0, x.valid[:b] != 0  # flags as masks (a comparison, no dtype copy)
         frame = self.model.decode_frame(self.hidden[slots], self.sampling.rows(slots), steps,
                                         presence=self.presence[slots], allow_stop=allow, full_sort=bool(full))
         # padding rows write only the dummy slot's presence, state and KV
@@ -249,7 +249,7 @@ class ARExecutor:
         out = self.model.transformer.forward_cached(frame.next_embed[:, None], self.kv, self.tables[slots],
                                                     positions[:, None], valid[:, None], context)  # [b, 1, H]
         self.hidden[slots] = out[:, 0]
-        return torch.cat([frame.stop[:, None].float(), frame.codes.float(), frame.logprobs], dim=1)
+        return torch.cat([frame.stop[:, None], frame.codes, frame.logprobs], dim=1)  # float32: cat converts as it copies
 
 
 class OnStream:

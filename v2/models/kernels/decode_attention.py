@@ -7,8 +7,12 @@ run. On CUDA (with Triton) it is a split-K ("flash-decoding") Triton kernel that
 place: program (row, kv head, split) loads the row's real length from device memory, walks only keys
 `split * SPLIT .. min((split + 1) * SPLIT, length) - 1` in tiles of BLOCK_N keys, finds each key's block
 through the row's table (key n: block `tables[row, n // block_size]`, offset `n % block_size`), and
-returns at once when its split starts past the row's length; a second kernel merges the splits by their
-log-sum-exp. All query heads of one kv head (GQA) share each key tile. Lengths and tables live on the
+stores nothing when its split starts past the row's length; the last program of each (row, kv head) to
+finish (a ticket counter: every split takes a ticket after its stores, the one holding the last ticket
+merges every split by their log-sum-exp, in split order, and resets the counter for the next launch or
+graph replay) writes the output, so a step is one launch per layer. The counters are one set per device:
+launches on a device must not overlap (the runtime's steps run on one stream). All query heads of one kv head (GQA)
+share each key tile. Lengths and tables live on the
 device, so one captured graph serves rows at any positions; `max_context` only sizes the launch grid.
 The tiles and their arithmetic do not depend on the block size, so paged and contiguous give the same bits.
 Elsewhere the references gather the keys and run SDPA with a per-row length mask.
@@ -29,6 +33,18 @@ from v2.models.kv_cache import gather_pages
 
 SPLIT = 256    # keys per program: one row's long context spreads over several SMs
 BLOCK_N = 64   # keys per inner block (SPLIT / BLOCK_N blocks, each masked to the row's length)
+_TICKETS: dict[torch.device, Tensor] = {}  # per device: int32 counters, zero between launches (each resets its own)
+_OUTGROWN: list[Tensor] = []  # counters replaced by larger ones: kept, as graphs captured earlier still use them
+
+
+def _tickets(n: int, device: torch.device) -> Tensor:
+    """At least n zeroed counters on `device`, made once (grown outside graph capture: warm-up steps run first)."""
+    have = _TICKETS.get(device)
+    if have is None or have.numel() < n:
+        if have is not None:
+            _OUTGROWN.append(have)
+        have = _TICKETS[device] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+    return have
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
@@ -98,24 +114,24 @@ def _paged_triton(q: Tensor, k_pages: Tensor, v_pages: Tensor, tables: Tensor, l
     out = torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
     block_d = max(16, triton.next_power_of_2(d))
     _split_kernel[(b, hkv, splits)](
-        q, k_pages, v_pages, tables, lengths, part, lse,
+        q, k_pages, v_pages, tables, lengths, part, lse, _tickets(b * hkv, q.device), out,
         k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
         v_pages.stride(0), v_pages.stride(1), v_pages.stride(2),
         tables.shape[1], 1.0 / math.sqrt(d), hq, splits,
         GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=d, BLOCK_D=block_d,
-        BLOCK_N=BLOCK_N, SPLIT_LEN=SPLIT, PAGE=k_pages.shape[2], IEEE=q.dtype == torch.float32)
-    _merge_kernel[(b, hq)](part, lse, lengths, out, splits, HEAD_DIM=d, BLOCK_D=block_d,
-                           BLOCK_S=max(2, triton.next_power_of_2(splits)), SPLIT_LEN=SPLIT)
+        BLOCK_N=BLOCK_N, SPLIT_LEN=SPLIT, PAGE=k_pages.shape[2], IEEE=q.dtype == torch.float32,
+        BLOCK_S=triton.next_power_of_2(splits))
     return out
 
 
 if triton is not None:
 
     @triton.jit
-    def _split_kernel(q_ptr, k_ptr, v_ptr, table_ptr, len_ptr, part_ptr, lse_ptr,
+    def _split_kernel(q_ptr, k_ptr, v_ptr, table_ptr, len_ptr, part_ptr, lse_ptr, ticket_ptr, out_ptr,
                       sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, table_width, scale, num_heads, num_splits,
                       GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                      BLOCK_N: tl.constexpr, SPLIT_LEN: tl.constexpr, PAGE: tl.constexpr, IEEE: tl.constexpr):
+                      BLOCK_N: tl.constexpr, SPLIT_LEN: tl.constexpr, PAGE: tl.constexpr, IEEE: tl.constexpr,
+                      BLOCK_S: tl.constexpr):
         row = tl.program_id(0)
         kvh = tl.program_id(1)
         split = tl.program_id(2)
@@ -168,22 +184,30 @@ if triton is not None:
         at = (row * num_heads + heads) * num_splits + split  # [G] index into [B, Hq, splits]
         tl.store(lse_ptr + at, lse, mask=gmask & live)
         tl.store(part_ptr + at[:, None] * HEAD_DIM + d[None, :], out, mask=(gmask[:, None] & dmask[None, :]) & live)
-
-    @triton.jit
-    def _merge_kernel(part_ptr, lse_ptr, len_ptr, out_ptr, num_splits, HEAD_DIM: tl.constexpr,
-                      BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, SPLIT_LEN: tl.constexpr):
-        row = tl.program_id(0)
-        head = tl.program_id(1)
-        num_heads = tl.num_programs(1)
-        s = tl.arange(0, BLOCK_S)
-        d = tl.arange(0, BLOCK_D)
-        used = (tl.load(len_ptr + row) + SPLIT_LEN - 1) // SPLIT_LEN  # splits the kernel above wrote
-        smask = s < tl.minimum(used, num_splits)  # a length past max_context reads no other head's splits
-        dmask = d < HEAD_DIM
-        base = (row * num_heads + head) * num_splits
-        lse = tl.load(lse_ptr + base + s, mask=smask, other=float("-inf"))  # [S]; lengths >= 1: split 0 is used
-        w = tl.exp(lse - tl.max(lse, 0))
-        part = tl.load(part_ptr + (base + s[:, None]) * HEAD_DIM + d[None, :],
-                       mask=smask[:, None] & dmask[None, :], other=0.0)  # [S, D]
-        out = tl.sum(w[:, None] * part, 0) / tl.sum(w, 0)
-        tl.store(out_ptr + (row * num_heads + head) * HEAD_DIM + d, out.to(out_ptr.dtype.element_ty), mask=dmask)
+        # the last split of this (row, kv head) to finish merges them all: its ticket is taken after every
+        # thread's stores (barrier, then an acquire-release atomic at GPU scope); it reads the others' stores
+        # past the L1 cache and resets the counter for the next launch
+        tl.debug_barrier()
+        counter = ticket_ptr + row * tl.num_programs(1) + kvh
+        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
+            used = tl.minimum((length + SPLIT_LEN - 1) // SPLIT_LEN, num_splits)  # splits that stored (>= 1)
+            first = (row * num_heads + heads) * num_splits  # [G] split 0 of each head
+            gd = gmask[:, None] & dmask[None, :]
+            top = tl.full([BLOCK_G], float("-inf"), tl.float32)
+            for i in range(0, BLOCK_S):  # a constant bound (the interpreter runs it too); splits past `used` masked
+                stored = gmask & (i < used)
+                top = tl.maximum(top, tl.load(lse_ptr + first + i, mask=stored, other=float("-inf"),
+                                              cache_modifier=".cg"))
+            total = tl.zeros([BLOCK_G], tl.float32)
+            merged = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+            for i in range(0, BLOCK_S):  # in split order, whichever program merges: the same bits
+                stored = gmask & (i < used)
+                lse_i = tl.load(lse_ptr + first + i, mask=stored, other=0.0, cache_modifier=".cg")
+                w = tl.where(stored, tl.exp(lse_i - tl.where(gmask, top, 0.0)), 0.0)
+                part = tl.load(part_ptr + (first + i)[:, None] * HEAD_DIM + d[None, :],
+                               mask=stored[:, None] & dmask[None, :], other=0.0, cache_modifier=".cg")
+                merged += w[:, None] * part
+                total += w
+            tl.store(out_ptr + (row * num_heads + heads[:, None]) * HEAD_DIM + d[None, :],
+                     (merged / tl.where(gmask, total, 1.0)[:, None]).to(out_ptr.dtype.element_ty), mask=gd)
+            tl.atomic_xchg(counter, 0)
