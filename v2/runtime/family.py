@@ -171,7 +171,12 @@ class Family(Protocol):
     `front_state` for inputs to encode before admission and `encoded` once they are, `needs` and `start`
     at admission (then `admitted` for device state: settings, fresh codec state), the loops through
     `graph` and the executors through `executors` every step, `recompute_rows` after a preemption,
-    `more_input` when a loop waits for input (a long text's next segment), and `result` at the end."""
+    `more_input` when a loop waits for input (a long text's next segment), and `result` at the end.
+
+    Optional, for a family whose stored voices carry more than codes (e.g. a speaker embedding):
+    `voice_arrays` (name -> shape of each float32 array a voice carries; absent or empty: codes alone),
+    `read_voice(source)` (the input a stored voice is encoded from, as `read_input`) and
+    `voice_outputs(front_state) -> {name: array}` (the arrays of a finished front-loop run)."""
 
     name: str
     graph: LoopGraph
