@@ -5,9 +5,10 @@ sentence over that cap stays one prompt, refused naming `text` only when it does
 under the ROLLOUT profile or with a `duration_frames` target is refused, naming the field),
 what a prompt says (a text within the cap: as written; a longer one: each segment `spoken`, trimmed with
 every whitespace run as one character, so blank lines and spaces cost neither segments nor prompt rows),
-and each segment's plan: its span of the text, its prompt text, the continuation prompt's text rows of
-every segment after the first (the previous segment's text as the transcript, then its own; the previous
-segment's codes are appended as assistant rows when it has been spoken), and its frame cap. A segment's
+each segment's seed (`segment_seed`, every family's), and, for MOSS-TTS-Local, each segment's plan: its
+span of the text, its prompt text, the continuation prompt's text rows of every segment after the first
+(the previous segment's text as the transcript, then its own; the previous segment's codes are appended as
+assistant rows when it has been spoken), and its frame cap. A segment's
 cap is `max_frames`, lowered for every segment but the last so that its codes fit in the next prompt
 (`max_prompt_rows` minus the next prompt's text rows).
 Must not know: the engine, KV, devices, loops.
@@ -16,6 +17,7 @@ Must not know: the engine, KV, devices, loops.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -24,6 +26,7 @@ from v2.models.config import MossTTSLocalConfig
 from v2.models.prompt import build_prompt
 from v2.models.tokenizer import TextTokenizer
 from v2.request import RequestError, SpeechRequest
+from v2.rl.batch import sample_seed
 from v2.sentences import SplitError, segments, spoken
 
 
@@ -37,7 +40,13 @@ class TextSegment:
     max_frames: int = 0               # frame cap of this segment
 
 
-def spans(request: SpeechRequest, max_chars: int) -> list[tuple[int, int]]:
+def segment_seed(seed: int, index: int) -> int:
+    """The seed segment `index` samples with: the request's own for the first, then one derived per segment, so
+    no two segments of a request draw the same noise (every family's rule)."""
+    return seed if index == 0 else sample_seed(seed, index, 0)
+
+
+def spans(request: Any, max_chars: int) -> list[tuple[int, int]]:
     """The segments' spans of the request's text (one span when it needs no split or has a sentence too long
     to split at: it is then one prompt, as any text that fits one; none for prompt rows)."""
     if request.text is None:
@@ -50,13 +59,13 @@ def spans(request: SpeechRequest, max_chars: int) -> list[tuple[int, int]]:
         if request.profile is ExecutionProfile.ROLLOUT:
             raise RequestError(f"text: {len(request.text)} characters would be spoken as {len(out)} segments; "
                                f"a rollout trajectory is one prompt (max_segment_chars {max_chars})")
-        if request.duration_frames is not None:
+        if getattr(request, "duration_frames", None) is not None:
             raise RequestError(f"duration_frames: a duration target is for one prompt; this text is spoken as "
                                f"{len(out)} segments (max_segment_chars {max_chars})")
     return out
 
 
-def unsplit(request: SpeechRequest, max_chars: int) -> str:
+def unsplit(request: Any, max_chars: int) -> str:
     """Why a text too long for one prompt was not split (only on that error path), or ""."""
     try:
         segments(request.text or "", max_chars)
@@ -65,7 +74,7 @@ def unsplit(request: SpeechRequest, max_chars: int) -> str:
     return ""
 
 
-def first_text(request: SpeechRequest, parts: list[tuple[int, int]], max_chars: int) -> str | None:
+def first_text(request: Any, parts: list[tuple[int, int]], max_chars: int) -> str | None:
     """What the first prompt says: a text within `max_chars` as written, else its first segment `spoken`."""
     if request.text is None or len(request.text) <= max_chars:
         return request.text

@@ -1,12 +1,13 @@
 """`python -m v2.bench`: v2 against the sequential baseline, side by side, on one card; one JSON line last.
 
 Owns: the command line, which scenarios run (end-to-end serving at several concurrencies, streaming and
-not; the sequential baseline on the same weights; engine overhead; with `--reference DIR`, the frame
-step against the reference implementation's own generate(), `v2.bench.reference`), the progress bar,
-the table (with the engine's seconds per kind of work in each scenario), the picture (`--plot FILE.png`:
-audio-s/s and TTFA against concurrency, the baseline drawn across), and the final JSON line with every
-figure, the machine, the torch version and the git commit.
-Must not know: engine or model internals.
+not; the sequential baseline on the same weights; engine overhead where the card's family has stand-ins
+for its executors; with `--reference DIR`, the frame step against the reference implementation's own
+generate(), `v2.bench.reference`), on any card (its family builds the runtime, the requests and the
+baseline), the progress bar, the table (with the engine's seconds per kind of work in each scenario), the
+picture (`--plot FILE.png`: audio-s/s and TTFA against concurrency, the baseline drawn across), and the
+final JSON line with every figure, the machine, the torch version and the git commit.
+Must not know: engine or model internals, any family.
 """
 
 from __future__ import annotations
@@ -24,15 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from v2.bench.overhead import run_overhead
 from v2.bench.reference import compare, locate
 from v2.bench.reference import table as reference_table
-from v2.bench.serving import peak_memory_mb, run_baseline, run_serving, workload
-from v2.bench.shapes import SHAPES
-from v2.card import build_codec, build_model, build_tokenizer, load_card
-from v2.models.codec import MossAudioDecoder
-from v2.models.moss_tts_local import MossTTSLocal
-from v2.models.tokenizer import ByteTokenizer
+from v2.bench.serving import family_bench, peak_memory_mb, run_baseline, run_serving, workload
+from v2.card import load_card
 from v2.runtime import Runtime
 
 
@@ -85,18 +81,16 @@ def check_plot(parser: argparse.ArgumentParser, path: str | None) -> None:
             parser.error(str(e))
 
 
-def build_runtime(args: argparse.Namespace) -> Runtime:
+def build_runtime(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> Runtime:
+    """The card's runtime, built by its family's bench module (`--random-weights`: the release's dimensions
+    with random weights, where the family has them; refused through `parser` otherwise)."""
     card = load_card(args.card)
-    if args.random_weights:  # the release's dimensions with random weights: nothing to download
-        dtype = getattr(torch, card.experts.backbone.dtype)
-        model = MossTTSLocal.from_seed(json.loads(SHAPES.joinpath("moss_tts_local_v1_5.json").read_text()), 0,
-                                       dtype=dtype, device=args.device, init_device=args.device)
-        codec = MossAudioDecoder.from_seed(json.loads(SHAPES.joinpath("moss_audio_tokenizer_v2.json").read_text()), 0,
-                                           dtype=getattr(torch, card.experts.vocoder.dtype), device=args.device,
-                                           init_device=args.device)
-        return Runtime(card, model, codec, ByteTokenizer())
-    return Runtime(card, build_model(card, device=args.device), build_codec(card, device=args.device),
-                   build_tokenizer(card))
+    try:
+        return family_bench(card).runtime(card, device=args.device, random_weights=args.random_weights)  # type: ignore[no-any-return]
+    except ValueError as e:
+        if parser is None:
+            raise
+        parser.error(str(e))
 
 
 def table(rows: list[dict[str, Any]], baseline: dict[str, Any]) -> str:
@@ -107,7 +101,7 @@ def table(rows: list[dict[str, Any]], baseline: dict[str, Any]) -> str:
         lines.append(f"{r['concurrency']:>4} {str(r['stream']):>6} {r['audio_s_per_s']:>9.2f} {r['speedup_vs_baseline']:>6.2f} "
                      f"{r['requests_per_s']:>6.2f} {r['ttfa_p50_s'] * 1e3:>7.1f}ms {r['ttfa_p99_s'] * 1e3:>7.1f}ms "
                      f"{r['rtf_p50']:>8.3f} {r['mean_ar_batch']:>8.2f} {r['underruns']:>9}")
-    lines.append(f"baseline (sequential generate() + decode()): {baseline['audio_s_per_s']:.2f} audio-s/s, "
+    lines.append(f"baseline (sequential reference loop + decode()): {baseline['audio_s_per_s']:.2f} audio-s/s, "
                  f"{baseline['requests_per_s']:.2f} req/s; "
                  + ", ".join(f"{k} {v:.1f} s" for k, v in baseline.get("part_seconds", {}).items()))
     lines.append("engine seconds per kind of work: "
@@ -135,7 +129,7 @@ def plot(report: dict[str, Any], path: str) -> None:
                  {"sequential, one request alone": base["wall_s"] / base["requests"] * 1e3})
     sweep(path, f"v2 serving, {report['card']} on {report['machine']['device']} ({report['requests']} requests, "
           f"{report['max_frames']} frames each)", "concurrency (requests in flight)", levels, [throughput, ttfa],
-          note="baseline: the same requests through generate() then decode(), one after another")
+          note="baseline: the same requests through the reference loop then decode(), one after another")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     levels = args.concurrency or ([1, 4] if args.quick else [1, 4, 16, 64])
     overhead_rows = [1, 16, 64]
 
-    runtime = build_runtime(args)
-    requests = workload(n, max_frames=max_frames)
+    runtime = build_runtime(args, p)
+    requests = workload(n, max_frames=max_frames, runtime=runtime)
+    if not family_bench(runtime.card).overhead:
+        overhead_rows = []  # no stand-ins for this family's executors
     bar = Bar(n * (1 + 2 * len(levels)) + len(overhead_rows), enabled=not args.no_progress)
     try:
         runtime.submit({**requests[0], "max_frames": 4}).result()  # warm up
@@ -178,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                 scenarios.append(s)
         overhead = []
         for rows in overhead_rows:
+            from v2.bench.overhead import run_overhead
+
             bar.stage(f"engine overhead, {rows} rows")
             overhead.append(run_overhead(runtime, rows, frames=50))
             bar.tick()

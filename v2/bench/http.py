@@ -167,18 +167,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ttfb-only", action="store_true", help="only the per-format TTFB sweep")
     args = p.parse_args(argv)
     check_plot(p, args.plot)
-    runtime = build_runtime(args)
+    runtime = build_runtime(args, p)
     load_before = os.getloadavg()[0]
     rows, sweep = [], None
     try:
         app = create_app(runtime, ServerConfig.for_card(runtime.card.name))
         with ThreadedServer(app) as server:
-            warm = workload(2, seed=999, max_frames=8)
+            warm = workload(2, seed=999, max_frames=8, runtime=runtime)
             run_serving(runtime, warm, concurrency=2, stream=True)
             run_http(server.url, warm, 2)
             for level in [] if args.ttfb_only else args.concurrency:
                 n = args.requests or max(8, 2 * level)
-                requests = workload(n, seed=level, max_frames=args.max_frames)
+                requests = workload(n, seed=level, max_frames=args.max_frames, runtime=runtime)
                 inproc, http = [], []
                 for i in range(args.repeat):  # alternating, so a busy spell on the machine hits both ways
                     print(f"concurrency {level}: {n} requests in-process, then over HTTP ({i + 1}/{args.repeat})",
@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(compare(level, median_of(inproc), median_of(http)))
             if args.ttfb_requests:
                 print(f"TTFB per format: {args.ttfb_requests} requests each", file=sys.stderr, flush=True)
-                sweep = ttfb_sweep(server.url, workload(args.ttfb_requests, seed=7, max_frames=args.max_frames))
+                sweep = ttfb_sweep(server.url, workload(args.ttfb_requests, seed=7, max_frames=args.max_frames,
+                                                        runtime=runtime))
     finally:
         runtime.close()
     print("\n\n".join(([table(rows)] if rows else []) + ([ttfb_table(sweep)] if sweep else [])))

@@ -1,9 +1,11 @@
 """End-to-end scenarios: a seeded workload through the runtime at a concurrency, and the sequential baseline.
 
-Owns: the workload (seeded texts of mixed lengths), a closed-loop client that keeps `concurrency`
+Owns: the workload (seeded texts of mixed lengths, made requests by the card's family: `family_bench`), a
+closed-loop client that keeps `concurrency`
 requests in flight and timestamps every chunk on arrival, the per-scenario figures, and the baseline:
-the same requests through `generate(model, ...)` then `codec.decode()`, one after another, on the same weights.
-Must not know: engine internals beyond `submit`, handles and `stats()`.
+the same requests through the family's simple sequential path (its reference loop, then the codec's whole
+decode), one after another, on the same weights.
+Must not know: engine internals beyond `submit`, handles and `stats()`; any family (the card names it).
 """
 
 from __future__ import annotations
@@ -13,25 +15,36 @@ import resource
 import threading
 import time
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from v2.bench.metrics import ChunkArrival, percentile, rtf, underruns
-from v2.models.generate import generate
-from v2.models.prompt import build_prompt
+from v2.card import FAMILIES, ModelCard
 from v2.runtime import Runtime
 
 WORDS = ("the quiet river runs past old stone houses while children laugh and a dog barks at birds over the "
          "bright morning market where people sell bread fruit flowers and warm tea to travellers").split()
 
 
-def workload(n: int, *, seed: int = 0, max_frames: int) -> list[dict[str, Any]]:
-    """n requests with seeded texts of 3 to 40 words; request i carries seed `seed + i`."""
+def family_bench(card: ModelCard) -> Any:
+    """The card's family's bench module (`<its package>.bench`): `runtime(card, device=, random_weights=)`,
+    `request(family, text, seed=, max_frames=)`, `sequential(runtime, request) -> (codes, audio seconds)`,
+    and `overhead` (whether `v2.bench.overhead` has stand-ins for its executors)."""
+    return import_module(FAMILIES[card.family] + ".bench")
+
+
+def workload(n: int, *, seed: int = 0, max_frames: int, runtime: Runtime | None = None) -> list[dict[str, Any]]:
+    """n requests with seeded texts of 3 to 40 words; request i carries seed `seed + i`. With `runtime`, its
+    family makes each request (every request keeps `text`, `seed` and `max_frames`)."""
     rng = random.Random(seed)
     texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 40))).capitalize() + "." for _ in range(n)]
-    return [{"text": t, "seed": seed + i, "max_frames": max_frames} for i, t in enumerate(texts)]
+    if runtime is None:
+        return [{"text": t, "seed": seed + i, "max_frames": max_frames} for i, t in enumerate(texts)]
+    make = family_bench(runtime.card).request
+    return [make(runtime.family, t, seed=seed + i, max_frames=max_frames) for i, t in enumerate(texts)]
 
 
 @dataclass
@@ -98,27 +111,22 @@ def run_serving(runtime: Runtime, requests: list[dict[str, Any]], *, concurrency
 
 
 def run_baseline(runtime: Runtime, requests: list[dict[str, Any]], tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
-    """The simple sequential loop on the runtime's own weights: generate() then decode(), one request at a time."""
-    model, codec = runtime.model, runtime.family.codec
-    sampling = runtime.card.loops.ar_decode.sampling.settings()
-    codes_out, audio_s, generate_s, decode_s = [], 0.0, 0.0, 0.0
+    """The simple sequential loop on the runtime's own weights, one request at a time: the family's reference
+    loop, then the codec's whole decode (`family_bench(card).sequential`)."""
+    model, sequential = runtime.model, family_bench(runtime.card).sequential
+    codes_out, audio_s, parts = [], 0.0, {"generate": 0.0, "decode": 0.0}
     threads, saved = runtime.card.runtime.cpu_threads, torch.get_num_threads()
     if threads is not None and model.device.type == "cpu":
         torch.set_num_threads(threads)  # the same threading as the engine thread: a like-for-like baseline
     start = time.perf_counter()
     for req in requests:
-        rows = build_prompt(runtime.family.tokenizer, model.cfg, req["text"])
-        t0 = time.perf_counter()
-        codes = generate(model, rows, max_frames=req["max_frames"], seed=req["seed"], sampling=sampling)
-        t1 = time.perf_counter()
-        if len(codes):
-            audio = codec.decode(codes.T[None].to(codec.device))
-            audio_s += audio.shape[-1] / codec.sample_rate
-        generate_s, decode_s = generate_s + t1 - t0, decode_s + time.perf_counter() - t1
-        codes_out.append(codes.cpu().numpy())
+        codes, seconds, took = sequential(runtime, req)
+        audio_s += seconds
+        parts = {k: parts[k] + took[k] for k in parts}
+        codes_out.append(codes)
         tick()
     wall = time.perf_counter() - start
     torch.set_num_threads(saved)
     return {"requests": len(requests), "wall_s": wall, "audio_s": audio_s, "audio_s_per_s": audio_s / wall,
             "requests_per_s": len(requests) / wall, "codes": codes_out,
-            "part_seconds": {"generate": generate_s, "decode": decode_s}}
+            "part_seconds": parts}

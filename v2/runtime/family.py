@@ -176,7 +176,12 @@ class Family(Protocol):
     None while it has not enough), and `result` at the end. `more_input(record, loop)` returns a new prompt
     for the paged loop (the runtime gives it KV blocks), or None: the family handed the loop what it needed
     itself (through the loop's own calls), or there is nothing yet (the loop stays waiting, holding no
-    batch row; the runtime asks again when more input arrives), or the input has ended (the loop ends)."""
+    batch row; the runtime asks again when more input arrives), or the input has ended (the loop ends).
+
+    Optional, for a family whose stored voices carry more than codes (e.g. a speaker embedding):
+    `voice_arrays` (name -> shape of each float32 array a voice carries; absent or empty: codes alone),
+    `read_voice(source)` (the input a stored voice is encoded from, as `read_input`) and
+    `voice_outputs(front_state) -> {name: array}` (the arrays of a finished front-loop run)."""
 
     name: str
     graph: LoopGraph

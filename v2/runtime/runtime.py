@@ -4,8 +4,9 @@ Owns: building a runtime from a card (its family, named by the card, binds the c
 runtime holds an `Engine`, which it starts last), validating and queueing requests (the family parses and
 prepares them, errors name the field; a group of requests sharing one prompt), open requests (`open`: the
 text arrives in pieces through the handle; each piece goes to the family on the caller's thread, then the
-engine is told there is input; the card's `input_idle_timeout_s` ends one that waits too long), encode-only jobs
-(`encode_audio`, for the voice store), weight-update calls (handed to the engine's gate), cancels,
+engine is told there is input; the card's `input_idle_timeout_s` ends one that waits too long), encode-only
+jobs (`encode_audio`, and for the voice store the codes with the arrays the family's voices carry),
+weight-update calls (handed to the engine's gate), cancels,
 `stats()` and `close()`. Everything it queues is run by the engine thread (engine.py).
 Must not know: any family (the card names it; `v2.card.family_of` finds it), steps, executors, the device
 stream's workings, loop logic.
@@ -48,9 +49,10 @@ class Runtime:
         self.family: Family = family or family_of(card).bind(card, *experts, graphs=graphs, **named)
         self.engine = Engine(self.family, stream or default_stream(self.family.device))
         self._cond = self.engine.cond
+        arrays = getattr(self.family, "voice_arrays", {})  # a family whose voices are codes alone may have none
         self.voices = VoiceStore(voices_dir or card.runtime.voices_dir or default_directory(card.name),
-                                 encode=self.encode_audio, width=self.family.code_width,
-                                 codebook_size=self.family.codebook_size)
+                                 encode=self._encode_voice if arrays else self.encode_audio,
+                                 width=self.family.code_width, codebook_size=self.family.codebook_size, arrays=arrays)
         self._ids = itertools.count()
         self.engine.thread.start()
         shutdown.track(self)  # closed at interpreter exit if still open (shutdown.py)
@@ -196,7 +198,19 @@ class Runtime:
     def encode_audio(self, audio: Any, *, timeout: float | None = None) -> np.ndarray:
         """One recording (a path, file bytes or (samples, sample_rate)) -> its codes [N, G], encoded on the
         engine by the family's front loop, batched with requests' references (this thread waits)."""
-        wav = self.family.read_input(audio)
+        job = self._encode(self.family.read_input(audio), timeout)
+        assert job.codes is not None
+        return job.codes[0]
+
+    def _encode_voice(self, audio: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A voice to store from one recording: its codes and the arrays the family's voices carry (e.g. a
+        speaker embedding), all from one front-loop run on the engine (`family.read_voice`, `voice_outputs`)."""
+        job = self._encode(self.family.read_voice(audio), None)  # type: ignore[attr-defined]
+        assert job.codes is not None
+        return job.codes[0], dict(self.family.voice_outputs(job.state))  # type: ignore[attr-defined]
+
+    def _encode(self, wav: Any, timeout: float | None) -> EncodeJob:
+        """Run the front loop on one prepared input as a job; this thread waits for it."""
         encoding = self.engine.encoding
         with self._cond:
             if self.engine.closed:
@@ -211,8 +225,7 @@ class Runtime:
                 raise TimeoutError(f"reference encode not finished within {timeout} s")
         if job.error is not None:
             raise RuntimeError(f"encode failed: {job.error}")
-        assert job.codes is not None
-        return job.codes[0]
+        return job
 
     def _front_state(self, rid: int, inputs: tuple[Any, ...]) -> Any:
         return self.family.front_state(rid, inputs) if inputs else None

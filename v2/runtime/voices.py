@@ -1,15 +1,18 @@
-"""The voice store: named voices (reference codes [N, G] and an optional transcript) kept on disk.
+"""The voice store: named voices (reference codes [N, G], an optional transcript, and the named arrays the
+runtime's family asks every voice to carry, e.g. a speaker embedding) kept on disk.
 
 Owns: validating voice names (matched whole: no path separators, no leading dot, no trailing newline), the
-on-disk layout (one directory per voice: `codes.npy` read with allow_pickle=False, `meta.json`; nothing in
-it followed through a symbolic link), publishing and withdrawing entries so that a reader in any thread or
+on-disk layout (one directory per voice: `codes.npy` and one `<array>.npy` per named array, read with
+allow_pickle=False, `meta.json`; nothing in it followed through a symbolic link), checking the named
+arrays (the names and shapes the store is given; float32, finite), publishing and withdrawing entries so that a reader in any thread or
 process sees a whole voice or none (a staging directory renamed into place; an entry renamed out of sight
 before it is deleted), the cross-process lock that orders writers and readers (`flock` on `<dir>/.lock`:
 exclusive for add and remove, shared for reads), refusing a taken name unless asked to replace, sweeping
 what a crashed writer left, reading the directory as the truth (a cache keyed by each entry's write id, so
 several stores on one directory agree), reporting corrupt entries in `errors` (skipped, never fatal), and
-telling audio from codes in `add` (audio is encoded through the `encode` function it is given, once, ever).
-Must not know: the engine, models, requests.
+telling audio from codes in `add` (audio is encoded through the `encode` function it is given, once, ever:
+it returns the codes, or the codes and the named arrays).
+Must not know: the engine, models, requests, which family asks for which array.
 """
 
 from __future__ import annotations
@@ -24,14 +27,15 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 
 from v2.fields import FieldError, int_tensor
+from v2.runtime.voice_arrays import check_arrays, check_names
 from v2.runtime.voice_files import create, delete, locked, opened, read_bytes, sync_directory
 
 log = logging.getLogger(__name__)
@@ -39,6 +43,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullma
 FORMAT = 1
 STAGING, WITHDRAWN = ".staging-", ".withdrawn-"  # hidden: never listed; swept at start
 MAX_CODES_BYTES, MAX_META_BYTES = 16 * 2**20, 2**20  # [N, G] int64 at 16 MiB: 2M codes, hours of audio
+MAX_ARRAY_BYTES = 2**20  # one named array (a speaker embedding is a few KiB)
 
 
 class VoiceError(ValueError):
@@ -63,9 +68,12 @@ class Voice:
     codes: np.ndarray    # int64 [N, G]
     text: str | None     # the transcript of the recording, when known (then usable for continuation)
     created: float       # seconds since the epoch
+    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)  # the named arrays the store asks for
+                                                                    # (e.g. "x_vector": float32 [H])
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "frames": int(len(self.codes)), "text": self.text, "created": self.created}
+        out = {"name": self.name, "frames": int(len(self.codes)), "text": self.text, "created": self.created}
+        return out | {"arrays": sorted(self.arrays)} if self.arrays else out
 
     def __repr__(self) -> str:
         text = None if self.text is None else clip(self.text, 40)
@@ -105,11 +113,14 @@ def is_codes(value: object, width: int) -> bool:
 class VoiceStore:
     """`add`, `get`, `list`, `remove`; persisted under `directory` (shared safely with other stores on it)."""
 
-    def __init__(self, directory: str | Path, *, encode: Callable[[Any], np.ndarray], width: int,
-                 codebook_size: int = 1024) -> None:
+    def __init__(self, directory: str | Path, *, encode: Callable[[Any], Any], width: int,
+                 codebook_size: int = 1024, arrays: Mapping[str, tuple[int, ...]] | None = None) -> None:
+        """`encode(audio)`: the codes [N, width], or (codes, {name: array}) when `arrays` names some.
+        `arrays`: the float32 arrays every voice carries besides its codes, name -> shape (the family's)."""
         self.directory = Path(directory)
         self._encode = encode
         self._width, self._codebook = width, codebook_size
+        self._arrays = check_names(arrays or {})
         self._cache_lock = threading.Lock()
         self._cache: dict[str, tuple[str, Voice]] = {}  # name -> (write id, voice)
         self._reported: set[str] = set()
@@ -120,9 +131,11 @@ class VoiceStore:
     def __repr__(self) -> str:
         return f"VoiceStore(directory={str(self.directory)!r})"
 
-    def add(self, name: str, source: Any, *, text: str | None = None, replace: bool = False) -> Voice:
-        """Store a voice from audio (a path, file bytes or (samples, rate): encoded now) or codes [N, G].
-        A taken name raises `VoiceExists` (before any encoding) unless `replace=True`."""
+    def add(self, name: str, source: Any, *, text: str | None = None, replace: bool = False,
+            arrays: Mapping[str, Any] | None = None) -> Voice:
+        """Store a voice from audio (a path, file bytes or (samples, rate): encoded now, the named arrays with
+        it) or codes [N, G] (with `arrays`: every array the store asks for). A taken name raises
+        `VoiceExists` (before any encoding) unless `replace=True`."""
         check_name(name)
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise VoiceError("text: must be a non-empty string (the recording's transcript) or None")
@@ -130,8 +143,15 @@ class VoiceStore:
             raise VoiceError(f"replace: must be True or False, got {replace!r}")
         if not replace and os.path.lexists(self.directory / name):
             raise VoiceExists(name)  # checked again under the lock; this spares the encoding
-        codes = self._check_codes(source, "codes") if is_codes(source, self._width) else self._encode(source)
-        voice = Voice(name, self._check_codes(codes, "codes"), text, time.time())
+        if is_codes(source, self._width):
+            codes, named = self._check_codes(source, "codes"), self._named(arrays or {})
+        elif arrays is not None:
+            raise VoiceError("arrays: given with audio, which is encoded for them; give codes with arrays")
+        else:
+            encoded = self._encode(source)
+            codes, named = encoded if isinstance(encoded, tuple) else (encoded, {})
+            named = self._named(named)
+        voice = Voice(name, self._check_codes(codes, "codes"), text, time.time(), named)
         write_id = uuid.uuid4().hex
         self.directory.mkdir(parents=True, exist_ok=True)
         with locked(self.directory, exclusive=True):
@@ -202,8 +222,11 @@ class VoiceStore:
         try:
             with create(staging / "codes.npy") as f:
                 np.save(f, voice.codes, allow_pickle=False)
+            for key, value in voice.arrays.items():
+                with create(staging / f"{key}.npy") as f:
+                    np.save(f, value, allow_pickle=False)
             meta = {"format": FORMAT, "name": voice.name, "text": voice.text, "created": voice.created,
-                    "id": write_id}
+                    "id": write_id, "arrays": sorted(voice.arrays)}
             with create(staging / "meta.json") as f:
                 f.write(json.dumps(meta).encode())
             if taken:
@@ -268,12 +291,26 @@ class VoiceStore:
                 return cached[1]
             with opened(path / "codes.npy", MAX_CODES_BYTES) as f:
                 codes = self._check_codes(np.load(f, allow_pickle=False), "codes.npy")
+            named = {}
+            for key in self._arrays:
+                if not os.path.lexists(path / f"{key}.npy"):
+                    raise VoiceError(f"{key}.npy: missing (this runtime's voices carry {key!r}: add the voice "
+                                     "again from its recording)")
+                with opened(path / f"{key}.npy", MAX_ARRAY_BYTES) as f:
+                    named[key] = np.load(f, allow_pickle=False)
+            named = check_arrays(named, self._arrays, ".npy")
         except (OSError, ValueError) as e:  # VoiceError included
             raise _Unusable(f"{type(e).__name__}: {e}") from None
-        voice = Voice(name, codes, text, float(created))
+        voice = Voice(name, codes, text, float(created), named)
         with self._cache_lock:
             self._cache[name] = (write_id, voice)
         return voice
+
+    def _named(self, given: Any) -> dict[str, np.ndarray]:
+        try:
+            return check_arrays(given, self._arrays)
+        except FieldError as e:
+            raise VoiceError(str(e)) from None
 
     def _check_codes(self, value: Any, field: str) -> np.ndarray:
         try:

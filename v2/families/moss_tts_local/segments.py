@@ -19,13 +19,9 @@ from typing import Any
 import torch
 
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
-from v2.rl.batch import sample_seed
+from v2.long_text import segment_seed
 
-
-def segment_seed(seed: int, index: int) -> int:
-    """The seed segment `index` samples with: the request's own for the first, then one derived per segment, so
-    no two segments of a request draw the same noise."""
-    return seed if index == 0 else sample_seed(seed, index, 0)
+__all__ = ["carried_rows", "next_segment", "recompute_rows", "segment_seed"]
 
 
 def carried_rows(text_rows: torch.Tensor, codes: list[tuple[int, ...]], assistant_slot: int) -> torch.Tensor:

@@ -74,6 +74,7 @@ class TalkerSettings(LoopDecl):
     max_frames: int = Field(ge=1)          # cap on a request's frames
     max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
     max_text_chars: int = Field(default=20_000, ge=1)  # cap on text, instruction, reference_text (checked first)
+    max_segment_chars: int = Field(default=300, ge=1)  # longer text is spoken as segments of whole sentences
     max_running: int = Field(ge=1)         # talker slots: requests decoding at once
     max_waiting: int = Field(ge=1)
     max_buffered_chunks: int = Field(ge=1)

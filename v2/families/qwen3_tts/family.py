@@ -5,9 +5,10 @@ Owns: building the experts a card names (`experts`: the talker checkpoint, its c
 generation_config.json), and `Qwen3Family`: the loop graph (`talker` -> `codec`, `encode` in front; `talker`
 holds the paged KV), the executors per work kind (SPEAKER and ENCODE in front, PREFILL, AR_FRAME,
 AUDIO_CHUNK), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the family's side of a
-request's life: parsing and preparing it, its loops' states at admission, device state at admission
+request's life: parsing and preparing it (a stored voice: its codes and `x_vector`, `voice_arrays`), its
+loops' states at admission, device state at admission
 (sampling, seed, x-vector, fresh codec state), the prompt laid out again once the recording is encoded,
-the rows a preempted request recomputes, and the result.
+the next segment's carried prompt (long text), the rows a preempted request recomputes, and the result.
 Must not know: the engine's queues, scheduling policy, threads.
 """
 
@@ -19,7 +20,7 @@ from typing import Any, Hashable, Mapping, Sequence
 import torch
 
 from v2.contracts import LoopState, WorkUnitKind
-from v2.families.qwen3_tts import results
+from v2.families.qwen3_tts import results, segments
 from v2.families.qwen3_tts.card import (
     Qwen3Card, TalkerSettings, build_codec, build_encoder, build_model, build_tokenizer, generation_config,
 )
@@ -27,7 +28,7 @@ from v2.families.qwen3_tts.codec import CODEC, CodecLoop
 from v2.families.qwen3_tts.codec_executor import CodecExecutor
 from v2.families.qwen3_tts.encode import EncodeLoop, Qwen3Work
 from v2.families.qwen3_tts.encode_executor import CodesExecutor, SpeakerExecutor
-from v2.families.qwen3_tts.prepare import CodecSpec, prepare, read_recording, with_encoded
+from v2.families.qwen3_tts.prepare import CodecSpec, prepare, read_recording, rows_of, with_encoded
 from v2.families.qwen3_tts.request import parse
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState, recompute_rows
 from v2.families.qwen3_tts.talker_executor import FrameBatch, OnStream, TalkerExecutor
@@ -102,6 +103,8 @@ class Qwen3Family:
         self.codec_spec = CodecSpec(codec.sample_rate, codec.hop, speaker.sample_rate if speaker else codec.sample_rate,
                                     encoder is not None)
         self.enc_loop = EncodeLoop() if (speaker is not None or encoder is not None) else None
+        # a stored voice: its reference codes and the x-vector (with a transcript: in-context clone; without: x-vector only)
+        self.voice_arrays = {"x_vector": (cfg.talker.hidden_size,)} if speaker is not None else {}
         self.graph = LoopGraph((LoopSpec(TALKER, self.talker_loop, (CODEC,), pools=("kv",)),
                                 LoopSpec(CODEC, self.codec_loop, pools=("codec",))),
                                paged=TALKER, front=self.enc_loop, front_pool="encode")
@@ -144,7 +147,7 @@ class Qwen3Family:
 
     def prepare(self, request: Any, *, voice: Any = None) -> Any:
         return prepare(request, self.card, self.cfg, self.tokenizer, self.defaults,
-                       self.codec_spec if self.enc_loop is not None else None)
+                       self.codec_spec if self.enc_loop is not None else None, voice=voice)
 
     def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
         prepared = [p for _, p in group]
@@ -156,10 +159,21 @@ class Qwen3Family:
             raise ValueError("prompts: a shared prompt must be the same for every request of the group")
         if prepared[0].recording is not None:
             raise RequestError("reference_audio: a group shares one prompt; a recording to encode cannot be shared")
+        if len(prepared[0].segments) > 1:
+            raise RequestError(f"text: a group shares one prompt; this text is spoken as {len(prepared[0].segments)} "
+                               "segments (max_segment_chars)")
 
     def read_input(self, source: Any) -> Any:
         return read_recording(source, self.codec_spec if self.encoder is not None else None,
                               self.card.loops.encode.max_reference_seconds, codes=True, speaker=False)
+
+    def read_voice(self, source: Any) -> Any:
+        """A recording to store as a voice: through both encoders (codes and x-vector)."""
+        return read_recording(source, self.codec_spec if self.encoder is not None else None,
+                              self.card.loops.encode.max_reference_seconds, codes=True, speaker=True)
+
+    def voice_outputs(self, state: Any) -> dict[str, Any]:
+        return {"x_vector": state.xvector}
 
     def front_state(self, request_id: int, inputs: tuple[Any, ...]) -> Any:
         assert self.enc_loop is not None
@@ -181,7 +195,8 @@ class Qwen3Family:
     def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
         work, request = record.work, record.request
         talker = self.talker_loop.init(record.id, record.rows, trailing=work.trailing, pad_text=self.cfg.text.tts_pad,
-                                       max_frames=work.max_frames, floor=work.floor, slot=slots["kv"])
+                                       max_frames=work.max_frames, floor=work.floor, slot=slots["kv"],
+                                       segment_caps=tuple(s.max_frames for s in work.segments[1:]))
         if share_from is not None:
             self.talker_loop.share(talker, share_from)
         codec = self.codec_loop.init(record.id, sample_rate=self.sample_rate, enabled=request.decode_audio,
@@ -200,7 +215,8 @@ class Qwen3Family:
         return recompute_rows(state)
 
     def more_input(self, record: Any, loop: Hashable) -> Any:
-        return None
+        """The next segment's prompt (the talker loop waits for it once a segment another follows has ended)."""
+        return segments.next_segment(record, record.states[TALKER], self.talker_loop, self.calls, self.cfg, rows_of)
 
     def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
         return results.build_result(record, outputs.get(TALKER), outputs.get(CODEC), reason, now,

@@ -9,7 +9,8 @@ prompt`: every mode and text feed, the dialect rule, the 0.6B rule) as int rows 
 codec id or SPEAKER, G codes; -1 = none) with the trailing text ids, reading the reference recording
 (refusals name `reference_audio`), placeholder codes and x-vector until the front loop has encoded them
 (`with_encoded` lays the rows out again), frame limits and the sampling (card or generation_config.json
-defaults, then the request's). Errors name the request's field.
+defaults, then the request's), and a long text's segments (split at sentence ends, `v2/long_text.py`; the
+first is laid out here, the carried prompts of the others in segments.py). Errors name the request's field.
 Must not know: the engine, slots, devices, the weights.
 """
 
@@ -22,7 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from v2.families.qwen3_tts import segments as long_text
 from v2.families.qwen3_tts.request import Qwen3Request
+from v2.long_text import first_text, spans, unsplit
+from v2.sentences import spoken
 from v2.models.qwen3_tts.config import Qwen3TTSConfig, Qwen3TTSSampling
 from v2.models.qwen3_tts.prompt import SPEAKER, PromptError, PromptLayout, PromptSpec, layout
 from v2.request import RequestError
@@ -65,7 +69,7 @@ class Prepared:
     recording: EncodeInput | None = None
     xvector: np.ndarray | None = None   # float32 [H], once encoded
     ref_codes: np.ndarray | None = None  # int64 [R, G] (in-context clone), once encoded
-    segments: tuple[Any, ...] = field(default=())
+    segments: tuple[long_text.Segment, ...] = field(default=())  # long text: every segment (`max_frames`: the first's)
 
     @property
     def inputs(self) -> tuple[EncodeInput, ...]:
@@ -92,10 +96,12 @@ def _template(cfg: Qwen3TTSConfig, roles: dict[str, tuple[int, ...]], body: tupl
     return (s, *roles["assistant\n"], *body, e, *roles["\n"])
 
 
-def _ids(request: Qwen3Request, name: str, cfg: Qwen3TTSConfig, tokenizer: Any) -> tuple[int, ...] | None:
-    """The templated ids of `text` / `instruction` / `reference_text` (or their `_ids` field)."""
+def _ids(request: Qwen3Request, name: str, cfg: Qwen3TTSConfig, tokenizer: Any,
+         said: str | None = None) -> tuple[int, ...] | None:
+    """The templated ids of `text` / `instruction` / `reference_text` (or their `_ids` field); `said`: what
+    the prompt says instead of the field (a long text's first segment)."""
     given = getattr(request, f"{name}_ids")
-    text = getattr(request, name)
+    text = getattr(request, name) if said is None else said
     if given is None and text is None:
         return None
     if given is not None:
@@ -114,6 +120,11 @@ def _ids(request: Qwen3Request, name: str, cfg: Qwen3TTSConfig, tokenizer: Any) 
 
 
 def _mode(request: Qwen3Request, cfg: Qwen3TTSConfig, codec: CodecSpec | None) -> str:
+    if request.voice is not None:
+        if cfg.speaker_encoder is None:
+            raise RequestError(f"voice: this checkpoint ({cfg.model_type}) clones no stored voice (no speaker "
+                               "encoder); name a speaker")
+        return "voice_clone"
     if request.reference_audio is not None:
         if cfg.speaker_encoder is None:
             raise RequestError(f"reference_audio: this checkpoint ({cfg.model_type}) has no speaker encoder; "
@@ -203,23 +214,33 @@ def read_recording(source: Any, codec: CodecSpec | None, max_seconds: float, *, 
 
 
 def prepare(request: Qwen3Request, card: Any, cfg: Qwen3TTSConfig, tokenizer: Any, defaults: Qwen3TTSSampling,
-            codec: CodecSpec | None) -> Prepared:
+            codec: CodecSpec | None, voice: Any = None) -> Prepared:
+    """`voice`: the stored voice `request.voice` names (its codes, `x_vector` and transcript): an in-context
+    clone when it has a transcript (or `reference_text` is given), else from the x-vector alone."""
     limits = card.loops.talker
     for name in ("text", "instruction", "reference_text", "language", "speaker"):
         value = getattr(request, name)
         if value is not None and len(value) > limits.max_text_chars:
             raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({limits.max_text_chars})")
+    parts = spans(request, limits.max_segment_chars)  # long text: split at sentence ends (refusals name `text`)
+    said = first_text(request, parts, limits.max_segment_chars)
     mode = _mode(request, cfg, codec)
-    icl = mode == "voice_clone" and not request.x_vector_only
-    recording = None
-    if mode == "voice_clone":
+    transcript = request.reference_text is not None or request.reference_text_ids is not None
+    icl = mode == "voice_clone" and not request.x_vector_only and (voice is None or transcript or voice.text is not None)
+    recording, xvector, ref_codes = None, None, None
+    if voice is not None:
+        xvector, ref_codes = voice.arrays["x_vector"], (np.asarray(voice.codes, dtype=np.int64) if icl else None)
+        frames = 0 if ref_codes is None else len(ref_codes)
+    elif mode == "voice_clone":
         recording = read_recording(request.reference_audio, codec, card.loops.encode.max_reference_seconds, codes=icl)
-    frames = 0 if recording is None or recording.codec_audio is None else -(-len(recording.codec_audio) // codec.hop)  # type: ignore[union-attr]
-    text_ids = _ids(request, "text", cfg, tokenizer)
+        frames = 0 if recording.codec_audio is None else -(-len(recording.codec_audio) // codec.hop)  # type: ignore[union-attr]
+    else:
+        frames = 0
+    text_ids = _ids(request, "text", cfg, tokenizer, said)
     assert text_ids is not None
     spec = PromptSpec(mode=mode, input_ids=text_ids, language=request.language or "Auto",  # type: ignore[arg-type]
                       speaker=request.speaker, instruct_ids=_ids(request, "instruction", cfg, tokenizer),
-                      x_vector_only=not icl, ref_ids=_ids(request, "reference_text", cfg, tokenizer) if icl else None,
+                      x_vector_only=not icl, ref_ids=_reference_ids(request, cfg, tokenizer, voice) if icl else None,
                       ref_frames=frames, non_streaming=None if request.text_feed is None else request.text_feed == "whole")
     try:
         lay = layout(cfg, spec)
@@ -227,7 +248,9 @@ def prepare(request: Qwen3Request, card: Any, cfg: Qwen3TTSConfig, tokenizer: An
         raise RequestError(_field(str(e), request)) from None
     if len(lay) > limits.max_prompt_rows:
         name = "reference_text" if icl and frames > len(text_ids) else "text"
-        raise RequestError(f"{name}: the prompt is {len(lay)} rows, over the card's max_prompt_rows ({limits.max_prompt_rows})")
+        why = unsplit(request, limits.max_segment_chars) if name == "text" and request.text is not None else ""
+        raise RequestError(f"{name}: the prompt is {len(lay)} rows, over the card's max_prompt_rows "
+                           f"({limits.max_prompt_rows}){why}")
     max_frames = request.max_frames if request.max_frames is not None else limits.max_frames
     if max_frames > limits.max_frames:
         raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})")
@@ -237,8 +260,31 @@ def prepare(request: Qwen3Request, card: Any, cfg: Qwen3TTSConfig, tokenizer: An
         sampling = _sampling(request, defaults)
     except ValueError as e:
         raise RequestError(f"sampling: {e}") from None
-    return Prepared(rows_of(lay, cfg.num_code_groups), lay, lay.trailing, sampling, max_frames,
-                    max(request.min_frames, MIN_NEW_TOKENS), mode, recording)
+    segments = _segments(request, parts, spec, cfg, tokenizer, max_frames, limits.max_prompt_rows)
+    return Prepared(rows_of(lay, cfg.num_code_groups, ref_codes=ref_codes, xvector=xvector), lay, lay.trailing,
+                    sampling, segments[0].max_frames if segments else max_frames,
+                    max(request.min_frames, MIN_NEW_TOKENS), mode, recording, xvector, ref_codes, segments)
+
+
+def _reference_ids(request: Qwen3Request, cfg: Qwen3TTSConfig, tokenizer: Any, voice: Any) -> tuple[int, ...] | None:
+    """The reference transcript's templated ids: the request's, else the stored voice's."""
+    if voice is None or request.reference_text is not None or request.reference_text_ids is not None:
+        return _ids(request, "reference_text", cfg, tokenizer)
+    if tokenizer is None:
+        raise RequestError("voice: its transcript is text and this checkpoint has no tokenizer; give "
+                           "reference_text_ids (or x_vector_only: true)")
+    return _template(cfg, role_ids(tokenizer), tuple(tokenizer.encode(voice.text)), "reference_text")
+
+
+def _segments(request: Qwen3Request, parts: list[tuple[int, int]], first: PromptSpec, cfg: Qwen3TTSConfig,
+              tokenizer: Any, max_frames: int, max_prompt_rows: int) -> tuple[long_text.Segment, ...]:
+    """A long text's segments (none for one prompt): each one's text ids, carried prompt and frame cap."""
+    if len(parts) <= 1:
+        return ()
+    text, roles = request.text or "", role_ids(tokenizer)
+    bodies = [tuple(tokenizer.encode(spoken(text[s:e]))) for s, e in parts]
+    return long_text.plan(parts, bodies, first, cfg, lambda body, kind: _template(cfg, roles, body, kind),
+                          max_frames=max_frames, min_frames=request.min_frames, max_prompt_rows=max_prompt_rows)
 
 
 def with_encoded(work: Prepared, groups: int, xvector: np.ndarray | None, codes: np.ndarray | None) -> torch.Tensor:

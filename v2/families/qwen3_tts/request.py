@@ -2,7 +2,7 @@
 
 Owns: the request schema of this family (text or the text's own token ids; a CustomVoice `speaker`; a
 `language`; an instruction or its ids; one reference recording with its transcript or transcript ids (in
-context clone) or `x_vector_only`; the text feed; frame limits; seed; the talker's sampling (`temperature`,
+context clone) or `x_vector_only`, or a stored `voice` instead of the recording; the text feed; frame limits; seed; the talker's sampling (`temperature`,
 `top_k`, `top_p`, `repetition_penalty`) and the code predictor's (`subtalker_temperature`, `subtalker_top_k`,
 `subtalker_top_p`); streaming, timeout, profile, decode_audio), its field rules (strict types, bounded
 integers, private copies of arrays), and `parse` (errors name the field). What needs the checkpoint
@@ -38,6 +38,7 @@ class Qwen3Request(BaseModel):
     instruction: StrictText | None = None
     instruction_ids: Ids = None
     reference_audio: Any = None          # one recording: a path, file bytes, or (samples, sample_rate)
+    voice: StrictText | None = None      # a stored voice's name (rt.voices): its codes, x-vector, transcript
     reference_text: StrictText | None = None
     reference_text_ids: Ids = None
     x_vector_only: StrictBool = False    # clone from the speaker embedding alone (no reference codes, no transcript)
@@ -93,21 +94,24 @@ class Qwen3Request(BaseModel):
             raise ValueError("text: must not be empty or whitespace")
         if self.text_ids is not None and not self.text_ids:
             raise ValueError("text_ids: must hold at least one id")
-        clone = self.reference_audio is not None
+        clone = self.reference_audio is not None or self.voice is not None
         transcript = self.reference_text is not None or self.reference_text_ids is not None
+        if self.reference_audio is not None and self.voice is not None:
+            raise ValueError("voice: give voice or reference_audio, not both")
         if not clone:
             if transcript:
                 raise ValueError(f"{'reference_text' if self.reference_text is not None else 'reference_text_ids'}: "
-                                 "a transcript goes with reference_audio")
+                                 "a transcript goes with reference_audio or voice")
             if self.x_vector_only:
-                raise ValueError("x_vector_only: goes with reference_audio")
+                raise ValueError("x_vector_only: goes with reference_audio or voice")
         else:
+            source = "reference_audio" if self.voice is None else "voice"
             if self.speaker is not None:
-                raise ValueError("speaker: a voice clone takes its voice from reference_audio, not a speaker name")
+                raise ValueError(f"speaker: a voice clone takes its voice from {source}, not a speaker name")
             if self.instruction is not None or self.instruction_ids is not None:
                 name = "instruction" if self.instruction is not None else "instruction_ids"
                 raise ValueError(f"{name}: a voice clone takes no instruction (the reference's clone has none)")
-            if not self.x_vector_only and not transcript:
+            if not self.x_vector_only and not transcript and self.voice is None:  # a voice may hold its transcript
                 raise ValueError("reference_text: an in-context clone needs the reference's transcript "
                                  "(or x_vector_only: true)")
             if self.reference_text is not None and not self.reference_text.strip():

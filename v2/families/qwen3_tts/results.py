@@ -1,6 +1,7 @@
 """Building what a finished Qwen3-TTS request hands back: the `SpeechResult`, and under ROLLOUT its `Trajectory`.
 
-Owns: the audio joined from the chunks made (24 kHz mono), the codes [F, G], the metrics, and the trajectory
+Owns: the audio joined from the chunks made (24 kHz mono), the codes [F, G], the segments (a long text's
+spans and frame ranges), the metrics, and the trajectory
 record (prompt rows [T, 2 + G], codes, per frame G logprobs: group 0's choice, whose distribution includes
 the stop id, then groups 1..G-1; the stop choice's logprob when it stopped).
 Must not know: slots, scheduling, threads.
@@ -19,14 +20,23 @@ from v2.rl.trajectory import Trajectory
 from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
 
 
+def _segments(req: Any, talker: TalkerResult | None) -> tuple[SpeechSegment, ...]:
+    """Each segment's text span and frame range (the frame ranges tile the codes)."""
+    planned, out, frame = req.work.segments, [], 0
+    for i, (prompt_rows, frames, finish) in enumerate(talker.segments if talker else []):
+        start, end = (planned[i].start, planned[i].end) if i < len(planned) else (0, len(req.request.text or ""))
+        out.append(SpeechSegment(start, end, frame, frame + frames, finish.value, prompt_rows))
+        frame += frames
+    return tuple(out)
+
+
 def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | None, reason: FinishReason, now: float,
                  *, sample_rate: int, groups: int) -> SpeechResult:
     chunks = codec.chunks if codec else []
     audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((1, 0), np.float32)
     codes = np.array(talker.codes if talker else [], dtype=np.int64).reshape(-1, groups)
-    prompt_rows = int(req.rows.shape[0])
-    segments = (SpeechSegment(0, len(req.request.text or ""), 0, len(codes), (talker.finish if talker else reason).value,
-                              prompt_rows),) if talker else ()
+    segments = _segments(req, talker)
+    prompt_rows = sum(s.prompt_rows for s in segments) if segments else int(req.rows.shape[0])
     metrics = Metrics(
         prompt_rows=prompt_rows, frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
         ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,

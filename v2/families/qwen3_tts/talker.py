@@ -11,6 +11,10 @@ it. Plans run ahead of results as MOSS's do: a prefill counts as done once launc
 planned while the last is on the device, and a result is taken only if it is the one the loop waits for.
 `max_frames` frames at most (the reference's `max_new_tokens` = max_frames + 1 choices yield as many frames
 when it never stops; its last choice's frame is never completed, so it is never made here).
+Long text: a request may be several segments, each one prompt and one run of frames (stop or its cap), as
+MOSS's AR loop: when a segment that another follows ends, the state waits (`switching`, `wants_input`) until
+the family lays out the next prompt and its trailing text (`begin_segment`); the frames made so far stay in
+the request's history, and each segment's frames count from 0 (they key its noise, with its own seed).
 Rows are int64 [T, 2 + G]: (text id or -1, codec id or -1 / SPEAKER, G codes or -1) per row (prepare.py).
 Must not know: tensors on a device, batching, other requests, the codec.
 """
@@ -47,6 +51,7 @@ class FramePlan:
     step: int         # frame index: keys the noise of all G choices
     allow_stop: bool  # EOS may be chosen (step >= the floor)
     text: int         # the text id fed with the frame's row (trailing text, else tts_pad)
+    segment: int = 0  # the segment it belongs to
 
 
 @dataclass(slots=True)
@@ -61,10 +66,12 @@ class FrameRow:
 @dataclass(frozen=True)
 class TalkerResult:
     finish: FinishReason
-    codes: list[tuple[int, ...]]
+    codes: list[tuple[int, ...]]        # every segment's frames
     logprobs: list[tuple[float, ...]]   # per frame, G each
     stop_logprob: float | None          # the EOS choice's logprob (finish stop)
     prompt_rows: int
+    segments: list[tuple[int, int, FinishReason]] = field(default_factory=list)  # per segment: (prompt rows,
+                                                                                 # frames, how it ended)
 
 
 @dataclass
@@ -86,6 +93,18 @@ class TalkerState(LoopState):
     logprobs: list[tuple[float, ...]] = field(default_factory=list)
     stop_logprob: float | None = None
     fresh: list[tuple[int, ...]] = field(default_factory=list)
+    # long text: `rows`, `trailing`, `codes`, `logprobs`, `max_frames` above are the current segment's
+    segment_caps: tuple[int, ...] = ()  # frame caps of the segments after the first
+    segment: int = 0
+    switching: bool = False             # the segment ended and another follows: waits for `begin_segment`
+    done_codes: list[tuple[int, ...]] = field(default_factory=list)
+    done_logprobs: list[tuple[float, ...]] = field(default_factory=list)
+    ended: list[tuple[int, int, FinishReason]] = field(default_factory=list)
+
+    @property
+    def wants_input(self) -> bool:
+        """A segment ended and another follows: it waits for the next prompt."""
+        return self.switching
 
     def text_at(self, frame: int) -> int:
         return self.trailing[frame] if frame < len(self.trailing) else self.pad_text
@@ -98,12 +117,13 @@ class TalkerLoop:
         self.settings = settings
 
     def init(self, request_id: int, rows: Any, *, trailing: tuple[int, ...], pad_text: int, max_frames: int,
-             floor: int, slot: int) -> TalkerState:
+             floor: int, slot: int, segment_caps: tuple[int, ...] = ()) -> TalkerState:
+        """`max_frames`: the first segment's cap; `segment_caps`: the caps of the segments after it."""
         return TalkerState(request_id=request_id, rows=rows, prompt_len=int(rows.shape[0]), trailing=trailing,
-                           pad_text=pad_text, max_frames=max_frames, floor=floor, slot=slot)
+                           pad_text=pad_text, max_frames=max_frames, floor=floor, slot=slot, segment_caps=segment_caps)
 
     def next(self, state: TalkerState) -> WorkPlan | None:
-        if state.finish is not None or state.paused:
+        if state.finish is not None or state.paused or state.switching:
             return None
         total = int(state.rows.shape[0])
         if state.prefilled < total:
@@ -116,7 +136,7 @@ class TalkerLoop:
         t = state.launched_frames
         if t >= state.max_frames:
             return None
-        plan = FramePlan(state.slot, state.prompt_len + t, t, t >= state.floor, state.text_at(t))
+        plan = FramePlan(state.slot, state.prompt_len + t, t, t >= state.floor, state.text_at(t), state.segment)
         return WorkPlan(state.request_id, self.kind, FRAME, plan)  # type: ignore[arg-type]
 
     def launched(self, state: TalkerState, plan: WorkPlan) -> None:
@@ -129,7 +149,8 @@ class TalkerLoop:
         p = plan.payload
         if plan.signature.kind is WorkUnitKind.PREFILL:
             return bool(p.epoch == state.epoch)
-        return state.finish is None and p.step == len(state.codes)
+        return (state.finish is None and not state.switching and p.segment == state.segment
+                and p.step == len(state.codes))
 
     def advance(self, state: TalkerState, plan: WorkPlan, row: FrameRow | None) -> bool:
         state.fresh = []
@@ -140,20 +161,44 @@ class TalkerLoop:
             state.computed = max(state.computed, p.start + int(p.rows.shape[0]))
             return True
         assert row is not None
+        end = None
         if row.stop:
             state.stop_logprob = row.logprobs[0]
-            state.finish = FinishReason.STOP
-            return True
-        state.codes.append(row.codes)
-        state.logprobs.append(row.logprobs)
-        state.fresh = [row.codes]
-        if len(state.codes) >= state.max_frames:
-            state.finish = FinishReason.LENGTH
+            end = FinishReason.STOP
+        else:
+            state.codes.append(row.codes)
+            state.logprobs.append(row.logprobs)
+            state.fresh = [row.codes]
+            if len(state.codes) >= state.max_frames:
+                end = FinishReason.LENGTH
+        if end is not None:
+            if state.segment < len(state.segment_caps):
+                state.switching = True
+                state.ended.append((state.prompt_len, len(state.codes), end))
+            else:
+                state.finish = end
         return True
 
+    def begin_segment(self, state: TalkerState, rows: Any, trailing: tuple[int, ...]) -> None:
+        """The next segment's prompt `rows` and trailing text ids: the frames so far join the history; it waits
+        (`paused`) for KV blocks, as a preempted request does, then prefills the prompt and decodes frame 0."""
+        if not state.switching:
+            raise RuntimeError(f"request {state.request_id}: no segment has ended")
+        state.done_codes += state.codes
+        state.done_logprobs += state.logprobs
+        state.codes, state.logprobs, state.fresh, state.stop_logprob = [], [], [], None
+        state.max_frames = state.segment_caps[state.segment]
+        state.segment += 1
+        state.rows, state.prompt_len, state.trailing = rows, int(rows.shape[0]), trailing
+        state.prefilled = state.computed = state.launched_frames = 0
+        state.switching, state.paused = False, True
+        state.epoch += 1
+
     def finalize(self, state: TalkerState) -> TalkerResult:
-        return TalkerResult(state.finish or FinishReason.ABORT, list(state.codes), list(state.logprobs),
-                            state.stop_logprob, state.prompt_len)
+        current = [] if state.switching else [(state.prompt_len, len(state.codes), state.finish or FinishReason.ABORT)]
+        return TalkerResult(state.finish or FinishReason.ABORT, state.done_codes + state.codes,
+                            state.done_logprobs + state.logprobs, state.stop_logprob, state.prompt_len,
+                            state.ended + current)
 
     # ----- the paged KV's side -----------------------------------------------------------------
     def kv_span(self, plan: WorkPlan) -> tuple[int, int]:

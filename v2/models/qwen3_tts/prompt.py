@@ -35,7 +35,9 @@ class PromptSpec:
     """One prompt. `input_ids` = `<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>assistant\\n` as ids;
     `instruct_ids` = `<|im_start|>user\\n{instruction}<|im_end|>\\n`; `ref_ids` = `<|im_start|>assistant\\n
     {ref_text}<|im_end|>\\n`. Voice clone: `x_vector_only` False means ICL (needs `ref_ids` and R reference
-    frames, passed to `embed_layout`). `non_streaming` None = the reference API's default for the mode."""
+    frames, passed to `embed_layout`). `in_context`: the same in-context part in the other modes, after their
+    own speaker row (custom voice) or none (voice design): a long text's later segment, with the segment
+    before as the reference. `non_streaming` None = the reference API's default for the mode."""
 
     mode: Mode
     input_ids: tuple[int, ...]
@@ -46,10 +48,11 @@ class PromptSpec:
     ref_ids: tuple[int, ...] | None = None
     ref_frames: int = 0
     non_streaming: bool | None = None
+    in_context: bool = False
 
     @property
     def icl(self) -> bool:
-        return self.mode == "voice_clone" and not self.x_vector_only
+        return (self.mode == "voice_clone" and not self.x_vector_only) or self.in_context
 
     def streaming_feed(self) -> bool:
         """True = text fed alongside the frames (the reference's `non_streaming_mode` false)."""

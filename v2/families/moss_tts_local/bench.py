@@ -1,0 +1,62 @@
+"""What `python -m v2.bench` needs of MOSS-TTS-Local: its runtime for the bench, a request, the sequential baseline.
+
+Owns: building the runtime the bench measures (the card's weights, or the release's dimensions with random
+weights: nothing to download), the request a workload text becomes, and one request through the simple
+sequential path on the runtime's own weights (`v2.models.generate.generate`, then the codec's whole
+`decode`), which the runtime's codes must equal. `overhead`: the engine-overhead bench has instant
+stand-ins for this family's executors (`v2.bench.overhead`).
+Must not know: the engine's internals, scheduling.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+overhead = True
+
+
+def runtime(card: Any, *, device: str, random_weights: bool = False) -> Any:
+    from v2.card import build_codec, build_model, build_tokenizer
+    from v2.models.tokenizer import ByteTokenizer
+    from v2.runtime import Runtime
+
+    if random_weights:
+        from v2.bench.shapes import SHAPES
+        from v2.models.codec import MossAudioDecoder
+        from v2.models.moss_tts_local import MossTTSLocal
+
+        dtype = getattr(torch, card.experts.backbone.dtype)
+        model = MossTTSLocal.from_seed(json.loads(SHAPES.joinpath("moss_tts_local_v1_5.json").read_text()), 0,
+                                       dtype=dtype, device=device, init_device=device)
+        codec = MossAudioDecoder.from_seed(json.loads(SHAPES.joinpath("moss_audio_tokenizer_v2.json").read_text()), 0,
+                                           dtype=getattr(torch, card.experts.vocoder.dtype), device=device,
+                                           init_device=device)
+        return Runtime(card, model, codec, ByteTokenizer())
+    return Runtime(card, build_model(card, device=device), build_codec(card, device=device), build_tokenizer(card))
+
+
+def request(family: Any, text: str, *, seed: int, max_frames: int) -> dict[str, Any]:
+    return {"text": text, "seed": seed, "max_frames": max_frames}
+
+
+def sequential(runtime: Any, req: dict[str, Any]) -> tuple[np.ndarray, float, dict[str, float]]:
+    """One request through generate() then decode(): its codes [F, G], seconds of audio, and the wall seconds
+    of each part (`generate`, `decode`)."""
+    from v2.models.generate import generate
+    from v2.models.prompt import build_prompt
+
+    model, codec = runtime.model, runtime.family.codec
+    rows = build_prompt(runtime.family.tokenizer, model.cfg, req["text"])
+    t0 = time.perf_counter()
+    codes = generate(model, rows, max_frames=req["max_frames"], seed=req["seed"],
+                     sampling=runtime.card.loops.ar_decode.sampling.settings())
+    t1 = time.perf_counter()
+    seconds = 0.0
+    if len(codes):
+        seconds = codec.decode(codes.T[None].to(codec.device)).shape[-1] / codec.sample_rate
+    return codes.cpu().numpy(), seconds, {"generate": t1 - t0, "decode": time.perf_counter() - t1}
