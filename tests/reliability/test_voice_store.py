@@ -76,7 +76,7 @@ def test_names_are_matched_whole(name):
 
 @pytest.mark.parametrize("name", ["ok\n", "alice\n", "a" * 64 + "\n"])
 def test_a_name_with_a_trailing_newline_writes_nothing(tmp_path, name):
-    store = VoiceStore(tmp_path, encode=no_encoder)
+    store = VoiceStore(tmp_path, encode=no_encoder, width=12)
     with pytest.raises(VoiceError, match="voice: name"):
         store.add(name, take(1), text="take 1")
     assert not [n for n in os.listdir(tmp_path) if n != ".lock"]
@@ -91,7 +91,7 @@ def test_threads_see_a_whole_voice_or_none(tmp_path):
     done = threading.Event()
 
     def writer(first: int) -> None:
-        store = VoiceStore(tmp_path, encode=no_encoder)
+        store = VoiceStore(tmp_path, encode=no_encoder, width=12)
         for i in range(first, first + 120):
             try:
                 store.add("x", take(i), text=f"take {i}", replace=True)
@@ -104,14 +104,14 @@ def test_threads_see_a_whole_voice_or_none(tmp_path):
                 failures.append(f"writer: {e!r}")
 
     def reader() -> None:
-        store = VoiceStore(tmp_path, encode=no_encoder)
+        store = VoiceStore(tmp_path, encode=no_encoder, width=12)
         n = 0
         while not done.is_set():
             n += 1
             try:
                 voices = store.list() + [store.get("x")]
                 if n % 8 == 0:
-                    fresh = VoiceStore(tmp_path, encode=no_encoder)
+                    fresh = VoiceStore(tmp_path, encode=no_encoder, width=12)
                     voices += fresh.list()
                     failures.extend(f"load: {e}" for e in fresh.errors)
                 failures.extend(f"list: {e}" for e in store.errors)
@@ -153,7 +153,7 @@ WORKER = textwrap.dedent("""
     def refuse(audio):
         raise AssertionError("codes only")
 
-    store = VoiceStore(directory, encode=refuse)
+    store = VoiceStore(directory, encode=refuse, width=12)
     print("ready", flush=True)
     while not go.exists():
         time.sleep(0.01)
@@ -175,7 +175,7 @@ WORKER = textwrap.dedent("""
             n += 1
             try:
                 if n % 8 == 0:
-                    fresh = VoiceStore(directory, encode=refuse)
+                    fresh = VoiceStore(directory, encode=refuse, width=12)
                     failures += fresh.errors
                     voices = fresh.list()
                 else:
@@ -232,7 +232,7 @@ def test_a_failing_encoder_leaves_nothing(tmp_path):
     def broken(_audio: object) -> np.ndarray:
         raise RuntimeError("the encoder failed")
 
-    store = VoiceStore(tmp_path, encode=broken)
+    store = VoiceStore(tmp_path, encode=broken, width=12)
     with pytest.raises(RuntimeError, match="the encoder failed"):
         store.add("bob", b"some audio bytes")
     assert "bob" not in store and not [n for n in os.listdir(tmp_path) if n != ".lock"]
@@ -243,7 +243,7 @@ FULL_DISK = textwrap.dedent("""
     import numpy as np
     from v2.runtime.voices import VoiceStore
 
-    store = VoiceStore(sys.argv[1], encode=None)
+    store = VoiceStore(sys.argv[1], encode=None, width=12)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (32768, 32768))  # a file may grow to 32 KiB: a full disk
     big = np.ones((4000, 12), np.int64)  # 384 KB
@@ -259,7 +259,7 @@ FULL_DISK = textwrap.dedent("""
 
 
 def test_a_write_that_fails_on_disk_leaves_nothing_and_keeps_the_old_voice(tmp_path):
-    store = VoiceStore(tmp_path, encode=no_encoder)
+    store = VoiceStore(tmp_path, encode=no_encoder, width=12)
     store.add("alice", take(5), text="take 5")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path)], env=env, capture_output=True,
@@ -267,7 +267,7 @@ def test_a_write_that_fails_on_disk_leaves_nothing_and_keeps_the_old_voice(tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ["OSError", "OSError"]
     assert sorted(n for n in os.listdir(tmp_path) if n != ".lock") == ["alice"]
-    fresh = VoiceStore(tmp_path, encode=no_encoder)
+    fresh = VoiceStore(tmp_path, encode=no_encoder, width=12)
     assert fresh.errors == [] and [v.name for v in fresh.list()] == ["alice"]
     assert whole(fresh.get("alice")) and fresh.get("alice").text == "take 5"
 
@@ -275,13 +275,13 @@ def test_a_write_that_fails_on_disk_leaves_nothing_and_keeps_the_old_voice(tmp_p
 # ----- symbolic links ------------------------------------------------------------------------------------
 def test_a_symlinked_entry_is_not_followed_and_is_removed_for_good(tmp_path):
     outside, directory = tmp_path / "outside", tmp_path / "voices"
-    VoiceStore(outside, encode=no_encoder).add("mallory", take(3), text="take 3")
+    VoiceStore(outside, encode=no_encoder, width=12).add("mallory", take(3), text="take 3")
     directory.mkdir()
     (directory / "mallory").symlink_to(outside / "mallory", target_is_directory=True)
     (directory / "eve").mkdir()  # a real entry whose codes are a link out of the store
     (directory / "eve" / "meta.json").write_text('{"format": 1, "name": "eve", "text": "take 3"}')
     (directory / "eve" / "codes.npy").symlink_to(outside / "mallory" / "codes.npy")
-    store = VoiceStore(directory, encode=no_encoder)
+    store = VoiceStore(directory, encode=no_encoder, width=12)
     assert store.list() == [] and sorted(e.split(":")[0] for e in store.errors) == ["eve", "mallory"]
     assert "symbolic link" in next(e for e in store.errors if e.startswith("mallory"))
     for name in ("mallory", "eve"):
@@ -290,15 +290,15 @@ def test_a_symlinked_entry_is_not_followed_and_is_removed_for_good(tmp_path):
         assert name not in store
     store.remove("mallory")
     assert not os.path.lexists(directory / "mallory")
-    assert whole(VoiceStore(outside, encode=no_encoder).get("mallory"))  # the link's target is untouched
-    restarted = VoiceStore(directory, encode=no_encoder)
+    assert whole(VoiceStore(outside, encode=no_encoder, width=12).get("mallory"))  # the link's target is untouched
+    restarted = VoiceStore(directory, encode=no_encoder, width=12)
     assert [e.split(":")[0] for e in restarted.errors] == ["eve"] and "mallory" not in restarted
 
 
 def test_a_dangling_symlink_is_a_voice_error_and_can_be_replaced_or_removed(tmp_path):
     (tmp_path / "ghost").symlink_to(tmp_path / "nowhere")
     (tmp_path / "shade").symlink_to(tmp_path / "nowhere")
-    store = VoiceStore(tmp_path, encode=no_encoder)
+    store = VoiceStore(tmp_path, encode=no_encoder, width=12)
     assert sorted(e.split(":")[0] for e in store.errors) == ["ghost", "shade"]
     with pytest.raises(VoiceError, match="symbolic link"):
         store.get("ghost")
@@ -308,13 +308,13 @@ def test_a_dangling_symlink_is_a_voice_error_and_can_be_replaced_or_removed(tmp_
     assert not (tmp_path / "ghost").is_symlink() and whole(store.get("ghost"))
     store.remove("shade")
     assert not os.path.lexists(tmp_path / "shade") and not (tmp_path / "nowhere").exists()
-    restarted = VoiceStore(tmp_path, encode=no_encoder)
+    restarted = VoiceStore(tmp_path, encode=no_encoder, width=12)
     assert restarted.errors == [] and [v.name for v in restarted.list()] == ["ghost"]
 
 
 # ----- replace -------------------------------------------------------------------------------------------
 def test_a_taken_name_is_refused_unless_replacing_across_stores(tmp_path):
-    first, second = VoiceStore(tmp_path, encode=no_encoder), VoiceStore(tmp_path, encode=no_encoder)
+    first, second = VoiceStore(tmp_path, encode=no_encoder, width=12), VoiceStore(tmp_path, encode=no_encoder, width=12)
     first.add("alice", take(1), text="take 1")
     for store in (first, second):
         with pytest.raises(VoiceExists, match="voice: a voice named 'alice' is stored already"):
@@ -344,10 +344,10 @@ def test_the_cli_refuses_a_taken_name_unless_replace(tmp_path, speaker_wav, caps
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [f"error: voices add: a voice named 'alice' is stored already in {tmp_path}; "
                                 "pass --replace to replace it"]
-    assert VoiceStore(tmp_path, encode=no_encoder).get("alice").text == "Hello."
+    assert VoiceStore(tmp_path, encode=no_encoder, width=12).get("alice").text == "Hello."
     assert main(["voices", *store, "add", "alice", str(speaker_wav), "--replace"]) == 0
     assert json.loads(capsys.readouterr().out)["text"] is None
-    assert VoiceStore(tmp_path, encode=no_encoder).get("alice").text is None
+    assert VoiceStore(tmp_path, encode=no_encoder, width=12).get("alice").text is None
 
 
 @pytest.fixture(scope="module")
@@ -379,7 +379,7 @@ def test_http_answers_409_for_a_taken_name_unless_the_form_says_replace(server, 
 
 # ----- printing ------------------------------------------------------------------------------------------
 def test_a_voice_prints_as_a_summary(tmp_path):
-    store = VoiceStore(tmp_path, encode=no_encoder)
+    store = VoiceStore(tmp_path, encode=no_encoder, width=12)
     voice = store.add("alice", np.ones((1000, 12), np.int64), text="A long transcript. " * 20)
     text = repr(voice)
     assert text.startswith("Voice(name='alice', frames=1000, text='A long transcript.") and len(text) < 160
@@ -390,8 +390,8 @@ def test_voices_list_is_a_table_or_json_lines(tmp_path, speaker_wav, capsys):
     store = ["--voices-dir", str(tmp_path)]
     assert main(["voices", *store, "list"]) == 0
     assert capsys.readouterr().out.strip() == f"no stored voices in {tmp_path}"
-    VoiceStore(tmp_path, encode=no_encoder).add("bob", take(3), text="Hi,\nI am Bob.")
-    VoiceStore(tmp_path, encode=no_encoder).add("alice", take(12))
+    VoiceStore(tmp_path, encode=no_encoder, width=12).add("bob", take(3), text="Hi,\nI am Bob.")
+    VoiceStore(tmp_path, encode=no_encoder, width=12).add("alice", take(12))
     assert main(["voices", *store, "list"]) == 0
     lines = capsys.readouterr().out.rstrip("\n").splitlines()
     assert lines[0].split() == ["NAME", "FRAMES", "ADDED", "TEXT"] and len(lines) == 3

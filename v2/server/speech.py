@@ -2,8 +2,9 @@
 
 Owns: reading the body (JSON only: 415 otherwise; 400 for malformed JSON, or JSON too deep or with too many
 members, refused before it is parsed: jsonbody.py), then in a worker thread (the event loop never waits on
-parsing, reference audio or the runtime) planning it (schema.py), resolving the voice and submitting, mapping
-refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with Retry-After, a closed runtime ->
+parsing, reference audio or the runtime) planning it (schema.py), resolving the voice, having the runtime
+parse the fields into its family's typed request and submitting that, mapping refusals (a `RequestError` ->
+400 naming the OpenAI param by its `field`, overload -> 429 with Retry-After, a closed runtime ->
 503), recording every request's result in the metrics, and choosing the response: a watched stream (every
 format, unless `stream: false`) or the whole file with its Content-Length, rate, channels and timings in
 headers.
@@ -43,14 +44,14 @@ def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan,
     p = plan(parse_body(_read_json(raw, content_type)), st.config.limits(), native_rate=st.native_rate,
              native_channels=st.native_channels)
     encoder = audio.make_encoder(p.spec, st.native_rate, st.native_channels, streaming=True) if p.streaming else None
-    request = dict(p.request)
+    fields = dict(p.request)
     voice = st.voices.resolve(p.voice)
     if voice is not None:
-        request["voice"] = voice
+        fields["voice"] = voice
     try:
-        handle = st.runtime.submit(request)
+        handle = st.runtime.submit(st.runtime.parse(fields))  # the family's typed request
     except RequestError as e:
-        raise runtime_field_error(str(e), aliases=p.aliases) from None
+        raise runtime_field_error(e, aliases=p.aliases) from None
     except OverloadedError as e:
         raise ApiError(429, f"the server is busy: {e}", code="overloaded",
                        headers={"Retry-After": str(st.config.retry_after_s)}) from None

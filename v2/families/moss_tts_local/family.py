@@ -186,10 +186,10 @@ class MossFamily:
             raise ValueError("prompts: a shared prompt must be the same for every request of the group")
         if prepared[0].audio:
             raise RequestError("reference_audio: a group shares one prompt; store the voice once "
-                               "(rt.voices.add) and pass voice=NAME, or pass reference_codes")
+                               "(rt.voices.add) and pass voice=NAME, or pass reference_codes", field="reference_audio")
         if len(prepared[0].segments) > 1:
             raise RequestError("text: a group shares one prompt; this text is spoken as "
-                               f"{len(prepared[0].segments)} segments (max_segment_chars)")
+                               f"{len(prepared[0].segments)} segments (max_segment_chars)", field="text")
 
     def read_input(self, source: Any) -> Any:
         return prepare_recording(source, self.card, self.codec_spec)
