@@ -86,7 +86,7 @@ class Runtime:
 
     # ----- caller side -----------------------------------------------------------------------------
     def parse(self, fields: Any) -> Any:
-        """The family's typed request (for MOSS-TTS-Local a `v2.request.SpeechRequest`) from a dict of fields;
+        """The family's typed request (its request model, e.g. `v2.request.SpeechRequest`) from a dict of fields;
         a `RequestError` whose `field` names the field to blame. `submit` takes what this returns (and checks
         it again: a caller may have changed what it holds)."""
         return self.family.parse(fields)

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullmatch
 FORMAT = 1
 STAGING, WITHDRAWN = ".staging-", ".withdrawn-"  # hidden: never listed; swept at start
-MAX_CODES_BYTES, MAX_META_BYTES = 16 * 2**20, 2**20  # [N, 12] int64 at 16 MiB: 174k frames, hours of audio
+MAX_CODES_BYTES, MAX_META_BYTES = 16 * 2**20, 2**20  # [N, G] int64 at 16 MiB: hours of audio
 
 
 class VoiceError(ValueError):
