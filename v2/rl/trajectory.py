@@ -3,7 +3,7 @@
 Owns: `Trajectory` (what a ROLLOUT request produced, with every sampled token's logprob under the
 distribution it was drawn from), `to_dict` / JSONL / npz writers, and `collate` (right-padded tensors and
 masks for a trainer).
-Must not know: the model, the recompute (recompute.py), the engine, slots, scheduling (the runtime builds
+Must not know: the model, the recompute (`v2.rl.recompute`, a family's recompute), the engine, slots, scheduling (the runtime builds
 trajectories; this file defines them).
 """
 
@@ -39,6 +39,7 @@ class Trajectory:
     sampling: SamplingSettings
     min_frames: int
     finish_reason: str             # stop | length | abort | error
+    family: str                    # the family that made it (its card's `family`): `v2.rl.logprobs` recomputes with it
     timings: dict[str, float | None] = field(default_factory=dict)
     audio: np.ndarray | None = None  # float32 [channels, samples] unless decode_audio was off
 

@@ -244,7 +244,7 @@ class MossFamily:
     def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
         return results.build_result(record, outputs.get(AR), outputs.get(VOC), reason, now,
                                     channels=self.codec.cfg.channels, sample_rate=self.codec.sample_rate,
-                                    groups=self.code_width)
+                                    groups=self.code_width, family=self.name)
 
     def stats(self) -> dict[str, Any]:
         return {"graphs": {"ar_frame": self.ar_exec.graphs.stats(), "audio_chunk": self.codec_exec.graphs.stats()}}
