@@ -24,7 +24,7 @@ import torch
 
 from v2.bench.overhead import run_overhead
 from v2.bench.serving import peak_memory_mb, run_baseline, run_serving, workload
-from v2.bench.shapes import SHAPES
+from v2.families.moss_tts_local.shapes import SHAPES
 from v2.card import build_codec, build_model, build_tokenizer, load_card
 from v2.models.codec import MossAudioDecoder
 from v2.models.moss_tts_local import MossTTSLocal

@@ -61,8 +61,8 @@ def write_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:
 def write_npz(trajectories: Iterable[Trajectory], path: str | Path) -> None:
     """The collated arrays plus per-sample ids, seeds and versions in one compressed npz."""
     items = list(trajectories)
-    batch = collate(items)
-    np.savez_compressed(path, **{k: v.numpy() for k, v in batch.items()},
+    arrays: dict[str, Any] = {k: v.numpy() for k, v in collate(items).items()}  # (named arrays, as savez takes them)
+    np.savez_compressed(path, **arrays,
                         request_id=np.array([t.request_id for t in items]), group_id=np.array([t.group_id for t in items]),
                         sample_id=np.array([t.sample_id for t in items]), seed=np.array([t.seed for t in items]),
                         weight_version=np.array([t.weight_version for t in items]))

@@ -1,8 +1,8 @@
 """Release-shaped configs (the published dimensions) for benchmarks with random weights: no download.
 
-`moss_tts_local_v1_5.json` is a config.json in the release's schema with the published sizes (Qwen3-4B
-backbone, 1-layer local transformer); `moss_audio_tokenizer_v2.json` the codec's (six stages, ~1 B decoder
-parameters). A real checkpoint's own config.json always wins over these.
+A family's own configs live with the family where it provides them (MOSS-TTS-Local's:
+`v2.families.moss_tts_local.shapes`); this folder holds the ones the benchmarks keep themselves. A real
+checkpoint's own config.json always wins over these.
 """
 
 from importlib.resources import files
