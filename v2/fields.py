@@ -42,7 +42,13 @@ MAX_REFERENCE_SAMPLES = 2**24  # frames x channels of one recording, as given (b
 
 
 class FieldError(ValueError):
-    """A value cannot be used; the message starts with the field's name."""
+    """A value cannot be used. `field`: the field to blame, a dotted name without indices ("reference_codes",
+    "sampling.audio.top_k"), or None where no one field is; the message starts with the field's name (and
+    row, e.g. "reference_codes[1][3]: ..."), for people."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _is_tensor(value: Any) -> bool:
@@ -51,21 +57,23 @@ def _is_tensor(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def int_tensor(value: Any, field: str) -> Any:
+def int_tensor(value: Any, field: str, label: str | None = None) -> Any:
     """A new int64 CPU tensor holding `value`'s integers (every integer dtype whose values fit int64);
     refuses floats, bools, complex, object arrays, sparse or meta tensors, ragged lists and non-integer
-    elements with the field (and row) named."""
+    elements with a `FieldError` of `field`, its message naming `label` (default: the field) and the row."""
     import torch  # the result is a tensor
 
+    where = label or field
     if isinstance(value, torch.Tensor):
-        return _from_tensor(value, field)
+        return _from_tensor(value, field, where)
     if isinstance(value, np.ndarray):
-        return _from_numpy(value, field)
+        return _from_numpy(value, field, where)
     if isinstance(value, (list, tuple)):
         flat: list[int] = []
-        shape = _walk(value, field, flat, 0)
+        shape = _walk(value, field, where, flat, 0)
         return torch.tensor(flat, dtype=torch.int64).reshape(shape)
-    raise FieldError(f"{field}: expected a list, numpy array or tensor of integers, got {type(value).__name__}")
+    raise FieldError(f"{where}: expected a list, numpy array or tensor of integers, got {type(value).__name__}",
+                     field=field)
 
 
 @functools.cache
@@ -76,60 +84,61 @@ def _int_dtypes() -> frozenset[Any]:
                       torch.uint64})
 
 
-def _from_tensor(t: Any, field: str) -> Any:
+def _from_tensor(t: Any, field: str, where: str) -> Any:
     import torch
 
     if t.layout is not torch.strided:
-        raise FieldError(f"{field}: sparse tensors are not accepted; give a dense integer tensor")
+        raise FieldError(f"{where}: sparse tensors are not accepted; give a dense integer tensor", field=field)
     if t.is_meta:
-        raise FieldError(f"{field}: a meta tensor holds no values")
+        raise FieldError(f"{where}: a meta tensor holds no values", field=field)
     if t.dtype not in _int_dtypes():
-        raise FieldError(f"{field}: expected an integer dtype, got {t.dtype}")
+        raise FieldError(f"{where}: expected an integer dtype, got {t.dtype}", field=field)
     if t.dtype in (torch.uint16, torch.uint32, torch.uint64):  # torch has few ops for these: numpy checks them
-        return _from_numpy(t.detach().cpu().numpy(), field)
+        return _from_numpy(t.detach().cpu().numpy(), field, where)
     return t.detach().to(device="cpu", dtype=torch.int64, copy=True).contiguous()
 
 
-def _from_numpy(a: np.ndarray, field: str) -> Any:
+def _from_numpy(a: np.ndarray, field: str, where: str) -> Any:
     import torch
 
     if a.dtype.kind not in "iu":
         kind = {"b": "bool", "f": "floating", "c": "complex", "O": "object"}.get(a.dtype.kind, str(a.dtype))
-        raise FieldError(f"{field}: expected an integer dtype, got {kind} ({a.dtype})")
+        raise FieldError(f"{where}: expected an integer dtype, got {kind} ({a.dtype})", field=field)
     if a.dtype.kind == "u" and a.dtype.itemsize == 8 and a.size and int(a.max()) > INT64_MAX:
-        raise FieldError(f"{field}: values must fit in int64 (the largest is {int(a.max())})")
+        raise FieldError(f"{where}: values must fit in int64 (the largest is {int(a.max())})", field=field)
     return torch.from_numpy(np.array(a, dtype=np.int64, order="C", copy=True))  # widened copy, any strides
 
 
-def _walk(value: Any, where: str, flat: list[int], depth: int) -> tuple[int, ...]:
+def _walk(value: Any, field: str, where: str, flat: list[int], depth: int) -> tuple[int, ...]:
     """Append the integers of a nested list to `flat`; the nesting's shape (refusing ragged nesting)."""
     if depth > 8:
-        raise FieldError(f"{where}: nested too deep")
+        raise FieldError(f"{where}: nested too deep", field=field)
     if not value:
         return (0,)
     inner: tuple[int, ...] | None = None
     for i, item in enumerate(value):
         at = f"{where}[{i}]"
         if isinstance(item, (list, tuple)):
-            shape = _walk(item, at, flat, depth + 1)
+            shape = _walk(item, field, at, flat, depth + 1)
         elif (isinstance(item, np.ndarray) or _is_tensor(item)) and item.ndim > 0:
-            converted = int_tensor(item, at)
+            converted = int_tensor(item, field, at)
             flat.extend(converted.reshape(-1).tolist())
             shape = tuple(converted.shape)
         else:
-            flat.append(_int_item(item, at))
+            flat.append(_int_item(item, field, at))
             shape = ()
         if inner is None:
             inner = shape
         elif shape != inner:
-            raise FieldError(f"{where}: ragged nesting ({at} has shape {list(shape)}, the first has {list(inner)})")
+            raise FieldError(f"{where}: ragged nesting ({at} has shape {list(shape)}, the first has {list(inner)})",
+                             field=field)
     assert inner is not None
     return (len(value), *inner)
 
 
-def _int_item(item: Any, where: str) -> int:
+def _int_item(item: Any, field: str, where: str) -> int:
     if isinstance(item, (bool, np.bool_)):
-        raise FieldError(f"{where}: expected an integer, got a bool")
+        raise FieldError(f"{where}: expected an integer, got a bool", field=field)
     if isinstance(item, np.ndarray) and item.ndim == 0:
         item = item[()]
     if _is_tensor(item) and item.ndim == 0 and item.dtype in _int_dtypes():
@@ -137,9 +146,9 @@ def _int_item(item: Any, where: str) -> int:
     elif isinstance(item, np.generic) and item.dtype.kind in "iu":
         item = int(item)
     if not isinstance(item, int):
-        raise FieldError(f"{where}: expected an integer, got {type(item).__name__}")
+        raise FieldError(f"{where}: expected an integer, got {type(item).__name__}", field=field)
     if not INT64_MIN <= item <= INT64_MAX:
-        raise FieldError(f"{where}: {shown(item)} does not fit in int64")
+        raise FieldError(f"{where}: {shown(item)} does not fit in int64", field=field)
     return item
 
 

@@ -58,10 +58,10 @@ def spans(request: Any, max_chars: int) -> list[tuple[int, int]]:
     if len(out) > 1:
         if request.profile is ExecutionProfile.ROLLOUT:
             raise RequestError(f"text: {len(request.text)} characters would be spoken as {len(out)} segments; "
-                               f"a rollout trajectory is one prompt (max_segment_chars {max_chars})")
+                               f"a rollout trajectory is one prompt (max_segment_chars {max_chars})", field="text")
         if getattr(request, "duration_frames", None) is not None:
             raise RequestError(f"duration_frames: a duration target is for one prompt; this text is spoken as "
-                               f"{len(out)} segments (max_segment_chars {max_chars})")
+                               f"{len(out)} segments (max_segment_chars {max_chars})", field="duration_frames")
     return out
 
 
@@ -102,6 +102,6 @@ def plan(request: SpeechRequest, parts: list[tuple[int, int]], cfg: MossTTSLocal
             raise RequestError(f"text: segment {i + 2} (characters {parts[i + 1][0]}-{parts[i + 1][1]}) lays out "
                                f"{int(nxt.shape[0])} prompt rows, leaving {max(cap, 0)} for the previous segment's "
                                f"frames within max_prompt_rows ({max_prompt_rows}); at least {max(1, min_frames)} "
-                               "are needed: lower the card's max_segment_chars")
+                               "are needed: lower the card's max_segment_chars", field="text")
         out.append(TextSegment(s, e, spoken(text[s:e]), rows[i], cap))
     return tuple(out)

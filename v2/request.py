@@ -5,8 +5,10 @@ a transcript for continuation, or a stored voice's name; style fields, per-head 
 limits, streaming, profile), the flat sampling names HTTP uses (`temperature`, `top_k`, `top_p`: the
 audio head's; `repetition_penalty`) folded into `sampling`, its field rules (strict types; every integer
 bounded; arrays and raw samples copied when validated, so nothing the caller holds is read later; raw samples'
-rate and size are checked before that copy), and `parse_request` (errors name the field). Checking a request
-against a card and laying out its prompt is `v2/prepare.py`.
+rate and size are checked before that copy), `RequestError` (its `field` names the field to blame), and
+`parse_request` (a pydantic error becomes a `RequestError` whose `field` comes from the error's location or
+from the rule that raised it, never from its message). Checking a request against a card and laying out its
+prompt is the family's (`v2/families/moss_tts_local/prepare.py`).
 Must not know: the engine, slots, devices, cards.
 """
 
@@ -15,7 +17,6 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import re
 from typing import Annotated, Any
 
 import numpy as np
@@ -33,7 +34,14 @@ from v2.sampling_settings import HeadSampling, SamplingSettings
 
 
 class RequestError(ValueError):
-    """A request field is invalid; the message starts with the field's name."""
+    """A request field is invalid. `field`: the request field to blame, as a dotted name without indices
+    ("text", "sampling.audio.top_k", "reference_audio"), given by every raise site; None where no one field
+    is to blame, or where a raise site does not say (a server then names no parameter). The message starts
+    with the field's name (and index: "reference_audio[1]: ..."), for people."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class OverloadedError(RuntimeError):
@@ -111,12 +119,12 @@ def fold_flat_sampling(fields: dict[str, Any]) -> dict[str, Any]:
         try:
             _FLAT_CHECKS[name].validate_python(value)
         except ValidationError as e:
-            raise FieldError(f"{name}: {_message(e.errors()[0])}") from None
+            raise FieldError(f"{name}: {_message(e.errors()[0])}", field=name) from None
         if value is None:  # None is the card's default, as when left out
             continue
         for label, place in ((f"sampling.audio.{name}", audio), (f"sampling.{name}", sampling)):
             if place.get(name) is not None:
-                raise FieldError(f"{name}: give {name} or {label}, not both")
+                raise FieldError(f"{name}: give {name} or {label}, not both", field=name)
         (audio if FLAT_SAMPLING[name].startswith("sampling.audio.") else sampling)[name] = value
     if audio or "audio" in sampling:
         sampling["audio"] = audio
@@ -163,7 +171,7 @@ class SpeechRequest(_Strict):
             isinstance(v[0], (torch.Tensor, np.ndarray)) and v[0].ndim == 2
             or isinstance(v[0], (list, tuple)) and len(v[0]) > 0 and isinstance(v[0][0], (list, tuple)))
         if several:
-            return tuple(int_tensor(r, f"reference_codes[{i}]") for i, r in enumerate(v))
+            return tuple(int_tensor(r, "reference_codes", f"reference_codes[{i}]") for i, r in enumerate(v))
         codes = int_tensor(v, "reference_codes")
         return tuple(codes.unbind(0)) if codes.dim() == 3 else (codes,)
 
@@ -175,31 +183,36 @@ class SpeechRequest(_Strict):
             return None
         items = v if isinstance(v, list) or (isinstance(v, tuple) and not _is_samples(v)) else [v]
         if not items:
-            raise ValueError("give at least one recording")
+            raise FieldError("reference_audio: give at least one recording", field="reference_audio")
         return tuple(_recording(x, f"reference_audio[{i}]" if len(items) > 1 else "reference_audio")
                      for i, x in enumerate(items))
 
     @model_validator(mode="after")
     def _one_source(self) -> "SpeechRequest":
+        """The rules across fields; each names the field it blames (a `FieldError`, kept by `parse_request`)."""
         if (self.text is None) == (self.prompt_rows is None):
-            raise ValueError("give exactly one of 'text' and 'prompt_rows'")
+            raise FieldError("text: give exactly one of 'text' and 'prompt_rows'", field="text")
         if self.text is not None and not self.text.strip():
-            raise ValueError("text: must not be empty or whitespace")
+            raise FieldError("text: must not be empty or whitespace", field="text")
         given = [f for f in ("reference_codes", "reference_audio", "voice") if getattr(self, f) is not None]
         if self.prompt_rows is not None and (given or self.reference_text is not None):
-            raise ValueError(f"{(given or ['reference_text'])[0]}: give references inside prompt_rows when prompt_rows is used")
+            field = (given or ["reference_text"])[0]
+            raise FieldError(f"{field}: give references inside prompt_rows when prompt_rows is used", field=field)
         if len(given) > 1:
-            raise ValueError(f"{given[1]}: give only one of reference_codes, reference_audio and voice")
+            raise FieldError(f"{given[1]}: give only one of reference_codes, reference_audio and voice",
+                             field=given[1])
         if self.reference_text is not None:
             count = 1 if self.voice is not None else len(getattr(self, given[0])) if given else 0
             if count != 1:
-                raise ValueError("reference_text: continuation needs exactly one reference (audio, codes or voice)")
+                raise FieldError("reference_text: continuation needs exactly one reference (audio, codes or voice)",
+                                 field="reference_text")
             if not self.reference_text.strip():
-                raise ValueError("reference_text: must not be empty or whitespace")
+                raise FieldError("reference_text: must not be empty or whitespace", field="reference_text")
         if self.max_frames is not None and self.min_frames > self.max_frames:
-            raise ValueError(f"min_frames ({self.min_frames}) exceeds max_frames ({self.max_frames})")
+            raise FieldError(f"min_frames ({self.min_frames}) exceeds max_frames ({self.max_frames})",
+                             field="min_frames")
         if self.stream and not self.decode_audio:
-            raise ValueError("stream: a stream needs decode_audio")
+            raise FieldError("stream: a stream needs decode_audio", field="stream")
         return self
 
 
@@ -208,26 +221,28 @@ def _is_samples(v: tuple[Any, ...]) -> bool:
     return len(v) == 2 and isinstance(v[1], numbers.Real) and not isinstance(v[1], bool)
 
 
-def _recording(x: Any, field: str) -> Any:
-    """A path (as str), a private copy of file bytes, or (a private copy of the samples, rate)."""
+def _recording(x: Any, label: str) -> Any:
+    """A path (as str), a private copy of file bytes, or (a private copy of the samples, rate). Refusals are
+    of `reference_audio`, their messages naming `label` (with the recording's index when there are several)."""
     if isinstance(x, (str, os.PathLike)):
         return os.fspath(x)
     if isinstance(x, (bytes, bytearray, memoryview)):
         return bytes(x)
     if isinstance(x, tuple) and _is_samples(x):
-        _check_samples_cost(x[0], x[1], field)
+        _check_samples_cost(x[0], x[1], label)
         samples = x[0].detach().cpu().numpy() if isinstance(x[0], torch.Tensor) else x[0]
         if isinstance(samples, np.ndarray) and samples.dtype.kind not in "fi":
-            raise FieldError(f"{field}: samples must be float, int16 or int32 PCM, got {samples.dtype}")
+            raise FieldError(f"{label}: samples must be float, int16 or int32 PCM, got {samples.dtype}",
+                             field="reference_audio")
         try:
             return (np.array(samples, copy=True), x[1])
         except (TypeError, ValueError) as e:
-            raise FieldError(f"{field}: samples are not an array of numbers ({e})") from None
-    raise FieldError(f"{field}: expected a path, the bytes of an audio file, or (samples, sample_rate); "
-                     f"got {type(x).__name__}")
+            raise FieldError(f"{label}: samples are not an array of numbers ({e})", field="reference_audio") from None
+    raise FieldError(f"{label}: expected a path, the bytes of an audio file, or (samples, sample_rate); "
+                     f"got {type(x).__name__}", field="reference_audio")
 
 
-def _check_samples_cost(samples: Any, rate: Any, field: str) -> None:
+def _check_samples_cost(samples: Any, rate: Any, label: str) -> None:
     """The rate and frames x channels of raw samples, from the shape alone: refused before the copy (the
     duration against the card is checked at prepare, still before any conversion)."""
     try:
@@ -237,31 +252,49 @@ def _check_samples_cost(samples: Any, rate: Any, field: str) -> None:
         if shape and max(shape) > 0:
             check_reference_size(max(shape), math.prod(shape) // max(shape))  # the longer axis is time
     except ValueError as e:
-        raise FieldError(f"{field}: {e}") from None
+        raise FieldError(f"{label}: {e}", field="reference_audio") from None
 
 
 def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
     """A validated `SpeechRequest` (an instance is validated again, and its arrays copied again); a pydantic
-    error becomes a RequestError naming the field."""
+    error becomes a RequestError of the first error's field (every error is in the message)."""
     if not isinstance(request, (SpeechRequest, dict)):
-        raise RequestError(f"request: expected a SpeechRequest or a dict of fields, got {type(request).__name__}")
+        raise RequestError(f"request: expected a SpeechRequest or a dict of fields, got {type(request).__name__}",
+                           field=None)
     try:
         return SpeechRequest.model_validate(request)
     except ValidationError as e:
-        raise RequestError("; ".join(_describe(err) for err in e.errors())) from None
+        errors = e.errors()
+        raise RequestError("; ".join(_describe(err) for err in errors), field=_field(errors[0])) from None
+
+
+def _cause(err: Any) -> Any:
+    """The exception a validator raised (a `FieldError` says its field), or None for pydantic's own checks."""
+    return err.get("ctx", {}).get("error") if err["type"] == "value_error" else None
 
 
 def _message(err: Any) -> str:
-    return str(err["ctx"]["error"]) if err["type"] == "value_error" and "error" in err.get("ctx", {}) else err["msg"]
+    cause = _cause(err)
+    return err["msg"] if cause is None else str(cause)
+
+
+def _field(err: Any) -> str | None:
+    """The field an error blames: the one its rule named, else its location less list indices ("sampling.audio.top_k";
+    "reference_codes.1" -> "reference_codes"); None for a whole-request check that named none."""
+    cause = _cause(err)
+    if isinstance(cause, FieldError) and cause.field is not None:
+        return cause.field
+    loc = [str(x) for x in err["loc"] if not isinstance(x, int)]
+    return ".".join(loc) or None
 
 
 def _describe(err: Any) -> str:
-    """'field: message'; a converter's message that already names the field (and row) is kept as it is."""
+    """'field: message'; a rule's or converter's message that names its field (and row) is kept as it is."""
+    cause = _cause(err)
+    if isinstance(cause, FieldError) and cause.field is not None:
+        return str(cause)
     loc = ".".join(str(x) for x in err["loc"])
     message = _message(err)
-    if not loc:  # a whole-request rule: its message names the field when one is to blame
-        return message if _NAMED.match(message) else f"request: {message}"
-    return message if message.startswith((f"{loc}:", f"{loc}[")) else f"{loc}: {message}"
-
-
-_NAMED = re.compile(r"^[a-z_][a-z0-9_.]*(\[\d+\])*: ")
+    if not loc:  # a whole-request check that named no field
+        return f"request: {message}"
+    return f"{loc}: {message}"

@@ -16,7 +16,7 @@ from v2.models.config import ConfigError
 from v2.models.weights import CheckpointError, empty_model
 
 from conftest import CODEC_DIR
-from v2.bench.shapes import SHAPES
+from v2.families.moss_tts_local.shapes import SHAPES
 
 SRC = CODEC_DIR / "checkpoint"
 CONFIG = json.loads((SRC / "config.json").read_text())

@@ -143,7 +143,7 @@ def test_instances_are_validated_again_at_submit(runtime):
     refused(runtime, good.model_copy(update={"seed": True}), "seed")
     refused(runtime, good.model_copy(update={"sampling": {"repetition_penalty": 1e-40}}), "sampling")
     refused(runtime, SpeechRequest.model_construct(text="x", seed=-5), "seed")
-    refused(runtime, SpeechRequest.model_construct(text=None), "request")
+    refused(runtime, SpeechRequest.model_construct(text=None), "text")
     rows = np.array([[1] + PAD], dtype=np.int64)
     constructed = SpeechRequest.model_construct(prompt_rows=rows, max_frames=1)
     handle = runtime.submit(constructed)

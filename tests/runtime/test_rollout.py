@@ -158,6 +158,19 @@ def test_collate_pads_and_masks(runtime, tmp_path):
         assert z["logprobs"].shape == tuple(batch["logprobs"].shape) and list(z["seed"]) == [t.seed for t in trajectories]
 
 
+def test_v2_rl_logprobs_recomputes_with_the_trajectorys_family(runtime):
+    import dataclasses
+
+    import v2.rl
+
+    (t,) = runtime.rollout([TEXTS[0]], n=1, seed=3, max_frames=10, temperature=1.0).trajectories(60)
+    assert t.family == runtime.card.family == "moss_tts_local" and t.to_dict()["family"] == t.family
+    with torch.no_grad():
+        assert torch.equal(v2.rl.logprobs(runtime.model, t), recompute(runtime.model, t))  # the family's own
+    with pytest.raises(ValueError, match="^family: the trajectory's family 'no_such_family'"):
+        v2.rl.logprobs(runtime.model, dataclasses.replace(t, family="no_such_family"))
+
+
 def test_gradients_flow_through_the_recompute(runtime):
     (t,) = runtime.rollout([TEXTS[0]], n=1, seed=9, max_frames=12, temperature=1.0, top_k=20, top_p=0.9).trajectories(60)
     model = build_model(load_card())

@@ -11,6 +11,7 @@ import pytest
 
 from serverkit import decode
 from v2.server.audio import FORMATS, Shaper, encode_whole, make_encoder, output_spec, to_s16, wav_header
+from v2.request import RequestError
 from v2.server.errors import ApiError, runtime_field_error
 from v2.server.schema import Limits, SpeechBody, parse_body, plan, read_reference
 
@@ -64,20 +65,31 @@ def test_rates_a_format_cannot_hold_are_refused(fmt, rate):
         output_spec(fmt, rate, RATE, 2)
 
 
-@pytest.mark.parametrize("message,param,text", [
-    ("sampling.audio.temperature: too hot", "temperature", "temperature: too hot"),
-    ("sampling.top_p: bad", "top_p", "top_p: bad"),
-    ("sampling.repetition_penalty: bad", "repetition_penalty", "repetition_penalty: bad"),
-    ("request: text: must not be empty", "input", "input: must not be empty"),
-    ("instruction: too long", "instructions", "instructions: too long"),
-    ("max_frames: 9 exceeds the cap", "max_new_tokens", "max_new_tokens: 9 exceeds the cap"),
-    ("reference_audio[1]: not audio", "ref_audio", "ref_audio[1]: not audio"),
-    ("give exactly one of 'text' and 'prompt_rows'", None, "give exactly one of 'text' and 'prompt_rows'"),
+@pytest.mark.parametrize("message,field,param,text", [
+    ("sampling.audio.temperature: too hot", "sampling.audio.temperature", "temperature", "temperature: too hot"),
+    ("sampling.audio.top_p: bad", "sampling.audio.top_p", "top_p", "top_p: bad"),
+    ("sampling.repetition_penalty: bad", "sampling.repetition_penalty", "repetition_penalty", "repetition_penalty: bad"),
+    ("text: must not be empty", "text", "input", "input: must not be empty"),
+    ("instruction: too long", "instruction", "instructions", "instructions: too long"),
+    ("max_frames: 9 exceeds the cap", "max_frames", "max_new_tokens", "max_new_tokens: 9 exceeds the cap"),
+    ("reference_audio[1]: not audio", "reference_audio", "ref_audio", "ref_audio[1]: not audio"),
+    ("the prompt is too long", "text", "input", "input: the prompt is too long"),  # a message not led by its field
+    ("sampling.temperature: 9", "sampling.temperature", None, "sampling.temperature: 9"),  # no HTTP field sets it
+    ("give exactly one of 'text' and 'prompt_rows'", None, None, "give exactly one of 'text' and 'prompt_rows'"),
 ])
-def test_runtime_field_errors_name_the_openai_param(message, param, text):
-    err = runtime_field_error(message)
+def test_runtime_field_errors_name_the_openai_param_by_field(message, field, param, text):
+    err = runtime_field_error(RequestError(message, field=field))
     assert (err.status, err.param, err.message) == (400, param, text)
-    assert runtime_field_error("max_frames: x", aliases={"max_frames": "max_frames"}).param == "max_frames"
+    aliased = runtime_field_error(RequestError("max_frames: x", field="max_frames"),
+                                  aliases={"max_frames": "max_frames"})
+    assert (aliased.param, aliased.message) == ("max_frames", "max_frames: x")
+    assert runtime_field_error(RequestError("seed: a message naming no field")).param is None  # field left out
+
+
+def test_the_param_follows_the_field_not_the_message():
+    """The message is for people: a field named in it is not what the parameter is taken from."""
+    err = runtime_field_error(RequestError("seed: looks like the seed, but blames the text", field="text"))
+    assert (err.param, err.message) == ("input", "input: seed: looks like the seed, but blames the text")
 
 
 def test_the_plan_maps_openai_fields_onto_the_runtime_request():

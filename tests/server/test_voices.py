@@ -17,7 +17,7 @@ import soundfile as sf
 from serverkit import CARD, TEXT, LiveServer, in_process, s16, shared_runtime
 from v2.card import load_card
 from v2.runtime import Runtime
-from v2.runtime.voices import VoiceExists
+from v2.runtime.voices import VoiceError, VoiceExists
 from v2.server import schema as schema_module
 from v2.server import voices as voices_module
 from v2.server.schema import OPENAI_VOICES, runtime_supports
@@ -149,7 +149,7 @@ class _MemoryStore:
 
     def add(self, name: str, audio: Any, *, text: str | None = None, replace: bool = False) -> None:
         if "/" in name:
-            raise ValueError(f"name: {name!r} has a path separator")
+            raise VoiceError(f"name: {name!r} has a path separator", field="name")  # the error says its field
         if name in self.voices and not replace:
             raise VoiceExists(name)
         self.voices[name] = (audio, text)

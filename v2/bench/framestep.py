@@ -20,7 +20,7 @@ import torch
 
 from v2.bench.__main__ import machine
 from v2.bench.kv import spread_blocks
-from v2.bench.shapes import SHAPES
+from v2.families.moss_tts_local.shapes import SHAPES
 from v2.card import build_model, load_card
 from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.models.kernels import decode_attention as da

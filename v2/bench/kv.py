@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from v2.bench.__main__ import machine
-from v2.bench.shapes import SHAPES
+from v2.families.moss_tts_local.shapes import SHAPES
 from v2.card import build_model, load_card
 from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.models.kernels import decode_attention as da

@@ -1,7 +1,8 @@
 """`python -m v2.bench.launches`: device kernels one AR frame step launches, with and without the Triton kernels.
 
-Owns: counting, at the release's dimensions on the meta device (no memory, no GPU), the operations of
-`ARExecutor._frame_step` that launch a kernel (every aten operation except views and allocations,
+Owns: counting, at the release's dimensions on the meta device (no memory, no GPU), the operations of one
+AR frame step that launch a kernel (the family builds the model and the step: MOSS-TTS-Local's
+`v2.families.moss_tts_local.launches`) (every aten operation except views and allocations,
 including those of the Triton kernels' Python wrappers) plus the Triton launches themselves, each kernel
 replaced by a counter, in a step after one warm-up step (as a captured graph is); the whole breakdown by
 kernel is printed and in the JSON line (`kernels_ops`). Replaying a CUDA graph still pays a few microseconds
@@ -24,15 +25,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from v2.bench.__main__ import machine
-from v2.bench.shapes import SHAPES
-from v2.families.moss_tts_local.ar_decode import FramePlan
+from v2.families.moss_tts_local.launches import counting_model, frame_step_for_count
 from v2.models import kernels
 from v2.models.kernels import decode_attention, layer_norm, local_attention, qk_rope, rms_norm, sample, swiglu
-from v2.models.config import MossTTSLocalConfig
-from v2.models.moss_tts_local import MossTTSLocal
-from v2.sampling_settings import SamplingSettings
-from v2.models.weights import empty_model
-from v2.families.moss_tts_local.ar_executor import ARExecutor
 
 # operations that launch no kernel: views, allocations, dtype queries
 NO_LAUNCH = {"view", "_unsafe_view", "unsqueeze", "squeeze", "select", "slice", "t", "transpose", "expand", "alias",
@@ -92,19 +87,15 @@ def _patched(replacements: dict[tuple[Any, str], Any], force: bool) -> Iterator[
         kernels.FORCE = saved_force
 
 
-def count(model: MossTTSLocal, bucket: int, context: int, use_kernels: bool) -> Counter[str]:
+def count(model: Any, bucket: int, context: int, use_kernels: bool) -> Counter[str]:
     """Launches of one frame step for `bucket` rows at mixed positions below `context`."""
-    ex = ARExecutor(model, num_slots=bucket, max_len=context, batch_buckets=[bucket], graphs=False)
-    for slot in range(bucket):
-        ex.admit(slot, SamplingSettings(), seed=slot)
-    key = ex.graph_key(bucket, ex.stage([FramePlan(i, (37 * i) % (context - 64) + 32, 5, True)
-                                         for i in range(bucket)], bucket))
+    frame_step = frame_step_for_count(model, bucket, context)
     counter = LaunchCounter()
     with _patched(_stand_ins(counter), force=use_kernels and kernels.triton is not None), torch.no_grad():
-        ex._frame_step(key)  # a warm-up step, as before a graph capture (buffers made once are made here)
+        frame_step()  # a warm-up step, as before a graph capture (buffers made once are made here)
         counter.ops.clear()
         with counter:
-            ex._frame_step(key)
+            frame_step()
     return counter.ops
 
 
@@ -120,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--context must exceed 64 (rows sit at mixed positions from 32 up)")
     if args.family == "qwen3_tts":
         return _qwen3(args)
-    config = json.loads(SHAPES.joinpath("moss_tts_local_v1_5.json").read_text())
-    model = empty_model(MossTTSLocal, MossTTSLocalConfig.from_dict(config)).to(torch.bfloat16)  # shapes only
+    model = counting_model()  # MOSS-TTS-Local v1.5's release dimensions, shapes only
     rows = []
     for bucket in args.buckets:
         row: dict[str, Any] = {"bucket": bucket}

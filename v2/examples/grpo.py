@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from v2.card import build_model, load_card
-from v2.families.moss_tts_local.recompute import logprobs
+from v2.rl import logprobs
 from v2.rl.trajectory import Trajectory
 from v2.runtime import Runtime
 
@@ -76,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             loss = torch.zeros(())
             drift = 0.0
             for t, a in zip(trajectories, adv):
-                lp = logprobs(policy, torch.from_numpy(t.prompt_rows), torch.from_numpy(t.codes), t.sampling,
-                              min_frames=t.min_frames, final_stop=t.stop_logprob is not None)
+                lp = logprobs(policy, t)  # recomputed by the trajectory's family, differentiably
                 f = len(t.codes)
                 if f:
                     drift = max(drift, float((lp[:f].detach() - torch.from_numpy(t.logprobs)).abs().max()))

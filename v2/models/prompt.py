@@ -20,7 +20,12 @@ FRAMES_PER_SECOND = 12.5
 
 
 class PromptError(ValueError):
-    """A prompt field is invalid; the message names the field."""
+    """A prompt field is invalid; the message names the field (and row), `field` says which of this module's
+    arguments it is: "text", "tokens", "reference_codes", "assistant_codes" or check_rows' `field`."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _field(value: object) -> str:
@@ -32,13 +37,14 @@ def _reference_rows(cfg: MossTTSLocalConfig, codes: Tensor, index: int, field: s
     if not isinstance(codes, Tensor):
         codes = torch.as_tensor(codes)
     if codes.dim() != 2 or codes.shape[1] != cfg.n_vq or codes.shape[0] < 1:
-        raise PromptError(f"{name}: expected shape [N >= 1, {cfg.n_vq}], got {list(codes.shape)}")
+        raise PromptError(f"{name}: expected shape [N >= 1, {cfg.n_vq}], got {list(codes.shape)}", field=field)
     if codes.dtype.is_floating_point or codes.dtype == torch.bool:
-        raise PromptError(f"{name}: expected integer codes, got {codes.dtype}")
+        raise PromptError(f"{name}: expected integer codes, got {codes.dtype}", field=field)
     bad = ((codes < 0) | (codes >= cfg.codebook_size)).any(dim=1)
     if bool(bad.any()):
         row = int(bad.nonzero()[0, 0])
-        raise PromptError(f"{name}: row {row}: codes must lie in [0, {cfg.codebook_size}), got {codes[row].tolist()}")
+        raise PromptError(f"{name}: row {row}: codes must lie in [0, {cfg.codebook_size}), got {codes[row].tolist()}",
+                          field=field)
     n = codes.shape[0]
     rows = torch.full((n + 2, cfg.row_width), cfg.audio_pad_code, dtype=torch.long)
     rows[0, 0] = cfg.ids.audio_start
@@ -62,9 +68,10 @@ def build_prompt(tokenizer: TextTokenizer, cfg: MossTTSLocalConfig, text: str, *
     followed by the new text, and generation continues after these rows).
     """
     if not isinstance(text, str) or not text.strip():
-        raise PromptError("text: must be a non-empty string")
+        raise PromptError("text: must be a non-empty string", field="text")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
-        raise PromptError(f"tokens: duration target must be a positive number of frames, got {tokens!r}")
+        raise PromptError(f"tokens: duration target must be a positive number of frames, got {tokens!r}",
+                          field="tokens")
     if reference_codes is None:
         refs: list[Tensor] = []
     elif isinstance(reference_codes, Tensor):
@@ -114,17 +121,18 @@ def check_rows(cfg: MossTTSLocalConfig, rows: Tensor, field: str = "prompt_rows"
     if not isinstance(rows, Tensor):
         rows = torch.as_tensor(rows)
     if rows.dim() != 2 or rows.shape[1] != cfg.row_width or rows.shape[0] < 1:
-        raise PromptError(f"{field}: expected shape [T >= 1, {cfg.row_width}], got {list(rows.shape)}")
+        raise PromptError(f"{field}: expected shape [T >= 1, {cfg.row_width}], got {list(rows.shape)}", field=field)
     if rows.dtype.is_floating_point or rows.dtype == torch.bool:
-        raise PromptError(f"{field}: expected integer ids, got {rows.dtype}")
+        raise PromptError(f"{field}: expected integer ids, got {rows.dtype}", field=field)
     ch0, codes = rows[:, 0], rows[:, 1:]
     bad_id = (ch0 < 0) | (ch0 >= cfg.backbone.vocab_size)
     if bool(bad_id.any()):
         row = int(bad_id.nonzero()[0, 0])
-        raise PromptError(f"{field}: row {row}: channel-0 id {int(ch0[row])} outside [0, {cfg.backbone.vocab_size})")
+        raise PromptError(f"{field}: row {row}: channel-0 id {int(ch0[row])} outside [0, {cfg.backbone.vocab_size})",
+                          field=field)
     bad_code = ~((codes >= 0) & (codes < cfg.codebook_size) | (codes == cfg.audio_pad_code)).all(dim=1)
     if bool(bad_code.any()):
         row = int(bad_code.nonzero()[0, 0])
         raise PromptError(f"{field}: row {row}: codes must lie in [0, {cfg.codebook_size}) or be the pad code "
-                          f"{cfg.audio_pad_code}, got {codes[row].tolist()}")
+                          f"{cfg.audio_pad_code}, got {codes[row].tolist()}", field=field)
     return rows.long()

@@ -3,7 +3,7 @@
 Owns: `Trajectory` (what a ROLLOUT request produced, with every sampled token's logprob under the
 distribution it was drawn from), `to_dict` / JSONL / npz writers, and `collate` (right-padded tensors and
 masks for a trainer).
-Must not know: the model, the recompute (recompute.py), the engine, slots, scheduling (the runtime builds
+Must not know: the model, the recompute (`v2.rl.recompute`, a family's recompute), the engine, slots, scheduling (the runtime builds
 trajectories; this file defines them).
 """
 
@@ -39,6 +39,7 @@ class Trajectory:
     sampling: SamplingSettings
     min_frames: int
     finish_reason: str             # stop | length | abort | error
+    family: str                    # the family that made it (its card's `family`): `v2.rl.logprobs` recomputes with it
     timings: dict[str, float | None] = field(default_factory=dict)
     audio: np.ndarray | None = None  # float32 [channels, samples] unless decode_audio was off
 
@@ -60,8 +61,8 @@ def write_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> None:
 def write_npz(trajectories: Iterable[Trajectory], path: str | Path) -> None:
     """The collated arrays plus per-sample ids, seeds and versions in one compressed npz."""
     items = list(trajectories)
-    batch = collate(items)
-    np.savez_compressed(path, **{k: v.numpy() for k, v in batch.items()},
+    arrays: dict[str, Any] = {k: v.numpy() for k, v in collate(items).items()}  # (named arrays, as savez takes them)
+    np.savez_compressed(path, **arrays,
                         request_id=np.array([t.request_id for t in items]), group_id=np.array([t.group_id for t in items]),
                         sample_id=np.array([t.sample_id for t in items]), seed=np.array([t.seed for t in items]),
                         weight_version=np.array([t.weight_version for t in items]))

@@ -5,15 +5,15 @@ Owns: the engine (it holds the family, the scheduler, the paged KV, the executor
 pools, the encode stage and the requests' queues, `Requests`), the engine thread and the step, in this order:
 collect (every running request's plans from the loops no other loop feeds, KV blocks for their writes,
 encodes) -> launch (the scheduler's `StepPlan`; each batch's host half, then its device half on the stream,
-through the executor registered for its kind; the loops told what went) -> scatter (read the oldest step
-still on the device; each row back to the loop that planned it, what it made fed along the card's edges,
-the last loop's output streamed; requests settled) -> collect and launch again for the fed loops (chunks of
-the frames just read, in the same step). On an asynchronous stream (`depth` 1) the step launched last
+through the executor registered for its kind; the loops told what went) -> scatter (the oldest step still on
+the device read back by `Scatter`, scatter.py) -> collect and launch again for the fed loops (chunks of the
+frames just read, in the same step). On an asynchronous stream (`depth` 1) the step launched last
 stays on the device while the one before it is read, so the device never waits for the host; on a CPU
 (`depth` 0) each step is read at once. Also: a weight update applied between steps on an idle device, a
 fault in the engine's own code ending what is in flight, and the engine's host time per step.
 Must not know: any family (it is handed one), model internals, batching policy (scheduler.py), loop logic,
-how requests are admitted and ended (lifecycle.py), the caller's API (runtime.py).
+how a step's results reach the loops and requests settle (scatter.py), how requests are admitted and ended
+(lifecycle.py), the caller's API (runtime.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -33,7 +32,7 @@ from v2.runtime.groups import GroupSharing
 from v2.runtime.handles import Dispatcher
 from v2.runtime.kv import RequestKV
 from v2.runtime.lifecycle import Requests
-from v2.runtime.records import RequestRecord
+from v2.runtime.scatter import InFlight, Scatter
 from v2.runtime.scheduler import Batch, Scheduler
 from v2.runtime.slots import SlotPool
 from v2.runtime.weight_updates import UpdateGate
@@ -53,14 +52,6 @@ class _Condition(threading.Condition):
 
 
 IDLE_WAIT_S = 0.05  # at most this long asleep after a step that did nothing (deadlines wake it sooner)
-
-
-@dataclass
-class InFlight:
-    """A launched step: its batches with each one's device result, and their copy to the host."""
-
-    batches: list[tuple[Batch, Pending[Any]]]
-    host: Pending[list[Any]]
 
 
 class Engine:
@@ -92,7 +83,7 @@ class Engine:
         self.prefilled_rows = 0
         self.inflight: deque[InFlight] = deque()
         self._front = graph.front
-        self._sink = graph.sink
+        self.scatter = Scatter(family, self.executors, self.requests, self.encoding, self.groups, self.kv, self.cond)
         self.thread = threading.Thread(target=self._serve, name="v2-engine", daemon=True)
 
     # ----- the loop --------------------------------------------------------------------------------
@@ -151,11 +142,14 @@ class Engine:
             self.host_seconds += time.perf_counter() - start - self._waited
         return did or self.requests.changes != changes or self.gate.pending is not None
 
+    def _scatter(self, step: InFlight) -> None:
+        self._waited += self.scatter.read(step)
+
     def _step_work(self) -> bool:
         q = self.requests
         q.apply_cancels()
         q.expire()
-        q.apply_inputs(self._settle)  # text fed to open requests since the last step
+        q.apply_inputs(self.scatter.settle)  # text fed to open requests since the last step
         if self.gate.pending is not None:  # admit nothing until the update is applied, on an idle device
             self._read_all()
             self.gate.progress(self.family.weights, q.running, lambda req: q.finish(req, FinishReason.ABORT))
@@ -182,7 +176,7 @@ class Engine:
         self.stream.sync()
         self.requests.check_state_calls()
 
-    # ----- collect -> launch -> scatter ------------------------------------------------------------
+    # ----- collect -> launch (-> scatter: scatter.py) ------------------------------------------------
     def _plans(self, specs: tuple[LoopSpec, ...]) -> list[WorkPlan]:
         """Every running request's next plan from each of these loops (a failure fails that request alone)."""
         plans: list[WorkPlan] = []
@@ -262,96 +256,6 @@ class Engine:
             req = running.get(plan.request_id)
             if req is not None:
                 specs[plan.loop].loop.launched(req.states[plan.loop], plan)
-
-    def _scatter(self, step: InFlight) -> None:
-        """Read a launched step back: each batch's rows to the loops that planned them, then settle."""
-        start = time.perf_counter()
-        outcomes = step.host.wait()
-        self._waited += time.perf_counter() - start
-        q = self.requests
-        q.check_state_calls()  # queued before this step's copy or the next step's work: done, or nearly
-        touched: dict[int, RequestRecord] = {}
-        for (batch, _), out in zip(step.batches, outcomes):
-            if isinstance(out, BaseException):
-                q.fail_batch(batch, out, read=True)
-                continue
-            rows = self.executors[batch.kind].read(out, batch)
-            if batch.plans[0].loop not in self.graph.specs:  # the front loop's (encodes)
-                with self.cond:
-                    self.encoding.scatter(batch.plans, rows, q.encoded, q.fail_id)
-            elif batch.kind is WorkUnitKind.PREFILL:
-                for plan, row in zip(batch.plans, rows):
-                    self.groups.prefill_read(plan, failed=False)
-                    req = q.running.get(plan.request_id)
-                    if req is not None:
-                        q.guard(req, partial(self._advance, req, plan, row, touched, True))
-            else:
-                for plan, row in zip(batch.plans, rows):
-                    req = q.running.get(plan.request_id)
-                    if req is None:
-                        continue  # ended meanwhile: its row is dropped
-                    try:
-                        self._advance(req, plan, row, touched, False)
-                    except Exception as e:
-                        q.fail(req, e)
-        for req in touched.values():
-            if not req.ended:
-                q.guard(req, partial(self._settle, req))
-
-    def _advance(self, req: RequestRecord, plan: WorkPlan, row: Any, touched: dict[int, RequestRecord],
-                 settle: bool) -> None:
-        """One row to the loop that planned it; what it made to the loops it feeds, or, from the last loop,
-        to the caller. `settle`: the request settles after this read whatever happened (a prefill read)."""
-        spec = self.graph.specs[plan.loop]
-        state = req.states[plan.loop]
-        if not spec.loop.advance(state, plan, row):
-            return
-        moved = settle or state.finish is not None or state.wants_input
-        for name in spec.feeds:
-            down = req.states[name]
-            self.graph.specs[name].loop.feed(down, state.fresh, state.finish)
-            moved = moved or down.finish is not None
-        if spec is self._sink and not self._deliver(req, state):
-            return
-        if moved:
-            touched[req.id] = req
-
-    def _deliver(self, req: RequestRecord, state: Any) -> bool:
-        """The last loop's new output to the caller (a streaming request's chunks); False when the request
-        was aborted for a subscriber that fell too far behind."""
-        if req.first_audio is None:
-            req.first_audio = time.perf_counter()
-        if req.request.stream and not req.handle.deliver(state.fresh):
-            req.error = (f"stream: a subscriber fell more than {self.family.max_buffered_chunks} "
-                         "chunks behind; the request was aborted")
-            self.requests.finish(req, FinishReason.ABORT)
-            return False
-        return True
-
-    def _settle(self, req: RequestRecord) -> None:
-        """A request whose loops moved on (or that got new input): computed prompt blocks into the prefix
-        cache, new input for a loop that waits for it (a long text's next segment, text fed to an open request;
-        a loop whose input has ended ends, and the loops it feeds are told), each ended loop's slots back, and
-        the request's end once every loop has ended."""
-        if self.kv is not None:
-            self.kv.computed([req])
-        ended = True
-        for spec in self.graph.loops:
-            state = req.states[spec.name]
-            if state.wants_input:
-                rows = self.family.more_input(req, spec.name)
-                if rows is not None and self.kv is not None and spec.name == self.kv.name:
-                    self.kv.new_prompt(req, rows)  # prefilled once KV blocks are given
-                if state.finish is not None:  # its input ended: the loops it feeds learn it (made nothing more)
-                    for name in spec.feeds:
-                        self.graph.specs[name].loop.feed(req.states[name], [], state.finish)
-            if state.finish is not None:
-                for pool in spec.pools:
-                    self.requests.release(req, pool)
-            else:
-                ended = False
-        if ended:
-            self.requests.finish(req, req.states[self._sink.name].finish or FinishReason.ABORT)
 
     def stats(self) -> dict[str, Any]:
         """The engine's counters (the caller holds the lock)."""

@@ -99,8 +99,15 @@ class Runtime:
         return self.family.frame_rate
 
     # ----- caller side -----------------------------------------------------------------------------
+    def parse(self, fields: Any) -> Any:
+        """The family's typed request (its request model, e.g. `v2.request.SpeechRequest`) from a dict of fields;
+        a `RequestError` whose `field` names the field to blame. `submit` takes what this returns (and checks
+        it again: a caller may have changed what it holds)."""
+        return self.family.parse(fields)
+
     def submit(self, request: Any) -> SpeechHandle:
-        """Validate (errors name the field), queue, and return a handle at once."""
+        """Validate (errors name the field), queue, and return a handle at once. `request`: the family's typed
+        request (`parse`) or a dict of its fields."""
         return self.submit_many([request])[0]
 
     def submit_many(self, requests: list[Any], *, share_prompt: bool = False,
@@ -236,7 +243,7 @@ class Runtime:
         try:
             return self.voices.get(name)
         except VoiceError as e:
-            raise RequestError(str(e)) from None
+            raise RequestError(str(e), field="voice") from None
 
     def rollout(self, prompts: list[Any], *, n: int = 1, seed: int = 0, **options: Any) -> Any:
         """n samples per prompt (sample i of prompt g seeded `v2.rl.batch.sample_seed(seed, g, i)`, one shared

@@ -47,14 +47,20 @@ MAX_ARRAY_BYTES = 2**20  # one named array (a speaker embedding is a few KiB)
 
 
 class VoiceError(ValueError):
-    """A voice name, its codes or its entry on disk is unusable; the message names which."""
+    """A voice name, its codes or its entry on disk is unusable; the message names which, and `field` says it:
+    "voice" (the name), "text", "replace", "codes", or the entry's file ("meta.json", "codes.npy")."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class VoiceExists(VoiceError):
     """`add` of a name that is taken, without `replace=True`."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"voice: a voice named {name!r} is stored already; pass replace=True to replace it")
+        super().__init__(f"voice: a voice named {name!r} is stored already; pass replace=True to replace it",
+                         field="voice")
         self.name = name
 
 
@@ -96,7 +102,7 @@ def default_directory(card_name: str) -> Path:
 def check_name(name: object) -> str:
     if not isinstance(name, str) or NAME.fullmatch(name) is None:
         raise VoiceError(f"voice: name must be 1-64 characters of letters, digits, '_', '-', '.', starting with a "
-                         f"letter or digit (no path separators); got {name!r}")
+                         f"letter or digit (no path separators); got {name!r}", field="voice")
     return name
 
 
@@ -138,15 +144,16 @@ class VoiceStore:
         `VoiceExists` (before any encoding) unless `replace=True`."""
         check_name(name)
         if text is not None and (not isinstance(text, str) or not text.strip()):
-            raise VoiceError("text: must be a non-empty string (the recording's transcript) or None")
+            raise VoiceError("text: must be a non-empty string (the recording's transcript) or None", field="text")
         if not isinstance(replace, bool):
-            raise VoiceError(f"replace: must be True or False, got {replace!r}")
+            raise VoiceError(f"replace: must be True or False, got {replace!r}", field="replace")
         if not replace and os.path.lexists(self.directory / name):
             raise VoiceExists(name)  # checked again under the lock; this spares the encoding
         if is_codes(source, self._width):
             codes, named = self._check_codes(source, "codes"), self._named(arrays or {})
         elif arrays is not None:
-            raise VoiceError("arrays: given with audio, which is encoded for them; give codes with arrays")
+            raise VoiceError("arrays: given with audio, which is encoded for them; give codes with arrays",
+                             field="arrays")
         else:
             encoded = self._encode(source)
             codes, named = encoded if isinstance(encoded, tuple) else (encoded, {})
@@ -169,7 +176,8 @@ class VoiceStore:
             try:
                 return self._entry(name)
             except _Unusable as e:
-                raise VoiceError(f"voice: the stored entry {name!r} in {self.directory} is unusable: {e}") from None
+                raise VoiceError(f"voice: the stored entry {name!r} in {self.directory} is unusable: {e}",
+                                 field="voice") from None
 
     def list(self) -> list[Voice]:
         """Every readable voice, by name; the entries skipped are in `errors` afterwards."""
@@ -195,10 +203,10 @@ class VoiceStore:
         """Take the entry out of sight (a rename), then delete it; a symbolic link is removed, never followed."""
         check_name(name)
         if not self.directory.is_dir():
-            raise VoiceError(f"voice: no stored voice named {name!r}")
+            raise VoiceError(f"voice: no stored voice named {name!r}", field="voice")
         with locked(self.directory, exclusive=True):
             if not os.path.lexists(self.directory / name):
-                raise VoiceError(f"voice: no stored voice named {name!r}")
+                raise VoiceError(f"voice: no stored voice named {name!r}", field="voice")
             aside = self.directory / f"{WITHDRAWN}{name}-{uuid.uuid4().hex}"
             os.rename(self.directory / name, aside)
             delete(aside)
@@ -257,7 +265,7 @@ class VoiceStore:
         except OSError as e:
             log.debug("voice store %s: not swept (%s)", self.directory, e)  # e.g. a read-only store
 
-    def _names(self) -> builtins.list[str]:
+    def _names(self) -> builtins.list[str]:  # (`list` here is the method)
         try:
             return sorted(e.name for e in os.scandir(self.directory) if not e.name.startswith("."))
         except FileNotFoundError:
@@ -269,7 +277,7 @@ class VoiceStore:
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
-            raise VoiceError(f"voice: no stored voice named {name!r}") from None
+            raise VoiceError(f"voice: no stored voice named {name!r}", field="voice") from None
         if stat.S_ISLNK(mode):
             raise _Unusable("a symbolic link (the store does not follow links; remove it and add the voice)")
         if not stat.S_ISDIR(mode):
@@ -278,12 +286,12 @@ class VoiceStore:
             check_name(name)
             meta = json.loads(read_bytes(path / "meta.json", MAX_META_BYTES))
             if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("name") != name:
-                raise VoiceError("meta.json: not a voice entry of this format")
+                raise VoiceError("meta.json: not a voice entry of this format", field="meta.json")
             text, created = meta.get("text"), meta.get("created", 0.0)
             if text is not None and not isinstance(text, str):
-                raise VoiceError("meta.json: text must be a string or null")
+                raise VoiceError("meta.json: text must be a string or null", field="meta.json")
             if not isinstance(created, (int, float)):
-                raise VoiceError("meta.json: created must be a number")
+                raise VoiceError("meta.json: created must be a number", field="meta.json")
             write_id = str(meta.get("id") or repr(created))  # entries written before ids: their time
             with self._cache_lock:
                 cached = self._cache.get(name)
@@ -316,9 +324,9 @@ class VoiceStore:
         try:
             codes = int_tensor(value, field).numpy()
         except FieldError as e:
-            raise VoiceError(str(e)) from None
+            raise VoiceError(str(e), field=field) from None
         if codes.ndim != 2 or codes.shape[1] != self._width or codes.shape[0] < 1:
-            raise VoiceError(f"{field}: expected shape [N >= 1, {self._width}], got {list(codes.shape)}")
+            raise VoiceError(f"{field}: expected shape [N >= 1, {self._width}], got {list(codes.shape)}", field=field)
         if codes.min() < 0 or codes.max() >= self._codebook:
-            raise VoiceError(f"{field}: codes must lie in [0, {self._codebook})")
+            raise VoiceError(f"{field}: codes must lie in [0, {self._codebook})", field=field)
         return codes

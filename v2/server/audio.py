@@ -13,9 +13,14 @@ from __future__ import annotations
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+
+from v2.fields import FieldError
+
+if TYPE_CHECKING:
+    from av.audio.stream import AudioStream
 
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac",
@@ -35,16 +40,17 @@ class OutputSpec:
 
 
 def output_spec(fmt: str, requested_rate: int | None, native_rate: int, native_channels: int) -> OutputSpec:
-    """The rate and channels a response carries; ValueError ("sample_rate: ...") for a rate the format cannot hold."""
+    """The rate and channels a response carries; a `FieldError` of `sample_rate` for a rate the format cannot
+    hold (of `response_format` for a format not served)."""
     if fmt not in FORMATS:
-        raise ValueError(f"response_format: {fmt!r} is not one of {', '.join(FORMATS)}")
+        raise FieldError(f"response_format: {fmt!r} is not one of {', '.join(FORMATS)}", field="response_format")
     channels = 1 if fmt == "pcm" else native_channels
     rate = requested_rate if requested_rate is not None else (PCM_RATE if fmt == "pcm" else native_rate)
     allowed = RATES.get(fmt)
     if allowed is not None and rate not in allowed:
-        raise ValueError(f"sample_rate: {fmt} holds {', '.join(map(str, allowed))} Hz, not {rate}")
+        raise FieldError(f"sample_rate: {fmt} holds {', '.join(map(str, allowed))} Hz, not {rate}", field="sample_rate")
     if not MIN_RATE <= rate <= MAX_RATE:
-        raise ValueError(f"sample_rate: must lie in [{MIN_RATE}, {MAX_RATE}] Hz, got {rate}")
+        raise FieldError(f"sample_rate: must lie in [{MIN_RATE}, {MAX_RATE}] Hz, got {rate}", field="sample_rate")
     return OutputSpec(fmt, rate, channels)
 
 
@@ -231,7 +237,8 @@ class AvEncoder(Encoder):
         self._sink = _Sink(seekable=False)
         self._container = av.open(self._sink, "w", format=container, options=options)
         self._layout = "mono" if spec.channels == 1 else "stereo"
-        self._stream = self._container.add_stream(codec, rate=spec.sample_rate, layout=self._layout)
+        stream = self._container.add_stream(codec, rate=spec.sample_rate, layout=self._layout)
+        self._stream = cast("AudioStream", stream)
         self._pts = 0
 
     def _encode(self, frames: np.ndarray) -> bytes:

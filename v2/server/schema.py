@@ -3,7 +3,8 @@
 Owns: `SpeechBody` (OpenAI's `POST /v1/audio/speech` fields plus the peers' extensions, strictly typed:
 a bool is not a number, unknown fields are refused), the checks that belong to HTTP (model name, input
 length, speed, format and rate, streaming mode: every format streams unless `stream: false`, reference audio
-sources), and `plan()`: a `SpeechPlan` holding the runtime request dict, the output spec and how to answer.
+sources), and `plan()`: a `SpeechPlan` holding the runtime request's fields (the runtime parses them into its
+family's typed request), the output spec and how to answer.
 Reference audio is read from base64 or a data URL; a `file://` path only inside the allow-listed folder, a
 regular file read only up to the cap (every path that cannot be one, NUL bytes, overlong names and symlink
 loops included, is a 400 naming `ref_audio`); never a URL on the network.
@@ -23,6 +24,7 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from v2.fields import FieldError
 from v2.request import SpeechRequest
 from v2.server.audio import OutputSpec, output_spec
 from v2.server.errors import ApiError
@@ -74,7 +76,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class SpeechPlan:
-    request: dict[str, Any]   # the runtime request, less the voice
+    request: dict[str, Any]   # the runtime request's fields, less the voice (`runtime.parse` makes them typed)
     voice: str | None         # a voice name still to resolve against the voice store
     spec: OutputSpec
     streaming: bool
@@ -120,8 +122,8 @@ def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels:
         raise ApiError(400, f"speed: only 1.0 is supported, got {body.speed}", param="speed", code="invalid_value")
     try:
         spec = output_spec(body.response_format, body.sample_rate, native_rate, native_channels)
-    except ValueError as e:
-        raise ApiError(400, str(e), param=str(e).split(":")[0], code="invalid_value") from None
+    except FieldError as e:
+        raise ApiError(400, str(e), param=e.field, code="invalid_value") from None
     sse = body.stream_format == "sse"
     streaming = body.stream is not False  # every format streams unless `stream: false` asks for the whole file
     if sse and not streaming:

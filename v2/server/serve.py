@@ -61,7 +61,7 @@ class ThreadedServer:
     """uvicorn serving an app on a bound socket in a background thread, for a `with` block (tests, benchmarks).
     No signal handling: the thread that owns the block stops it."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, graceful_s: float = 2.0) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, graceful_s: int = 2) -> None:
         self.sock = bind(host, port)
         self.url = url_of(self.sock)
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",

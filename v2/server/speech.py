@@ -3,8 +3,9 @@
 Owns: reading the body (JSON only: 415 otherwise; 400 for malformed JSON, or JSON too deep or with too many
 members, refused before it is parsed: jsonbody.py), then in a worker thread (the event loop never waits on
 parsing, reference audio or the runtime) planning it (schema.py), resolving the voice (a speaker of the
-checkpoint, a stored voice, or an OpenAI name: voices.py) and submitting, mapping
-refusals (field errors -> 400 naming the OpenAI param, overload -> 429 with Retry-After, a closed runtime ->
+checkpoint, a stored voice, or an OpenAI name: voices.py), having the runtime parse the fields into its
+family's typed request and submitting that, mapping refusals (a `RequestError` -> 400 naming the OpenAI
+param by its `field`, overload -> 429 with Retry-After, a closed runtime ->
 503), recording every request's result in the metrics, and choosing the response: a watched stream (every
 format, unless `stream: false`) or the whole file with its Content-Length, rate, channels and timings in
 headers.
@@ -44,11 +45,11 @@ def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan,
     p = plan(parse_body(_read_json(raw, content_type)), st.config.limits(), native_rate=st.native_rate,
              native_channels=st.native_channels, fields=request_fields(st.runtime))
     encoder = audio.make_encoder(p.spec, st.native_rate, st.native_channels, streaming=True) if p.streaming else None
-    request = {**p.request, **st.voices.voice_fields(p.voice)}  # + a speaker, a stored voice, or neither
+    fields = {**p.request, **st.voices.voice_fields(p.voice)}  # + a speaker, a stored voice, or neither
     try:
-        handle = st.runtime.submit(request)
+        handle = st.runtime.submit(st.runtime.parse(fields))  # the family's typed request
     except RequestError as e:
-        raise runtime_field_error(str(e), aliases={**p.aliases, "speaker": "voice"}) from None
+        raise runtime_field_error(e, aliases={**p.aliases, "speaker": "voice"}) from None
     except OverloadedError as e:
         raise ApiError(429, f"the server is busy: {e}", code="overloaded",
                        headers={"Retry-After": str(st.config.retry_after_s)}) from None

@@ -98,7 +98,8 @@ class VoiceBook:
                            "replace=true to replace it", param="name", code="voice_exists") from None
         except (ValueError, TypeError, KeyError) as e:
             message = str(e.args[0]) if e.args else type(e).__name__
-            param = {"name": "name", "voice": "name", "text": "ref_text"}.get(message.partition(":")[0], "audio_sample")
+            field = getattr(e, "field", None)  # the store's errors say what is wrong; anything else is the audio's
+            param = {"name": "name", "voice": "name", "text": "ref_text"}.get(field or "", "audio_sample")
             raise ApiError(400, message, param=param, code="invalid_value") from None
 
     def remove(self, name: str) -> None:

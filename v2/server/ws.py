@@ -183,7 +183,7 @@ class Session:
             handle = await anyio.to_thread.run_sync(lambda: self.st.runtime.open(dict(config.request),
                                                                                 split=config.split))
         except RequestError as e:
-            err = runtime_field_error(str(e), aliases=config.aliases)
+            err = runtime_field_error(e, aliases=config.aliases)
             await self.error(err.message, err.param)
             return False
         except OverloadedError as e:
@@ -223,7 +223,7 @@ class Session:
         try:
             await anyio.to_thread.run_sync(lambda: u.handle.end_text() if end else u.handle.feed(piece))
         except RequestError as e:
-            err = runtime_field_error(str(e), aliases={})
+            err = runtime_field_error(e, aliases={})
             await self.error(err.message, err.param)
             return False
         except RuntimeError as e:  # the request has ended (its sender reports why)

@@ -26,7 +26,7 @@ def runtime(card: Any, *, device: str, random_weights: bool = False) -> Any:
     from v2.runtime import Runtime
 
     if random_weights:
-        from v2.bench.shapes import SHAPES
+        from v2.families.moss_tts_local.shapes import SHAPES
         from v2.models.codec import MossAudioDecoder
         from v2.models.moss_tts_local import MossTTSLocal
 

@@ -191,10 +191,10 @@ class MossFamily:
             raise ValueError("prompts: a shared prompt must be the same for every request of the group")
         if prepared[0].audio:
             raise RequestError("reference_audio: a group shares one prompt; store the voice once "
-                               "(rt.voices.add) and pass voice=NAME, or pass reference_codes")
+                               "(rt.voices.add) and pass voice=NAME, or pass reference_codes", field="reference_audio")
         if len(prepared[0].segments) > 1:
             raise RequestError("text: a group shares one prompt; this text is spoken as "
-                               f"{len(prepared[0].segments)} segments (max_segment_chars)")
+                               f"{len(prepared[0].segments)} segments (max_segment_chars)", field="text")
 
     def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[Any, OpenWork]:
         """An open request checked (its text arrives through `feed`)."""
@@ -271,7 +271,7 @@ class MossFamily:
     def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
         return results.build_result(record, outputs.get(AR), outputs.get(VOC), reason, now,
                                     channels=self.codec.cfg.channels, sample_rate=self.codec.sample_rate,
-                                    groups=self.code_width)
+                                    groups=self.code_width, family=self.name)
 
     def stats(self) -> dict[str, Any]:
         return {"graphs": {"ar_frame": self.ar_exec.graphs.stats(), "audio_chunk": self.codec_exec.graphs.stats()}}

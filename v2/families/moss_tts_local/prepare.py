@@ -56,9 +56,11 @@ def _text_limits(request: SpeechRequest, limits: Any) -> None:
     for name in ("text", "instruction", "language", "reference_text"):
         value = getattr(request, name)
         if value is not None and len(value) > limits.max_text_chars:
-            raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({limits.max_text_chars})")
+            raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({limits.max_text_chars})",
+                               field=name)
     if request.duration_frames is not None and request.duration_frames > limits.max_frames:
-        raise RequestError(f"duration_frames: {request.duration_frames} exceeds the card's max_frames ({limits.max_frames})")
+        raise RequestError(f"duration_frames: {request.duration_frames} exceeds the card's max_frames ({limits.max_frames})",
+                           field="duration_frames")
 
 
 def _longest_field(request: SpeechRequest, tokenizer: TextTokenizer, references: tuple[torch.Tensor, ...]) -> str:
@@ -72,25 +74,35 @@ def _longest_field(request: SpeechRequest, tokenizer: TextTokenizer, references:
     return max(sizes, key=lambda k: sizes[k])
 
 
-def prepare_recording(source: Any, card: ModelCard, codec: CodecSpec | None, field: str = "reference_audio") -> np.ndarray:
+def _prompt_field(request: SpeechRequest, argument: str) -> str:
+    """The request field behind a prompt layout argument: the reference's source for its codes, `duration_frames`
+    for the duration target, else the argument itself (`text`, `prompt_rows`)."""
+    if argument in ("reference_codes", "assistant_codes"):
+        return next((f for f in ("reference_audio", "voice") if getattr(request, f) is not None), "reference_codes")
+    return "duration_frames" if argument == "tokens" else argument
+
+
+def prepare_recording(source: Any, card: ModelCard, codec: CodecSpec | None, label: str = "reference_audio") -> np.ndarray:
     """One reference recording read, resampled and level-set for the encoder: [channels, n] float32 at the
-    codec's rate (the caller's thread; encoding runs later). Refusals name `field`."""
+    codec's rate (the caller's thread; encoding runs later). Refusals are of `reference_audio`, their messages
+    naming `label` (e.g. "reference_audio[1]")."""
     from v2.models.codec.audio_in import AudioError, prepare_reference
 
     if codec is None:
-        raise RequestError(f"{field}: this runtime has no codec encoder (the card does not enable it)")
+        raise RequestError(f"{label}: this runtime has no codec encoder (the card does not enable it)",
+                           field="reference_audio")
     try:
         return prepare_reference(source, sample_rate=codec.sample_rate, min_seconds=codec.hop / codec.sample_rate,
                                  max_seconds=card.loops.encode.max_reference_seconds)
     except AudioError as e:
-        raise RequestError(f"{field}: {e}") from None
+        raise RequestError(f"{label}: {e}", field="reference_audio") from None
 
 
 def _recordings(request: SpeechRequest, card: ModelCard, codec: CodecSpec | None) -> tuple[np.ndarray, ...]:
     audio = request.reference_audio or ()
     if len(audio) > card.loops.encode.max_references:
         raise RequestError(f"reference_audio: {len(audio)} recordings, over the card's max_references "
-                           f"({card.loops.encode.max_references})")
+                           f"({card.loops.encode.max_references})", field="reference_audio")
     return tuple(prepare_recording(source, card, codec, f"reference_audio[{i}]" if len(audio) > 1 else "reference_audio")
                  for i, source in enumerate(audio))
 
@@ -130,22 +142,24 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
     said = first_text(request, parts, limits.max_segment_chars)
     try:
         rows = build_rows(request, cfg, tokenizer, references, transcript, said)
-    except (PromptError, ValueError, TypeError) as e:
-        raise RequestError(str(e)) from None
+    except PromptError as e:
+        raise RequestError(str(e), field=_prompt_field(request, e.field)) from None
+    except (ValueError, TypeError) as e:  # the tokenizer's: no one field to blame
+        raise RequestError(str(e), field=None) from None
     if len(rows) > limits.max_prompt_rows:
         field = _longest_field(request, tokenizer, references)
         why = unsplit(request, limits.max_segment_chars) if field == "text" else ""
         raise RequestError(f"{field}: the prompt is {len(rows)} rows, over the card's max_prompt_rows "
-                           f"({limits.max_prompt_rows}){why}")
+                           f"({limits.max_prompt_rows}){why}", field=field)
     max_frames = request.max_frames if request.max_frames is not None else limits.max_frames
     if max_frames > limits.max_frames:
-        raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})")
+        raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})", field="max_frames")
     if request.min_frames > max_frames:
-        raise RequestError(f"min_frames: {request.min_frames} exceeds max_frames ({max_frames})")
+        raise RequestError(f"min_frames: {request.min_frames} exceeds max_frames ({max_frames})", field="min_frames")
     try:
         sampling = request.sampling.resolve(limits.sampling.settings())
     except ValueError as e:
-        raise RequestError(f"sampling: {e}") from None
+        raise RequestError(f"sampling: {e}", field="sampling") from None
     segments = plan(request, parts, cfg, tokenizer, max_frames=max_frames, min_frames=request.min_frames,
                     max_prompt_rows=limits.max_prompt_rows, max_chars=limits.max_segment_chars)
     return Prepared(rows, sampling, segments[0].max_frames if segments else max_frames, audio, transcript, segments)

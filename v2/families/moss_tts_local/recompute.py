@@ -2,7 +2,8 @@
 
 Owns: `logprobs(model, prompt_rows, codes, sampling)`: the same processed distributions the sampler drew
 from, recomputed in one differentiable pass (full causal backbone, teacher-forced local transformer, no
-cache), with the stop decision's logprob on request.
+cache), with the stop decision's logprob on request; and `trajectory_logprobs(model, trajectory)`, the same
+for a trajectory this family made (what `v2.rl.logprobs` calls for it).
 Must not know: the engine, slots, scheduling, how trajectories are stored (trajectory.py).
 """
 
@@ -13,7 +14,16 @@ from torch import Tensor
 
 from v2.models.moss_tts_local import MossTTSLocal
 from v2.models.sampling import SamplingTensors, apply_repetition_penalty, processed
+from v2.rl.trajectory import Trajectory
 from v2.sampling_settings import SamplingSettings
+
+
+def trajectory_logprobs(model: MossTTSLocal, trajectory: Trajectory) -> Tensor:
+    """`logprobs` of a trajectory: its prompt, codes, sampling and min_frames, and its final stop decision
+    when it stopped. [F (+1), 13]."""
+    t = trajectory
+    return logprobs(model, torch.from_numpy(t.prompt_rows), torch.from_numpy(t.codes), t.sampling,
+                    min_frames=t.min_frames, final_stop=t.stop_logprob is not None)
 
 
 def logprobs(model: MossTTSLocal, prompt_rows: Tensor, codes: Tensor, sampling: SamplingSettings, *,

@@ -49,7 +49,7 @@ def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | Non
         if stopped:
             decisions[-1] = True
         trajectory = Trajectory(
-            request_id=req.id, group_id=req.group_id, sample_id=req.sample_id, seed=req.request.seed,
+            family="qwen3_tts", request_id=req.id, group_id=req.group_id, sample_id=req.sample_id, seed=req.request.seed,
             weight_version=req.version, prompt_rows=req.rows.numpy(), codes=codes, stop_decisions=decisions,
             logprobs=logprobs, stop_logprob=talker.stop_logprob if stopped and talker else None,
             sampling=req.work.sampling, min_frames=req.work.floor, finish_reason=reason.value,
