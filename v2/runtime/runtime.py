@@ -155,7 +155,7 @@ class Runtime:
         family = self.family
         open_text = getattr(family, "open_text", None)
         if open_text is None:
-            raise RequestError(f"text: the {family.name} family does not take text while a request runs")
+            raise RequestError(f"text: the {family.name} family does not take text while a request runs", field='text')
         voice = request.get("voice") if isinstance(request, dict) else getattr(request, "voice", None)
         req, work = open_text(request, voice=self._voice(voice), split=split)
         first = request.get("text") if isinstance(request, dict) else getattr(request, "text", None)

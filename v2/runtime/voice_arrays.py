@@ -32,25 +32,25 @@ def check_names(wanted: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, .
 def check_arrays(given: Any, wanted: Mapping[str, tuple[int, ...]], suffix: str = "") -> dict[str, np.ndarray]:
     """Exactly the arrays the store asks for, each float32 of its shape and finite (private copies)."""
     if not isinstance(given, Mapping):
-        raise FieldError(f"arrays: expected a mapping of name -> array, got {type(given).__name__}")
+        raise FieldError(f"arrays: expected a mapping of name -> array, got {type(given).__name__}", field='arrays')
     unknown = sorted(set(given) - set(wanted))
     if unknown:
         raise FieldError(f"arrays: {unknown} are not arrays this runtime's voices carry "
-                         f"({sorted(wanted) or 'none'})")
+                         f"({sorted(wanted) or 'none'})", field='arrays')
     out = {}
     for key, shape in wanted.items():
         if key not in given:
             raise FieldError(f"{key}: this runtime's voices carry it (add the voice from audio, or pass "
-                             f"arrays={{{key!r}: ...}} with the codes)")
+                             f"arrays={{{key!r}: ...}} with the codes)", field="arrays")
         value = given[key]
         value = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
         try:
             array = np.array(value, dtype=np.float32)  # a private copy
         except (TypeError, ValueError):
-            raise FieldError(f"{key}{suffix}: not an array of numbers") from None
+            raise FieldError(f"{key}{suffix}: not an array of numbers", field="arrays") from None
         if array.shape != tuple(shape) or not np.isfinite(array).all():
             raise FieldError(f"{key}{suffix}: expected finite float32 of shape {list(shape)}, got shape "
-                             f"{list(array.shape)}")
+                             f"{list(array.shape)}", field="arrays")
         out[key] = array
     return out
 

@@ -303,7 +303,7 @@ class VoiceStore:
             for key in self._arrays:
                 if not os.path.lexists(path / f"{key}.npy"):
                     raise VoiceError(f"{key}.npy: missing (this runtime's voices carry {key!r}: add the voice "
-                                     "again from its recording)")
+                                     "again from its recording)", field=None)
                 with opened(path / f"{key}.npy", MAX_ARRAY_BYTES) as f:
                     named[key] = np.load(f, allow_pickle=False)
             named = check_arrays(named, self._arrays, ".npy")
@@ -318,7 +318,7 @@ class VoiceStore:
         try:
             return check_arrays(given, self._arrays)
         except FieldError as e:
-            raise VoiceError(str(e)) from None
+            raise VoiceError(str(e), field=e.field) from None
 
     def _check_codes(self, value: Any, field: str) -> np.ndarray:
         try:

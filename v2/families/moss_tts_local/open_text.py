@@ -73,17 +73,17 @@ class OpenText:
     # ----- the caller's thread -------------------------------------------------------------------
     def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[SpeechRequest, OpenWork]:
         if split not in SPLITS:
-            raise RequestError(f"split: {split!r} is not one of {', '.join(SPLITS)}")
+            raise RequestError(f"split: {split!r} is not one of {', '.join(SPLITS)}", field='split')
         rows = request.get("prompt_rows") if isinstance(request, dict) else getattr(request, "prompt_rows", None)
         if rows is not None:
-            raise RequestError("prompt_rows: an open request takes text, in pieces")
+            raise RequestError("prompt_rows: an open request takes text, in pieces", field='prompt_rows')
         # its text is the first piece (checked at `feed`); the rest of the request is checked with a placeholder
         req = parse_request({**request, "text": PLACEHOLDER} if isinstance(request, dict) else request)
         if req.profile is ExecutionProfile.ROLLOUT:
-            raise RequestError("profile: a rollout trajectory is one prompt; an open request is spoken as segments")
+            raise RequestError("profile: a rollout trajectory is one prompt; an open request is spoken as segments", field='profile')
         if req.duration_frames is not None:
             raise RequestError("duration_frames: a duration target is for one prompt; an open request is spoken "
-                               "as segments")
+                               "as segments", field='duration_frames')
         checked = prepare(req.model_copy(update={"text": PLACEHOLDER}), self.card, self.cfg, self.tokenizer,
                           codec=self.codec, voice=voice)
         if checked.audio:
@@ -105,10 +105,10 @@ class OpenText:
         with work.lock:
             feed = work.text
             if feed.ended:
-                raise RequestError("text: the text has already ended (end_text)")
+                raise RequestError("text: the text has already ended (end_text)", field='text')
             if len(feed.text) + len(piece) > self.limits.max_text_chars:
                 raise RequestError(f"text: {len(feed.text) + len(piece)} characters, over the card's max_text_chars "
-                                   f"({self.limits.max_text_chars})")
+                                   f"({self.limits.max_text_chars})", field='text')
             text, spans = feed.trial(piece, end=end)
             laid, before = [], work.segments[-1].start if work.segments else 0
             for i, (s, e) in enumerate(spans, len(work.segments)):
@@ -129,17 +129,17 @@ class OpenText:
             try:
                 rows = build_rows(request, self.cfg, self.tokenizer, work.references, work.transcript, said)
             except (PromptError, ValueError) as err:
-                raise RequestError(f"text: {err}") from None
+                raise RequestError(f"text: {err}", field='text') from None
             if len(rows) > limit:
                 raise RequestError(f"text: the first segment's prompt (characters {s}-{e}) is {len(rows)} rows, over "
-                                   f"the card's max_prompt_rows ({limit})")
+                                   f"the card's max_prompt_rows ({limit})", field='text')
             return TextSegment(s, e, said, rows, work.max_frames)
         rows = build_prompt(self.tokenizer, self.cfg, spoken(text[before:e]), instruction=request.instruction,
                             language=request.language)
         if limit - len(rows) < 1:
             raise RequestError(f"text: segment {i + 1} (characters {s}-{e}) lays out {len(rows)} prompt rows, leaving "
                                f"no room within max_prompt_rows ({limit}) for the previous segment's frames: lower the "
-                               "card's open_segment_chars")
+                               "card's open_segment_chars", field='text')
         return TextSegment(s, e, spoken(text[s:e]), rows, work.max_frames)
 
     # ----- the engine's thread -------------------------------------------------------------------

@@ -158,10 +158,10 @@ class Qwen3Family:
         if any(not torch.equal(p.rows, prepared[0].rows) or p.trailing != prepared[0].trailing for p in prepared):
             raise ValueError("prompts: a shared prompt must be the same for every request of the group")
         if prepared[0].recording is not None:
-            raise RequestError("reference_audio: a group shares one prompt; a recording to encode cannot be shared")
+            raise RequestError("reference_audio: a group shares one prompt; a recording to encode cannot be shared", field='reference_audio')
         if len(prepared[0].segments) > 1:
             raise RequestError(f"text: a group shares one prompt; this text is spoken as {len(prepared[0].segments)} "
-                               "segments (max_segment_chars)")
+                               "segments (max_segment_chars)", field='text')
 
     def read_input(self, source: Any) -> Any:
         return read_recording(source, self.codec_spec if self.encoder is not None else None,

@@ -107,15 +107,16 @@ def _ids(request: Qwen3Request, name: str, cfg: Qwen3TTSConfig, tokenizer: Any,
     if given is not None:
         bad = [i for i in given if i >= cfg.talker.text_vocab_size]
         if bad:
-            raise RequestError(f"{name}_ids: ids {bad[:5]} outside the text vocab ({cfg.talker.text_vocab_size})")
+            raise RequestError(f"{name}_ids: ids {bad[:5]} outside the text vocab ({cfg.talker.text_vocab_size})",
+                               field=f"{name}_ids")
         body = tuple(given)
     else:
         if tokenizer is None:
             raise RequestError(f"{name}: this checkpoint has no tokenizer (no tokenizer.json, nor vocab.json + "
-                               f"merges.txt); give {name}_ids")
+                               f"merges.txt); give {name}_ids", field=name)
         body = tuple(tokenizer.encode(text))
         if not body and name != "instruction":
-            raise RequestError(f"{name}: encodes to no tokens")
+            raise RequestError(f"{name}: encodes to no tokens", field=name)
     return _template(cfg, role_ids(tokenizer), body, name)
 
 
@@ -123,24 +124,24 @@ def _mode(request: Qwen3Request, cfg: Qwen3TTSConfig, codec: CodecSpec | None) -
     if request.voice is not None:
         if cfg.speaker_encoder is None:
             raise RequestError(f"voice: this checkpoint ({cfg.model_type}) clones no stored voice (no speaker "
-                               "encoder); name a speaker")
+                               "encoder); name a speaker", field='voice')
         return "voice_clone"
     if request.reference_audio is not None:
         if cfg.speaker_encoder is None:
             raise RequestError(f"reference_audio: this checkpoint ({cfg.model_type}) has no speaker encoder; "
-                               "voice cloning needs a Base checkpoint")
+                               "voice cloning needs a Base checkpoint", field='reference_audio')
         if not request.x_vector_only and (codec is None or not codec.has_encoder):
             raise RequestError("reference_audio: an in-context clone needs the codec's encoder (the card does not "
-                               "load it); or pass x_vector_only: true")
+                               "load it); or pass x_vector_only: true", field='reference_audio')
         return "voice_clone"
     if request.speaker is not None:
         if request.speaker.lower() not in cfg.speakers:
             known = ", ".join(sorted(cfg.speakers)) or "none: this checkpoint has no speaker table"
-            raise RequestError(f"speaker: {request.speaker!r} is not a speaker of this checkpoint ({known})")
+            raise RequestError(f"speaker: {request.speaker!r} is not a speaker of this checkpoint ({known})", field='speaker')
         return "custom_voice"
     if cfg.model_type == "custom_voice":
         raise RequestError(f"speaker: this CustomVoice checkpoint speaks as a named speaker (one of "
-                           f"{', '.join(sorted(cfg.speakers))})")
+                           f"{', '.join(sorted(cfg.speakers))})", field='speaker')
     return "voice_design"
 
 
@@ -202,14 +203,14 @@ def read_recording(source: Any, codec: CodecSpec | None, max_seconds: float, *, 
     from v2.models.qwen3_codec.audio_in import AudioError, prepare_mono
 
     if codec is None:
-        raise RequestError("reference_audio: this runtime has no encoder for reference audio")
+        raise RequestError("reference_audio: this runtime has no encoder for reference audio", field='reference_audio')
     try:
         base = prepare_mono(source, sample_rate=codec.codec_rate, min_seconds=codec.hop / codec.codec_rate,
                             max_seconds=max_seconds)
         spk = base if codec.speaker_rate == codec.codec_rate else prepare_mono(
             source, sample_rate=codec.speaker_rate, max_seconds=max_seconds)
     except AudioError as e:
-        raise RequestError(f"reference_audio: {e}") from None
+        raise RequestError(f"reference_audio: {e}", field='reference_audio') from None
     return EncodeInput(spk if speaker else None, base if codes else None)
 
 
@@ -221,7 +222,8 @@ def prepare(request: Qwen3Request, card: Any, cfg: Qwen3TTSConfig, tokenizer: An
     for name in ("text", "instruction", "reference_text", "language", "speaker"):
         value = getattr(request, name)
         if value is not None and len(value) > limits.max_text_chars:
-            raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({limits.max_text_chars})")
+            raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({limits.max_text_chars})",
+                               field=name)
     parts = spans(request, limits.max_segment_chars)  # long text: split at sentence ends (refusals name `text`)
     said = first_text(request, parts, limits.max_segment_chars)
     mode = _mode(request, cfg, codec)
@@ -245,21 +247,21 @@ def prepare(request: Qwen3Request, card: Any, cfg: Qwen3TTSConfig, tokenizer: An
     try:
         lay = layout(cfg, spec)
     except PromptError as e:
-        raise RequestError(_field(str(e), request)) from None
+        raise RequestError(_field(str(e), request), field=getattr(e, "field", None)) from None
     if len(lay) > limits.max_prompt_rows:
         name = "reference_text" if icl and frames > len(text_ids) else "text"
         why = unsplit(request, limits.max_segment_chars) if name == "text" and request.text is not None else ""
         raise RequestError(f"{name}: the prompt is {len(lay)} rows, over the card's max_prompt_rows "
-                           f"({limits.max_prompt_rows}){why}")
+                           f"({limits.max_prompt_rows}){why}", field=name)
     max_frames = request.max_frames if request.max_frames is not None else limits.max_frames
     if max_frames > limits.max_frames:
-        raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})")
+        raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})", field='max_frames')
     if request.min_frames > max_frames:
-        raise RequestError(f"min_frames: {request.min_frames} exceeds max_frames ({max_frames})")
+        raise RequestError(f"min_frames: {request.min_frames} exceeds max_frames ({max_frames})", field='min_frames')
     try:
         sampling = _sampling(request, defaults)
     except ValueError as e:
-        raise RequestError(f"sampling: {e}") from None
+        raise RequestError(f"sampling: {e}", field='sampling') from None
     segments = _segments(request, parts, spec, cfg, tokenizer, max_frames, limits.max_prompt_rows)
     return Prepared(rows_of(lay, cfg.num_code_groups, ref_codes=ref_codes, xvector=xvector), lay, lay.trailing,
                     sampling, segments[0].max_frames if segments else max_frames,
@@ -272,7 +274,7 @@ def _reference_ids(request: Qwen3Request, cfg: Qwen3TTSConfig, tokenizer: Any, v
         return _ids(request, "reference_text", cfg, tokenizer)
     if tokenizer is None:
         raise RequestError("voice: its transcript is text and this checkpoint has no tokenizer; give "
-                           "reference_text_ids (or x_vector_only: true)")
+                           "reference_text_ids (or x_vector_only: true)", field='voice')
     return _template(cfg, role_ids(tokenizer), tuple(tokenizer.encode(voice.text)), "reference_text")
 
 

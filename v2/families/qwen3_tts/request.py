@@ -129,8 +129,10 @@ def parse(request: Any) -> Qwen3Request:
     """A validated `Qwen3Request` (from an instance or a dict); a pydantic error becomes a RequestError naming
     the field."""
     if not isinstance(request, (Qwen3Request, dict)):
-        raise RequestError(f"request: expected a Qwen3Request or a dict of fields, got {type(request).__name__}")
+        raise RequestError(f"request: expected a Qwen3Request or a dict of fields, got {type(request).__name__}",
+                           field='request')
     try:
         return Qwen3Request.model_validate(request)
     except ValidationError as e:
-        raise RequestError("; ".join(_describe(err) for err in e.errors())) from None
+        first = [str(p) for p in e.errors()[0]["loc"] if not isinstance(p, int)] if e.errors() else []
+        raise RequestError("; ".join(_describe(err) for err in e.errors()), field=".".join(first) or None) from None

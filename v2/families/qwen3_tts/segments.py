@@ -63,7 +63,7 @@ def plan(parts: list[tuple[int, int]], bodies: list[tuple[int, ...]], first: Pro
             specs.append(carried_spec(first, template(body, "text"), template(prev, "reference_text")))
             rows_for(cfg, specs[-1], 1)  # type: ignore[arg-type]
         except PromptError as err:
-            raise RequestError(f"text: a later segment's prompt: {err}") from None
+            raise RequestError(f"text: a later segment's prompt: {err}", field='text') from None
     out = []
     for i, (s, e) in enumerate(parts):
         nxt = specs[i + 1] if i + 1 < len(specs) else None
@@ -73,7 +73,7 @@ def plan(parts: list[tuple[int, int]], bodies: list[tuple[int, ...]], first: Pro
             raise RequestError(f"text: segment {i + 2} (characters {parts[i + 1][0]}-{parts[i + 1][1]}) lays out "
                                f"{rows_for(cfg, nxt, 1) - 1} prompt rows before its carried frames, leaving "
                                f"{max(cap, 0)} for them within max_prompt_rows ({max_prompt_rows}); at least "
-                               f"{max(1, min_frames)} are needed: lower the card's max_segment_chars")
+                               f"{max(1, min_frames)} are needed: lower the card's max_segment_chars", field='text')
         out.append(Segment(s, e, cap, specs[i]))
     return tuple(out)
 
