@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from v2.contracts import ExecutionProfile
-from v2.fields import INT64_MAX, TOP_K_MAX, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature
-from v2.request import RequestError, _describe, _is_samples, _recording
+from v2.fields import INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature
+from v2.request import RequestError, _describe, _field, _is_samples, _recording
 
 Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
 TopK = Annotated[StrictInt | None, Field(ge=0, le=TOP_K_MAX)]
@@ -87,41 +87,44 @@ class Qwen3Request(BaseModel):
     def _consistent(self) -> "Qwen3Request":
         for name in ("text", "instruction", "reference_text"):
             if getattr(self, name) is not None and getattr(self, f"{name}_ids" if name != "text" else "text_ids") is not None:
-                raise ValueError(f"{name}: give {name} or {name}_ids, not both")
+                raise FieldError(f"{name}: give {name} or {name}_ids, not both", field=name)
         if self.text is None and self.text_ids is None:
-            raise ValueError("text: give text or text_ids")
+            raise FieldError("text: give text or text_ids", field='text')
         if self.text is not None and not self.text.strip():
-            raise ValueError("text: must not be empty or whitespace")
+            raise FieldError("text: must not be empty or whitespace", field='text')
         if self.text_ids is not None and not self.text_ids:
-            raise ValueError("text_ids: must hold at least one id")
+            raise FieldError("text_ids: must hold at least one id", field='text_ids')
         clone = self.reference_audio is not None or self.voice is not None
         transcript = self.reference_text is not None or self.reference_text_ids is not None
         if self.reference_audio is not None and self.voice is not None:
-            raise ValueError("voice: give voice or reference_audio, not both")
+            raise FieldError("voice: give voice or reference_audio, not both", field='voice')
         if not clone:
             if transcript:
-                raise ValueError(f"{'reference_text' if self.reference_text is not None else 'reference_text_ids'}: "
-                                 "a transcript goes with reference_audio or voice")
+                name = "reference_text" if self.reference_text is not None else "reference_text_ids"
+                raise FieldError(f"{name}: a transcript goes with reference_audio or voice", field=name)
             if self.x_vector_only:
-                raise ValueError("x_vector_only: goes with reference_audio or voice")
+                raise FieldError("x_vector_only: goes with reference_audio or voice", field='x_vector_only')
         else:
             source = "reference_audio" if self.voice is None else "voice"
             if self.speaker is not None:
-                raise ValueError(f"speaker: a voice clone takes its voice from {source}, not a speaker name")
+                raise FieldError(f"speaker: a voice clone takes its voice from {source}, not a speaker name",
+                                 field="speaker")
             if self.instruction is not None or self.instruction_ids is not None:
                 name = "instruction" if self.instruction is not None else "instruction_ids"
-                raise ValueError(f"{name}: a voice clone takes no instruction (the reference's clone has none)")
+                raise FieldError(f"{name}: a voice clone takes no instruction (the reference's clone has none)",
+                                 field=name)
             if not self.x_vector_only and not transcript and self.voice is None:  # a voice may hold its transcript
-                raise ValueError("reference_text: an in-context clone needs the reference's transcript "
-                                 "(or x_vector_only: true)")
+                raise FieldError("reference_text: an in-context clone needs the reference's transcript "
+                                 "(or x_vector_only: true)", field='reference_text')
             if self.reference_text is not None and not self.reference_text.strip():
-                raise ValueError("reference_text: must not be empty or whitespace")
+                raise FieldError("reference_text: must not be empty or whitespace", field='reference_text')
         if self.speaker is not None and not self.speaker.strip():
-            raise ValueError("speaker: must not be empty")
+            raise FieldError("speaker: must not be empty", field='speaker')
         if self.max_frames is not None and self.min_frames > self.max_frames:
-            raise ValueError(f"min_frames: {self.min_frames} exceeds max_frames ({self.max_frames})")
+            raise FieldError(f"min_frames: {self.min_frames} exceeds max_frames ({self.max_frames})",
+                             field="min_frames")
         if self.stream and not self.decode_audio:
-            raise ValueError("stream: a stream needs decode_audio")
+            raise FieldError("stream: a stream needs decode_audio", field='stream')
         return self
 
 
@@ -134,5 +137,5 @@ def parse(request: Any) -> Qwen3Request:
     try:
         return Qwen3Request.model_validate(request)
     except ValidationError as e:
-        first = [str(p) for p in e.errors()[0]["loc"] if not isinstance(p, int)] if e.errors() else []
-        raise RequestError("; ".join(_describe(err) for err in e.errors()), field=".".join(first) or None) from None
+        errors = e.errors()
+        raise RequestError("; ".join(_describe(err) for err in errors), field=_field(errors[0])) from None
