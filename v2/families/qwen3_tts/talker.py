@@ -65,6 +65,7 @@ class TalkerResult:
     logprobs: list[tuple[float, ...]]   # per frame, G each
     stop_logprob: float | None          # the EOS choice's logprob (finish stop)
     prompt_rows: int
+    trailing: tuple[int, ...] = ()      # the trailing text ids frames were fed (tts_pad past the end)
 
 
 @dataclass
@@ -153,7 +154,7 @@ class TalkerLoop:
 
     def finalize(self, state: TalkerState) -> TalkerResult:
         return TalkerResult(state.finish or FinishReason.ABORT, list(state.codes), list(state.logprobs),
-                            state.stop_logprob, state.prompt_len)
+                            state.stop_logprob, state.prompt_len, tuple(state.trailing))
 
     # ----- the paged KV's side -----------------------------------------------------------------
     def kv_span(self, plan: WorkPlan) -> tuple[int, int]:
