@@ -42,12 +42,17 @@ class Trajectory:
     family: str                    # the family that made it (its card's `family`): `v2.rl.logprobs` recomputes with it
     timings: dict[str, float | None] = field(default_factory=dict)
     audio: np.ndarray | None = None  # float32 [channels, samples] unless decode_audio was off
+    # what a family's recompute needs beyond these (None where the family has none): Qwen3-TTS's trailing text
+    # ids, fed with frames 0, 1, ... (tts_pad past the end), and a voice clone's x-vector (its SPEAKER row)
+    trailing: np.ndarray | None = None        # int64 [Tt]
+    speaker_vector: np.ndarray | None = None  # float [H] (the model's dtype)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data (arrays as nested lists; audio left out)."""
         out = {k: v for k, v in asdict(self).items() if k not in ("audio", "sampling")}
-        for key in ("prompt_rows", "codes", "stop_decisions", "logprobs"):
-            out[key] = getattr(self, key).tolist()
+        for key in ("prompt_rows", "codes", "stop_decisions", "logprobs", "trailing", "speaker_vector"):
+            value = getattr(self, key)
+            out[key] = None if value is None else value.tolist()
         out["sampling"] = asdict(self.sampling)
         return out
 
@@ -71,17 +76,19 @@ def write_npz(trajectories: Iterable[Trajectory], path: str | Path) -> None:
 def collate(trajectories: list[Trajectory]) -> dict[str, Tensor]:
     """Right-padded batch for a trainer.
 
-    codes [B, L, G] (0 where padded), logprobs [B, L, 1 + G], mask [B, L, 1 + G] (True where a logprob is real),
+    codes [B, L, G] (0 where padded), logprobs [B, L, C], mask [B, L, C] (True where a logprob is real),
     lengths [B] frames, stopped [B]; L = the longest F (+ 1 when that sample stopped): the row after a
-    stopped sample's last frame holds its stop decision in channel 0 only.
+    stopped sample's last frame holds its stop decision in channel 0 only. C: the trajectories' logprob
+    columns (MOSS: 1 + G, the stop head first; Qwen3-TTS: G, the stop an id of group 0's choice).
     """
     b = len(trajectories)
     rows = [len(t.codes) + (t.stop_logprob is not None) for t in trajectories]
     width = max(rows, default=0)
     groups = trajectories[0].codes.shape[1] if trajectories else 12  # codes per frame (the family's)
+    columns = trajectories[0].logprobs.shape[1] if trajectories else 1 + groups
     codes = torch.zeros(b, width, groups, dtype=torch.long)
-    logprobs = torch.zeros(b, width, 1 + groups, dtype=torch.float32)
-    mask = torch.zeros(b, width, 1 + groups, dtype=torch.bool)
+    logprobs = torch.zeros(b, width, columns, dtype=torch.float32)
+    mask = torch.zeros(b, width, columns, dtype=torch.bool)
     for i, t in enumerate(trajectories):
         f = len(t.codes)
         codes[i, :f] = torch.from_numpy(t.codes)

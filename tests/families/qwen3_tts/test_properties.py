@@ -164,7 +164,7 @@ BAD = [
     ({"text_ids": [5], "temperature": -1.0}, "temperature"),
     ({"text_ids": [5], "subtalker_top_p": 0.0}, "subtalker_top_p"),
     ({"text_ids": [5], "repetition_penalty": 0.0}, "repetition_penalty"),
-    ({"text_ids": [5], "sampling": {"audio": {}}}, "sampling"),
+    ({"text_ids": [5], "sampling": {"stop": {"temperature": 1.0}}}, "sampling"),  # no separate stop head
     ({"text_ids": [5] * 2000}, "text"),
 ]
 

@@ -29,7 +29,7 @@ from v2.families.qwen3_tts.codec_executor import CodecExecutor
 from v2.families.qwen3_tts.encode import EncodeLoop, Qwen3Work
 from v2.families.qwen3_tts.encode_executor import CodesExecutor, SpeakerExecutor
 from v2.families.qwen3_tts.prepare import CodecSpec, prepare, read_recording, rows_of, with_encoded
-from v2.families.qwen3_tts.request import parse
+from v2.families.qwen3_tts.request import Qwen3Request, parse
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState, recompute_rows
 from v2.families.qwen3_tts.talker_executor import FrameBatch, OnStream, TalkerExecutor
 from v2.families.qwen3_tts.weights import NAMES
@@ -78,6 +78,7 @@ class _Half:
 class Qwen3Family:
     name = "qwen3_tts"
     weight_names = NAMES
+    request_fields = frozenset(Qwen3Request.model_fields) | {"sampling"}  # `sampling` nested: sampling_names.py
 
     def __init__(self, card: Qwen3Card, model: Any, codec: Any, tokenizer: Any, *, encoder: Any = None,
                  generation: dict[str, Any] | None = None, graphs: bool = True) -> None:
@@ -87,6 +88,7 @@ class Qwen3Family:
             raise ValueError(f"codec: {codec.cfg.groups} code groups, the talker makes {cfg.num_code_groups}")
         self.card, self.model, self.codec, self.tokenizer, self.encoder = card, model, codec, tokenizer, encoder
         self.cfg, self.device, self.weights = cfg, model.device, model
+        self.speakers: tuple[str, ...] = cfg.speaker_names  # `speaker` values, spelled as config.json's spk_id
         self.code_width, self.codebook_size = cfg.num_code_groups, cfg.code_predictor.codebook_size
         self.sample_rate, self.channels = codec.sample_rate, 1
         self.frame_rate = codec.sample_rate / codec.hop

@@ -7,16 +7,25 @@ stop id: the repetition penalty over the distinct earlier group-0 ids, EOS maske
 control ids suppressed, then the talker's temperature / top-k / top-p), and groups 1..G-1 from one
 teacher-forced code-predictor pass per frame under the code predictor's settings. The layout is the
 sampler's (`Qwen3Generation.logprobs`): row t = group 0 of frame t, then groups 1..G-1 of frame t; a run
-that stopped has one more row, the EOS choice in column 0 and zeros elsewhere.
+that stopped has one more row, the EOS choice in column 0 and zeros elsewhere. And for a trajectory the
+runtime made (`v2/families/qwen3_tts/results.py`): `recompute(trajectory, model)` (its int prompt rows and
+trailing text ids embedded by the model, `rows.embed_rows`, so the prompt's text rows get gradients too;
+its x-vector, codes, sampling, floor and stop), `trajectory_logprobs(model, trajectory)` (the same, in the
+argument order `v2.rl`'s per-family dispatch calls), and `recorded(trajectory)`, what the rollout recorded
+in the same layout.
 Must not know: the engine, slots, scheduling, how trajectories are stored (v2/rl/trajectory.py).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from v2.families.qwen3_tts.rows import embed_rows
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.qwen3_tts.model import Qwen3TTS
 from v2.models.qwen3_tts.sampling import Qwen3TTSSamplingTensors, group0_logits
@@ -28,6 +37,38 @@ MIN_FRAMES = 2  # the reference's min_new_tokens: EOS is masked at group-0 choic
 def _chosen(z: Tensor, ids: Tensor) -> Tensor:
     """log_softmax(z)[ids]: z [N, V] processed logits, ids [N] -> [N]."""
     return torch.log_softmax(z, dim=-1).gather(1, ids[:, None])[:, 0]
+
+
+def recompute(trajectory: Any, model: Qwen3TTS) -> Tensor:
+    """Teacher-forced logprobs of a Qwen3-TTS trajectory (`v2.rl.Trajectory` this family made): [F (+1 when it
+    stopped), G], laid out as `recorded(trajectory)`. Differentiable with respect to the model's parameters."""
+    t, dev = trajectory, model.device
+    if t.trailing is None:
+        raise ValueError("trajectory: no trailing text ids (not a Qwen3-TTS trajectory?)")
+    rows = torch.as_tensor(np.asarray(t.prompt_rows), dtype=torch.long, device=dev)  # [T, 2 + G]
+    if rows.dim() != 2 or rows.shape[1] != 2 + model.num_code_groups:
+        raise ValueError(f"prompt_rows: expected int rows [T, {2 + model.num_code_groups}], got {tuple(rows.shape)}")
+    xvec = None if t.speaker_vector is None else torch.as_tensor(t.speaker_vector, device=dev).to(model.dtype)
+    prompt = embed_rows(model, rows, xvec)  # [T, H]
+    trailing = model.embed_text(torch.as_tensor(np.asarray(t.trailing), dtype=torch.long, device=dev))  # [Tt, H]
+    return logprobs(model, prompt, trailing, torch.from_numpy(np.asarray(t.codes)), t.sampling,
+                    min_frames=t.min_frames, final_stop=t.stop_logprob is not None)
+
+
+def trajectory_logprobs(model: Qwen3TTS, trajectory: Any) -> Tensor:
+    """`recompute(trajectory, model)`."""
+    return recompute(trajectory, model)
+
+
+def recorded(trajectory: Any) -> Tensor:
+    """The logprobs a rollout recorded, in `recompute`'s layout: [F (+1), G] float32."""
+    t = trajectory
+    table = torch.from_numpy(np.asarray(t.logprobs, dtype=np.float32)).reshape(len(t.codes), -1)  # [F, G]
+    if t.stop_logprob is None:
+        return table
+    stop = torch.zeros(1, table.shape[1])
+    stop[0, 0] = t.stop_logprob
+    return torch.cat([table, stop])
 
 
 def logprobs(model: Qwen3TTS, prompt_rows: Tensor, trailing: Tensor, codes: Tensor, sampling: Qwen3TTSSampling, *,

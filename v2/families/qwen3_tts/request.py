@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from v2.contracts import ExecutionProfile
 from v2.fields import INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature
+from v2.families.qwen3_tts.sampling_names import unfold_sampling
 from v2.request import RequestError, _describe, _field, _is_samples, _recording
 
 Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
@@ -129,11 +130,13 @@ class Qwen3Request(BaseModel):
 
 
 def parse(request: Any) -> Qwen3Request:
-    """A validated `Qwen3Request` (from an instance or a dict); a pydantic error becomes a RequestError naming
-    the field."""
+    """A validated `Qwen3Request` (from an instance or a dict, whose `sampling` may be nested as the runtime's:
+    `sampling_names.py`); a pydantic error becomes a RequestError naming the field."""
     if not isinstance(request, (Qwen3Request, dict)):
         raise RequestError(f"request: expected a Qwen3Request or a dict of fields, got {type(request).__name__}",
                            field='request')
+    if isinstance(request, dict):
+        request = unfold_sampling(request)  # the runtime's nested `sampling` (HTTP, rollouts) as flat names
     try:
         return Qwen3Request.model_validate(request)
     except ValidationError as e:

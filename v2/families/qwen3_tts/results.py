@@ -3,7 +3,8 @@
 Owns: the audio joined from the chunks made (24 kHz mono), the codes [F, G], the segments (a long text's
 spans and frame ranges), the metrics, and the trajectory
 record (prompt rows [T, 2 + G], codes, per frame G logprobs: group 0's choice, whose distribution includes
-the stop id, then groups 1..G-1; the stop choice's logprob when it stopped).
+the stop id, then groups 1..G-1; the stop choice's logprob when it stopped; the trailing text ids the frames
+were fed and a clone's x-vector: what `recompute.recompute` needs besides).
 Must not know: slots, scheduling, threads.
 """
 
@@ -54,5 +55,7 @@ def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | Non
             logprobs=logprobs, stop_logprob=talker.stop_logprob if stopped and talker else None,
             sampling=req.work.sampling, min_frames=req.work.floor, finish_reason=reason.value,
             timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
-            audio=audio if req.request.decode_audio else None)
+            audio=audio if req.request.decode_audio else None,
+            trailing=np.array(talker.trailing if talker else (), dtype=np.int64),
+            speaker_vector=None if req.work.xvector is None else np.asarray(req.work.xvector))
     return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error, segments)

@@ -72,6 +72,7 @@ class TalkerResult:
     prompt_rows: int
     segments: list[tuple[int, int, FinishReason]] = field(default_factory=list)  # per segment: (prompt rows,
                                                                                  # frames, how it ended)
+    trailing: tuple[int, ...] = ()      # the trailing text ids frames were fed (tts_pad past the end)
 
 
 @dataclass
@@ -198,7 +199,7 @@ class TalkerLoop:
         current = [] if state.switching else [(state.prompt_len, len(state.codes), state.finish or FinishReason.ABORT)]
         return TalkerResult(state.finish or FinishReason.ABORT, state.done_codes + state.codes,
                             state.done_logprobs + state.logprobs, state.stop_logprob, state.prompt_len,
-                            state.ended + current)
+                            state.ended + current, tuple(state.trailing))
 
     # ----- the paged KV's side -----------------------------------------------------------------
     def kv_span(self, plan: WorkPlan) -> tuple[int, int]:

@@ -26,11 +26,11 @@ import torch
 from torch import Tensor
 
 from v2.contracts import bucket_for
+from v2.families.qwen3_tts.rows import embed_rows
 from v2.families.qwen3_tts.talker import FramePlan, FrameRow, PrefillPlan
 from v2.models.kernels import kernels_on
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.qwen3_tts.model import Qwen3TTS
-from v2.models.qwen3_tts.prompt import SPEAKER
 from v2.models.qwen3_tts.sampling import Qwen3TTSSamplingTensors, head_needs_full_sort
 from v2.runtime.device import to_device, upload
 from v2.runtime.graphs import StepGraphs
@@ -179,15 +179,8 @@ class TalkerExecutor:
 
     # ----- prefill -------------------------------------------------------------------------------
     def embed_rows(self, rows: Tensor, slots: Tensor) -> Tensor:
-        """rows [B, W, 2 + G] int64 on the device, slots [B] -> talker inputs [B, W, H]."""
-        m = self.model
-        text, codec, codes = rows[..., 0], rows[..., 1], rows[..., 2:]
-        x = torch.where((text >= 0)[..., None], m.embed_text(text.clamp(min=0)), 0.0)
-        x = x + torch.where((codec >= 0)[..., None], m.embed_codec(codec.clamp(min=0)), 0.0)
-        x = x + torch.where((codec == SPEAKER)[..., None], self.xvec[slots][:, None], 0.0)
-        frame = (codec != SPEAKER) & (codes[..., 0] >= 0)
-        codes = codes.masked_fill(~frame[..., None], 0)  # a speaker row's codes hold the x-vector's fingerprint
-        return x + torch.where(frame[..., None], m.embed_frame(codes), 0.0)
+        """rows [B, W, 2 + G] int64 on the device, slots [B] -> talker inputs [B, W, H] (`rows.embed_rows`)."""
+        return embed_rows(self.model, rows, self.xvec[slots][:, None])
 
     @torch.no_grad()
     def prefill(self, plans: Sequence[PrefillPlan]) -> None:

@@ -210,6 +210,7 @@ class Qwen3TTSConfig:
     speakers: Mapping[str, int] = field(default_factory=dict)           # spk_id (lower-case names)
     speaker_dialect: Mapping[str, str | None] = field(default_factory=dict)  # spk_is_dialect (False -> None)
     languages: Mapping[str, int] = field(default_factory=dict)          # codec_language_id
+    speaker_names: tuple[str, ...] = ()  # spk_id's names as config.json spells them, in its order
 
     @property
     def num_code_groups(self) -> int:
@@ -263,6 +264,7 @@ class Qwen3TTSConfig:
         return cls(talker=talker, code_predictor=predictor, speaker_encoder=speaker, codec=codec,
                    text=TextIds.from_dict(d, talker.text_vocab_size), model_type=tts_type,
                    model_size=_str(d, "tts_model_size", ""), speakers=speakers, languages=languages,
+                   speaker_names=tuple(str(k) for k in (_get(d, f"{t}.spk_id", {}) or {})),
                    speaker_dialect={k: (str(x).lower() if x not in (False, None) else None) for k, x in dialects.items()})
 
 

@@ -1,0 +1,64 @@
+"""The runtime's nested `sampling` (what HTTP and rollouts send) onto this family's flat sampling names.
+
+Owns: `unfold_sampling(fields)`: a request dict's `sampling` (the shape `v2.request.SamplingParams` defines:
+`audio.{temperature, top_k, top_p}`, the same three at its top level, `repetition_penalty`; and
+`subtalker.{temperature, top_k, top_p}`, this family's code predictor) rewritten as the flat fields
+`Qwen3Request` takes: the audio head's knobs (the top level's where `audio` leaves one out) are the talker's
+group-0 `temperature` / `top_k` / `top_p`, as the reference API's top-level names are; `repetition_penalty`
+the talker's; `subtalker.*` -> `subtalker_*`. Refused, naming the dotted field (which the server maps back
+onto the HTTP parameter the client sent): a bad value, an unknown key, `stop` (this family has no separate
+stop head: EOS is an id of group 0's distribution), a knob given both nested and flat.
+Must not know: the engine, cards, checkpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from v2.request import HeadParams, RequestError, SamplingParams, _describe
+
+KNOBS = ("temperature", "top_k", "top_p")
+
+
+def _parsed(model: Any, raw: Any, prefix: str) -> Any:
+    if isinstance(raw, model):
+        return raw
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        raise RequestError("; ".join(_describe({**err, "loc": (*prefix.split("."), *err["loc"])})
+                                     for err in e.errors())) from None
+
+
+def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with `sampling` moved onto the flat names (a copy; the caller's dict is not changed)."""
+    if "sampling" not in fields:
+        return fields
+    out = {k: v for k, v in fields.items() if k != "sampling"}
+    raw = fields["sampling"]
+    if raw is None:
+        return out
+    subtalker: Any = None
+    if isinstance(raw, dict) and "subtalker" in raw:
+        raw = dict(raw)
+        subtalker = _parsed(HeadParams, raw.pop("subtalker"), "sampling.subtalker")
+    nested = _parsed(SamplingParams, raw, "sampling")
+    if any(getattr(nested.stop, k) is not None for k in KNOBS):
+        raise RequestError("sampling.stop: this family has no separate stop head (the stop is an id of the talker's "
+                           "group-0 choice, drawn under temperature / top_k / top_p)")
+    given: dict[str, tuple[str, Any]] = {}
+    for k in KNOBS:
+        audio, top = getattr(nested.audio, k), getattr(nested, k)
+        if audio is not None or top is not None:
+            given[k] = (f"sampling.audio.{k}" if audio is not None else f"sampling.{k}", audio if audio is not None else top)
+        if subtalker is not None and getattr(subtalker, k) is not None:
+            given[f"subtalker_{k}"] = (f"sampling.subtalker.{k}", getattr(subtalker, k))
+    if nested.repetition_penalty is not None:
+        given["repetition_penalty"] = ("sampling.repetition_penalty", nested.repetition_penalty)
+    for flat, (label, value) in given.items():
+        if out.get(flat) is not None:
+            raise RequestError(f"{label}: give {label} or {flat}, not both")
+        out[flat] = value
+    return out
