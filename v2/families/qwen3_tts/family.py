@@ -7,7 +7,8 @@ holds the paged KV), the executors per work kind (SPEAKER and ENCODE in front, P
 AUDIO_CHUNK), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the family's side of a
 request's life: parsing and preparing it, its loops' states at admission, device state at admission
 (sampling, seed, x-vector, fresh codec state), the prompt laid out again once the recording is encoded,
-the rows a preempted request recomputes, and the result.
+the rows a preempted request recomputes, and the result; open requests (text fed while they run, as
+trailing text rows) through `open_text.OpenText`.
 Must not know: the engine's queues, scheduling policy, threads.
 """
 
@@ -27,6 +28,7 @@ from v2.families.qwen3_tts.codec import CODEC, CodecLoop
 from v2.families.qwen3_tts.codec_executor import CodecExecutor
 from v2.families.qwen3_tts.encode import EncodeLoop, Qwen3Work
 from v2.families.qwen3_tts.encode_executor import CodesExecutor, SpeakerExecutor
+from v2.families.qwen3_tts.open_text import OpenText, OpenWork
 from v2.families.qwen3_tts.prepare import CodecSpec, prepare, read_recording, with_encoded
 from v2.families.qwen3_tts.request import Qwen3Request, parse
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState, recompute_rows
@@ -129,6 +131,8 @@ class Qwen3Family:
         self.kv_ops = self.calls
         self.prefill_budget, self.max_waiting = tk.prefill_chunk_rows, tk.max_waiting
         self.max_group, self.max_buffered_chunks = tk.max_running, tk.max_buffered_chunks
+        self.opened = OpenText(card, cfg, tokenizer, self.defaults, self.codec_spec if self.enc_loop else None,
+                               self.talker_loop)
 
     def bind(self, launch: LaunchState) -> None:
         self._launch = launch
@@ -159,6 +163,13 @@ class Qwen3Family:
         if prepared[0].recording is not None:
             raise RequestError("reference_audio: a group shares one prompt; a recording to encode cannot be shared")
 
+    def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[Any, OpenWork]:
+        """An open request checked (its text arrives through `feed`, as trailing text rows: open_text.py)."""
+        return self.opened.open_text(request, split=split)
+
+    def feed(self, request: Any, work: OpenWork, text: str, *, end: bool = False) -> bool:
+        return self.opened.feed(work, text, end=end)
+
     def read_input(self, source: Any) -> Any:
         return read_recording(source, self.codec_spec if self.encoder is not None else None,
                               self.card.loops.encode.max_reference_seconds, codes=True, speaker=False)
@@ -173,6 +184,8 @@ class Qwen3Family:
 
     def encoded(self, record: Any) -> Any:
         front = record.front
+        if isinstance(record.work, OpenWork):
+            return self.opened.encoded(record, front.xvector, front.codes)
         return with_encoded(record.work, self.code_width, front.xvector, front.codes)
 
     # ----- admission and after -------------------------------------------------------------------
@@ -186,6 +199,8 @@ class Qwen3Family:
                                        max_frames=work.max_frames, floor=work.floor, slot=slots["kv"])
         if share_from is not None:
             self.talker_loop.share(talker, share_from)
+        if isinstance(work, OpenWork):
+            self.opened.started(record, talker)
         codec = self.codec_loop.init(record.id, sample_rate=self.sample_rate, enabled=request.decode_audio,
                                      slot=slots.get("codec", -1), context=work.context)
         return {TALKER: talker, CODEC: codec}
@@ -202,9 +217,14 @@ class Qwen3Family:
         return recompute_rows(state)
 
     def more_input(self, record: Any, loop: Hashable) -> Any:
+        if isinstance(record.work, OpenWork):  # text fed to an open request: its trailing rows (open_text.py)
+            return self.opened.more_input(record, loop)
         return None
 
     def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
+        talker = outputs.get(TALKER)
+        if isinstance(record.work, OpenWork) and talker is not None:
+            self.opened.finished(record, len(talker.codes), talker.finish.value)
         return results.build_result(record, outputs.get(TALKER), outputs.get(CODEC), reason, now,
                                     sample_rate=self.sample_rate, groups=self.code_width)
 

@@ -25,8 +25,9 @@ def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | Non
     chunks = codec.chunks if codec else []
     audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((1, 0), np.float32)
     codes = np.array(talker.codes if talker else [], dtype=np.int64).reshape(-1, groups)
-    prompt_rows = int(req.rows.shape[0])
-    segments = (SpeechSegment(0, len(req.request.text or ""), 0, len(codes), (talker.finish if talker else reason).value,
+    prompt_rows = 0 if req.rows is None else int(req.rows.shape[0])  # an open request ended before its prompt: none
+    text = getattr(req.work, "text", None) or req.request.text or ""  # an open request's: all it was fed
+    segments = (SpeechSegment(0, len(text), 0, len(codes), (talker.finish if talker else reason).value,
                               prompt_rows),) if talker else ()
     metrics = Metrics(
         prompt_rows=prompt_rows, frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
