@@ -72,10 +72,9 @@ def configure(st: ServerState, msg: dict[str, Any]) -> Config:
                        code="unsupported")
     request = {k: v for k, v in p.request.items() if k != "text"}
     request["stream"] = True
-    voice = st.voices.resolve(p.voice)
-    if voice is not None:
-        request["voice"] = voice
-    return Config(request, p.spec, stream_audio, "sentence" if split == "none" else split, split != "none", p.aliases)
+    request.update(st.voices.voice_fields(p.voice))  # a speaker of the checkpoint, a stored voice, or neither
+    return Config(request, p.spec, stream_audio, "sentence" if split == "none" else split, split != "none",
+                  {**p.aliases, "speaker": "voice"})
 
 
 @dataclass

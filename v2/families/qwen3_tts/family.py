@@ -8,7 +8,8 @@ AUDIO_CHUNK), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, 
 request's life: parsing and preparing it (a stored voice: its codes and `x_vector`, `voice_arrays`), its
 loops' states at admission, device state at admission
 (sampling, seed, x-vector, fresh codec state), the prompt laid out again once the recording is encoded,
-the next segment's carried prompt (long text), the rows a preempted request recomputes, and the result.
+the next segment's carried prompt (long text), the rows a preempted request recomputes, and the result;
+open requests (text fed while they run, as trailing text rows) through `open_text.OpenText`.
 Must not know: the engine's queues, scheduling policy, threads.
 """
 
@@ -28,6 +29,7 @@ from v2.families.qwen3_tts.codec import CODEC, CodecLoop
 from v2.families.qwen3_tts.codec_executor import CodecExecutor
 from v2.families.qwen3_tts.encode import EncodeLoop, Qwen3Work
 from v2.families.qwen3_tts.encode_executor import CodesExecutor, SpeakerExecutor
+from v2.families.qwen3_tts.open_text import OpenText, OpenWork
 from v2.families.qwen3_tts.prepare import CodecSpec, prepare, read_recording, rows_of, with_encoded
 from v2.families.qwen3_tts.request import Qwen3Request, parse
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState, recompute_rows
@@ -132,6 +134,8 @@ class Qwen3Family:
         self.kv_ops = self.calls
         self.prefill_budget, self.max_waiting = tk.prefill_chunk_rows, tk.max_waiting
         self.max_group, self.max_buffered_chunks = tk.max_running, tk.max_buffered_chunks
+        self.opened = OpenText(card, cfg, tokenizer, self.defaults, self.codec_spec if self.enc_loop else None,
+                               self.talker_loop)
 
     def bind(self, launch: LaunchState) -> None:
         self._launch = launch
@@ -165,6 +169,13 @@ class Qwen3Family:
             raise RequestError(f"text: a group shares one prompt; this text is spoken as {len(prepared[0].segments)} "
                                "segments (max_segment_chars)", field='text')
 
+    def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[Any, OpenWork]:
+        """An open request checked (its text arrives through `feed`, as trailing text rows: open_text.py)."""
+        return self.opened.open_text(request, split=split)
+
+    def feed(self, request: Any, work: OpenWork, text: str, *, end: bool = False) -> bool:
+        return self.opened.feed(work, text, end=end)
+
     def read_input(self, source: Any) -> Any:
         return read_recording(source, self.codec_spec if self.encoder is not None else None,
                               self.card.loops.encode.max_reference_seconds, codes=True, speaker=False)
@@ -187,6 +198,8 @@ class Qwen3Family:
 
     def encoded(self, record: Any) -> Any:
         front = record.front
+        if isinstance(record.work, OpenWork):
+            return self.opened.encoded(record, front.xvector, front.codes)
         return with_encoded(record.work, self.code_width, front.xvector, front.codes)
 
     # ----- admission and after -------------------------------------------------------------------
@@ -201,6 +214,8 @@ class Qwen3Family:
                                        segment_caps=tuple(s.max_frames for s in work.segments[1:]))
         if share_from is not None:
             self.talker_loop.share(talker, share_from)
+        if isinstance(work, OpenWork):
+            self.opened.started(record, talker)
         codec = self.codec_loop.init(record.id, sample_rate=self.sample_rate, enabled=request.decode_audio,
                                      slot=slots.get("codec", -1), context=work.context)
         return {TALKER: talker, CODEC: codec}
@@ -217,10 +232,16 @@ class Qwen3Family:
         return recompute_rows(state)
 
     def more_input(self, record: Any, loop: Hashable) -> Any:
-        """The next segment's prompt (the talker loop waits for it once a segment another follows has ended)."""
+        """The next segment's prompt (the talker loop waits for it once a segment another follows has ended), or
+        for an open request the trailing rows of the text fed since (open_text.py)."""
+        if isinstance(record.work, OpenWork):
+            return self.opened.more_input(record, loop)
         return segments.next_segment(record, record.states[TALKER], self.talker_loop, self.calls, self.cfg, rows_of)
 
     def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
+        talker = outputs.get(TALKER)
+        if isinstance(record.work, OpenWork) and talker is not None:
+            self.opened.finished(record, len(talker.codes), talker.finish.value)
         return results.build_result(record, outputs.get(TALKER), outputs.get(CODEC), reason, now,
                                     sample_rate=self.sample_rate, groups=self.code_width)
 

@@ -145,15 +145,16 @@ def _mode(request: Qwen3Request, cfg: Qwen3TTSConfig, codec: CodecSpec | None) -
     return "voice_design"
 
 
-def _field(message: str, request: Qwen3Request) -> str:
-    """A prompt-builder message with the request's field name in front."""
+def _field(message: str, request: Qwen3Request) -> RequestError:
+    """A prompt-builder refusal as the request's: its field (the builder's messages open with the prompt
+    field they concern) mapped to the request field that set it, and named first in the message."""
     head, _, rest = message.partition(":")
     name = _FIELDS.get(head.strip())
     if name is None:
-        return message
+        return RequestError(message, field=None)
     if name in ("text", "instruction", "reference_text") and getattr(request, f"{name}_ids") is not None:
         name = f"{name}_ids"
-    return f"{name}:{rest}"
+    return RequestError(f"{name}:{rest}", field=name)
 
 
 def speaker_key(xvector: np.ndarray | None) -> int:
@@ -247,7 +248,7 @@ def prepare(request: Qwen3Request, card: Any, cfg: Qwen3TTSConfig, tokenizer: An
     try:
         lay = layout(cfg, spec)
     except PromptError as e:
-        raise RequestError(_field(str(e), request), field=getattr(e, "field", None)) from None
+        raise _field(str(e), request) from None
     if len(lay) > limits.max_prompt_rows:
         name = "reference_text" if icl and frames > len(text_ids) else "text"
         why = unsplit(request, limits.max_segment_chars) if name == "text" and request.text is not None else ""

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from v2.request import HeadParams, RequestError, SamplingParams, _describe
+from v2.request import HeadParams, RequestError, SamplingParams, _describe, _field
 
 KNOBS = ("temperature", "top_k", "top_p")
 
@@ -28,8 +28,8 @@ def _parsed(model: Any, raw: Any, prefix: str) -> Any:
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        raise RequestError("; ".join(_describe({**err, "loc": (*prefix.split("."), *err["loc"])})
-                                     for err in e.errors())) from None
+        errors = [{**err, "loc": (*prefix.split("."), *err["loc"])} for err in e.errors()]
+        raise RequestError("; ".join(_describe(err) for err in errors), field=_field(errors[0])) from None
 
 
 def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
@@ -47,7 +47,7 @@ def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
     nested = _parsed(SamplingParams, raw, "sampling")
     if any(getattr(nested.stop, k) is not None for k in KNOBS):
         raise RequestError("sampling.stop: this family has no separate stop head (the stop is an id of the talker's "
-                           "group-0 choice, drawn under temperature / top_k / top_p)")
+                           "group-0 choice, drawn under temperature / top_k / top_p)", field='sampling.stop')
     given: dict[str, tuple[str, Any]] = {}
     for k in KNOBS:
         audio, top = getattr(nested.audio, k), getattr(nested, k)
@@ -59,6 +59,6 @@ def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
         given["repetition_penalty"] = ("sampling.repetition_penalty", nested.repetition_penalty)
     for flat, (label, value) in given.items():
         if out.get(flat) is not None:
-            raise RequestError(f"{label}: give {label} or {flat}, not both")
+            raise RequestError(f"{label}: give {label} or {flat}, not both", field=label)
         out[flat] = value
     return out

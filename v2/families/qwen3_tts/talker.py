@@ -101,11 +101,16 @@ class TalkerState(LoopState):
     done_codes: list[tuple[int, ...]] = field(default_factory=list)
     done_logprobs: list[tuple[float, ...]] = field(default_factory=list)
     ended: list[tuple[int, int, FinishReason]] = field(default_factory=list)
+    open_text: bool = False          # an open request: `trailing` grows as its text arrives (`give_text`)
+    text_ended: bool = False         # ... and holds all of it (the end-of-text row included)
 
     @property
     def wants_input(self) -> bool:
-        """A segment ended and another follows: it waits for the next prompt."""
-        return self.switching
+        """It waits for input: a segment ended and another follows (the next prompt), or an open request's next
+        frame needs a trailing row its text has not given yet (never a pad row in its place, so the frames do
+        not depend on when the text arrives)."""
+        return self.switching or (self.open_text and not self.text_ended and self.finish is None
+                                  and self.launched_frames >= len(self.trailing))
 
     def text_at(self, frame: int) -> int:
         return self.trailing[frame] if frame < len(self.trailing) else self.pad_text
@@ -135,10 +140,16 @@ class TalkerLoop:
             plan: Any = PrefillPlan(state.slot, state.prefilled, state.rows[state.prefilled:end], last, state.epoch)
             return WorkPlan(state.request_id, self.kind, PREFILL, plan)  # type: ignore[arg-type]
         t = state.launched_frames
-        if t >= state.max_frames:
+        if t >= state.max_frames or state.wants_input:
             return None
         plan = FramePlan(state.slot, state.prompt_len + t, t, t >= state.floor, state.text_at(t), state.segment)
         return WorkPlan(state.request_id, self.kind, FRAME, plan)  # type: ignore[arg-type]
+
+    def give_text(self, state: TalkerState, trailing: tuple[int, ...], *, ended: bool) -> None:
+        """An open request's text so far: its trailing ids (a prefix of what comes later) and whether that is all."""
+        assert trailing[: len(state.trailing)] == state.trailing, "trailing text only grows"
+        state.trailing, state.open_text = trailing, True
+        state.text_ended = state.text_ended or ended
 
     def launched(self, state: TalkerState, plan: WorkPlan) -> None:
         if plan.signature.kind is WorkUnitKind.PREFILL:

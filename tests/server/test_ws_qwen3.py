@@ -1,0 +1,98 @@
+"""`/v1/audio/speech/stream` with one Qwen3-TTS session on the tiny card: `voice` names the checkpoint's
+speaker, the text is fed as it arrives (this family's trailing text rows: one segment, so one sentence
+message for the utterance), and the pcm is the runtime's own open request for the same text and seed,
+sample for sample (24 kHz mono, no resampling); a second utterance on the same connection too."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+
+from serverkit import LiveServer, s16, wait_idle
+from v2.server import ServerConfig
+
+TEXT = "The quiet river runs past old stone houses. A second sentence follows it!"
+CONFIG = {"type": "session.config", "voice": "Vivian", "seed": 7, "max_new_tokens": 20, "response_format": "pcm"}
+
+
+@pytest.fixture(scope="module")
+def qlive() -> Iterator[tuple[Any, str]]:
+    from v2.runtime import Runtime
+
+    rt = Runtime.from_card("qwen3_tts_tiny")
+    try:
+        with LiveServer(rt, ServerConfig.for_card("qwen3_tts_tiny")) as server:
+            yield rt, server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    finally:
+        rt.close()
+
+
+def reference(rt: Any, text: str) -> Any:
+    h = rt.open({"speaker": "vivian", "seed": 7, "max_frames": 20})
+    h.feed(text)
+    h.end_text()
+    return h.result(120)
+
+
+async def utterance(ws: Any) -> tuple[list[dict], list[bytes]]:
+    events, frames = [], []
+    while True:
+        msg = await asyncio.wait_for(ws.recv(), 120)
+        if isinstance(msg, bytes):
+            frames.append(msg)
+            continue
+        events.append(json.loads(msg))
+        if events[-1]["type"] in ("session.done", "error"):
+            return events, frames
+
+
+def test_a_qwen3_session_speaks_the_runtime_s_audio(qlive):
+    rt, url = qlive
+    ref = reference(rt, TEXT)
+    other = reference(rt, "Something else.")
+
+    async def go() -> list[tuple[list[dict], list[bytes]]]:
+        out = []
+        async with connect(url) as ws:
+            for stream_audio, text in ((False, TEXT), (True, "Something else.")):
+                await ws.send(json.dumps({**CONFIG, "stream_audio": stream_audio}))
+                ready = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                assert ready["type"] == "session.ready" and ready["sample_rate"] == 24000, ready
+                rng, pos = random.Random(5), 0
+                while pos < len(text):
+                    n = rng.randint(1, 8)
+                    await ws.send(json.dumps({"type": "input.text", "text": text[pos:pos + n]}))
+                    await asyncio.sleep(rng.choice([0.0, 0.01]))
+                    pos += n
+                await ws.send(json.dumps({"type": "input.done"}))
+                out.append(await utterance(ws))
+        return out
+
+    (events, frames), (events2, frames2) = asyncio.run(go())
+    kinds = [e["type"] for e in events]
+    assert kinds == ["audio.start", "audio.done", "session.done"], events
+    assert events[0]["sentence_text"] and events[-1]["total_sentences"] == 1
+    assert np.array_equal(np.frombuffer(b"".join(frames), "<i2"), s16(ref.audio)[:, 0])
+    assert events2[-1]["type"] == "session.done" and len(frames2) >= 1
+    assert np.array_equal(np.frombuffer(b"".join(frames2), "<i2"), s16(other.audio)[:, 0])
+    wait_idle(rt)
+
+
+def test_a_refused_config_names_the_http_parameter(qlive):
+    _, url = qlive
+
+    async def go() -> dict:
+        async with connect(url) as ws:
+            await ws.send(json.dumps({**CONFIG, "temperature": -1.0}))
+            ready = json.loads(await asyncio.wait_for(ws.recv(), 60))  # the config is taken; opening is refused
+            assert ready["type"] == "session.ready", ready
+            return json.loads(await asyncio.wait_for(ws.recv(), 60))
+
+    err = asyncio.run(go())
+    assert err["type"] == "error" and err["param"] == "temperature", err
