@@ -36,12 +36,12 @@ def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | Non
     chunks = codec.chunks if codec else []
     audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((1, 0), np.float32)
     codes = np.array(talker.codes if talker else [], dtype=np.int64).reshape(-1, groups)
-    if hasattr(req.work, "segments"):  # a request with its text up front (one segment, or a long text's)
+    if getattr(req.work, "segments", ()):  # a long text: its segments, each with its own prompt
         segments = _segments(req, talker)
         prompt_rows = sum(s.prompt_rows for s in segments) if segments else int(req.rows.shape[0])
-    else:  # an open request: one segment holding all the text it was fed
+    else:  # one prompt (an open request's holds all the text it was fed)
         prompt_rows = 0 if req.rows is None else int(req.rows.shape[0])  # ended before its prompt: none
-        text = getattr(req.work, "text", None) or ""
+        text = getattr(req.work, "text", None) or req.request.text or ""
         segments = (SpeechSegment(0, len(text), 0, len(codes), (talker.finish if talker else reason).value,
                                   prompt_rows),) if talker else ()
     metrics = Metrics(
