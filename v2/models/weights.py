@@ -146,3 +146,23 @@ def fill_seeded(model: nn.Module, seed: int, *, gain: float, device: torch.devic
         else:
             value = value.mul_(0.02).add_(1.0)
         set_tensor(model, name, value.to(dtype))
+
+
+class SafetensorsFiles:
+    """The checkpoint-file half of a family's `WeightNames` (v2.runtime.weight_updates): the release's
+    safetensors files found, their keys' shapes, and tensors read, with the functions above."""
+
+    def files(self, path: Path) -> Any:
+        return weight_files(path)
+
+    def shapes(self, files: Any) -> dict[str, tuple[int, ...]]:
+        return stored_shapes(files)
+
+    def by_file(self, files: Any) -> Iterator[tuple[Path, list[str]]]:
+        return stored_by_file(files)
+
+    def open(self, file: Any) -> Any:
+        return open_weights(file)
+
+    def read(self, handle: Any, key: str, file: Any) -> Tensor:
+        return read_tensor(handle, key, file)

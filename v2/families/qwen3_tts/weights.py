@@ -8,16 +8,15 @@ Must not know: the engine, requests.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from torch import Tensor, nn
+from torch import nn
 
 from v2.models.qwen3_tts.loader import release_layout
-from v2.models.weights import open_weights, read_tensor, stored_by_file, stored_shapes, weight_files
+from v2.models.weights import SafetensorsFiles
 
 
-class Qwen3WeightNames:
+class Qwen3WeightNames(SafetensorsFiles):
     def layout(self, model: nn.Module) -> dict[str, Any]:
         return release_layout(model)
 
@@ -26,21 +25,6 @@ class Qwen3WeightNames:
 
     def tied(self, name: str) -> str | None:
         return None
-
-    def files(self, path: Path) -> Any:
-        return weight_files(path)
-
-    def shapes(self, files: Any) -> dict[str, tuple[int, ...]]:
-        return stored_shapes(files)
-
-    def by_file(self, files: Any) -> Iterable[tuple[Any, list[str]]]:
-        return stored_by_file(files)
-
-    def open(self, file: Any) -> Any:
-        return open_weights(file)
-
-    def read(self, handle: Any, key: str, file: Any) -> Tensor:
-        return read_tensor(handle, key, file)
 
 
 NAMES = Qwen3WeightNames()
