@@ -13,6 +13,7 @@ Must not know: layers, requests, which blocks a sequence holds (the caller's blo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -111,6 +112,25 @@ class PagedKVCache:
         """Block dst[i] takes block src[i]'s rows in every layer (copy-on-write); src, dst [N] on the device."""
         self.k[:, dst] = self.k[:, src]
         self.v[:, dst] = self.v[:, src]
+
+    @staticmethod
+    def block_ops(copies: Sequence[tuple[int, int]], entries: Sequence[tuple[int, int, int]]) -> Tensor | None:
+        """Block copies (source, destination) and table entries (slot, index, block; the last one for a place
+        wins) as one host tensor [n, 3] (a copy's third column is -1), for one upload; None when there are none."""
+        if not copies and not entries:
+            return None
+        last = {(s, i): b for s, i, b in entries}
+        return torch.tensor([[s, d, -1] for s, d in copies] + [[s, i, b] for (s, i), b in last.items()],
+                            dtype=torch.long)  # [n, 3]
+
+    def apply_block_ops(self, ops: Tensor, copies: int, tables: Tensor) -> None:
+        """`block_ops`' rows on the device: the first `copies` rows copy blocks in every layer (all read before
+        any is written), the rest write `tables` [S, W] entries; no sync."""
+        if copies:
+            self.copy_blocks(ops[:copies, 0], ops[:copies, 1])
+        if ops.shape[0] > copies:
+            e = ops[copies:]
+            tables[e[:, 0], e[:, 1]] = e[:, 2]
 
 
 Cache = KVCache | PagedKVCache

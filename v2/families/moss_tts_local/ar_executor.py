@@ -160,17 +160,9 @@ class ARExecutor:
         """Copy blocks (source, destination) in every layer, all read before any is written, then write table
         entries (slot, index, block; the last one for a place wins): one host-to-device copy and two indexed
         writes, no sync."""
-        if not copies and not entries:
-            return
-        last = {(s, i): b for s, i, b in entries}
-        host = torch.tensor([[s, d, -1] for s, d in copies] + [[s, i, b] for (s, i), b in last.items()],
-                            dtype=torch.long)  # [n, 3]
-        ops = to_device(host, self.model.device)
-        if copies:
-            self.kv.copy_blocks(ops[: len(copies), 0], ops[: len(copies), 1])
-        if entries:
-            e = ops[len(copies):]
-            self.tables[e[:, 0], e[:, 1]] = e[:, 2]
+        host = self.kv.block_ops(copies, entries)
+        if host is not None:
+            self.kv.apply_block_ops(to_device(host, self.model.device), len(copies), self.tables)
 
     @torch.no_grad()
     def fork(self, src: int, dst: int) -> None:

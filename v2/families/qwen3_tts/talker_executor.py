@@ -159,17 +159,9 @@ class TalkerExecutor:
     @torch.no_grad()
     def apply(self, copies: Sequence[tuple[int, int]], entries: Sequence[tuple[int, int, int]]) -> None:
         """Block copies (all read before any write), then table entries (the last for a place wins)."""
-        if not copies and not entries:
-            return
-        last = {(s, i): b for s, i, b in entries}
-        host = torch.tensor([[s, d, -1] for s, d in copies] + [[s, i, b] for (s, i), b in last.items()],
-                            dtype=torch.long)  # [n, 3]
-        ops = to_device(host, self.model.device)
-        if copies:
-            self.kv.copy_blocks(ops[: len(copies), 0], ops[: len(copies), 1])
-        if entries:
-            e = ops[len(copies):]
-            self.tables[e[:, 0], e[:, 1]] = e[:, 2]
+        host = self.kv.block_ops(copies, entries)
+        if host is not None:
+            self.kv.apply_block_ops(to_device(host, self.model.device), len(copies), self.tables)
 
     @torch.no_grad()
     def fork(self, src: int, dst: int) -> None:
