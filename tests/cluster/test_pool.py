@@ -65,6 +65,7 @@ def assert_same(got, want, *, exact: bool) -> None:
             np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
 
 
+@pytest.mark.exact
 def test_trajectories_equal_a_single_runtime_whichever_replica_runs_them(pool, single):
     options = dict(n=4, seed=7, max_frames=24, **UNCUT)
     batch = pool.rollout(PROMPTS, **options)
@@ -113,6 +114,7 @@ def test_groups_follow_outstanding_work_not_round_robin(pool):
     wait_for(lambda: pool.stats()["replicas"][busy]["runtime"]["running"] == 0, 10, "the cancelled group to end")
 
 
+@pytest.mark.exact
 def test_update_weights_orders_versions(pool, single, tmp_path):
     version = push(pool, single, 1.05)
     assert pool.weight_version == version

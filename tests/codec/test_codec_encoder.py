@@ -92,6 +92,7 @@ def test_loudness_normalised_reference(encoder, batch_ref):
     assert torch.equal(codes[0], torch.from_numpy(batch_ref["codes_normalized_0"]))
 
 
+@pytest.mark.exact
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lengths=st.lists(st.integers(1, 5000), min_size=2, max_size=4), seed=st.integers(0, 2**31 - 1))
 def test_batched_equals_alone(encoder, lengths, seed):
@@ -110,6 +111,7 @@ def test_batched_equals_alone(encoder, lengths, seed):
         assert torch.equal(latent[i, :f], alone_latent[0, :f])  # bit for bit, not just close
 
 
+@pytest.mark.exact
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(splits=st.lists(st.integers(1, 12), min_size=1, max_size=6))
 def test_chunked_encoding_equals_whole(encoder, batch_ref, splits):

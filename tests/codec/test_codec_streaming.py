@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings, strategies as st
+
+pytestmark = pytest.mark.exact
 
 FRAMES = 24
 

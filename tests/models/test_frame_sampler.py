@@ -11,6 +11,8 @@ from v2.models.frame_sampler import FrameSampler
 from v2.models.sampling import SamplingTensors, frame_noise, sample
 from v2.sampling_settings import SORT_WIDTH, HeadSampling, SamplingSettings
 
+pytestmark = pytest.mark.exact
+
 V = 1024
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from v2.models.generate import generate, generate_batch, resolve_settings
@@ -9,6 +10,8 @@ from v2.models.prompt import build_prompt
 from v2.models.sampling import SamplingTensors, apply_repetition_penalty, process_logits
 from v2.sampling_settings import SamplingSettings
 from v2.models.tokenizer import ByteTokenizer
+
+pytestmark = pytest.mark.exact
 
 TEXTS = ["Hello there.", "A somewhat longer sentence to speak aloud.", "Short.", "Numbers: 1, 2, 3."]
 

@@ -8,6 +8,8 @@ from hypothesis import given, settings, strategies as st
 
 from v2.models.kv_cache import KVCache, PagedKVCache
 
+pytestmark = pytest.mark.exact
+
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 

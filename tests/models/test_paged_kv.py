@@ -10,6 +10,8 @@ from hypothesis import given, settings, strategies as st
 from v2.models import kernels
 from v2.models.kernels import decode_attention as da
 
+pytestmark = pytest.mark.exact
+
 
 def _tables(rng: torch.Generator, lengths: list[int], size: int, width: int, num_blocks: int) -> torch.Tensor:
     """Scattered, disjoint block tables (rows padded with block 0, which no row uses)."""

@@ -77,6 +77,7 @@ def test_free_running_greedy_stops(ref_model, ref, p):
     close(gen.stop_logits, ref[f"{p}_free_stop_logits"])
 
 
+@pytest.mark.exact
 def test_batch_of_both_prompts_equals_each_alone(ref_model, ref):
     prompts = [rows(ref, p) for p in PROMPTS]
     mask = ref["batch_attention_mask"]

@@ -133,6 +133,7 @@ def test_the_first_sentence_speaks_before_the_text_ends_and_a_waiting_request_co
     leak_free(rt)
 
 
+@pytest.mark.exact
 @settings(max_examples=3, deadline=None)
 @given(st.integers(0, 2**16))
 def test_an_open_request_among_others_equals_itself_alone(rt, seed):

@@ -50,6 +50,7 @@ def uncached():
     rt.close()
 
 
+@pytest.mark.exact
 def test_the_paged_runtime_equals_the_contiguous_reference_bit_for_bit(uncached):
     """Each request alone through the paged runtime == `generate_batch` over the contiguous `KVCache`:
     codes and every logprob, the final stop decision's included."""
@@ -65,6 +66,7 @@ def test_the_paged_runtime_equals_the_contiguous_reference_bit_for_bit(uncached)
     leak_free(uncached)
 
 
+@pytest.mark.exact
 def test_a_cached_voice_prefix_is_reused_and_gives_the_uncached_codes(uncached):
     with make() as rt:
         ask = lambda text, seed: {"text": text, "reference_codes": VOICE, "seed": seed, "max_frames": 24, **ROLLOUT}  # noqa: E731

@@ -42,6 +42,7 @@ def recompute(model, t) -> torch.Tensor:
     {"repetition_penalty": 1.4},
     {"audio": {"temperature": 1.5, "top_k": 0, "top_p": 0.7}},  # no top-k: the full-sort path
 ])
+@pytest.mark.exact
 def test_rollout_logprobs_equal_the_teacher_forced_recompute(runtime, sampling):
     batch = runtime.rollout(TEXTS, n=2, seed=11, max_frames=24, min_frames=3, **sampling)
     trajectories = batch.trajectories(120)
@@ -54,6 +55,7 @@ def test_rollout_logprobs_equal_the_teacher_forced_recompute(runtime, sampling):
         check_exact(runtime.model, t)
 
 
+@pytest.mark.exact
 def test_same_seed_same_trajectory_alone_and_among_sixteen(runtime):
     (alone,) = runtime.rollout([TEXTS[0]], n=1, seed=77, max_frames=30).trajectories(120)
     crowd = [runtime.submit({"text": f"other request {i}", "seed": i, "max_frames": 30}) for i in range(16)]

@@ -33,6 +33,7 @@ def req(i: int, **kw):
     return {"text": TEXTS[i % len(TEXTS)] + " " * (i // len(TEXTS)), "seed": 100 + i, "max_frames": 30, **kw}
 
 
+@pytest.mark.exact
 def test_sixteen_concurrent_requests_share_batched_steps_and_equal_each_alone(runtime):
     before = runtime.stats()["kinds"]["ar_frame"]
     handles = [runtime.submit(req(i, min_frames=4 + i)) for i in range(16)]

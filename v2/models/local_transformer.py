@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from v2.models import exact
+
 from v2.models.config import LocalConfig
 from v2.models.kernels import inference_kernels
 from v2.models.kernels.layer_norm import add_layer_norm_fused
@@ -24,11 +26,11 @@ from v2.models.rope import apply_interleaved, interleaved_cos_sin
 FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)
 
 _ACT = {
-    "silu": F.silu,
+    "silu": exact.silu,
     "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": exact.gelu,
+    "gelu_new": exact.gelu_tanh,
+    "gelu_pytorch_tanh": exact.gelu_tanh,
 }
 
 
@@ -62,8 +64,8 @@ class LocalAttention(nn.Module):
     def __init__(self, cfg: LocalConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.c_attn = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
-        self.c_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.c_attn = exact.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.c_proj = exact.Linear(cfg.hidden_size, cfg.hidden_size)
 
     def _qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         b, t, h = x.shape
@@ -80,7 +82,7 @@ class LocalAttention(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         q, k, v = self._qkv(x, cos, sin)
         scale = 1.0 / math.sqrt(self.cfg.head_dim)
-        return self._out(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale))
+        return self._out(exact.attention(q, k, v, causal=True, scale=scale))
 
     def step(self, x: Tensor, cos: Tensor, sin: Tensor, position: int, k_cache: Tensor, v_cache: Tensor) -> Tensor:
         """x [B, 1, H] at `position`; k_cache/v_cache [B, heads, 13, D] are written at `position`."""
@@ -93,14 +95,14 @@ class LocalAttention(nn.Module):
         v_cache[:, :, position : position + 1] = v.to(v_cache.dtype)
         keys, values = k_cache[:, :, : position + 1].to(q.dtype), v_cache[:, :, : position + 1].to(q.dtype)
         scale = 1.0 / math.sqrt(self.cfg.head_dim)
-        return self._out(F.scaled_dot_product_attention(q, keys, values, scale=scale))
+        return self._out(exact.attention(q, keys, values, scale=scale))
 
 
 class LocalMLP(nn.Module):
     def __init__(self, cfg: LocalConfig) -> None:
         super().__init__()
-        self.fc_in = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
-        self.fc_out = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.fc_in = exact.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.fc_out = exact.Linear(cfg.intermediate_size, cfg.hidden_size)
         self.act = _ACT[cfg.activation]
 
     def forward(self, x: Tensor) -> Tensor:

@@ -17,6 +17,8 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from v2.models import exact
+
 from v2.models.config import MossTTSLocalConfig
 from v2.models.local_transformer import LocalKV, LocalTransformer
 from v2.models.kv_cache import KVCache, PagedKVCache
@@ -51,7 +53,7 @@ class MossTTSLocal(nn.Module):
         self.transformer = Qwen3Backbone(cfg.backbone)
         self.audio_embeddings = nn.ModuleList(nn.Embedding(cfg.codebook_size, h) for _ in range(cfg.n_vq))
         self.local_transformer = LocalTransformer(cfg.local)
-        self.local_text_lm_head = nn.Linear(h, 2, bias=False)
+        self.local_text_lm_head = exact.Linear(h, 2, bias=False)
 
     # ----- loading -------------------------------------------------------------------------------
     @classmethod
@@ -119,7 +121,11 @@ class MossTTSLocal(nn.Module):
         x = torch.cat([hidden[:, None], fed], dim=1)  # [B, 12, H]
         out = self.local_transformer(x)  # [B, 12, H]
         stop_logits = self.local_text_lm_head(out[:, 0]).float()
-        code_logits = torch.einsum("bch,cvh->bcv", out, self.codebook_weights()).float()  # [B, 12, V]
+        if exact.on(out):  # one fixed-shape matmul per codebook (a batched matmul's rows are not call-invariant)
+            code_logits = torch.stack([exact.linear(out[:, c], t.weight) for c, t in enumerate(self.audio_embeddings)],
+                                      dim=1).float()  # [B, 12, V]
+        else:
+            code_logits = torch.einsum("bch,cvh->bcv", out, self.codebook_weights()).float()  # [B, 12, V]
         return stop_logits, code_logits
 
     def decode_frame(self, hidden: Tensor, sampling: SamplingTensors, steps: Tensor, *,
@@ -157,7 +163,7 @@ class MossTTSLocal(nn.Module):
         acc = torch.empty(b, self.cfg.hidden_size, dtype=self.dtype, device=hidden.device)  # the next row's sum
         ln_1 = self.local_transformer.h[0].ln_1
         for c, table in enumerate(self.audio_embeddings):
-            logits = out @ table.weight.T  # [B, V]; the fused sampler reads any float dtype in float32
+            logits = exact.linear(out, table.weight)  # [B, V]; the fused sampler reads any float dtype in float32
             if return_logits or not fused:
                 logits = logits.float()
             raw.append(logits)

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from v2.models import exact
+
 from v2.models.config import BackboneConfig
 from v2.models.kernels.decode_attention import paged_decode_attention
 from v2.models.kernels import inference_kernels, kernels_on
@@ -38,7 +40,7 @@ class RMSNorm(nn.Module):
             return rms_norm_fused(x, self.weight, self.eps)
         dtype = x.dtype
         h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        h = h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)  # not rsqrt: its scalar tail rounds otherwise
         return self.weight * h.to(dtype)
 
 
@@ -60,8 +62,8 @@ class Qwen3Attention(nn.Module):
         self.cfg = cfg
         h, d = cfg.hidden_size, cfg.head_dim
         # q, k and v in one matmul; the release stores them as q_proj / k_proj / v_proj (see `fused_parts`)
-        self.qkv_proj = nn.Linear(h, (cfg.num_heads + 2 * cfg.num_kv_heads) * d, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+        self.qkv_proj = exact.Linear(h, (cfg.num_heads + 2 * cfg.num_kv_heads) * d, bias=False)
+        self.o_proj = exact.Linear(cfg.num_heads * d, h, bias=False)
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
 
@@ -82,7 +84,7 @@ class Qwen3Attention(nn.Module):
             v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
             q, k = apply_rotate_half(q, cos, sin), apply_rotate_half(k, cos, sin)
             if view is None:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, T, D]
+                out = exact.attention(q, k, v, mask)  # [B, Hq, T, D]
                 return self.o_proj(out.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim))
             kc, vc = view.cache.k[layer], view.cache.v[layer]  # [N + 1, Hkv, S, D]
             # advanced indices around a slice: indexed dims lead, so the target is [B, T, Hkv, D]
@@ -92,7 +94,7 @@ class Qwen3Attention(nn.Module):
             out = paged_decode_attention(q[:, :, 0], kc, vc, view.tables, view.lengths, view.context_len)  # [B, Hq, D]
             return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim))
         k, v = view.keys(layer, q.dtype)  # [B, Hkv, C, D] each
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, T, D]
+        out = exact.attention(q, k, v, mask)  # [B, Hq, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, cfg.num_heads * cfg.head_dim))
 
 
@@ -100,14 +102,14 @@ class Qwen3MLP(nn.Module):
     def __init__(self, cfg: BackboneConfig) -> None:
         super().__init__()
         # gate and up in one matmul; the release stores them as gate_proj / up_proj
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj = exact.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = exact.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         if inference_kernels(x.device):
             return self.down_proj(silu_mul_fused(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(exact.silu(gate) * up)
 
 
 class Qwen3Layer(nn.Module):

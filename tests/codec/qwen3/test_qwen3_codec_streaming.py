@@ -3,10 +3,13 @@ bit for bit (float32, CPU); a reset slot starts clean; batched whole decode equa
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
 from qwen3_codec_helpers import qdecoder, seeded_decoder  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.exact
 
 
 def random_codes(decoder, frames: int, seed: int, batch: int = 1) -> torch.Tensor:

@@ -18,6 +18,8 @@ from v2.request import RequestError
 
 from .conftest import CHECKPOINT, KEYS, request_of, wait_idle
 
+pytestmark = pytest.mark.exact
+
 ROLLOUT = {"profile": "rollout"}
 
 

@@ -50,6 +50,7 @@ def _check(model: Any, trajectories: list[Any], atol: float) -> float:
     return gap
 
 
+@pytest.mark.exact
 def test_rollout_equals_the_recompute_in_every_mode(rt64, qmeta, qref):
     before = rt64.stats()
     groups = rt64.rollout(_prompts(qmeta, qref, SHARED), n=3, seed=5, max_frames=20)
@@ -87,6 +88,7 @@ def test_the_recompute_reads_every_input_it_is_given(rt64, qmeta, qref):
             assert not torch.allclose(recompute(changed, model).float(), want, atol=1e-4)
 
 
+@pytest.mark.exact
 def test_a_rollout_member_batched_equals_it_alone(rt64, qmeta, qref):
     """Each member of a shared-prefill group, batched with the others, has the codes and logprobs it has alone."""
     prompts = _prompts(qmeta, qref, ["cv", "vd"])
@@ -102,6 +104,7 @@ def test_a_rollout_member_batched_equals_it_alone(rt64, qmeta, qref):
     wait_idle(rt64)
 
 
+@pytest.mark.exact
 def test_float32_rollout_is_within_rounding_of_the_recompute(qrt, qmeta, qref):
     trs = qrt.rollout(_prompts(qmeta, qref, SHARED), n=2, seed=5, max_frames=20).trajectories(timeout=300)
     trs += qrt.rollout(_prompts(qmeta, qref, CLONES), n=1, seed=5, max_frames=20).trajectories(timeout=300)

@@ -58,6 +58,7 @@ samplings = st.builds(Qwen3TTSSampling, talker=heads, subtalker=heads,
 @settings(max_examples=20, deadline=None)
 @given(keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=2), sampling=st.lists(samplings, min_size=2, max_size=2),
        seed=st.integers(0, 2**62), min_frames=st.integers(0, 3), budget=st.integers(2, 9))
+@pytest.mark.exact
 def test_recompute_equals_the_sampled_logprobs(keys, sampling, seed, min_frames, budget):
     """Over the accepted settings (greedy included), rows sampled together in one batch."""
     model = model64()
@@ -94,6 +95,7 @@ def test_a_forced_continue_and_a_natural_stop_are_both_scored():
     assert out.shape == (stop.codes.shape[0] + 1, model.num_code_groups) and torch.all(out == 0)
 
 
+@pytest.mark.exact
 def test_float32_recompute_is_within_rounding_of_the_sampler(qmodel):
     """The runtime's dtype: the same logprobs up to the rounding of another operation order."""
     s = Qwen3TTSSampling()

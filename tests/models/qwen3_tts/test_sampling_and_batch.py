@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import math
 
 import torch
@@ -67,6 +68,7 @@ def test_sampled_group0_stays_in_the_allowed_support_with_exact_logprob(qmodel, 
     torch.testing.assert_close(lp, torch.log_softmax(z, -1)[0, i:i + 1], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.exact
 def test_sampled_generation_alone_equals_batched_and_logprobs_are_exact(qmodel, qref):
     keys = KEYS[:4]
     prompts = [torch.from_numpy(qref[f"{k}_prompt_embeds"]) for k in keys]
@@ -97,6 +99,7 @@ def test_sampled_generation_alone_equals_batched_and_logprobs_are_exact(qmodel, 
     assert not torch.equal(other.codes, together[0].codes)
 
 
+@pytest.mark.exact
 def test_frame_step_batched_equals_each_row_alone(qmodel, qref):
     """Rows at different positions in arbitrary slots, mixed settings: codes identical, floats close."""
     keys = ("cv", "icl", "xv")

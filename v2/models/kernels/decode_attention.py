@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from v2.models import exact
+
 from v2.models.kernels import kernels_on, tl, triton
 from v2.models.kv_cache import gather_pages
 
@@ -89,7 +91,7 @@ def paged_decode_attention_reference(q: Tensor, k_pages: Tensor, v_pages: Tensor
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor) -> Tensor:
     keys = torch.arange(k.shape[2], device=q.device)
     mask = (keys[None, :] < lengths[:, None])[:, None, None]  # [B, 1, 1, C]
-    out = F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=mask, enable_gqa=True)  # [B, Hq, 1, D]
+    out = exact.attention(q[:, :, None], k, v, mask)  # [B, Hq, 1, D]
     return out[:, :, 0]
 
 

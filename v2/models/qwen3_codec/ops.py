@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from v2.models.exact import linear as exact_linear
+
 
 COLS_ELEMENTS = 1 << 24  # at most 64 MB of gathered taps (float32) per matmul group
 
@@ -43,19 +45,9 @@ def exact(x: Tensor) -> bool:
 
 
 def tiled_linear(x: Tensor, weight: Tensor, bias: Tensor | None, tile: int) -> Tensor:
-    """F.linear over the last dim of x [..., in] -> [..., out]; on CPU in calls of exactly `tile` rows."""
-    if not exact(x):
-        return F.linear(x, weight, bias)
-    lead = x.shape[:-1]
-    rows = x.reshape(-1, x.shape[-1])  # [N, in]
-    n = rows.shape[0]
-    out = rows.new_empty(n, weight.shape[0])
-    for s in range(0, n, tile):
-        part = rows[s : s + tile]
-        if part.shape[0] < tile:
-            part = torch.cat([part, part.new_zeros(tile - part.shape[0], part.shape[1])])
-        out[s : s + tile] = F.linear(part, weight, bias)[: min(tile, n - s)]
-    return out.view(*lead, weight.shape[0])
+    """F.linear over the last dim of x [..., in] -> [..., out]; on CPU in calls of exactly `tile` rows with
+    the inner dim aligned (`v2.models.exact.linear`)."""
+    return exact_linear(x, weight, bias, tile)
 
 
 def conv_weight(weight: Tensor) -> Tensor:

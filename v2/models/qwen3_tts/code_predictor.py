@@ -14,6 +14,8 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from v2.models import exact
+
 from v2.models.kv_cache import KVCache
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.qwen3_tts.config import CodePredictorConfig
@@ -37,9 +39,9 @@ class CodePredictor(nn.Module):
         self.cfg = cfg
         h = cfg.hidden_size
         self.model = CodePredictorModel(cfg, talker_hidden)
-        self.lm_head = nn.ModuleList(nn.Linear(h, cfg.codebook_size, bias=False) for _ in range(cfg.num_code_groups - 1))
+        self.lm_head = nn.ModuleList(exact.Linear(h, cfg.codebook_size, bias=False) for _ in range(cfg.num_code_groups - 1))
         self.small_to_mtp_projection: nn.Module = (
-            nn.Linear(talker_hidden, h, bias=True) if h != talker_hidden else nn.Identity())
+            exact.Linear(talker_hidden, h, bias=True) if h != talker_hidden else nn.Identity())
 
     def allocate_kv(self, batch: int, *, dtype: torch.dtype, device: torch.device | str) -> KVCache:
         """A per-frame cache for `batch` rows: G positions each (the hidden state, then groups 0..G-2)."""

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from v2.models import exact
+
 from v2.models.kv_cache import Cache, KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.qwen3_tts.code_predictor import CodePredictor
@@ -42,11 +44,11 @@ class TextProjection(nn.Module):
 
     def __init__(self, text_hidden: int, hidden: int) -> None:
         super().__init__()
-        self.linear_fc1 = nn.Linear(text_hidden, text_hidden, bias=True)
-        self.linear_fc2 = nn.Linear(text_hidden, hidden, bias=True)
+        self.linear_fc1 = exact.Linear(text_hidden, text_hidden, bias=True)
+        self.linear_fc2 = exact.Linear(text_hidden, hidden, bias=True)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear_fc2(F.silu(self.linear_fc1(x)))
+        return self.linear_fc2(exact.silu(self.linear_fc1(x)))
 
 
 class Talker(nn.Module):
@@ -55,7 +57,7 @@ class Talker(nn.Module):
         t = cfg.talker
         self.model = TalkerModel(cfg)
         self.text_projection = TextProjection(t.text_hidden_size, t.hidden_size)
-        self.codec_head = nn.Linear(t.hidden_size, t.vocab_size, bias=False)
+        self.codec_head = exact.Linear(t.hidden_size, t.vocab_size, bias=False)
         self.code_predictor = CodePredictor(cfg.code_predictor, t.hidden_size)
 
 

@@ -1,0 +1,103 @@
+"""The call-invariant arithmetic (`v2.models.exact`): a row's result is the same bits whatever the call.
+
+Run under each CPU path torch has (`.ci/run` repeats the `exact` tests with AVX2 and the default capability
+forced): a row of `linear` in any row count, position and neighbourhood; `halving_sum` with trailing zeros;
+attention with more masked keys, other rows, other query chunks; activations in a call's body and tail."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+
+from v2.models import exact
+
+pytestmark = pytest.mark.exact
+
+
+def randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(1, 70), n=st.sampled_from([1, 2, 5, 16, 33, 130]), rows=st.integers(1, 60),
+       at=st.integers(0, 59), tile=st.sampled_from([16, 64]), bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_a_rows_linear_is_the_same_in_any_call(k, n, rows, at, tile, bias, seed):
+    w, b = randn(n, k, seed=seed), (randn(n, seed=seed + 1) if bias else None)
+    x = randn(rows, k, seed=seed + 2)
+    at = at % rows
+    alone = exact.linear(x[at : at + 1], w, b, tile)
+    together = exact.linear(x, w, b, tile)[at : at + 1]
+    shifted = exact.linear(torch.cat([randn(at % 7 + 1, k, seed=seed + 3), x[at : at + 1]]), w, b, tile)[-1:]
+    assert torch.equal(alone, together) and torch.equal(alone, shifted)
+    torch.testing.assert_close(together, F.linear(x[at : at + 1], w, b), atol=1e-5, rtol=1e-5)
+
+
+def test_the_aligned_weight_follows_in_place_updates():
+    layer = exact.Linear(5, 3)
+    x = randn(2, 5, seed=0)
+    before = layer(x)
+    with torch.no_grad():
+        layer.weight.mul_(2.0)
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+    assert not torch.equal(layer(x), before)
+
+
+@given(n=st.integers(1, 80), zeros=st.integers(0, 80), seed=st.integers(0, 2**16))
+@settings(max_examples=40, deadline=None)
+def test_halving_sum_ignores_trailing_zeros_and_is_the_sum(n, zeros, seed):
+    x = randn(3, n, 4, seed=seed)
+    padded = torch.cat([x, torch.zeros(3, zeros, 4)], dim=1)
+    assert torch.equal(exact.halving_sum(x, 1), exact.halving_sum(padded, 1))
+    torch.testing.assert_close(exact.halving_sum(x, 1), x.sum(1), atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(c=st.integers(1, 70), extra=st.integers(0, 40), t=st.integers(1, 6), groups=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**16))
+def test_attention_is_the_same_with_more_masked_keys_other_rows_and_other_chunks(c, extra, t, groups, seed):
+    hkv, d = 2, 8
+    t = min(t, c)
+    q = randn(1, hkv * groups, t, d, seed=seed)
+    k, v = randn(1, hkv, c, d, seed=seed + 1), randn(1, hkv, c, d, seed=seed + 2)
+    mask = torch.ones(1, 1, t, c, dtype=torch.bool).tril(c - t)
+    alone = exact.attention(q, k, v, mask)
+    torch.testing.assert_close(alone, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=groups > 1),
+                               atol=1e-5, rtol=1e-5)
+    assert torch.equal(alone, exact.attention(q, k, v, causal=True))
+    # the same row padded with masked keys, next to another row with a longer context
+    kp = torch.cat([k, randn(1, hkv, extra, d, seed=seed + 3)], dim=2)
+    vp = torch.cat([v, randn(1, hkv, extra, d, seed=seed + 4)], dim=2)
+    other = randn(1, hkv * groups, t, d, seed=seed + 5)
+    keys = torch.cat([kp, randn(1, hkv, c + extra, d, seed=seed + 6)])
+    values = torch.cat([vp, randn(1, hkv, c + extra, d, seed=seed + 7)])
+    wide = torch.cat([F.pad(mask, (0, extra)), torch.ones(1, 1, t, c + extra, dtype=torch.bool)])
+    batched = exact.attention(torch.cat([q, other]), keys, values, wide)
+    assert torch.equal(batched[:1], alone)
+    # one query at a time (a chunked prefill) gives each query's bits
+    for i in range(t):
+        assert torch.equal(exact.attention(q[:, :, i : i + 1], k, v, mask[:, :, i : i + 1]), alone[:, :, i : i + 1])
+
+
+@pytest.mark.parametrize("name", ["silu", "gelu", "gelu_tanh"])
+def test_activations_give_the_same_bits_in_a_calls_body_and_its_tail(name):
+    f = getattr(exact, name)
+    x = randn(4099, seed=1) * 4
+    whole = f(x)
+    for length in (1, 3, 7, 9, 15, 17, 31, 33):
+        for s in range(0, 600, length):
+            assert torch.equal(f(x[s : s + length]), whole[s : s + length]), (length, s)
+    reference = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[name]
+    torch.testing.assert_close(whole, reference(x), atol=1e-6, rtol=1e-5)
+
+
+def test_a_fully_masked_query_row_stays_in_its_row():
+    q, k, v = randn(2, 1, 1, 8, seed=0), randn(2, 1, 4, 8, seed=1), randn(2, 1, 4, 8, seed=2)
+    mask = torch.tensor([[False] * 4, [True] * 4])[:, None, None]
+    out = exact.attention(q, k, v, mask)
+    assert torch.isfinite(out[1]).all()
+    assert torch.equal(out[1:], exact.attention(q[1:], k[1:], v[1:], mask[1:]))
+    assert not math.isinf(float(out[1].abs().max()))

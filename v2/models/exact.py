@@ -1,0 +1,165 @@
+"""Call-invariant arithmetic on the CPU: a row's result never depends on the call it is computed in.
+
+Owns: `linear` / `Linear` (a matmul in fixed-shape, fixed-alignment row tiles), `halving_sum` (a sum whose
+order is fixed by construction: pairwise halves of a power-of-two length), `attention` (softmax attention
+from elementwise products and halving sums, so a query's result does not depend on how many keys are
+masked after its own, on the batch, or on the chunk of queries it is in), and the tail-safe activations
+(`silu`, `gelu`, `gelu_tanh`).
+
+The rule (designs/model.md, "Exact on every CPU"): every value a row's result is made of is computed by
+an operation whose inputs are that row's own data and whose instruction sequence is fixed by the call
+site alone, never by the number of rows, keys or steps in the call. Measured causes on torch 2.13 CPU
+(MKL 2024.2, oneDNN 3.12) under AVX-512, AVX2 and the default capability:
+- MKL's sgemm picks kernels by the row count (1 row differs from 2, small counts from large ones), and
+  under AVX2 a row's last bits also depend on its byte alignment when the inner dim is not a multiple of
+  16 floats (a row moved within a fixed call changed in 16-48 of 64 positions). So `linear` calls
+  F.linear only on exactly `tile` rows, with the inner dim zero-padded to a multiple of `ALIGN` (weights
+  padded once and cached): one shape, one alignment for every row of every call.
+- torch's reductions change order with the reduced length (vector body vs scalar tail), so a masked key
+  or a padded position would move the others' rounding. `halving_sum` pads to a power of two with zeros
+  and adds halves: zeros past the data add exactly, so the result equals that of the data alone.
+- F.silu, F.gelu (both forms), sigmoid and ELU give other bits in a call's scalar tail than in its
+  vector body; exp, erf, tanh, sin, division do not, so the activations are written with those.
+Off the CPU none of this runs: F.linear, SDPA and the fused kernels serve (designs/model.md says what is
+promised there). Must not know: models, checkpoints, requests, the runtime.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ALIGN = 16          # floats: the inner dim of every CPU matmul is padded to a multiple of this (64 bytes)
+TILE = 16           # rows per matmul call at the layers' call sites (a decode batch of <= 16 is one call)
+BLOCK_ELEMENTS = 1 << 22  # elements of one attention block's [.., queries, keys, D] products
+
+def on(x: Tensor) -> bool:
+    """Whether `x` takes the call-invariant path (the CPU)."""
+    return x.device.type == "cpu"
+
+
+def _pad_inner(t: Tensor) -> Tensor:
+    k = t.shape[-1]
+    extra = -k % ALIGN
+    return t if extra == 0 else F.pad(t, (0, extra))
+
+
+def _aligned_weight(weight: Tensor) -> Tensor:
+    """weight [out, in] with `in` zero-padded to a multiple of ALIGN, contiguous; cached per parameter
+    value while autograd is off (a differentiable pass pads it in its graph)."""
+    if weight.shape[-1] % ALIGN == 0 and weight.is_contiguous():
+        return weight
+    if torch.is_grad_enabled() and weight.requires_grad:
+        return _pad_inner(weight).contiguous()
+    hit = getattr(weight, "_exact_aligned", None)  # (version, padded): kept on the tensor, freed with it
+    if hit is not None and hit[0] == weight._version:
+        return hit[1]
+    value = _pad_inner(weight.detach()).contiguous()
+    weight._exact_aligned = (weight._version, value)  # type: ignore[attr-defined]
+    return value
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, tile: int = TILE) -> Tensor:
+    """F.linear over the last dim of x [..., in] -> [..., out]; on the CPU in calls of exactly `tile` rows
+    (zero rows pad the last) with `in` padded to a multiple of ALIGN."""
+    if not on(x):
+        return F.linear(x, weight, bias)
+    lead = x.shape[:-1]
+    rows = _pad_inner(x.reshape(-1, x.shape[-1]))  # [N, in'] (in' a multiple of ALIGN)
+    w = _aligned_weight(weight)
+    n = rows.shape[0]
+    if n == tile:
+        return F.linear(rows, w, bias).view(*lead, weight.shape[0])
+    parts = []
+    for s in range(0, n, tile):
+        part = rows[s : s + tile]
+        if part.shape[0] < tile:
+            part = torch.cat([part, part.new_zeros(tile - part.shape[0], part.shape[1])])
+        parts.append(F.linear(part, w, bias)[: min(tile, n - s)])
+    out = parts[0] if len(parts) == 1 else torch.cat(parts)  # [N, out]
+    return out.view(*lead, weight.shape[0])
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters and names) computed by `linear` on the CPU."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+def halving_sum(x: Tensor, dim: int) -> Tensor:
+    """Sum over `dim` in a fixed order: as if zero-padded to a power of two P, add the upper half to the
+    lower until one entry is left (the padding's zeros are skipped: adding them changes nothing). So
+    trailing zeros (masked entries) leave the result of the data unchanged, whatever the length."""
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    while n > 1:
+        half = 1 << (n - 1).bit_length() - 1  # P / 2 for the smallest power of two P >= n
+        lo, hi = x.narrow(dim, 0, half), x.narrow(dim, half, n - half)
+        if n - half == half:
+            x = lo + hi
+        else:
+            x = lo.clone()
+            x.narrow(dim, 0, n - half).add_(hi)
+        n = half
+    return x.squeeze(dim)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, causal: bool = False,
+              scale: float | None = None) -> Tensor:
+    """Softmax attention as F.scaled_dot_product_attention (grouped-query when k has fewer heads).
+
+    q [B, Hq, T, D]; k, v [B, Hkv, C, D] (Hq a multiple of Hkv); mask broadcastable to [B, Hq, T, C], True =
+    attend; causal: query t sees keys 0 .. C - T + t. Returns [B, Hq, T, D]. On the CPU a query's scores are
+    products summed over D (a fixed length), and everything summed over keys (whose count varies with the
+    batch's context and the chunk) goes through `halving_sum`, in blocks of queries; elsewhere SDPA."""
+    if not on(q):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                              enable_gqa=k.shape[1] != q.shape[1])
+    b, hq, t, d = q.shape
+    hkv, c = k.shape[1], k.shape[2]
+    g = hq // hkv
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qg = (q * scale).view(b, hkv, g, t, d)  # [B, Hkv, G, T, D]
+    kg, vg = k[:, :, None, None], v[:, :, None, None]  # [B, Hkv, 1, 1, C, D]
+    keys = torch.arange(c, device=q.device)
+    if mask is not None:
+        mask = mask.expand(b, hq, t, c).reshape(b, hkv, g, t, c)
+    out = q.new_empty(b, hkv, g, t, d)
+    block = max(1, min(t, BLOCK_ELEMENTS // max(1, b * hq * c * d)))
+    for s in range(0, t, block):
+        e = min(t, s + block)
+        # over D (the head size: fixed per call site) a row-wise sum runs the same code for every row
+        scores = (qg[:, :, :, s:e, None, :] * kg).sum(-1)  # [B, Hkv, G, q, C]
+        keep = None
+        if causal:
+            keep = keys[None, :] <= (c - t + torch.arange(s, e, device=q.device))[:, None]  # [q, C]
+        if mask is not None:
+            part = mask[:, :, :, s:e]
+            keep = part if keep is None else part & keep
+        if keep is not None:
+            scores = scores.masked_fill(~keep, -math.inf)
+        weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))  # [B, Hkv, G, q, C]; 0 where masked
+        total = halving_sum(weights, -1)[..., None]  # [B, Hkv, G, q, 1]
+        out[:, :, :, s:e] = halving_sum(weights[..., None] * vg, -2) / total  # [B, Hkv, G, q, D]
+    return out.view(b, hq, t, d)
+
+
+def silu(x: Tensor) -> Tensor:
+    """x * sigmoid(x); on the CPU as x / (1 + exp(-x)) (the same bits wherever x sits in a call)."""
+    return x / (1.0 + torch.exp(-x)) if on(x) else F.silu(x)
+
+
+def gelu(x: Tensor) -> Tensor:
+    """Exact GELU; on the CPU as x / 2 * (1 + erf(x / sqrt 2))."""
+    return 0.5 * x * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0)))) if on(x) else F.gelu(x)
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU's tanh form; on the CPU from tanh, products and sums."""
+    if not on(x):
+        return F.gelu(x, approximate="tanh")
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
