@@ -1,13 +1,13 @@
 """The codec decoder's building blocks, written so that streaming equals whole decoding bit for bit.
 
-Owns: `StableLinear` (a Linear whose per-row result does not depend on how many rows it is given),
+Owns: `StableLinear` (a Linear whose per-row result does not depend on the call: fixed-shape tiles),
 causal local-window attention over an explicit per-query key window, the transformer layer and stage
 (release names: `input_proj`, `transformer.layers.{j}.{norm1, self_attn, layer_scale_1, norm2, ffn,
 layer_scale_2}`, `output_proj`), and the patch up-sampler (decoder) and down-sampler (encoder).
 
 Why: on a CPU a chunk of n frames must produce exactly the samples the whole utterance produces. Every
-op here is per position, with the same reduction order whatever the chunk: linears pad small row
-counts (the BLAS picks other kernels below ~12 rows on CPU), and each query attends over exactly its
+op here is per position, with the same reduction order whatever the chunk: linears run in fixed-shape,
+aligned row tiles (the BLAS picks kernels by row count and, under AVX2, by alignment), and each query attends over exactly its
 own `window` keys (an unfold of history + new keys), reduced with elementwise products and sums, not a
 batched matmul whose kernel choice varies with the batch count. That form needs [B, H, block, D, window]
 temporaries (gigabytes at the release's sizes and batch 64), so on a GPU attention runs through SDPA with a
@@ -23,10 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from v2.models import exact
 from v2.models.codec.config import StageConfig
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
-MIN_ROWS = 16      # row counts below this are zero-padded up to it before a matmul
+TILE_ROWS = 64     # rows per matmul call on the CPU (fixed: every row of every call sees one shape)
 QUERY_BLOCK = 256  # queries per attention block (bounds the [.., D, window] products)
 # elements of one block's [rows, H, queries, D, window] product: small enough to stay in a CPU's cache (a
 # batch of 16 streams in one block ran ~3x slower per row than one at a time); large on a GPU
@@ -35,12 +36,9 @@ GPU_BLOCK_ELEMENTS = 1 << 26
 
 
 def stable_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """F.linear whose result for a row is the same for any number of rows in the call."""
-    rows = x.reshape(-1, x.shape[-1])  # [N, in]
-    n = rows.shape[0]
-    if n < MIN_ROWS:
-        rows = torch.cat([rows, rows.new_zeros(MIN_ROWS - n, rows.shape[1])])
-    return F.linear(rows, weight, bias)[:n].reshape(*x.shape[:-1], weight.shape[0])
+    """F.linear whose result for a row is the same for any number of rows in the call: on the CPU in
+    fixed-shape, aligned tiles of TILE_ROWS rows (`v2.models.exact.linear`)."""
+    return exact.linear(x, weight, bias, TILE_ROWS)
 
 
 class StableLinear(nn.Linear):
