@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 ALIGN = 16          # floats: the inner dim of every CPU matmul is padded to a multiple of this (64 bytes)
 TILE = 16           # rows per matmul call at the layers' call sites (a decode batch of <= 16 is one call)
-BLOCK_ELEMENTS = 1 << 22  # elements of one attention block's [.., queries, keys, D] products
+BLOCK_ELEMENTS = 1 << 18  # elements of one attention block's [.., queries, keys, D] products
 
 def on(x: Tensor) -> bool:
     """Whether `x` takes the call-invariant path (the CPU)."""
@@ -132,20 +132,29 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, ca
     block = max(1, min(t, BLOCK_ELEMENTS // max(1, b * hq * c * d)))
     for s in range(0, t, block):
         e = min(t, s + block)
-        # over D (the head size: fixed per call site) a row-wise sum runs the same code for every row
-        scores = (qg[:, :, :, s:e, None, :] * kg).sum(-1)  # [B, Hkv, G, q, C]
         keep = None
         if causal:
             keep = keys[None, :] <= (c - t + torch.arange(s, e, device=q.device))[:, None]  # [q, C]
         if mask is not None:
             part = mask[:, :, :, s:e]
             keep = part if keep is None else part & keep
+        # keys past the last one any query of the block sees add only zeros to its sums: leave them out
+        used = c if keep is None else _keys_used(keep, c)
+        # over D (the head size: fixed per call site) a row-wise sum runs the same code for every row
+        scores = (qg[:, :, :, s:e, None, :] * kg[..., :used, :]).sum(-1)  # [B, Hkv, G, q, used]
         if keep is not None:
-            scores = scores.masked_fill(~keep, -math.inf)
-        weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))  # [B, Hkv, G, q, C]; 0 where masked
+            scores = scores.masked_fill(~keep[..., :used], -math.inf)
+        top = scores.amax(dim=-1, keepdim=True)
+        weights = torch.exp(scores - top.masked_fill(top == -math.inf, 0.0))  # [B, Hkv, G, q, used]; 0 where masked
         total = halving_sum(weights, -1)[..., None]  # [B, Hkv, G, q, 1]
-        out[:, :, :, s:e] = halving_sum(weights[..., None] * vg, -2) / total  # [B, Hkv, G, q, D]
+        out[:, :, :, s:e] = halving_sum(weights[..., None] * vg[..., :used, :], -2) / total  # [B, Hkv, G, q, D]
     return out.view(b, hq, t, d)
+
+
+def _keys_used(keep: Tensor, c: int) -> int:
+    """1 + the last key index that any query of `keep` [..., C] attends (at least 1)."""
+    seen = keep.reshape(-1, c).any(0).nonzero()
+    return int(seen[-1]) + 1 if seen.numel() else 1
 
 
 def silu(x: Tensor) -> Tensor:
