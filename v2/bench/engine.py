@@ -80,15 +80,16 @@ def overhead(runtime: Runtime, repeat: int, frames: int) -> dict[str, Any]:
 # ----- 2. simulated device ------------------------------------------------------------------------
 @contextmanager
 def step_starts(runtime: Runtime) -> Iterator[list[float]]:
-    """perf_counter at the start of every engine step while inside (wraps the engine's `_step`)."""
+    """perf_counter at the start of every engine step while inside (wraps the engine's `step`, passing its
+    result through)."""
     stamps: list[float] = []
     real = runtime.engine.step
 
-    def timed() -> None:
+    def timed() -> bool:
         stamps.append(time.perf_counter())
-        real()
+        return real()  # whether the step did anything: the engine sleeps after a step that did nothing
 
-    runtime.engine.step = timed  # type: ignore[method-assign]  # the engine thread looks `_step` up every step
+    runtime.engine.step = timed  # type: ignore[method-assign]  # the engine thread looks `step` up every step
     try:
         yield stamps
     finally:

@@ -95,7 +95,9 @@ class Engine:
         quiet, seen = False, 0  # the last step did nothing; the wake-ups counted when it began
         while True:
             with self.cond:
-                if quiet and self.cond.wakes == seen and not self.closed:  # e.g. every request waits for text
+                # asleep only when nothing is on the device and nothing changed (e.g. every request waits for
+                # text): a step in flight is waited on through its results, never on a timer
+                if quiet and not self.inflight and self.cond.wakes == seen and not self.closed:
                     deadline = q.next_deadline()
                     wait = IDLE_WAIT_S if deadline is None else min(IDLE_WAIT_S, deadline - time.perf_counter())
                     if wait > 0:
