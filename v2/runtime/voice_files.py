@@ -2,8 +2,9 @@
 
 Owns: `locked` (`flock` on `<dir>/.lock`: open file descriptions, so it orders threads of one process as well
 as processes; released when the descriptor closes, so a crashed holder never leaves it held), files made new
-and flushed to disk, files read without following a link and refused over a size, deleting an entry without
-following a link, and a best-effort directory fsync. POSIX only (fcntl).
+and flushed to disk, files read without following a link and refused over a size, `.npy` arrays whose header
+is checked before any data is read (`read_npy`), deleting an entry without following a link, and a
+best-effort directory fsync. POSIX only (fcntl).
 Must not know: voices, names, codes, the layout of an entry.
 """
 
@@ -17,6 +18,8 @@ import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+import numpy as np
 
 LOCK = ".lock"
 
@@ -91,3 +94,35 @@ def sync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def read_npy(path: Path, limit: int, kinds: str = "iuf") -> np.ndarray:
+    """A `.npy` file's array, believed only once its header agrees with the file: a plain numeric dtype
+    (`kinds`: numpy's kind letters), a C- or Fortran-ordered shape whose bytes are exactly what follows the
+    header and at most `limit`. Anything else is a ValueError naming the file; nothing is allocated for a
+    shape the file does not hold."""
+    with opened(path, limit + 4096) as f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            version = np.lib.format.read_magic(f)
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read_header:
+                raise ValueError(f"format version {version}")
+            shape, fortran, dtype = read_header[version](f)
+        except ValueError as e:
+            raise ValueError(f"{path.name}: not a readable .npy header ({e})") from None
+        if dtype.hasobject or dtype.kind not in kinds or dtype.fields is not None or dtype.subdtype is not None:
+            raise ValueError(f"{path.name}: dtype {dtype.str} is not a plain {'/'.join(kinds)} number type")
+        count = 1
+        for n in shape:
+            count *= int(n)
+        nbytes = count * dtype.itemsize
+        if nbytes > limit:
+            raise ValueError(f"{path.name}: its header claims shape {list(shape)} ({nbytes} bytes), over the "
+                             f"{limit} a voice entry may hold")
+        if nbytes != size - f.tell():
+            raise ValueError(f"{path.name}: its header claims shape {list(shape)} ({nbytes} bytes) but "
+                             f"{size - f.tell()} bytes follow it")
+        data = np.frombuffer(f.read(nbytes), dtype=dtype, count=count)
+    return data.reshape(shape, order="F" if fortran else "C").copy()
+

@@ -36,7 +36,7 @@ import torch
 
 from v2.fields import FieldError, int_tensor
 from v2.runtime.voice_arrays import check_arrays, check_names
-from v2.runtime.voice_files import create, delete, locked, opened, read_bytes, sync_directory
+from v2.runtime.voice_files import create, delete, locked, read_bytes, read_npy, sync_directory
 
 log = logging.getLogger(__name__)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullmatch
@@ -297,15 +297,13 @@ class VoiceStore:
                 cached = self._cache.get(name)
             if cached is not None and cached[0] == write_id:
                 return cached[1]
-            with opened(path / "codes.npy", MAX_CODES_BYTES) as f:
-                codes = self._check_codes(np.load(f, allow_pickle=False), "codes.npy")
+            codes = self._check_codes(read_npy(path / "codes.npy", MAX_CODES_BYTES, "iu"), "codes.npy")
             named = {}
             for key in self._arrays:
                 if not os.path.lexists(path / f"{key}.npy"):
                     raise VoiceError(f"{key}.npy: missing (this runtime's voices carry {key!r}: add the voice "
                                      "again from its recording)", field=None)
-                with opened(path / f"{key}.npy", MAX_ARRAY_BYTES) as f:
-                    named[key] = np.load(f, allow_pickle=False)
+                named[key] = read_npy(path / f"{key}.npy", MAX_ARRAY_BYTES, "f")
             named = check_arrays(named, self._arrays, ".npy")
         except (OSError, ValueError) as e:  # VoiceError included
             raise _Unusable(f"{type(e).__name__}: {e}") from None
