@@ -10,7 +10,8 @@ one row change with the number of rows in the call (MKL picks other kernels and 
 1999-row call differed from the same row in a 5000-row call, for [14 -> 1] and [4608 -> 1536]), and
 `F.conv1d` switches between oneDNN and im2col paths by batch and input size. A call of a FIXED shape
 computes every row with the same kernel, so `tiled_linear` only ever calls F.linear on exactly `tile`
-rows (zero-padded), and each row's result is the same whichever rows share its tile. Elementwise sin,
+rows (zero-padded) with the inner dim aligned to 16 floats (under AVX2 a row's bits also follow its
+alignment: `v2.models.exact`), and each row's result is the same whichever rows share its tile. Elementwise sin,
 cos, exp, erf, GELU, sqrt and division give the same bits in the vectorised body and the tail of a
 call; sigmoid, SiLU, ELU and rsqrt do not, so SiLU is x / (1 + exp(-x)) and RMSNorm divides by sqrt.
 Row-wise reductions over the last dim (mean, sum, softmax, LayerNorm) are per row.
