@@ -41,15 +41,17 @@ def format_for(path: str | Path, explicit: str | None = None) -> str:
     return fmt
 
 
-def check_writable(path: str | Path, option: str = "--out") -> Path:
-    """Create the parent folders and prove `path` can be opened for writing (an existing file is left as it
-    is; a file created for the check is removed again)."""
+def check_writable(path: str | Path, option: str = "--out", *, make_parents: bool = True) -> Path:
+    """Prove `path` can be opened for writing (an existing file is left as it is; a file created for the check
+    is removed again). Missing parent folders are created with `make_parents`, else refused naming `option`."""
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"{option} {path}: is a directory")
     blocking = next((p for p in path.parents if p.exists()), None)
     if blocking is not None and not blocking.is_dir():
         raise OutputError(f"{option} {path}: {blocking} is a file, not a folder")
+    if not make_parents and not path.parent.exists():
+        raise OutputError(f"{option} {path}: its folder {path.parent} does not exist (create it, or pass --mkdir)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -21,7 +21,7 @@ from typing import Any, Callable, NoReturn
 from v2.audiofile import FORMATS, OutputError, check_writable, format_for
 from v2.card import DEFAULT_CARD, CardError, known_cards, load_card
 from v2.checkpoints import CheckpointNotFound
-from v2.cli_options import DEFAULT_TEXT, add_runtime_arguments, add_synth_arguments, in_option_names, sampling_fields
+from v2.cli_options import DEFAULT_OUT, DEFAULT_TEXT, add_runtime_arguments, add_synth_arguments, in_option_names, sampling_fields
 from v2.progress import Progress
 from v2.server.options import add_arguments as add_serve_arguments
 
@@ -137,10 +137,12 @@ def _text(args: argparse.Namespace) -> tuple[str, str]:
 def _synth(args: argparse.Namespace) -> int:
     from v2.audiofile import AudioWriter, write_audio
 
-    out = check_writable(args.out)  # relative to the caller's directory (as typed in errors; reported absolute)
+    # relative to the caller's directory (as typed in errors; reported absolute); a folder the user named is
+    # created only with --mkdir, the default's own folder always
+    out = check_writable(args.out, "-o", make_parents=args.mkdir or args.out == DEFAULT_OUT)
     fmt = format_for(out, args.format)
     if args.codes_out:
-        check_writable(args.codes_out, "--codes-out")
+        check_writable(args.codes_out, "--codes-out", make_parents=args.mkdir)
     text, text_option = _text(args)
     with Progress(enabled=not args.quiet) as progress:
         runtime = _runtime(args, progress)

@@ -82,12 +82,18 @@ def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
                    help="the voice store (default: the card's, else ~/.cache/v2/voices/CARD)")
 
 
+DEFAULT_OUT = "out/speech.wav"  # the default output; its folder is created
+
+
 def add_synth_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", nargs="?", default=None,
                    help=f"what to say; - reads it from stdin (default: {DEFAULT_TEXT!r})")
     p.add_argument("--text-file", default=None, metavar="PATH",
                    help="read what to say from this UTF-8 file, - for stdin (default: none)")
-    p.add_argument("-o", "--out", default="out/speech.wav", help="the audio file to write (48 kHz stereo)")
+    p.add_argument("-o", "--out", default=DEFAULT_OUT,
+                   help="the audio file to write (the card's rate and channels); a folder you name must exist "
+                        "unless --mkdir")
+    p.add_argument("--mkdir", action="store_true", help="create the missing folders of -o and --codes-out (default: off)")
     p.add_argument("--format", choices=list(FORMATS), default=None,
                    help="wav and flac: 16-bit PCM; ogg: Vorbis; mp3 (default: from the --out suffix)")
     p.add_argument("--stream", action="store_true",

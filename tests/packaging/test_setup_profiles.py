@@ -136,7 +136,7 @@ def test_synth_sh_writes_a_relative_out_in_the_callers_directory(tmp_path):
     caller = tmp_path.resolve() / "caller"
     caller.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(["bash", str(root / "scripts" / "synth.sh"), "Hi.", "-o", "speech/hi.wav", "-q",
+    done = subprocess.run(["bash", str(root / "scripts" / "synth.sh"), "Hi.", "-o", "speech/hi.wav", "--mkdir", "-q",
                            "--max-frames", "4", "--seed", "1"], cwd=caller, env=env, capture_output=True, text=True,
                           timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]

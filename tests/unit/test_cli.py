@@ -131,3 +131,13 @@ def test_voices_add_list_remove_and_synth_with_a_voice_or_a_reference(tmp_path, 
     assert main(["voices", *store, "remove", "alice"]) == 0
     assert main(["voices", *store, "remove", "alice"]) == 1
     assert one_error_line(capsys.readouterr().err) == "error: voice: no stored voice named 'alice'"
+
+
+def test_a_missing_folder_of_o_is_refused_and_nothing_is_created_unless_mkdir(tmp_path, capsys):
+    out = tmp_path / "not" / "there" / "x.wav"
+    assert main(["synth", "Hi.", "-o", str(out), "-q", "--max-frames", "2"]) != 0
+    err = capsys.readouterr().err
+    assert "-o" in err and "does not exist" in err and "--mkdir" in err
+    assert not (tmp_path / "not").exists()
+    assert main(["synth", "Hi.", "-o", str(out), "--mkdir", "-q", "--max-frames", "2"]) == 0
+    assert out.stat().st_size > 44
