@@ -36,6 +36,7 @@ ALIGN = 16          # floats: the inner dim of every CPU matmul is padded to a m
 TILE = 16           # rows per matmul call at the layers' call sites (a decode batch of <= 16 is one call)
 BLOCK_ELEMENTS = 1 << 18  # elements of one attention block's [.., queries, keys, D] products
 
+
 def on(x: Tensor) -> bool:
     """Whether `x` takes the call-invariant path (the CPU)."""
     return x.device.type == "cpu"
@@ -125,16 +126,17 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, ca
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     qg = (q * scale).view(b, hkv, g, t, d)  # [B, Hkv, G, T, D]
     kg, vg = k[:, :, None, None], v[:, :, None, None]  # [B, Hkv, 1, 1, C, D]
-    keys = torch.arange(c, device=q.device)
-    if mask is not None:
-        mask = mask.expand(b, hq, t, c).reshape(b, hkv, g, t, c)
+    if mask is not None:  # a view broadcastable to [B, Hkv, G, T, C] (no copy of a head-shared mask)
+        mask = mask.expand(*mask.shape[:-2], t, c)
+        mask = mask[:, :, None] if mask.shape[1] == 1 else mask.reshape(mask.shape[0], hkv, g, t, c)
     out = q.new_empty(b, hkv, g, t, d)
     block = max(1, min(t, BLOCK_ELEMENTS // max(1, b * hq * c * d)))
     for s in range(0, t, block):
         e = min(t, s + block)
         keep = None
         if causal:
-            keep = keys[None, :] <= (c - t + torch.arange(s, e, device=q.device))[:, None]  # [q, C]
+            last = c - t + torch.arange(s, e, device=q.device)  # [q]: each query's last key
+            keep = torch.arange(c, device=q.device)[None, :] <= last[:, None]  # [q, C]
         if mask is not None:
             part = mask[:, :, :, s:e]
             keep = part if keep is None else part & keep

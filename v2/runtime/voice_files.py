@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import math
 import os
 import shutil
 import stat
@@ -113,9 +114,7 @@ def read_npy(path: Path, limit: int, kinds: str = "iuf") -> np.ndarray:
             raise ValueError(f"{path.name}: not a readable .npy header ({e})") from None
         if dtype.hasobject or dtype.kind not in kinds or dtype.fields is not None or dtype.subdtype is not None:
             raise ValueError(f"{path.name}: dtype {dtype.str} is not a plain {'/'.join(kinds)} number type")
-        count = 1
-        for n in shape:
-            count *= int(n)
+        count = math.prod(int(n) for n in shape)
         nbytes = count * dtype.itemsize
         if nbytes > limit:
             raise ValueError(f"{path.name}: its header claims shape {list(shape)} ({nbytes} bytes), over the "
@@ -125,4 +124,3 @@ def read_npy(path: Path, limit: int, kinds: str = "iuf") -> np.ndarray:
                              f"{size - f.tell()} bytes follow it")
         data = np.frombuffer(f.read(nbytes), dtype=dtype, count=count)
     return data.reshape(shape, order="F" if fortran else "C").copy()
-

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from v2.models.exact import linear as exact_linear
+from v2.models.exact import linear as exact_linear, on as exact_path
 
 
 COLS_ELEMENTS = 1 << 24  # at most 64 MB of gathered taps (float32) per matmul group
@@ -38,11 +38,6 @@ def tile_rows(rows_per_frame: int) -> int:
     while tile < 16 * rows_per_frame and tile < 1024:
         tile *= 2
     return tile
-
-
-def exact(x: Tensor) -> bool:
-    """Whether `x` takes the call-invariant path (CPU)."""
-    return x.device.type == "cpu"
 
 
 def tiled_linear(x: Tensor, weight: Tensor, bias: Tensor | None, tile: int) -> Tensor:
@@ -64,7 +59,7 @@ def causal_conv(xp: Tensor, n: int, weight2d: Tensor, bias: Tensor | None, kerne
     b, _, c = xp.shape
     if kernel == 1:
         return tiled_linear(xp, weight2d, bias, tile)
-    if not exact(xp):
+    if not exact_path(xp):
         w = weight2d.view(weight2d.shape[0], kernel, c).permute(0, 2, 1)  # [out, C, k]
         return F.conv1d(xp.transpose(1, 2), w, bias, dilation=dilation).transpose(1, 2)
     group = max(1, COLS_ELEMENTS // max(1, n * kernel * c))  # batch rows per im2col
