@@ -139,7 +139,7 @@ def _synth(args: argparse.Namespace) -> int:
 
     # relative to the caller's directory (as typed in errors; reported absolute); a folder the user named is
     # created only with --mkdir, the default's own folder always
-    out = check_writable(args.out, "-o", make_parents=args.mkdir or args.out == DEFAULT_OUT)
+    out = check_writable(args.out, "--out", make_parents=args.mkdir or args.out == DEFAULT_OUT)
     fmt = format_for(out, args.format)
     if args.codes_out:
         check_writable(args.codes_out, "--codes-out", make_parents=args.mkdir)

@@ -34,7 +34,7 @@ def report(done: subprocess.CompletedProcess[bytes]) -> dict:
 def test_stdin_and_a_relative_out_from_another_directory(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    by_stdin = report(python_m_v2("synth", "-", "-o", "speech/a.wav", "--codes-out", "a.npy", *SMALL, cwd=elsewhere,
+    by_stdin = report(python_m_v2("synth", "-", "-o", "speech/a.wav", "--mkdir", "--codes-out", "a.npy", *SMALL, cwd=elsewhere,
                                   stdin=(TEXT + "\n").encode()))
     assert by_stdin["out"] == str(elsewhere / "speech" / "a.wav") and Path(by_stdin["out"]).stat().st_size > 44
     by_arg = report(python_m_v2("synth", TEXT, "-o", "b.wav", "--codes-out", "b.npy", *SMALL, cwd=elsewhere))
