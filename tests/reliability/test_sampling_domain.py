@@ -7,18 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from v2.fields import PENALTY_MAX, PENALTY_MIN, TEMPERATURE_MAX, TEMPERATURE_MIN, TOP_K_MAX
 from v2.runtime import Runtime
 
 from conftest import check_exact
-
-# the accepted domain, edges first: hypothesis shrinks towards them and always tries some
-temperature = st.one_of(st.sampled_from([0.0, TEMPERATURE_MIN, TEMPERATURE_MAX, np.nextafter(TEMPERATURE_MIN, 1.0)]),
-                        st.floats(TEMPERATURE_MIN, TEMPERATURE_MAX))
-top_k = st.one_of(st.sampled_from([0, 1, 2, 25, TOP_K_MAX]), st.integers(0, 2000))
-top_p = st.one_of(st.sampled_from([1.0, 1e-30, 0.5]), st.floats(1e-30, 1.0, exclude_min=False))
-penalty = st.one_of(st.sampled_from([PENALTY_MIN, 1.0, PENALTY_MAX]), st.floats(PENALTY_MIN, PENALTY_MAX))
-head = st.fixed_dictionaries({"temperature": temperature, "top_k": top_k, "top_p": top_p})
+from domain import head, penalty
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +21,9 @@ def runtime():
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(head, head, penalty, st.integers(0, 2**32))
-def test_the_whole_accepted_domain_gives_valid_exact_logprobs(runtime, stop, audio, rep, seed):
-    (t,) = runtime.rollout(["Every setting is a distribution."], n=1, seed=seed, max_frames=10, min_frames=1,
+@given(head, head, penalty, st.integers(0, 2**32), st.integers(0, 6))
+def test_the_whole_accepted_domain_gives_valid_exact_logprobs(runtime, stop, audio, rep, seed, min_frames):
+    (t,) = runtime.rollout(["Every setting is a distribution."], n=1, seed=seed, max_frames=10, min_frames=min_frames,
                            stop=stop, audio=audio, repetition_penalty=rep).trajectories(120)
     assert np.isfinite(t.logprobs).all() and (t.logprobs <= 0).all()
     assert t.stop_logprob is None or (np.isfinite(t.stop_logprob) and t.stop_logprob <= 0)

@@ -17,7 +17,6 @@ import torch
 
 from v2.rl.trajectory import Trajectory
 
-_SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "stop", "audio")
 _MASK64 = (1 << 64) - 1
 
 
@@ -77,9 +76,10 @@ def start_rollout(runtime: Any, prompts: list[Any], *, n: int, seed: int, decode
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)):
         raise TypeError(f"prompts: expected a list of prompts, got {type(prompts).__name__} "
                         "(wrap a single text in a list: [text])")
-    unknown = set(sampling) - set(_SAMPLING_KEYS)
+    keys = tuple(runtime.sampling_keys)  # the family's nested sampling (a code predictor's head, say)
+    unknown = set(sampling) - set(keys)
     if unknown:
-        raise TypeError(f"rollout: unknown option(s) {sorted(unknown)}; sampling options are {list(_SAMPLING_KEYS)}")
+        raise TypeError(f"rollout: unknown option(s) {sorted(unknown)}; sampling options are {list(keys)}")
     if n < 1:
         raise ValueError(f"n: must be >= 1, got {n}")
     handles = []

@@ -203,6 +203,7 @@ class Family(Protocol):
     codebook_size: int
     speakers: tuple[str, ...] = ()          # built-in voices a request names as `speaker` (the checkpoint's)
     request_fields: frozenset[str] = frozenset()  # the request fields `parse` takes (what a server may send)
+    sampling_keys: tuple[str, ...] = ()     # the keys its nested `sampling` takes (a rollout's sampling options)
 
     def bind(self, launch: LaunchState) -> None: ...
     def parse(self, request: Any) -> Any: ...

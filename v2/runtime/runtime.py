@@ -94,6 +94,13 @@ class Runtime:
         return frozenset(getattr(self.family, "request_fields", ()))
 
     @property
+    def sampling_keys(self) -> tuple[str, ...]:
+        """The keys the family's nested `sampling` takes (the runtime's own where it declares none)."""
+        from v2.request import SamplingParams
+
+        return tuple(getattr(self.family, "sampling_keys", ())) or tuple(SamplingParams.model_fields)
+
+    @property
     def frame_rate(self) -> float:
         """Frames per second of audio."""
         return self.family.frame_rate

@@ -37,7 +37,7 @@ from v2.families.qwen3_tts.talker_executor import FrameBatch, OnStream, TalkerEx
 from v2.families.qwen3_tts.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
 from v2.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSSampling
-from v2.request import RequestError
+from v2.request import RequestError, SamplingParams
 from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs
 from v2.sampling_settings import HeadSampling
 
@@ -81,6 +81,7 @@ class Qwen3Family:
     name = "qwen3_tts"
     weight_names = NAMES
     request_fields = frozenset(Qwen3Request.model_fields) | {"sampling"}  # `sampling` nested: sampling_names.py
+    sampling_keys = (*(k for k in SamplingParams.model_fields if k != "stop"), "subtalker")  # sampling_names.py
 
     def __init__(self, card: Qwen3Card, model: Any, codec: Any, tokenizer: Any, *, encoder: Any = None,
                  generation: dict[str, Any] | None = None, graphs: bool = True) -> None:
