@@ -17,25 +17,32 @@ from typing import Any, Generic, TypeVar
 P = TypeVar("P")
 
 
-class WorkUnitKind(enum.Enum):
+class Kind(enum.Enum):
+    """An enum hashed by identity (its members are singletons): the engine keys dicts by kinds once per row
+    per step, and `Enum.__hash__` is a Python call."""
+
+    __hash__ = object.__hash__
+
+
+class WorkUnitKind(Kind):
     PREFILL = "prefill"          # prompt rows through the backbone into a request's KV slot
     AR_FRAME = "ar_frame"        # one frame: backbone decode step + local decode + 13 samplings
     AUDIO_CHUNK = "audio_chunk"  # N frames of a stream through the codec decoder
     ENCODE = "encode"            # reference recordings through the codec encoder into codes
 
 
-class LoopKind(enum.Enum):
+class LoopKind(Kind):
     AR_DECODE = "ar_decode"
     VOCODER = "vocoder"
     ENCODE = "encode"
 
 
-class ExecutionProfile(enum.Enum):
+class ExecutionProfile(Kind):
     SERVE = "serve"      # audio out
     ROLLOUT = "rollout"  # serve + a trajectory with per-codebook logprobs
 
 
-class FinishReason(enum.Enum):
+class FinishReason(Kind):
     STOP = "stop"      # the stop head chose to stop
     LENGTH = "length"  # max_frames reached
     ABORT = "abort"    # cancelled, timed out, or the runtime closed

@@ -149,6 +149,20 @@ class CudaStream:
         pass
 
 
+COARSE_SLEEP_SLACK_S = 5e-4  # a timer sleep ends up to ~0.2 ms late on a busy host: sleep short of it
+
+
+def _wait_until(deadline: float) -> None:
+    """Return at `deadline` (to ~10 us): a timer sleep to shortly before it, then yields of the GIL (each
+    `sleep(0)` lets the other threads run) until it passes. A device busy for D is ready at D, not at D plus
+    the host's timer slack, which would otherwise count as the engine's time in every simulated period."""
+    left = deadline - time.perf_counter()
+    if left > COARSE_SLEEP_SLACK_S:
+        time.sleep(left - COARSE_SLEEP_SLACK_S)
+    while time.perf_counter() < deadline:
+        time.sleep(0)
+
+
 class SimulatedStream:
     """An asynchronous device made of a worker thread: launches return at once, work runs in order on the
     worker, and a step's results are ready `latency` seconds after the device began its work (the first
@@ -187,7 +201,7 @@ class SimulatedStream:
         def copy() -> list[Any]:
             began, self._began = self._began, None
             assert began is not None
-            time.sleep(max(0.0, began + self.latency - time.perf_counter()))  # the step's device time
+            _wait_until(began + self.latency)  # the step's device time
             return [_outcome(p, host_array) for p in pendings]
 
         return self.launch(copy)

@@ -10,16 +10,15 @@ Must not know: tensors on a device, batching, other requests, the encoders' weig
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from v2.contracts import FinishReason, LoopKind, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, Kind, LoopKind, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
 
 
-class Qwen3Work(enum.Enum):
+class Qwen3Work(Kind):
     SPEAKER = "speaker_embed"  # a recording through the speaker encoder -> x-vector [H]
 
 
