@@ -180,7 +180,7 @@ def test_bad_request_names_the_field(qrt, fields, name):
 
 def test_checkpoint_rules(qrt):
     """Mode rules from the checkpoint's config: a CustomVoice checkpoint needs a speaker; one without a speaker
-    encoder refuses reference audio; a 0.6B custom voice drops the instruction (the reference API's rule)."""
+    encoder refuses reference audio; a 0.6B custom voice refuses an instruction (the reference API drops it)."""
     from dataclasses import replace
 
     from v2.families.qwen3_tts.prepare import prepare
@@ -195,5 +195,8 @@ def test_checkpoint_rules(qrt):
                 fam.card, cv, None, fam.defaults, fam.codec_spec)
     req = parse({"text_ids": [5, 6], "speaker": "vivian", "instruction_ids": [7, 8, 9]})
     big = prepare(req, fam.card, cv, None, fam.defaults, fam.codec_spec)
-    small = prepare(req, fam.card, replace(cv, model_size="0b6"), None, fam.defaults, fam.codec_spec)
+    with pytest.raises(RequestError, match="^instruction_ids: the 0.6B CustomVoice"):  # refused, never dropped
+        prepare(req, fam.card, replace(cv, model_size="0b6"), None, fam.defaults, fam.codec_spec)
+    small = prepare(parse({"text_ids": [5, 6], "speaker": "vivian"}), fam.card, replace(cv, model_size="0b6"), None,
+                    fam.defaults, fam.codec_spec)
     assert len(big.rows) - len(small.rows) == 3 + 5  # the instruction's ids and its template (im_start user \n ... im_end \n)

@@ -228,6 +228,10 @@ def prepare(request: Qwen3Request, card: Any, cfg: Qwen3TTSConfig, tokenizer: An
     parts = spans(request, limits.max_segment_chars)  # long text: split at sentence ends (refusals name `text`)
     said = first_text(request, parts, limits.max_segment_chars)
     mode = _mode(request, cfg, codec)
+    if mode == "custom_voice" and cfg.model_size == "0b6" and (request.instruction or request.instruction_ids):
+        name = "instruction" if request.instruction is not None else "instruction_ids"  # refused, not dropped
+        raise RequestError(f"{name}: the 0.6B CustomVoice checkpoint takes no instruction (its reference API "
+                           "drops it; the 1.7B CustomVoice and the VoiceDesign checkpoints take one)", field=name)
     transcript = request.reference_text is not None or request.reference_text_ids is not None
     icl = mode == "voice_clone" and not request.x_vector_only and (voice is None or transcript or voice.text is not None)
     recording, xvector, ref_codes = None, None, None
