@@ -1,10 +1,8 @@
 """The contract between driven loops and the runtime: plain data, no torch.
 
 Owns: the kinds of work and loops, execution profiles, the batch key (`ShapeSignature`) and its buckets
-(`bucket_for`), what a loop
-needs to be admitted (`ResourceRequest`), what it asks for one step (`WorkPlan`, typed by its payload),
-and what it made (`LoopResult`). `LoopState` is the base of every per-request loop state: loops themselves
-hold none, and a loop has ended exactly when its state's `finish` is set (the engine reads it there).
+(`bucket_for`), what a loop asks for one step (`WorkPlan`, typed by its payload), and what it made
+(`LoopResult`). `LoopState` is the base of every per-request loop state: loops themselves hold none, and a loop has ended exactly when its state's `finish` is set (the engine reads it there).
 Must not know: tensors, models, devices, threads.
 """
 
@@ -72,14 +70,6 @@ def bucket_for(n: int, buckets: list[int]) -> int:
         if b >= n:
             return b
     raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
-
-
-@dataclass(frozen=True)
-class ResourceRequest:
-    """What a request holds from admission to its end."""
-
-    kv_rows: int        # backbone KV positions: prompt rows + frames
-    codec_stream: bool  # a codec state slot
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@
 Owns: the segments' plans at submit (`plan`: each later segment's prompt spec, its text ids and the
 previous segment's as the reference transcript, and every segment's frame cap, lowered so that the codes it
 makes fit in the next prompt), and `next_segment`: when a segment that another follows has ended, lay out
-the next prompt (the carried layout below), hand it to the talker loop (`begin_segment`: it waits for KV
+the next prompt (the carried layout below), hand it to the talker loop (`begin_text_segment`: it waits for KV
 blocks, then prefills) and write the segment's seed into the request's slot (`segment_seed`: the penalty
 set cleared, the x-vector kept).
 The carried layout is the in-context clone's: the previous segment's text as the reference transcript and
@@ -87,7 +87,7 @@ def next_segment(req: Any, state: TalkerState, loop: TalkerLoop, calls: Any, cfg
     codes = np.array(state.codes, dtype=np.int64).reshape(len(state.codes), cfg.num_code_groups)  # [R, G]
     lay = layout(cfg, replace(spec, ref_frames=len(codes)))
     rows = rows_of(lay, cfg.num_code_groups, ref_codes=codes, xvector=work.xvector)
-    loop.begin_segment(state, rows, lay.trailing)
+    loop.begin_text_segment(state, rows, lay.trailing)
     xvec = None if work.xvector is None else torch.from_numpy(work.xvector)
     calls.admit(state.slot, work.sampling, segment_seed(req.request.seed, state.segment), xvec)
     return rows

@@ -205,7 +205,7 @@ class TalkerExecutor:
         host[0, n:] = self.dummy_slot
         host[5, n:] = self.model.cfg.text.tts_pad
         host[4, :n] = 1
-        host[[0, 1, 2, 3, 5], :n] = torch.tensor([(p.slot, p.position, p.step, p.allow_stop, p.text)
+        host[[0, 1, 2, 3, 5], :n] = torch.tensor([(p.slot, p.position, p.step, p.allow_stop, p.feed)
                                                   for p in plans]).T
         context = int(host[1, :n].max()) + 1
         key = (bucket, bucket_for(context, self.contexts), 1)
