@@ -1,10 +1,13 @@
 """Command line: `v2 synth "text" -o out.wav` speaks a text through the runtime (a cloned voice with
-`--reference speaker.wav` or `--voice NAME`); `v2 voices add|list|remove` manages stored voices; `v2 cards`
-lists the cards; `v2 serve` serves the runtime over HTTP (v2/server). `python -m v2` is the same command.
+`--reference speaker.wav` or `--voice NAME`); `v2 voices add|list|remove` manages stored voices (the card,
+checkpoint and store options before or after the action); `v2 cards` lists the cards; `v2 serve` serves the runtime over HTTP (v2/server). `python -m v2` is the same command.
 
 Owns: the options (every default shown by --help), the text (the argument, a file or stdin), checking
 options, the device and the output path (the caller's directory for a relative one) before any model
-loads, one runtime per job, the progress line on stderr, writing the audio file, and turning each expected
+loads, and what the card and the checkpoint's config refuse (the family's `precheck`: e.g. an unknown
+qwen3_tts speaker or language; a taken voice name); a model only for a job that needs one (one runtime
+per job: synth, voices add; voices list and remove read the store alone, its checks from the family's
+`voice_spec`), the progress line on stderr, writing the audio file, and turning each expected
 failure into one line `error: ...` on stderr, in the options' names, and a non-zero exit (`--debug` adds
 the traceback).
 Must not know: model internals, scheduling, the server's internals.
@@ -19,9 +22,12 @@ import traceback
 from typing import Any, Callable, NoReturn
 
 from v2.audiofile import FORMATS, OutputError, check_writable, format_for
-from v2.card import DEFAULT_CARD, CardError, known_cards, load_card
+from v2.card import DEFAULT_CARD, CardError, ModelCard, family_of, known_cards, load_card
 from v2.checkpoints import CheckpointNotFound
-from v2.cli_options import DEFAULT_OUT, DEFAULT_TEXT, add_runtime_arguments, add_synth_arguments, in_option_names, sampling_fields
+from v2.cli_options import (
+    DEFAULT_OUT, DEFAULT_TEXT, add_runtime_arguments, add_synth_arguments, in_option_names, sampling_fields,
+    share_wording,
+)
 from v2.progress import Progress
 from v2.server.options import add_arguments as add_serve_arguments
 
@@ -66,15 +72,37 @@ def _check_device(device: str | None) -> str:
     return device
 
 
-def _runtime(args: argparse.Namespace, progress: Progress | None = None) -> Any:
-    card = load_card(args.card)  # a bad card is refused before the device is looked at
-    device = _check_device(args.device)
+def _runtime(args: argparse.Namespace, card: ModelCard, device: str, progress: Progress | None = None) -> Any:
+    """The card's runtime on `device`: the only place a model loads."""
     if progress is not None:
         progress.loading(card.name, device)
     from v2.runtime import Runtime
 
     return Runtime.from_card(card, checkpoint=args.checkpoint, codec_checkpoint=args.codec_checkpoint,
                              device=device, voices_dir=args.voices_dir)
+
+
+def _precheck(card: ModelCard, request: dict[str, Any], checkpoint: str | None, text_option: str) -> None:
+    """What the card and the checkpoint's config refuse of the request (e.g. an unknown qwen3_tts speaker
+    or language), named as the options; before any model loads."""
+    try:
+        family_of(card).precheck(card, request, checkpoint=checkpoint)
+    except ValueError as e:
+        if not _expected(e):
+            raise
+        raise CliError(in_option_names(str(e), text_option)) from None
+
+
+def _request(args: argparse.Namespace, family: str, text: str) -> dict[str, Any]:
+    """The request's fields as the options set them (the duration, which needs the runtime's frame rate,
+    aside)."""
+    request: dict[str, Any] = {
+        "text": text, "seed": args.seed, "min_frames": args.min_frames, "stream": True,
+        "language": args.language, "instruction": args.instruction, **_voice_fields(args),
+        **_family_fields(family, args)}
+    if args.max_frames:
+        request["max_frames"] = args.max_frames
+    return request
 
 
 def _voice_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -144,15 +172,13 @@ def _synth(args: argparse.Namespace) -> int:
     if args.codes_out:
         check_writable(args.codes_out, "--codes-out", make_parents=args.mkdir)
     text, text_option = _text(args)
+    card = load_card(args.card)  # a bad card is refused before the device is looked at
+    device = _check_device(args.device)
+    request = _request(args, card.family, text)
+    _precheck(card, request, args.checkpoint, text_option)
     with Progress(enabled=not args.quiet) as progress:
-        runtime = _runtime(args, progress)
+        runtime = _runtime(args, card, device, progress)
         try:
-            request: dict[str, Any] = {
-                "text": text, "seed": args.seed, "min_frames": args.min_frames, "stream": True,
-                "language": args.language, "instruction": args.instruction, **_voice_fields(args),
-                **_family_fields(runtime.card.family, args)}
-            if args.max_frames:
-                request["max_frames"] = args.max_frames
             if args.duration is not None:
                 if not hasattr(runtime.card.loops, "ar_decode"):
                     raise CliError(f"--duration: the {runtime.card.family} family takes no duration target")
@@ -201,33 +227,56 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _voices(args: argparse.Namespace) -> int:
-    runtime = _runtime(args)
+    card = load_card(args.card)
+    store = _store(args, card)
+    if args.action == "add":
+        print(json.dumps(_add_voice(args, card, store).info()))
+    elif args.action == "remove":
+        store.remove(args.name)
+    elif args.json:
+        for voice in store.list():
+            print(json.dumps(voice.info()))
+    else:
+        print(_voice_table(store.list(), store.directory))
+    for problem in store.errors:
+        print(f"skipped a corrupt voice entry: {problem}", file=sys.stderr)
+    return 0
+
+
+def _store(args: argparse.Namespace, card: ModelCard) -> Any:
+    """The card's voice store without a model: its checks from the checkpoint's config (the family's
+    `voice_spec`), the folder a runtime's store would have; it encodes nothing (`_add_voice` does, through
+    a runtime)."""
+    from v2.runtime.voices import VoiceStore, store_directory
+
+    spec = family_of(card).voice_spec(card, args.checkpoint)
+    return VoiceStore(store_directory(card.name, args.voices_dir, card.runtime.voices_dir), encode=_no_encoder,
+                      width=spec.width, codebook_size=spec.codebook_size, arrays=spec.arrays)
+
+
+def _no_encoder(audio: Any) -> NoReturn:
+    raise RuntimeError("this voice store loads no model; a recording is encoded through a runtime's store")
+
+
+def _add_voice(args: argparse.Namespace, card: ModelCard, store: Any) -> Any:
+    """A taken name (without --replace) refused before the model loads; then the recording encoded and
+    stored through a runtime's store (on the same folder)."""
+    from v2.runtime.voices import VoiceExists
+
+    if not args.replace and store.taken(args.name):
+        raise _taken(args.name, store.directory)
+    runtime = _runtime(args, card, _check_device(args.device))
     try:
-        store = runtime.voices
-        if args.action == "add":
-            print(json.dumps(_add_voice(store, args).info()))
-        elif args.action == "remove":
-            store.remove(args.name)
-        elif args.json:
-            for voice in store.list():
-                print(json.dumps(voice.info()))
-        else:
-            print(_voice_table(store.list(), store.directory))
-        for problem in store.errors:
-            print(f"skipped a corrupt voice entry: {problem}", file=sys.stderr)
-        return 0
+        return runtime.voices.add(args.name, args.audio, text=args.text, replace=args.replace)
+    except VoiceExists:  # stored by another process meanwhile
+        raise _taken(args.name, store.directory) from None
     finally:
         runtime.close()
 
 
-def _add_voice(store: Any, args: argparse.Namespace) -> Any:
-    from v2.runtime.voices import VoiceExists
-
-    try:
-        return store.add(args.name, args.audio, text=args.text, replace=args.replace)
-    except VoiceExists:
-        raise CliError(f"voices add: a voice named {args.name!r} is stored already in {store.directory}; "
-                       "pass --replace to replace it") from None
+def _taken(name: str, directory: Any) -> CliError:
+    return CliError(f"voices add: a voice named {name!r} is stored already in {directory}; "
+                    "pass --replace to replace it")
 
 
 def _voice_table(voices: list[Any], directory: Any) -> str:
@@ -296,22 +345,32 @@ def build_parser() -> argparse.ArgumentParser:
                             help="store, list and remove voices (encoded once, kept on disk)")
     add_runtime_arguments(voices)
     actions = voices.add_subparsers(dest="action", required=True)
-    add = actions.add_parser("add", formatter_class=_Help, help="encode a recording and store it under a name")
+    add = _voices_action(actions, common, "add", help="encode a recording and store it under a name")
     add.add_argument("name", help="the voice's name")
     add.add_argument("audio", help="a recording of the voice (wav, flac, ogg, mp3)")
     add.add_argument("--text", default=None,
                      help="its transcript (then the voice speaks by continuation; default: none)")
     add.add_argument("--replace", action="store_true",
                      help="replace a stored voice of that name (default: refuse a taken name)")
-    listing = actions.add_parser("list", formatter_class=_Help, help="a table of the stored voices")
+    listing = _voices_action(actions, common, "list", help="a table of the stored voices")
     listing.add_argument("--json", action="store_true", help="one JSON object per line instead (default: a table)")
-    remove = actions.add_parser("remove", help="delete a stored voice")
+    remove = _voices_action(actions, common, "remove", help="delete a stored voice")
     remove.add_argument("name", help="the voice's name")
     sub.add_parser("cards", parents=[common], help="list the shipped cards with their descriptions")
     serve = sub.add_parser("serve", parents=[common], formatter_class=_Help,
                            help="serve the runtime over HTTP (OpenAI-compatible; needs the server extra)")
     add_serve_arguments(serve)
+    share_wording(serve)  # the runtime options in synth's words; help where v2/server/options.py has none
     return parser
+
+
+def _voices_action(actions: Any, common: argparse.ArgumentParser, name: str,
+                   **kwargs: Any) -> argparse.ArgumentParser:
+    """A `voices` action, taking the runtime options after its name too (`voices list --card X`): given there,
+    they set the value; left out, the one given before the action (or the default) stays."""
+    action = actions.add_parser(name, parents=[common], formatter_class=_Help, **kwargs)
+    add_runtime_arguments(action, defaults=False)
+    return action
 
 
 def _expected(error: BaseException) -> bool:

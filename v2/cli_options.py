@@ -1,10 +1,11 @@
 """The options of `v2 synth` and of the commands that load a runtime, with their value checks.
 
-Owns: option names, defaults and help texts; refusing a bad value at parse time, naming the option, with
-the same ranges a request or a card accepts (v2/fields.py); mapping the sampling knobs onto the request's
-audio head (`sampling.audio.*`) and `sampling.repetition_penalty`; and back: a refused request's message
-with its fields named as the options that set them (`in_option_names`).
-Must not know: the runtime, models, the server.
+Owns: option names, defaults and help texts (worded for every family: what differs per family says so; the
+runtime options read the same on every command, serve's too: `share_wording`); refusing a bad value at parse
+time, naming the option, with the same ranges a request or a card accepts (v2/fields.py); mapping the
+sampling knobs onto the request's audio head (`sampling.audio.*`) and `sampling.repetition_penalty`; and
+back: a refused request's message with its fields named as the options that set them (`in_option_names`).
+Must not know: the runtime, models, the server (serve's options are only reworded, as argparse holds them).
 """
 
 from __future__ import annotations
@@ -70,16 +71,43 @@ def seconds(text: str) -> float:
     return value
 
 
-def add_runtime_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--card", default=DEFAULT_CARD, help="a shipped card's name (v2 cards) or a path to a card file")
-    p.add_argument("--checkpoint", default=None,
-                   help="model checkpoint: a directory or a hub repo id in the Hugging Face cache "
-                        "(default: the card's)")
-    p.add_argument("--codec-checkpoint", default=None,
-                   help="codec checkpoint: a directory or a hub repo id (default: the card's)")
-    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
-    p.add_argument("--voices-dir", default=None,
-                   help="the voice store (default: the card's, else ~/.cache/v2/voices/CARD)")
+# the options of every command that reads a card: option -> (default, help); each help says its default, so
+# it reads the same on every parser that has the option (synth, voices and its actions, serve)
+RUNTIME_OPTIONS: dict[str, tuple[str | None, str]] = {
+    "--card": (DEFAULT_CARD, f"a shipped card's name (v2 cards) or a path to a card file (default: {DEFAULT_CARD})"),
+    "--checkpoint": (None, "model checkpoint: a directory or a hub repo id in the Hugging Face cache "
+                           "(default: the card's)"),
+    "--codec-checkpoint": (None, "codec checkpoint: a directory or a hub repo id (default: the card's; for "
+                                 "qwen3_tts with --checkpoint, that checkpoint's speech_tokenizer/)"),
+    "--device": (None, "cpu, cuda or cuda:N (default: cuda when present, else cpu)"),
+    "--voices-dir": (None, "the voice store's folder (default: the card's, else ~/.cache/v2/voices/CARD, under "
+                           "$XDG_CACHE_HOME instead when set)"),
+}
+# serve's options that v2/server/options.py leaves without help
+SERVE_HELP: dict[str, str] = {
+    "--log-level": "how much the HTTP server (uvicorn) logs",
+    "--no-access-log": "no log line per HTTP request (default: off: uvicorn's access log is on)",
+}
+
+
+def add_runtime_arguments(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
+    """`RUNTIME_OPTIONS` on `p`. `defaults=False`: an option not given sets nothing, for a subcommand's
+    parser under one that has them already (`voices list --card X` as well as `voices --card X list`;
+    argparse would let the subcommand's default overwrite the value given before it)."""
+    for option, (default, text) in RUNTIME_OPTIONS.items():
+        p.add_argument(option, default=default if defaults else argparse.SUPPRESS, help=text)
+
+
+def share_wording(p: argparse.ArgumentParser) -> None:
+    """A parser whose options are defined elsewhere (serve's: v2/server/options.py) in this module's words:
+    each runtime option with the same default takes `RUNTIME_OPTIONS`' help, an option without help takes
+    `SERVE_HELP`'s."""
+    for action in p._actions:
+        option = max(action.option_strings, key=len, default="")
+        if option in RUNTIME_OPTIONS and action.default == RUNTIME_OPTIONS[option][0]:
+            action.help = RUNTIME_OPTIONS[option][1]
+        elif not action.help and option in SERVE_HELP:
+            action.help = SERVE_HELP[option]
 
 
 DEFAULT_OUT = "out/speech.wav"  # the default output; its folder is created
@@ -91,40 +119,50 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-file", default=None, metavar="PATH",
                    help="read what to say from this UTF-8 file, - for stdin (default: none)")
     p.add_argument("-o", "--out", default=DEFAULT_OUT,
-                   help="the audio file to write (the card's rate and channels); a folder you name must exist "
-                        "unless --mkdir")
+                   help="the audio file to write, at the card's sample rate and channels (48 kHz stereo for "
+                        "moss_tts_local, 24 kHz mono for qwen3_tts); a folder you name must exist unless --mkdir")
     p.add_argument("--mkdir", action="store_true", help="create the missing folders of -o and --codes-out (default: off)")
     p.add_argument("--format", choices=list(FORMATS), default=None,
                    help="wav and flac: 16-bit PCM; ogg: Vorbis; mp3 (default: from the --out suffix)")
     p.add_argument("--stream", action="store_true",
                    help="write the file chunk by chunk as audio arrives (default: off, written once at the end)")
     p.add_argument("--reference", action="append", default=[], metavar="AUDIO",
-                   help="a recording of the voice to clone (wav, flac, ogg, mp3); repeat for several (default: none)")
+                   help="a recording of the voice to clone (wav, flac, ogg, mp3); moss_tts_local takes several "
+                        "(repeat the option), qwen3_tts one (default: none)")
     p.add_argument("--reference-text", default=None,
                    help="the reference's transcript: the speech continues that recording (default: none)")
     p.add_argument("--voice", default=None, help="a stored voice (v2 voices list; default: none)")
     p.add_argument("--seed", type=count, default=0, help="the sampling seed: the same seed gives the same audio")
     p.add_argument("--temperature", type=temperature, default=None,
-                   help="audio head: sampling temperature, 0 = greedy (default: the card's)")
+                   help="the codes' sampling temperature, 0 = greedy (moss_tts_local: the audio head; qwen3_tts: "
+                        "the talker) (default: the card's)")
     p.add_argument("--top-k", type=top_k, default=None,
-                   help="audio head: keep the k likeliest codes (default: the card's)")
+                   help="keep the k likeliest codes (moss_tts_local: the audio head; qwen3_tts: the talker) "
+                        "(default: the card's)")
     p.add_argument("--top-p", type=top_p, default=None,
-                   help="audio head: keep the codes within this probability mass (default: the card's)")
+                   help="keep the codes within this probability mass (moss_tts_local: the audio head; qwen3_tts: "
+                        "the talker) (default: the card's)")
     p.add_argument("--repetition-penalty", type=penalty, default=None,
                    help="penalty on codes already sampled, 1 = off (default: the card's)")
     p.add_argument("--duration", type=seconds, default=None, metavar="SECONDS",
-                   help="the length to aim for, told to the model as 12.5 frames per second (default: none, "
-                        "the model decides)")
+                   help="moss_tts_local: the length to aim for, told to the model as 12.5 frames per second "
+                        "(default: none, the model decides)")
     p.add_argument("--max-frames", type=count, default=0,
                    help="stop after this many frames, 12.5 per second (default: 0 = the card's limit)")
     p.add_argument("--min-frames", type=count, default=0, help="ignore the stop decision before this many frames")
-    p.add_argument("--language", default=None, help="the language of the text, e.g. en or zh (default: none)")
+    p.add_argument("--language", default=None,
+                   help="the language of the text. qwen3_tts: Auto, a language of the checkpoint (e.g. English, "
+                        "Chinese) or its ISO 639-1 code (en, zh), any case; moss_tts_local: any text, passed into "
+                        "the prompt as written (default: none; qwen3_tts then takes Auto)")
     p.add_argument("--instruction", default=None, help="a style instruction (default: none)")
     p.add_argument("--speaker", default=None,
-                   help="Qwen3-TTS CustomVoice: a speaker of the checkpoint, e.g. vivian (default: none)")
+                   help="qwen3_tts: a speaker of the checkpoint, e.g. vivian (default: none; a CustomVoice "
+                        "checkpoint needs one)")
     p.add_argument("--text-feed", choices=["streaming", "whole"], default=None,
-                   help="Qwen3-TTS: feed the text per frame or put it all in the prompt (default: the mode's)")
-    p.add_argument("--codes-out", default=None, help="also write the codes [F, 12] as .npy (default: none)")
+                   help="qwen3_tts: feed the text per frame or put it all in the prompt (default: the mode's)")
+    p.add_argument("--codes-out", default=None,
+                   help="also write the codes as .npy, [F, G]: G = 12 for moss_tts_local, the checkpoint's code "
+                        "groups for qwen3_tts (16) (default: none)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line (default: off)")
 
 

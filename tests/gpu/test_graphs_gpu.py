@@ -51,7 +51,7 @@ def test_frame_graph_equals_eager_for_every_bucket(gpu_parts, bf16_model, rows, 
         plans = [FramePlan(slot, 10 + 9 * slot + step, step, step > 0) for slot in range(rows)]
         replayed = graph.frame(plans, bucket)
         context = eager.stage(plans, bucket)
-        direct = eager._frame_step(graph.graph_key(bucket, context))
+        direct = eager.frame_step(graph.graph_key(bucket, context))
         assert torch.equal(replayed[:rows], direct[:rows])
         assert torch.equal(graph.hidden[:-1], eager.hidden[:-1])  # every real slot; the last is the dummy
         assert torch.equal(graph.presence[:-1], eager.presence[:-1])

@@ -87,8 +87,8 @@ def test_the_static_step_at_a_context_bucket_equals_the_exact_context(tiny_model
     plans = [FramePlan(slot, 20 + slot, 3, True) for slot in range(4)]
     exact, bucketed = _ar(tiny_model), _ar(tiny_model)
     assert exact.stage(plans, 4) == 24 and bucketed.stage(plans, 4) == 24
-    a = exact._frame_step((4, 24, 1))
-    b = bucketed._frame_step(bucketed.graph_key(4, 24))  # what the graph for the 64-key bucket computes
+    a = exact.frame_step((4, 24, 1))
+    b = bucketed.frame_step(bucketed.graph_key(4, 24))  # what the graph for the 64-key bucket computes
     assert bucketed.graph_key(4, 24) == (4, 64, 1)
     assert torch.equal(a[:, :13], b[:, :13])
     torch.testing.assert_close(a, b, atol=1e-5, rtol=0)

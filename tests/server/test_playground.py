@@ -1,13 +1,17 @@
 """The playground page in a real headless Chromium: it loads, lists voices, streams a synthesis through the
-server, plays it with Web Audio, reports exactly the audio length the runtime made, then offers the whole
-audio (player, download with the format's file name, waveform); its sampling knobs reach the runtime; a
-reference recording chosen in the file input clones, is saved as a voice, listed, spoken with and deleted."""
+server and plays it while it arrives in every format it offers as streamed (Web Audio for wav and pcm, a
+MediaSource for mp3 and aac), plays the others once complete, reports exactly the audio length the runtime
+made, then offers the whole audio (player, download with the format's file name, waveform; by default a wav
+with its sizes filled in); a seeded card plays 20 dB down with a note while the bytes stay the server's; its
+sampling knobs reach the runtime; a reference recording chosen in the file input clones, is saved as a voice,
+listed, spoken with and deleted."""
 
 from __future__ import annotations
 
 import base64
 import io
 import json
+import struct
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -17,8 +21,9 @@ import pytest
 import soundfile as sf
 
 from cdp_pipe import Browser, chromium
-from serverkit import CARD, LiveServer, in_process
+from serverkit import CARD, LiveServer, decode, in_process
 from v2.runtime import Runtime
+from v2.server import ServerConfig
 from v2.server.audio import to_s16
 
 CHROMIUM = chromium()
@@ -38,6 +43,13 @@ PIXELS = ("(() => { const c = document.getElementById('waveform'); "
           "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; "
           "for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; "
           "return {painted: n, width: c.width, drawn: c.dataset.drawn}; })()")
+PLAYBACK = ("(() => { const a = document.getElementById('audio-seconds').dataset, "
+            "f = document.getElementById('format'), o = f.options[f.selectedIndex]; "
+            "return {streamed: o.dataset.streamed, label: o.textContent, heard_at_end: Number(a.heardAtEnd || 0), "
+            "gain: Number(a.gain), volume: document.getElementById('player').volume, "
+            "seeded: document.getElementById('page').dataset.seeded, "
+            "note: !document.getElementById('seeded-note').hidden}; })()")
+STREAMED = ("wav", "pcm", "mp3", "aac")  # the formats this Chromium plays while they arrive
 DOWNLOAD = ("fetch(document.getElementById('download').href).then(r => r.arrayBuffer()).then(b => { "
             "const u = new Uint8Array(b); let s = ''; "
             "for (let i = 0; i < u.length; i += 32768) s += String.fromCharCode.apply(null, u.subarray(i, i + 32768)); "
@@ -109,23 +121,43 @@ def test_the_page_is_served_with_its_scripts(live):
         assert r.status_code == 200 and "javascript" in r.headers["content-type"], module
 
 
-@pytest.mark.parametrize("fmt", ["pcm", "wav", "mp3"])
+def _page_state(browser: Browser, session: str) -> dict:
+    state = json.loads(browser.evaluate(session, STATE))
+    state.update(browser.evaluate(session, PLAYBACK))
+    return state
+
+
+@pytest.mark.parametrize("fmt", ["wav", "pcm", "mp3", "aac", "opus", "flac"])
 def test_the_page_streams_a_synthesis_and_offers_the_whole_audio(live, runtime, browser, fmt):
-    text, seed, frames = "Hello from the playground.", 8, 24
+    """Every format the page offers as streamed plays while it arrives: audio had been heard before the last
+    byte came (Web Audio for wav and pcm, a MediaSource for mp3 and aac); the others say on the menu that
+    they play when complete and are asked for whole. Then the whole audio: player, download, waveform."""
+    text, seed, frames = "Hello from the playground.", 2, 60  # this seed speaks to the limit: 4.8 s, 4 chunks
     want = in_process(runtime, text=text, seed=seed, max_frames=frames)
+    assert want.metrics.frames == frames
     query = urlencode({"text": text, "format": fmt, "seed": seed, "max_frames": frames, "autorun": 1})
     session = open_page(browser, f"{live.url}/?{query}")
     done = browser.wait_for(session, "['done', 'error'].includes(document.getElementById('status').dataset.state)",
                             timeout=60)
-    state = json.loads(browser.evaluate(session, STATE))
+    state = _page_state(browser, session)
     assert done and state["state"] == "done", state
+    streamed = state["streamed"] == "1"
+    assert streamed == (fmt in STREAMED), state  # wav, pcm always; mp3, aac where MediaSource takes them
+    label = (f"{fmt} (streamed, raw s16le download)" if fmt == "pcm" else f"{fmt} (streamed)") if streamed \
+        else f"{fmt} (plays when complete)"
+    assert state["label"] == label, state
     seconds = want.metrics.audio_seconds
-    # pcm, wav: the runtime's samples, all of them; mp3: as the browser's decoder trims the encoder's delay
-    assert state["seconds"] == pytest.approx(seconds, abs=1e-6 if fmt != "mp3" else 0.03), state
+    # pcm, wav: the runtime's samples, all of them; streamed mp3, aac: with the encoder's delay and padding
+    # (a streamed header cannot tell the decoder to trim them); whole opus, flac: trimmed by their headers
+    slack = {"wav": 1e-6, "pcm": 1e-6, "mp3": 0.08, "aac": 0.08, "opus": 0.03, "flac": 1e-6}[fmt]
+    assert state["seconds"] == pytest.approx(seconds, abs=slack), state
     assert state["ttfa"].endswith("ms") and state["voices"] > 1  # first audio shown; the voice list loaded
-    if fmt != "mp3":
+    if streamed:
         assert state["reads"] >= 2  # it arrived in pieces, as a stream
-        assert state["played"] == pytest.approx(seconds, abs=1e-4)  # and every piece went to Web Audio
+        assert state["played"] == pytest.approx(seconds, abs=1e-4 if fmt in ("wav", "pcm") else slack), state
+        assert 0 < state["heard_at_end"] < seconds, state  # playing before the last byte came
+    else:
+        assert state["reads"] == 1 and state["heard_at_end"] == 0, state
     result = json.loads(browser.evaluate(session, RESULT))
     assert result["shown"] and result["player"].startswith("blob:") and result["href"].startswith("blob:"), result
     assert result["name"] == f"speech.{fmt}"
@@ -137,9 +169,64 @@ def test_the_page_streams_a_synthesis_and_offers_the_whole_audio(live, runtime, 
     elif fmt == "wav":  # a whole file: the streamed header's open sizes filled in
         samples, rate = sf.read(io.BytesIO(file), dtype="int16")
         assert rate == want.sample_rate and np.array_equal(samples, to_s16(want.audio.T))
-    else:  # the very file the server sends for this request (the page asks for it whole: stream false)
-        body = {"input": text, "seed": seed, "max_frames": frames, "response_format": "mp3", "stream": False}
+    else:  # the very file the server sends for this request, streamed or whole as the page asked for it
+        body = {"input": text, "seed": seed, "max_frames": frames, "response_format": fmt,
+                **({"stream_format": "audio"} if streamed else {"stream": False})}
+        sent = httpx.post(live.url + "/v1/audio/speech", json=body, timeout=60).content
+        if fmt == "opus":  # each Ogg stream draws its serial number: the same pages but for it
+            assert np.array_equal(decode(file)[0], decode(sent)[0])
+        else:
+            assert file == sent
+
+
+def test_the_default_format_downloads_a_wav_with_its_sizes(live, runtime, browser):
+    """Nothing chosen: the page speaks wav, streamed, and offers a wav whose header holds the real sizes."""
+    want = in_process(runtime, text="By default.", seed=4, max_frames=20)
+    session = open_page(browser, live.url + "/")
+    assert browser.evaluate(session, "document.getElementById('format').value") == "wav"
+    set_value(browser, session, "text", "By default.")
+    set_value(browser, session, "seed", 4)
+    set_value(browser, session, "max-frames", 20)
+    speak(browser, session)
+    assert browser.evaluate(session, "document.getElementById('download').download") == "speech.wav"
+    file = downloaded(browser, session)
+    assert file[:4] == b"RIFF" and file[8:12] == b"WAVE" and file[36:40] == b"data"
+    assert struct.unpack("<I", file[4:8])[0] == len(file) - 8 and struct.unpack("<I", file[40:44])[0] == len(file) - 44
+    samples, rate = sf.read(io.BytesIO(file), dtype="int16")
+    assert rate == want.sample_rate and np.array_equal(samples, to_s16(want.audio.T))
+
+
+@pytest.mark.parametrize("fmt", ["wav", "mp3", "flac"])
+def test_a_seeded_card_plays_20_db_down_with_a_note(live, runtime, browser, fmt):
+    """The tiny card's weights are seeded: `/v1/models` says so, the page shows its note and plays at a gain
+    of 0.1 (Web Audio's gain node, the stream's and the result's audio elements), and the bytes offered are
+    the server's own."""
+    assert all(m["seeded_noise"] is True for m in httpx.get(live.url + "/v1/models").json()["data"])
+    want = in_process(runtime, text="Quietly.", seed=4, max_frames=20)
+    query = urlencode({"text": "Quietly.", "format": fmt, "seed": 4, "max_frames": 20, "autorun": 1})
+    session = open_page(browser, f"{live.url}/?{query}")
+    assert browser.wait_for(session, "document.getElementById('status').dataset.state === 'done'", timeout=60)
+    state = _page_state(browser, session)
+    assert state["seeded"] == "1" and state["note"] and state["gain"] == pytest.approx(0.1), state
+    assert state["volume"] == pytest.approx(0.1), state
+    file = downloaded(browser, session)
+    if fmt == "wav":
+        assert np.array_equal(sf.read(io.BytesIO(file), dtype="int16")[0], to_s16(want.audio.T))
+    else:
+        body = {"input": "Quietly.", "seed": 4, "max_frames": 20, "response_format": fmt,
+                **({"stream_format": "audio"} if state["streamed"] == "1" else {"stream": False})}
         assert file == httpx.post(live.url + "/v1/audio/speech", json=body, timeout=60).content
+
+
+def test_a_card_with_real_weights_plays_at_full_gain_without_the_note(runtime, browser):
+    config = ServerConfig.for_card(CARD, seeded_noise=False)  # as `serve --checkpoint DIR` sets it
+    with LiveServer(runtime, config) as server:
+        assert all(m["seeded_noise"] is False for m in httpx.get(server.url + "/v1/models").json()["data"])
+        query = urlencode({"text": "Loudly.", "format": "wav", "seed": 4, "max_frames": 12, "autorun": 1})
+        session = open_page(browser, f"{server.url}/?{query}")
+        assert browser.wait_for(session, "document.getElementById('status').dataset.state === 'done'", timeout=60)
+        state = _page_state(browser, session)
+    assert state["seeded"] == "0" and not state["note"] and state["gain"] == 1 and state["volume"] == 1, state
 
 
 def test_the_sampling_knobs_reach_the_runtime(live, runtime, browser):

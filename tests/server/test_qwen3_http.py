@@ -69,3 +69,47 @@ def test_refusals_name_the_http_parameter(qserver, body, param):
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == param, err
     assert err["message"].startswith(param), err
+
+
+def test_an_unknown_voice_lists_the_stored_voices_and_the_speakers_apart(qserver):
+    """Qwen3-TTS's nine speakers are named as the checkpoint's built-in speakers, never as stored voices; the
+    message says `voice` takes them, and it does (any case)."""
+    rt, url = qserver
+    r = _pcm(url, voice="nobody")
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "voice" and err["code"] == "voice_not_found", err
+    stored_part, speakers_part, _ = err["message"].split("; ")
+    stored = sorted(v.name for v in rt.voices.list())
+    listed = "stored: " + ", ".join(stored) if stored else "none stored"
+    assert stored_part == f"voice: no stored voice named 'nobody' ({listed})"
+    assert speakers_part.endswith(": " + ", ".join(rt.speakers)) and "vivian" in rt.speakers
+    assert "voice takes as well (any case)" in speakers_part
+    assert _pcm(url, voice="RYAN", max_new_tokens=2).status_code == 200  # as the message says
+
+
+def _wav_data_url(seconds: float = 1.0) -> tuple[str, np.ndarray]:
+    import base64
+    import io
+
+    import soundfile as sf
+
+    wav = (0.3 * np.sin(np.arange(int(24000 * seconds)) / 9.0)).astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, wav, 24000, format="WAV", subtype="FLOAT")
+    return "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode(), wav
+
+
+def test_x_vector_only_mode_clones_without_a_transcript(qserver):
+    """vllm-omni's `x_vector_only_mode`: the clone the family's refusal of a transcript-less clone points to,
+    named in the client's terms (never the request field `x_vector_only`)."""
+    rt, url = qserver
+    ref, wav = _wav_data_url()
+    refused = _pcm(url, voice=None, ref_audio=ref).json()["error"]
+    assert refused["param"] == "ref_text" and "x_vector_only_mode: true" in refused["message"], refused
+    assert "x_vector_only:" not in refused["message"]
+    r = _pcm(url, voice=None, ref_audio=ref, x_vector_only_mode=True, seed=3)
+    assert r.status_code == 200, r.text
+    expected = in_process(rt, text=TEXT, reference_audio=(wav, 24000), x_vector_only=True, seed=3, max_frames=8)
+    assert np.array_equal(np.frombuffer(r.content, "<i2"), s16(expected.audio)[:, 0])
+    alone = _pcm(url, x_vector_only_mode=True).json()["error"]  # with no recording to clone
+    assert alone["param"] == "x_vector_only_mode" and alone["message"].startswith("x_vector_only_mode: "), alone

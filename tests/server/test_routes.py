@@ -59,6 +59,22 @@ def test_models_lists_the_card_and_openai_aliases(live):
     assert all(m["object"] == "model" for m in data["data"])
 
 
+def test_models_say_whether_the_weights_are_seeded_noise(live):
+    """`seeded_noise`: as the card's `seeded` weight sources say (the tiny cards'; no release card has any),
+    unless the server is told (`serve --checkpoint DIR` says False: the given weights speak)."""
+    from types import SimpleNamespace
+
+    from v2.card import known_cards, load_card
+    from v2.server import ServerConfig
+
+    assert all(m["seeded_noise"] is True for m in httpx.get(live.url + "/v1/models").json()["data"])
+    config = ServerConfig.for_card(CARD)
+    seeded = {n for n in known_cards() if config.seeded_for(SimpleNamespace(card=load_card(n)))}
+    assert seeded == {"moss_tts_local_tiny", "qwen3_tts_tiny"} & set(known_cards())
+    with LiveServer(shared_runtime(), ServerConfig.for_card(CARD, seeded_noise=False)) as server:
+        assert all(m["seeded_noise"] is False for m in httpx.get(server.url + "/v1/models").json()["data"])
+
+
 def test_served_model_name_replaces_the_listing_and_aliases_can_be_off():
     from v2.server import ServerConfig
 
@@ -122,3 +138,11 @@ def test_the_collector_reads_the_stats_the_runtime_reports(stats):
     assert got[("v2_queue_depth", ())] == 2 and got[("v2_engine_steps_total", ())] == 7
     assert got[("v2_step_rows_total", (("kind", "ar_frame"),))] == 6
     assert got[("v2_slots_in_use", (("pool", "codec"),))] == 0
+
+
+def test_x_vector_only_mode_is_refused_where_the_family_has_none(live):
+    """MOSS-TTS-Local's clones take no x-vector-only mode: the extension is refused naming it, not ignored."""
+    r = httpx.post(live.url + "/v1/audio/speech", json={"input": "Hi.", "ref_audio": "data:audio/wav;base64,UklGRg==",
+                                                       "x_vector_only_mode": True, "stream": False}, timeout=60)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "x_vector_only_mode" and err["code"] == "unsupported", err

@@ -8,6 +8,8 @@ field, so a request that reaches it with one is refused by the runtime itself, n
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import numpy as np
 import pytest
@@ -48,7 +50,59 @@ def test_voice_maps_to_a_speaker_in_any_case_before_stored_and_openai_names(with
     with pytest.raises(ApiError) as e:
         book.voice_fields("nobody")
     assert e.value.param == "voice" and e.value.code == "voice_not_found"
-    assert "a speaker of this checkpoint" in e.value.message and "vivian" in e.value.message
+    assert "built-in speakers" in e.value.message and "vivian" in e.value.message
+
+
+class _Store:
+    """A voice store with the runtime's methods, in memory, holding the voices it is given."""
+
+    def __init__(self, *names: str) -> None:
+        self.voices = {n: b"" for n in names}
+
+    def add(self, name: str, audio: Any, *, text: str | None = None, replace: bool = False) -> None:
+        self.voices[name] = audio
+
+    def list(self) -> list[str]:
+        return sorted(self.voices)
+
+    def get(self, name: str) -> Any:
+        return self.voices.get(name)
+
+    def remove(self, name: str) -> None:
+        del self.voices[name]
+
+
+class _WithStore:
+    """The runtime with another voice store."""
+
+    def __init__(self, runtime: Any, store: _Store) -> None:
+        self._runtime, self.voices = runtime, store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runtime, name)
+
+
+def test_an_unknown_voice_names_the_stored_voices_and_the_speakers_apart(with_speakers):
+    """OpenAI's error shape naming `voice`; the message says which names are stored voices and which are the
+    checkpoint's speakers (which `voice` takes too, in any case), and what OpenAI's names do."""
+    with LiveServer(_WithStore(with_speakers, _Store("narrator", "radio"))) as server:
+        r = httpx.post(server.url + SPEECH, json={"input": TEXT, "voice": "nobody", "stream": False})
+    assert r.status_code == 400 and set(r.json()) == {"error"}
+    err = r.json()["error"]
+    assert err["param"] == "voice" and err["code"] == "voice_not_found" and err["type"] == "invalid_request_error"
+    stored, speakers, openai_names = err["message"].split("; ")
+    assert stored == "voice: no stored voice named 'nobody' (stored: narrator, radio)"  # no speaker among them
+    assert speakers == ("this checkpoint's built-in speakers, which voice takes as well (any case): "
+                        "vivian, Uncle_Fu, alloy")
+    assert openai_names.startswith("OpenAI's voice names (alloy, ash,") and "card's default voice" in openai_names
+
+
+def test_an_unknown_voice_without_speakers_or_stored_voices_says_so():
+    book = VoiceBook(_WithStore(shared_runtime(), _Store()))
+    with pytest.raises(ApiError) as e:
+        book.voice_fields("nobody")
+    assert e.value.message.startswith("voice: no stored voice named 'nobody' (none stored); OpenAI's voice names")
+    assert "speaker" not in e.value.message
 
 
 def test_listing_names_the_speakers_first(with_speakers):

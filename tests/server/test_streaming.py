@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import struct
 import time
 
 import httpx
@@ -116,6 +117,42 @@ def test_stream_false_is_the_whole_file_with_a_content_length(live, client, refe
     _same_audio(fmt, data, reference)
     if fmt == "wav":  # the real sizes in the header, not the open-length ones a stream carries
         assert sf.info(io.BytesIO(data)).frames == reference.audio.shape[1]
+
+
+def _wav_sizes(data: bytes) -> tuple[int, int]:
+    """A 44-byte wav header's RIFF size and data size."""
+    assert data[:4] == b"RIFF" and data[8:16] == b"WAVEfmt " and data[36:40] == b"data", data[:44]
+    return struct.unpack("<I", data[4:8])[0], struct.unpack("<I", data[40:44])[0]
+
+
+def test_stream_to_file_gets_a_wav_with_its_real_sizes_when_not_streamed(client, reference, tmp_path):
+    """`stream_to_file` with `stream: false` (`extra_body`; the SDK has no `stream` argument): the whole file
+    is made before the response starts, so its header holds the real RIFF and data sizes and every reader
+    (soxi included) gets its length. A streamed wav (the default) cannot know its length when the header
+    leaves: both sizes are 0xFFFFFFFF, the "unknown" convention OpenAI and FFmpeg use, and readers that
+    go by the header (soxi: 0xFFFFFFFF / 192,000 B/s = 6 h 12 min) are wrong about it; libsndfile reads to the
+    end of the file."""
+    body = {"seed": SEED, "max_frames": FRAMES, "min_frames": FRAMES}
+    frames = reference.audio.shape[1]
+    whole, streamed = tmp_path / "hello.wav", tmp_path / "streamed.wav"
+    with client.audio.speech.with_streaming_response.create(
+            model=CARD, voice="alloy", input=TEXT, response_format="wav",
+            extra_body={**body, "stream": False}) as response:
+        assert int(response.headers["content-length"]) > 44
+        response.stream_to_file(whole)
+    data = whole.read_bytes()
+    riff, size = _wav_sizes(data)
+    assert riff == len(data) - 8 and size == len(data) - 44 == frames * reference.audio.shape[0] * 2
+    assert sf.info(whole).frames == frames and sf.info(whole).samplerate == reference.sample_rate
+    _same_audio("wav", data, reference)
+
+    with client.audio.speech.with_streaming_response.create(
+            model=CARD, voice="alloy", input=TEXT, response_format="wav", extra_body=body) as response:
+        assert "content-length" not in response.headers
+        response.stream_to_file(streamed)
+    data = streamed.read_bytes()
+    assert _wav_sizes(data) == (0xFFFFFFFF, 0xFFFFFFFF) and len(data) == len(whole.read_bytes())
+    assert sf.info(streamed).frames == frames
 
 
 def _speaches_events(body: str) -> list[dict]:

@@ -1,6 +1,6 @@
 """`python -m v2.bench.framestep`: the AR frame step per batch bucket, eager vs CUDA graph vs torch.compile.
 
-Owns: timing the runtime's own frame step (`ARExecutor._frame_step`: backbone decode step, 13 local
+Owns: timing the runtime's own frame step (`ARExecutor.frame_step`: backbone decode step, 13 local
 micro-steps, 13 seeded samplings with logprobs, the next feedback embedding) on static inputs with rows
 at mixed positions: eager, replayed from one CUDA graph per bucket, and under
 `torch.compile(mode="reduce-overhead")` as the side-by-side baseline; one JSON line last.
@@ -89,14 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         plans = [FramePlan(i, (37 * i) % (args.context - 64) + 32, 5, True) for i in range(bucket)]  # mixed positions
         key = ex.graph_key(bucket, ex.stage(plans, bucket))
         row: dict[str, Any] = {"bucket": bucket, "context_bucket": key[1],
-                               "eager_ms": timed(lambda: ex._frame_step(key), args.iters, device)}
+                               "eager_ms": timed(lambda: ex.frame_step(key), args.iters, device)}
         if device.type == "cuda":
-            graphs = StepGraphs("bench", ex._frame_step, [key], device=device, enabled=True)
+            graphs = StepGraphs("bench", ex.frame_step, [key], device=device, enabled=True)
             graphs.capture()
             row["graph_ms"] = timed(lambda: graphs.run(key), args.iters, device)
             row["frames_per_s"] = bucket / row["graph_ms"] * 1e3
             if not args.no_compile:
-                compiled = torch.compile(ex._frame_step, mode="reduce-overhead")
+                compiled = torch.compile(ex.frame_step, mode="reduce-overhead")
                 try:
                     row["compile_reduce_overhead_ms"] = timed(lambda: compiled(key), args.iters, device)
                 except Exception as e:  # report, do not hide, a baseline that does not run

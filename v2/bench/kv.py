@@ -7,7 +7,7 @@ and 125 frames, 10 s of audio) until one more does not fit; contiguous slots of 
 max_frames rows vs paged blocks per block size, with distinct prompts and with prompts that share a voice
 prefix. (2) Time to first audio of streaming requests that share a 10 s voice prompt (`reference_codes`
 of 125 frames), at concurrency 1 and 16, prefix cache on vs off (tiny card). (3) The runtime's frame step
-(`ARExecutor._frame_step`) on the same static inputs with its KV in scattered 16-row blocks vs in one
+(`ARExecutor.frame_step`) on the same static inputs with its KV in scattered 16-row blocks vs in one
 contiguous slot per row, and one layer's decode attention at the release's head layout (torch paths; the
 Triton kernels too on CUDA). Timings alternate the two sides and report medians (shared machines are noisy).
 Must not know: the engine's internals beyond its public API and `stats()`.
@@ -186,7 +186,7 @@ def frame_step(bucket: int, max_len: int, rounds: int, iters: int) -> dict[str, 
     contiguous.tables = torch.arange(bucket + 1)[:, None]  # slot s reads its own slot: a one-block table
     plans = [FramePlan(i, (37 * i) % (max_len - 64) + 32, 5, True) for i in range(bucket)]  # mixed positions
     keys = {k: (bucket, ex.stage(plans, bucket), 1) for k, ex in executors.items()}
-    ms = alternate({k: (lambda k=k: executors[k]._frame_step(keys[k])) for k in executors}, rounds, iters,
+    ms = alternate({k: (lambda k=k: executors[k].frame_step(keys[k])) for k in executors}, rounds, iters,
                    torch.device("cpu"))
     return {"bucket": bucket, "max_len": max_len, "rounds": rounds,
             "paged_ms": round(statistics.median(ms["paged"]), 3),

@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
                                    openai_aliases=not args.no_openai_aliases, api_key=args.api_key or None,
                                    max_body_bytes=int(args.max_body_mb * 2**20), max_input_chars=args.max_input_chars,
                                    allowed_media_path=args.allowed_local_media_path,
-                                   allowed_origins=tuple(getattr(args, "allow_origin", None) or ()))
+                                   allowed_origins=tuple(getattr(args, "allow_origin", None) or ()),
+                                   seeded_noise=False if args.checkpoint else None)  # given weights speak
     gpus = ray.cluster_resources().get("GPU", 0) > 0
     resources = {"num_gpus": 1} if gpus else {"num_cpus": 1}
     options = {"checkpoint": args.checkpoint, "codec_checkpoint": args.codec_checkpoint, "device": args.device}

@@ -5,14 +5,17 @@ Owns: `Executor` (the device work of one work kind: host half, device half, read
 reference recordings), `LoopSpec` / `LoopGraph` (the loops a card declares and the edges between them: which
 loop feeds which), `KVSpec` (the paged KV pool's geometry), `Needs` (what a request holds from admission)
 and `Family`: one family bound to its card and experts on a device, which the runtime receives at
-construction; `TextInput`: what a family that takes text while a request runs (an open request) adds. The runtime imports this module and never a family; a family implements it.
+construction; `TextInput`: what a family that takes text while a request runs (an open request) adds;
+`Factory` (a family package's `FAMILY`: binds a card and its experts, builds the experts, and answers from
+the card and the checkpoint's config alone, without weights: `VoiceSpec`, `precheck`). The runtime imports
+this module and never a family; a family implements it.
 Must not know: any family, tensors, models, threads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Hashable, Mapping, NamedTuple, Protocol, Sequence
 
 from v2.contracts import LoopState, WorkPlan
 
@@ -233,3 +236,29 @@ class TextInput(Protocol):
 
     def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[Any, Any]: ...
     def feed(self, request: Any, work: Any, text: str, *, end: bool = False) -> bool: ...
+
+
+class VoiceSpec(NamedTuple):
+    """What a voice store on a card checks its voices against: codes per frame, each code's range, and the
+    float32 arrays every voice carries, name -> shape (empty: codes alone). A bound family has the same as
+    `code_width`, `codebook_size`, `voice_arrays`."""
+
+    width: int
+    codebook_size: int
+    arrays: Mapping[str, tuple[int, ...]]
+
+
+class Factory(Protocol):
+    """A family package's `FAMILY` (`v2.card.family_of`). `bind` and `experts` build a runtime's family;
+    `voice_spec` and `precheck` read the card and the checkpoint's config files only (no weights, no
+    device), so a command that needs no model loads none and a refusal the config decides comes first."""
+
+    name: str
+
+    def bind(self, card: Any, *experts: Any, graphs: bool = True, **named: Any) -> Family: ...
+    def experts(self, card: Any, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
+                device: Any = "cpu", dtype: Any = None) -> dict[str, Any]: ...
+    def voice_spec(self, card: Any, checkpoint: str | None = None) -> VoiceSpec: ...
+    def precheck(self, card: Any, fields: Mapping[str, Any], checkpoint: str | None = None) -> None:
+        """Refuse (a `v2.request.RequestError` naming the field) what the card and the checkpoint's config
+        decide about request `fields`; what they cannot decide is left to `parse` and `prepare`."""

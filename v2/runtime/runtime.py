@@ -32,7 +32,7 @@ from v2.runtime.family import Family
 from v2.runtime.groups import Group
 from v2.runtime.handles import SpeechHandle, TextHandle
 from v2.runtime.records import RequestRecord
-from v2.runtime.voices import VoiceError, VoiceStore, default_directory
+from v2.runtime.voices import VoiceError, VoiceStore, store_directory
 
 
 class Runtime:
@@ -50,7 +50,7 @@ class Runtime:
         self.engine = Engine(self.family, stream or default_stream(self.family.device))
         self._cond = self.engine.cond
         arrays = getattr(self.family, "voice_arrays", {})  # a family whose voices are codes alone may have none
-        self.voices = VoiceStore(voices_dir or card.runtime.voices_dir or default_directory(card.name),
+        self.voices = VoiceStore(store_directory(card.name, voices_dir, card.runtime.voices_dir),
                                  encode=self._encode_voice if arrays else self.encode_audio,
                                  width=self.family.code_width, codebook_size=self.family.codebook_size, arrays=arrays)
         self._ids = itertools.count()

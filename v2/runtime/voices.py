@@ -1,17 +1,19 @@
 """The voice store: named voices (reference codes [N, G], an optional transcript, and the named arrays the
 runtime's family asks every voice to carry, e.g. a speaker embedding) kept on disk.
 
-Owns: validating voice names (matched whole: no path separators, no leading dot, no trailing newline), the
-on-disk layout (one directory per voice: `codes.npy` and one `<array>.npy` per named array, read with
-allow_pickle=False, `meta.json`; nothing in it followed through a symbolic link), checking the named
-arrays (the names and shapes the store is given; float32, finite), publishing and withdrawing entries so that a reader in any thread or
-process sees a whole voice or none (a staging directory renamed into place; an entry renamed out of sight
-before it is deleted), the cross-process lock that orders writers and readers (`flock` on `<dir>/.lock`:
-exclusive for add and remove, shared for reads), refusing a taken name unless asked to replace, sweeping
-what a crashed writer left, reading the directory as the truth (a cache keyed by each entry's write id, so
-several stores on one directory agree), reporting corrupt entries in `errors` (skipped, never fatal), and
-telling audio from codes in `add` (audio is encoded through the `encode` function it is given, once, ever:
-it returns the codes, or the codes and the named arrays).
+Owns: the store's folder (`store_directory`: the one given, else the per-card default), validating voice
+names (matched whole: no path separators, no leading dot, no trailing newline), the on-disk layout (one
+directory per voice: `codes.npy` and one `<array>.npy` per named array, read with allow_pickle=False,
+`meta.json`; nothing in it followed through a symbolic link), checking the named arrays (the names and
+shapes the store is given; float32, finite), publishing and withdrawing entries so that a reader in any
+thread or process sees a whole voice or none (a staging directory renamed into place; an entry renamed out
+of sight before it is deleted), the cross-process lock that orders writers and readers (`flock` on
+`<dir>/.lock`: exclusive for add and remove, shared for reads), refusing a taken name unless asked to
+replace (`taken` answers it without a lock, before any encoding), sweeping what a crashed writer left,
+reading the directory as the truth (a cache keyed by each entry's write id, so several stores on one
+directory agree), reporting corrupt entries in `errors` (skipped, never fatal), and telling audio from codes
+in `add` (audio is encoded through the `encode` function it is given, once, ever: it returns the codes, or
+the codes and the named arrays).
 Must not know: the engine, models, requests, which family asks for which array.
 """
 
@@ -99,6 +101,12 @@ def default_directory(card_name: str) -> Path:
     return base / "v2" / "voices" / card_name
 
 
+def store_directory(card_name: str, *choices: str | Path | None) -> Path:
+    """The first of `choices` given (e.g. the caller's folder, then the card's setting), else
+    `default_directory(card_name)`."""
+    return Path(next((c for c in choices if c), None) or default_directory(card_name))
+
+
 def check_name(name: object) -> str:
     if not isinstance(name, str) or NAME.fullmatch(name) is None:
         raise VoiceError(f"voice: name must be 1-64 characters of letters, digits, '_', '-', '.', starting with a "
@@ -147,7 +155,7 @@ class VoiceStore:
             raise VoiceError("text: must be a non-empty string (the recording's transcript) or None", field="text")
         if not isinstance(replace, bool):
             raise VoiceError(f"replace: must be True or False, got {replace!r}", field="replace")
-        if not replace and os.path.lexists(self.directory / name):
+        if not replace and self.taken(name):
             raise VoiceExists(name)  # checked again under the lock; this spares the encoding
         if is_codes(source, self._width):
             codes, named = self._check_codes(source, "codes"), self._named(arrays or {})
@@ -169,6 +177,11 @@ class VoiceStore:
         with self._cache_lock:
             self._cache[name] = (write_id, voice)
         return voice
+
+    def taken(self, name: str) -> bool:
+        """Whether an entry (usable or not) holds `name`, so that `add` without `replace` refuses it (a
+        valid name is checked first)."""
+        return os.path.lexists(self.directory / check_name(name))
 
     def get(self, name: str) -> Voice:
         check_name(name)

@@ -32,7 +32,7 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     config = config or ServerConfig.for_card(runtime.card.name)
     state = ServerState(runtime=runtime, config=config, metrics=ServerMetrics(runtime.stats),
                         voices=VoiceBook(runtime), native_rate=int(runtime.sample_rate),
-                        native_channels=int(runtime.channels))
+                        native_channels=int(runtime.channels), seeded_noise=config.seeded_for(runtime))
     # no /docs: Swagger UI would load its scripts from a CDN; the schema stays at /openapi.json
     app = FastAPI(title="v2 speech server", version=__version__, docs_url=None, redoc_url=None)
     app.state.server = state

@@ -11,6 +11,7 @@ Must not know: FastAPI routes, the runtime object, audio.
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ PARAMS: dict[str, str] = {
     "stream": "stream", "max_frames": "max_new_tokens", "min_frames": "min_new_tokens",
     "sampling.audio.temperature": "temperature", "sampling.audio.top_p": "top_p", "sampling.audio.top_k": "top_k",
     "sampling.repetition_penalty": "repetition_penalty",
-    "reference_audio": "ref_audio", "reference_text": "ref_text",
+    "reference_audio": "ref_audio", "reference_text": "ref_text", "x_vector_only": "x_vector_only_mode",
 }
 """The request fields the server sets (schema.py `plan`) -> the HTTP parameter each comes from (OpenAI's name,
 or the peers' extension); `max_frames` / `min_frames` are named as the client sent them (`aliases`)."""
@@ -53,8 +54,18 @@ def runtime_field_error(error: RequestError, *, aliases: Mapping[str, str] | Non
     the client sent), and the message starts with that parameter instead of the field. `aliases`: request
     fields the client named its own way (e.g. max_frames sent as `max_frames` rather than `max_new_tokens`)."""
     field = error.field
-    param = None if field is None else {**PARAMS, **(aliases or {})}.get(field)
+    names = {**PARAMS, **(aliases or {})}
+    param = None if field is None else names.get(field)
     message = str(error)
     if param is not None and field is not None:
         message = param + message[len(field):] if message.startswith(field) else f"{param}: {message}"
-    return ApiError(400, message, param=param, code="invalid_value")
+    return ApiError(400, _client_names(message, names), param=param, code="invalid_value")
+
+
+def _client_names(message: str, names: Mapping[str, str]) -> str:
+    """The request fields a message mentions (e.g. "or pass x_vector_only: true") in the client's terms; only
+    names with an underscore, which cannot be ordinary words (`text` stays text)."""
+    for field, param in names.items():
+        if "_" in field and "." not in field and field != param:
+            message = re.sub(rf"(?<![\w.]){re.escape(field)}(?![\w.])", param, message)
+    return message

@@ -1,9 +1,9 @@
 """What `/openapi.json` publishes: FastAPI's description of the routes, amended to say what the server does.
 
 Owns: the speech request body (`SpeechBody`'s JSON schema, `application/json`), the content types of its
-200 (each `response_format`'s, `text/event-stream` for SSE), when it streams, and its headers, the voice
-listing (both shapes), every error answer of every operation in OpenAI's error shape (the gate's: 503 while
-draining and 500 on every operation, 401 on `/v1/*`, 403 on state-changing methods, 413 where a body is
+200 (each `response_format`'s, `text/event-stream` for SSE), when it streams, and its headers, the model
+listing (with `seeded_noise`), the voice listing (both shapes), every error answer of every operation in
+OpenAI's error shape (the gate's: 503 while draining and 500 on every operation, 401 on `/v1/*`, 403 on state-changing methods, 413 where a body is
 taken; the routes' own: 400, 404, 409, 415, 429), `/metrics` as Prometheus text, `/health`'s 503; and no 422 (validation errors are answered as 400).
 Must not know: the runtime, the engine, how the routes do their work.
 """
@@ -29,6 +29,13 @@ _ERROR_SCHEMA = {
 _HEALTH_SCHEMA = {"type": "object", "required": ["status", "engine", "version"],
                   "properties": {"status": {"enum": ["ok", "draining", "unresponsive"]}, "engine": {"type": "string"},
                                  "version": {"type": "string"}}}
+_MODEL = {"type": "object", "required": ["id", "object", "created", "owned_by", "seeded_noise"],
+          "properties": {"id": {"type": "string"}, "object": {"enum": ["model"]}, "created": {"type": "integer"},
+                         "owned_by": {"type": "string"},
+                         "seeded_noise": {"type": "boolean", "description": "the weights are seeded (random): the "
+                                          "audio is noise, not speech"}}}
+_MODELS_SCHEMA = {"type": "object", "required": ["object", "data"],
+                  "properties": {"object": {"enum": ["list"]}, "data": {"type": "array", "items": _MODEL}}}
 _AUDIO_HEADERS = {name: {"description": doc, "schema": {"type": "string"}} for name, doc in (
     ("X-Sample-Rate", "samples per second"), ("X-Channels", "channels"), ("X-Request-Id", "the runtime's id"))}
 _VOICE = {"type": "object", "required": ["id", "name", "kind"],
@@ -94,6 +101,9 @@ def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:
     elif (method, path) == ("get", "/v1/audio/voices"):
         responses["200"] = {"description": "stored voices, then OpenAI's names; `?legacy=true`: the names alone",
                             "content": {"application/json": {"schema": _VOICES_SCHEMA}}}
+    elif (method, path) == ("get", "/v1/models"):
+        responses["200"] = {"description": "the served names (aliases included), all one model",
+                            "content": {"application/json": {"schema": _MODELS_SCHEMA}}}
     elif path == "/metrics":
         responses["200"] = {"description": "Prometheus text exposition",
                             "content": {"text/plain": {"schema": {"type": "string"}}}}

@@ -1,6 +1,7 @@
 """Every route but speech: models, the voice store, health, metrics, and the playground page.
 
-Owns: `GET /v1/models` (the served names, aliases included), `GET/POST/DELETE /v1/audio/voices` (GET
+Owns: `GET /v1/models` (the served names, aliases included, each with `seeded_noise`: whether the weights
+are seeded noise, which the playground plays quieter), `GET/POST/DELETE /v1/audio/voices` (GET
 `?legacy=true`: Kokoro's plain list of names; POST: multipart `audio_sample`, `name`, optional `ref_text` and
 `replace` (a taken name is a 409 unless it is true); `DELETE /v1/audio/voices/{name}` or `?name=`), `GET
 /health` (the engine answers `stats()` within 2 s, version, weight version), `GET /metrics` (Prometheus text)
@@ -29,9 +30,9 @@ _STARTED = int(time.time())
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, object]:
-    names = server_state(request).config.model_names
-    return {"object": "list", "data": [{"id": n, "object": "model", "created": _STARTED, "owned_by": "v2"}
-                                       for n in names]}
+    st = server_state(request)
+    return {"object": "list", "data": [{"id": n, "object": "model", "created": _STARTED, "owned_by": "v2",
+                                        "seeded_noise": st.seeded_noise} for n in st.config.model_names]}
 
 
 @router.get("/v1/audio/voices")

@@ -63,6 +63,7 @@ class SpeechBody(BaseModel):
     language: str | None = None
     ref_audio: str | None = None
     ref_text: str | None = None
+    x_vector_only_mode: bool | None = None  # vllm-omni's name: clone from the speaker embedding alone
     sample_rate: int | None = None
 
 
@@ -157,8 +158,9 @@ def _one_of(a: int | None, b: int | None, name_a: str, name_b: str) -> int | Non
 
 def _reference(body: SpeechBody, limits: Limits, fields: Collection[str] | None) -> dict[str, Any]:
     if body.ref_audio is None:
-        if body.ref_text is not None:
-            raise ApiError(400, "ref_text: give it with ref_audio", param="ref_text", code="invalid_value")
+        for name in ("ref_text", "x_vector_only_mode"):
+            if getattr(body, name) is not None:
+                raise ApiError(400, f"{name}: give it with ref_audio", param=name, code="invalid_value")
         return {}
     if not (runtime_supports("reference_audio") and family_takes(fields, "reference_audio")):
         raise ApiError(400, f"ref_audio: {NO_CLONING}", param="ref_audio", code="unsupported")
@@ -166,6 +168,11 @@ def _reference(body: SpeechBody, limits: Limits, fields: Collection[str] | None)
                                                                    limits.max_reference_bytes)}
     if body.ref_text is not None:
         out["reference_text"] = body.ref_text
+    if body.x_vector_only_mode is not None:
+        if not family_takes(fields, "x_vector_only"):
+            raise ApiError(400, "x_vector_only_mode: this model's clones have no x-vector-only mode (omit it)",
+                           param="x_vector_only_mode", code="unsupported")
+        out["x_vector_only"] = body.x_vector_only_mode
     return out
 
 

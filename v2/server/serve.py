@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
                                        max_body_bytes=int(args.max_body_mb * 2**20),
                                        max_input_chars=args.max_input_chars,
                                        allowed_media_path=args.allowed_local_media_path,
-                                       allowed_origins=tuple(args.allow_origin or ()))
+                                       allowed_origins=tuple(args.allow_origin or ()),
+                                       seeded_noise=False if args.checkpoint else None)  # given weights speak
         app = create_app(runtime, config)
         url = url_of(sock)
         uv = uvicorn.Config(app, log_level=args.log_level, access_log=not args.no_access_log, lifespan="off",

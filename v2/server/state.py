@@ -2,8 +2,9 @@
 
 Owns: the served model names (the card's name, `--served-model-name`, OpenAI's model names as aliases), the
 API key, the origins allowed besides the server's own, body and input limits, the reference-audio folder
-allow-list, Retry-After, and the state object routes reach through `request.app.state.server`: the runtime,
-metrics, voice book, draining flag.
+allow-list, Retry-After, whether the weights are seeded noise (`seeded_noise`: from the card's `seeded`
+weight sources unless told), and the state object routes reach through `request.app.state.server`: the
+runtime, metrics, voice book, draining flag.
 Must not know: routes, encoders, the engine's internals.
 """
 
@@ -29,6 +30,7 @@ class ServerConfig:
     allowed_media_path: Path | None = None       # `file://` reference audio only under this folder
     retry_after_s: int = 1                       # Retry-After on a 429
     allowed_origins: tuple[str, ...] = ()        # origins besides the server's own that may POST/DELETE ("*": any)
+    seeded_noise: bool | None = None             # the weights are seeded (noise); None: as the card says
 
     @classmethod
     def for_card(cls, card_name: str, *, served_names: list[str] | None = None, openai_aliases: bool = True,
@@ -41,6 +43,13 @@ class ServerConfig:
         if "allowed_origins" in options:  # as typed: "https://app.example/" is the origin https://app.example
             options["allowed_origins"] = tuple(o.strip().lower().rstrip("/") for o in options["allowed_origins"] or ())
         return cls(model_names=tuple(names), **options)
+
+    def seeded_for(self, runtime: Any) -> bool:
+        """Whether `runtime` speaks with seeded (random) weights: as set here, else as its card says (a card
+        with `seeded` weight sources draws its weights from them: noise, not speech)."""
+        if self.seeded_noise is not None:
+            return self.seeded_noise
+        return bool(getattr(getattr(runtime, "card", None), "seeded", None))
 
     def limits(self) -> Limits:
         return Limits(self.model_names, self.max_input_chars, self.allowed_media_path,
@@ -55,6 +64,7 @@ class ServerState:
     voices: VoiceBook
     native_rate: int                             # the runtime's audio: rate and channels (its codec's)
     native_channels: int
+    seeded_noise: bool = False                   # the audio is seeded weights' noise (the playground plays it quieter)
     draining: bool = False                       # set on SIGTERM: new requests get 503
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -5,7 +5,8 @@ Owns: detecting the store (`rt.voices` with `add(name, audio, text=..., replace=
 checkpoint's built-in speakers (`rt.speakers`, empty for a family without them); listing voices for `GET
 /v1/audio/voices` (speakers, stored ones, then OpenAI's built-in names, which speak with the card's default
 voice unless a stored voice has that name); resolving a request's `voice` (a speaker's name, any case, is
-the `speaker` field; else a stored voice; else an OpenAI name); adding (a taken name, or a speaker's, is a
+the `speaker` field; else a stored voice; else an OpenAI name; else a 400 whose message lists the stored
+voices and the speakers apart); adding (a taken name, or a speaker's, is a
 409 unless replacing a stored one) and removing. Every call may touch disk: run them off the event loop.
 Must not know: HTTP, FastAPI, audio encoding.
 """
@@ -79,10 +80,22 @@ class VoiceBook:
             return voice
         if voice in OPENAI_VOICES:
             return None
-        known = ", ".join(self.speakers + tuple(self.stored_names())) or "none stored"
-        what = "a speaker of this checkpoint, a stored voice" if self.speakers else "a stored voice"
-        raise ApiError(400, f"voice: {voice!r} is neither {what} ({known}) nor one of OpenAI's voice names",
-                       param="voice", code="voice_not_found")
+        raise ApiError(400, self.unknown_voice_message(voice), param="voice", code="voice_not_found")
+
+    def unknown_voice_message(self, voice: str) -> str:
+        """Why `voice` names nothing, each kind of name apart: the stored voices (or that there is no store),
+        the checkpoint's built-in speakers (which `voice` names too, in any case), OpenAI's names."""
+        if self.store is None:
+            parts = [f"voice: {voice!r} is not a voice here; this runtime has no voice store"]
+        else:
+            stored = self.stored_names()
+            parts = [f"voice: no stored voice named {voice!r} "
+                     f"({'stored: ' + ', '.join(stored) if stored else 'none stored'})"]
+        if self.speakers:
+            parts.append(f"this checkpoint's built-in speakers, which voice takes as well (any case): "
+                         f"{', '.join(self.speakers)}")
+        parts.append(f"OpenAI's voice names ({', '.join(OPENAI_VOICES)}) speak with the card's default voice")
+        return "; ".join(parts)
 
     def add(self, name: str, audio: bytes, text: str | None, replace: bool = False) -> None:
         """A taken name is a 409 naming `name` unless `replace`; the store refuses it under its own lock,

@@ -2,9 +2,9 @@
 
 Owns: the experts `backbone`, `local_transformer`, `vocoder` (class, checkpoint, dtype; the tokenizer; the
 codec's encoder), the loops `ar_decode` -> `vocoder` with `encode` in front and their settings, the card
-as a whole (`MossCard`: the common part of `v2.card` plus this section), and instantiating experts from a
-fixed registry (checkpoints found by `v2.checkpoints`: a directory or a hub repo id). No code is ever
-imported from a card.
+as a whole (`MossCard`: the common part of `v2.card` plus this section), reading the checkpoint's config
+without its weights (`checkpoint_config`), and instantiating experts from a fixed registry (checkpoints
+found by `v2.checkpoints`: a directory or a hub repo id). No code is ever imported from a card.
 Must not know: the runtime, requests, scheduling.
 """
 
@@ -202,6 +202,19 @@ def build_encoder(card: MossCard, *, checkpoint: str | Path | None = None, dtype
         seeded = card.seeded[source[len(SEED_PREFIX):]]
         return MossAudioEncoder.from_seed(seeded.config, seeded.seed, decoder=decoder, dtype=dtype, device=device)
     return MossAudioEncoder.from_pretrained(resolve_checkpoint(source), dtype=dtype, device=device)
+
+
+def checkpoint_config(card: MossCard, checkpoint: str | Path | None = None) -> Any:
+    """The backbone checkpoint's `MossTTSLocalConfig` (its config.json, or the seeded table's), read without
+    any weights: the codebooks (`n_vq`) and their size."""
+    from v2.models.config import MossTTSLocalConfig
+
+    source = str(checkpoint) if checkpoint is not None else card.experts.backbone.checkpoint
+    if source.startswith(SEED_PREFIX):
+        return MossTTSLocalConfig.from_dict(card.seeded[source[len(SEED_PREFIX):]].config)
+    from v2.models.weights import read_config
+
+    return MossTTSLocalConfig.from_dict(read_config(resolve_checkpoint(source)))
 
 
 def build_tokenizer(card: MossCard, checkpoint: str | Path | None = None) -> Any:

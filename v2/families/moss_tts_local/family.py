@@ -1,6 +1,7 @@
 """MOSS-TTS-Local bound for the runtime: the `v2.runtime.family.Family` of this family (`FAMILY` binds it).
 
-Owns: building the experts a card names (`experts`), and `MossFamily`: the loop graph its card declares
+Owns: building the experts a card names (`experts`), what the checkpoint's config.json alone decides
+(`voice_spec`: what its stored voices carry), and `MossFamily`: the loop graph its card declares
 (`ar_decode` -> `vocoder`, `encode` in front; `ar_decode` holds the paged KV), the executors registered
 per work kind (ENCODE, PREFILL, AR_FRAME, AUDIO_CHUNK: thin halves over `ARExecutor`, `CodecExecutor`,
 `EncodeExecutor`), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the family's side
@@ -22,8 +23,10 @@ import torch
 from v2.contracts import LoopKind, LoopState, WorkUnitKind
 from v2.families.moss_tts_local import results, segments
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
-from v2.families.moss_tts_local.ar_executor import ARExecutor, FrameBatch, OnStream
-from v2.families.moss_tts_local.card import ARDecodeSettings, MossCard, build_codec, build_encoder, build_model, build_tokenizer
+from v2.families.moss_tts_local.ar_executor import ARExecutor, FrameBatch, OnStream, read
+from v2.families.moss_tts_local.card import (
+    ARDecodeSettings, MossCard, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config,
+)
 from v2.families.moss_tts_local.codec_executor import CodecExecutor
 from v2.families.moss_tts_local.encode import EncodeLoop
 from v2.families.moss_tts_local.encode_executor import EncodeExecutor
@@ -33,7 +36,7 @@ from v2.families.moss_tts_local.vocoder import VocoderLoop
 from v2.families.moss_tts_local.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
 from v2.request import RequestError, SpeechRequest, parse_request
-from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs
+from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs, VoiceSpec
 
 AR, VOC = LoopKind.AR_DECODE, LoopKind.VOCODER
 
@@ -106,7 +109,7 @@ class _Frames:
         return self.fam.ar_exec.launch(frames)
 
     def read(self, host: Any, batch: Batch) -> FrameBatch:
-        return FrameBatch.read(host, len(batch.plans))
+        return read(host, len(batch.plans))
 
 
 class _Chunks:
@@ -278,7 +281,8 @@ class MossFamily:
 
 
 class _Factory:
-    """`FAMILY`: binds a card and its experts (`bind`), or builds the experts a card names (`experts`)."""
+    """`FAMILY` (a `v2.runtime.family.Factory`): binds a card and its experts (`bind`), builds the experts a
+    card names (`experts`), and reads the checkpoint's config without weights (`voice_spec`, `precheck`)."""
 
     name = "moss_tts_local"
 
@@ -293,6 +297,14 @@ class _Factory:
         encoder = (build_encoder(card, checkpoint=codec_checkpoint, dtype=dtype, device=device, decoder=codec)
                    if card.experts.vocoder.encoder else None)
         return {"model": model, "codec": codec, "tokenizer": build_tokenizer(card, checkpoint), "encoder": encoder}
+
+    def voice_spec(self, card: MossCard, checkpoint: str | None = None) -> VoiceSpec:
+        """From config.json alone: `n_vq` codes per frame of `codebook_size`; a voice carries codes alone."""
+        cfg = checkpoint_config(card, checkpoint)
+        return VoiceSpec(cfg.n_vq, cfg.codebook_size, {})
+
+    def precheck(self, card: MossCard, fields: Mapping[str, Any], checkpoint: str | None = None) -> None:
+        """Nothing the config decides: `language` is any text, put into the prompt as written."""
 
 
 FAMILY = _Factory()

@@ -4,7 +4,7 @@ dimensions, and one AR frame step ready to count.
 Owns: `counting_model(shapes)`: the model at a config's dimensions (default: the release's,
 `shapes/moss_tts_local_v1_5.json`) on the meta device in bfloat16 (shapes only: no memory, no weights);
 `frame_step_for_count(model, bucket, context)`: an `ARExecutor` with `bucket` admitted rows at mixed
-positions below `context`, staged, and the one call that runs its frame step (`ARExecutor._frame_step`,
+positions below `context`, staged, and the one call that runs its frame step (`ARExecutor.frame_step`,
 what a CUDA graph captures), made before anything is counted.
 Must not know: counting, kernels' stand-ins, timing, the bench's options.
 """
@@ -41,4 +41,4 @@ def frame_step_for_count(model: MossTTSLocal, bucket: int, context: int) -> Call
         ex.admit(slot, SamplingSettings(), seed=slot)
     key = ex.graph_key(bucket, ex.stage([FramePlan(i, (37 * i) % (context - 64) + 32, 5, True)
                                          for i in range(bucket)], bucket))
-    return lambda: ex._frame_step(key)
+    return lambda: ex.frame_step(key)

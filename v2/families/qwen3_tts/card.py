@@ -4,7 +4,8 @@ Owns: the experts `talker` (the release checkpoint: talker, code predictor, spea
 tokenizer from its files) and `codec` (the 12 Hz speech tokenizer: decoder, and its encoder for reference
 audio; by default the talker checkpoint's `speech_tokenizer/`), the loops `talker` -> `codec` with `encode`
 in front and their settings, the card as a whole (`Qwen3Card`), the sampling defaults (the card's, else the
-checkpoint's `generation_config.json` over the reference API's hard defaults), and instantiating experts.
+checkpoint's `generation_config.json` over the reference API's hard defaults), reading the checkpoint's
+config without its weights (`checkpoint_config`), and instantiating experts.
 Everything structural (widths, layers, code groups, speakers, languages, `tts_model_size` rules) comes from
 the checkpoint's config, never from the card. No code is ever imported from a card.
 Must not know: the runtime, requests, scheduling.
@@ -248,15 +249,21 @@ def build_tokenizer(card: Qwen3Card, checkpoint: str | Path | None = None, *, id
 
     source = talker_source(card, checkpoint)
     if ids is None:
-        from v2.models.qwen3_tts.config import Qwen3TTSConfig
-
-        ids = Qwen3TTSConfig.from_dict(_config(card, source)).text
+        ids = checkpoint_config(card, checkpoint).text
     if source.startswith(SEED_PREFIX):
         return Qwen3TTSTokenizer(ByteIds(), ids) if card.experts.talker.tokenizer == "bytes" else None
     try:
         return Qwen3TTSTokenizer.from_dir(resolve_checkpoint(source), ids)
     except FileNotFoundError:
         return None
+
+
+def checkpoint_config(card: Qwen3Card, checkpoint: str | Path | None = None) -> Any:
+    """The talker checkpoint's `Qwen3TTSConfig` (its config.json, or the seeded table's), read without any
+    weights: the code groups, the speaker and language tables, whether it has a speaker encoder."""
+    from v2.models.qwen3_tts.config import Qwen3TTSConfig
+
+    return Qwen3TTSConfig.from_dict(_config(card, talker_source(card, checkpoint)))
 
 
 def _config(card: Qwen3Card, source: str) -> dict[str, Any]:

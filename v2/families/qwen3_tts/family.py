@@ -1,15 +1,16 @@
 """Qwen3-TTS 12 Hz bound for the runtime: the `v2.runtime.family.Family` of this family (`FAMILY` binds it).
 
-Owns: building the experts a card names (`experts`: the talker checkpoint, its codec from
-`speech_tokenizer/` unless given, the tokenizer from its files, the sampling defaults from its
-generation_config.json), and `Qwen3Family`: the loop graph (`talker` -> `codec`, `encode` in front; `talker`
-holds the paged KV), the executors per work kind (SPEAKER and ENCODE in front, PREFILL, AR_FRAME,
-AUDIO_CHUNK), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the family's side of a
-request's life: parsing and preparing it (a stored voice: its codes and `x_vector`, `voice_arrays`), its
-loops' states at admission, device state at admission
-(sampling, seed, x-vector, fresh codec state), the prompt laid out again once the recording is encoded,
-the next segment's carried prompt (long text), the rows a preempted request recomputes, and the result;
-open requests (text fed while they run, as trailing text rows) through `open_text.OpenText`.
+Owns: building the experts a card names (`experts`: the talker checkpoint, its codec from `speech_tokenizer/`
+unless given, the tokenizer from its files, the sampling defaults from its generation_config.json), what the
+checkpoint's config.json alone decides (`voice_spec`: what its stored voices carry; `precheck`: an unknown
+speaker or language refused before any weights load), and `Qwen3Family`: the loop graph (`talker` -> `codec`,
+`encode` in front; `talker` holds the paged KV), the executors per work kind (SPEAKER and ENCODE in front,
+PREFILL, AR_FRAME, AUDIO_CHUNK), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the
+family's side of a request's life: parsing it (`language` resolved onto the checkpoint's names, languages.py)
+and preparing it (a stored voice: its codes and `x_vector`, `voice_arrays`), its loops' states at admission,
+device state at admission (sampling, seed, x-vector, fresh codec state), the prompt laid out again once the
+recording is encoded, the next segment's carried prompt (long text), the rows a preempted request recomputes,
+and the result; open requests (text fed while they run, as trailing text rows) through `open_text.OpenText`.
 Must not know: the engine's queues, scheduling policy, threads.
 """
 
@@ -21,24 +22,25 @@ from typing import Any, Hashable, Mapping, Sequence
 import torch
 
 from v2.contracts import LoopState, WorkUnitKind
-from v2.families.qwen3_tts import results, segments
+from v2.families.qwen3_tts import languages, results, segments
 from v2.families.qwen3_tts.card import (
-    Qwen3Card, TalkerSettings, build_codec, build_encoder, build_model, build_tokenizer, generation_config,
+    Qwen3Card, TalkerSettings, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config,
+    generation_config,
 )
 from v2.families.qwen3_tts.codec import CODEC, CodecLoop
 from v2.families.qwen3_tts.codec_executor import CodecExecutor
 from v2.families.qwen3_tts.encode import EncodeLoop, Qwen3Work
 from v2.families.qwen3_tts.encode_executor import CodesExecutor, SpeakerExecutor
 from v2.families.qwen3_tts.open_text import OpenText, OpenWork
-from v2.families.qwen3_tts.prepare import CodecSpec, prepare, read_recording, rows_of, with_encoded
+from v2.families.qwen3_tts.prepare import CodecSpec, check_speaker, prepare, read_recording, rows_of, with_encoded
 from v2.families.qwen3_tts.request import Qwen3Request, parse
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState, recompute_rows
 from v2.families.qwen3_tts.talker_executor import FrameBatch, OnStream, TalkerExecutor
 from v2.families.qwen3_tts.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
-from v2.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSSampling
+from v2.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig, Qwen3TTSSampling
 from v2.request import RequestError, SamplingParams
-from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs
+from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs, VoiceSpec
 from v2.sampling_settings import HeadSampling
 
 
@@ -68,6 +70,12 @@ def sampling_defaults(card: Qwen3Card, generation: dict[str, Any] | None) -> Qwe
                                 HeadSampling(s.code_predictor.temperature, s.code_predictor.top_k, s.code_predictor.top_p),
                                 s.repetition_penalty)
     return GenerationDefaults.from_dict(generation).sampling
+
+
+def voice_arrays(cfg: Qwen3TTSConfig) -> dict[str, tuple[int, ...]]:
+    """The arrays a stored voice carries: its x-vector (a talker row) where the checkpoint has a speaker
+    encoder; none otherwise (such a checkpoint clones no voice)."""
+    return {"x_vector": (cfg.talker.hidden_size,)} if cfg.speaker_encoder is not None else {}
 
 
 class _Half:
@@ -109,14 +117,13 @@ class Qwen3Family:
                                     encoder is not None)
         self.enc_loop = EncodeLoop() if (speaker is not None or encoder is not None) else None
         # a stored voice: its reference codes and the x-vector (with a transcript: in-context clone; without: x-vector only)
-        self.voice_arrays = {"x_vector": (cfg.talker.hidden_size,)} if speaker is not None else {}
+        self.voice_arrays = voice_arrays(cfg)
         self.graph = LoopGraph((LoopSpec(TALKER, self.talker_loop, (CODEC,), pools=("kv",)),
                                 LoopSpec(CODEC, self.codec_loop, pools=("codec",))),
                                paged=TALKER, front=self.enc_loop, front_pool="encode")
         t, c = self.talker_exec, self.codec_exec
         spk = SpeakerExecutor(model)
         codes = CodesExecutor(encoder, codec.hop) if encoder is not None else None
-        groups = self.code_width
         self.executors: dict[Hashable, Any] = {Qwen3Work.SPEAKER: _Half(spk.prepare, spk.launch, spk.read)}
         if codes is not None:  # without the codec's encoder an in-context clone is refused at submit
             self.executors[WorkUnitKind.ENCODE] = _Half(codes.prepare, codes.launch, codes.read)
@@ -124,7 +131,7 @@ class Qwen3Family:
             WorkUnitKind.PREFILL: _Half(lambda b: [p.payload for p in b.plans], t.prefill,
                                         lambda host, b: [None] * len(b.plans)),
             WorkUnitKind.AR_FRAME: _Half(lambda b: t.prepare([p.payload for p in b.plans], b.bucket), t.launch,
-                                         lambda host, b: FrameBatch.read(host, len(b.plans), groups)),
+                                         lambda host, b: self.talker_exec.read(host, len(b.plans))),
             WorkUnitKind.AUDIO_CHUNK: _Half(
                 lambda b: c.prepare([p.payload for p in b.plans], b.bucket, b.plans[0].signature.bucket), c.launch,
                 lambda host, b: c.read(host, [p.payload for p in b.plans])),
@@ -150,7 +157,7 @@ class Qwen3Family:
 
     # ----- submit --------------------------------------------------------------------------------
     def parse(self, request: Any) -> Any:
-        return parse(request)
+        return parse(request, languages=self.cfg.languages)
 
     def prepare(self, request: Any, *, voice: Any = None) -> Any:
         return prepare(request, self.card, self.cfg, self.tokenizer, self.defaults,
@@ -251,7 +258,8 @@ class Qwen3Family:
 
 
 class _Factory:
-    """`FAMILY`: binds a card and its experts (`bind`), or builds the experts a card names (`experts`)."""
+    """`FAMILY` (a `v2.runtime.family.Factory`): binds a card and its experts (`bind`), builds the experts a
+    card names (`experts`), and reads the checkpoint's config without weights (`voice_spec`, `precheck`)."""
 
     name = "qwen3_tts"
 
@@ -267,6 +275,21 @@ class _Factory:
                                  device=device) if card.experts.codec.encoder else None)
         return {"model": model, "codec": codec, "tokenizer": build_tokenizer(card, checkpoint, ids=model.cfg.text),
                 "encoder": encoder, "generation": generation_config(card, checkpoint)}
+
+    def voice_spec(self, card: Qwen3Card, checkpoint: str | None = None) -> VoiceSpec:
+        """From config.json alone: the code groups, the code predictor's codebook, the x-vector's width."""
+        cfg = checkpoint_config(card, checkpoint)
+        return VoiceSpec(cfg.num_code_groups, cfg.code_predictor.codebook_size, voice_arrays(cfg))
+
+    def precheck(self, card: Qwen3Card, fields: Mapping[str, Any], checkpoint: str | None = None) -> None:
+        """From config.json alone: a `language` it does not speak, a `speaker` not in its table (where no
+        voice clone is asked for: a clone with a speaker is `parse`'s refusal)."""
+        cfg = checkpoint_config(card, checkpoint)
+        if isinstance(fields.get("language"), str):
+            languages.resolve(fields["language"], cfg.languages)
+        clone = fields.get("voice") is not None or fields.get("reference_audio") is not None
+        if isinstance(fields.get("speaker"), str) and fields["speaker"].strip() and not clone:
+            check_speaker(fields["speaker"], cfg)
 
 
 FAMILY = _Factory()

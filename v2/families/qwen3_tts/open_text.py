@@ -69,7 +69,7 @@ class OpenText:
             raise RequestError("text_ids: an open request takes its text in pieces (text)", field='text_ids')
         if given.get("text_feed") == "whole":
             raise RequestError("text_feed: an open request feeds its text as it arrives ('streaming')", field='text_feed')
-        req = parse({**given, "text": PLACEHOLDER, "text_feed": "streaming"})
+        req = parse({**given, "text": PLACEHOLDER, "text_feed": "streaming"}, languages=self.cfg.languages)
         if req.profile is ExecutionProfile.ROLLOUT:
             raise RequestError("profile: a rollout's prompt is given whole (rt.rollout); an open request's text "
                                "arrives while it runs", field='profile')

@@ -120,6 +120,14 @@ def _ids(request: Qwen3Request, name: str, cfg: Qwen3TTSConfig, tokenizer: Any,
     return _template(cfg, role_ids(tokenizer), body, name)
 
 
+def check_speaker(speaker: str, cfg: Qwen3TTSConfig) -> None:
+    """A `speaker` of the checkpoint's table (case-insensitive), else a RequestError naming `speaker` with
+    the names it has."""
+    if speaker.lower() not in cfg.speakers:
+        known = ", ".join(sorted(cfg.speakers)) or "none: this checkpoint has no speaker table"
+        raise RequestError(f"speaker: {speaker!r} is not a speaker of this checkpoint ({known})", field='speaker')
+
+
 def _mode(request: Qwen3Request, cfg: Qwen3TTSConfig, codec: CodecSpec | None) -> str:
     if request.voice is not None:
         if cfg.speaker_encoder is None:
@@ -135,9 +143,7 @@ def _mode(request: Qwen3Request, cfg: Qwen3TTSConfig, codec: CodecSpec | None) -
                                "load it); or pass x_vector_only: true", field='reference_audio')
         return "voice_clone"
     if request.speaker is not None:
-        if request.speaker.lower() not in cfg.speakers:
-            known = ", ".join(sorted(cfg.speakers)) or "none: this checkpoint has no speaker table"
-            raise RequestError(f"speaker: {request.speaker!r} is not a speaker of this checkpoint ({known})", field='speaker')
+        check_speaker(request.speaker, cfg)
         return "custom_voice"
     if cfg.model_type == "custom_voice":
         raise RequestError(f"speaker: this CustomVoice checkpoint speaks as a named speaker (one of "

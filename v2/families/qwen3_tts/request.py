@@ -5,19 +5,21 @@ Owns: the request schema of this family (text or the text's own token ids; a Cus
 context clone) or `x_vector_only`, or a stored `voice` instead of the recording; the text feed; frame limits; seed; the talker's sampling (`temperature`,
 `top_k`, `top_p`, `repetition_penalty`) and the code predictor's (`subtalker_temperature`, `subtalker_top_k`,
 `subtalker_top_p`); streaming, timeout, profile, decode_audio), its field rules (strict types, bounded
-integers, private copies of arrays), and `parse` (errors name the field). What needs the checkpoint
-(speaker and language names, vocab bounds, the mode a checkpoint supports) is prepare.py's.
+integers, private copies of arrays), and `parse` (errors name the field; given the checkpoint's language
+names, `language` resolved onto them: an ISO 639-1 code or any case of a name, languages.py). What else
+needs the checkpoint (speaker names, vocab bounds, the mode a checkpoint supports) is prepare.py's.
 Must not know: the engine, slots, devices, cards.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Iterable, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from v2.contracts import ExecutionProfile
 from v2.fields import INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature
+from v2.families.qwen3_tts import languages as language_names
 from v2.families.qwen3_tts.sampling_names import unfold_sampling
 from v2.request import RequestError, _describe, _field, _is_samples, _recording
 
@@ -35,7 +37,7 @@ class Qwen3Request(BaseModel):
     text: StrictText | None = None
     text_ids: Ids = None                 # the text's own token ids (no chat template)
     speaker: StrictText | None = None    # a CustomVoice speaker name (case-insensitive)
-    language: StrictText | None = None   # the reference's names (case-insensitive); None = "Auto"
+    language: StrictText | None = None   # the checkpoint's names or ISO 639-1 codes (any case); None = "Auto"
     instruction: StrictText | None = None
     instruction_ids: Ids = None
     reference_audio: Any = None          # one recording: a path, file bytes, or (samples, sample_rate)
@@ -129,16 +131,21 @@ class Qwen3Request(BaseModel):
         return self
 
 
-def parse(request: Any) -> Qwen3Request:
+def parse(request: Any, *, languages: Iterable[str] | None = None) -> Qwen3Request:
     """A validated `Qwen3Request` (from an instance or a dict, whose `sampling` may be nested as the runtime's:
-    `sampling_names.py`); a pydantic error becomes a RequestError naming the field."""
+    `sampling_names.py`); a pydantic error becomes a RequestError naming the field. `languages`: the
+    checkpoint's language names; given, `language` comes back as one of them ("en" -> "English") or is
+    refused naming `language` with the values accepted."""
     if not isinstance(request, (Qwen3Request, dict)):
         raise RequestError(f"request: expected a Qwen3Request or a dict of fields, got {type(request).__name__}",
                            field='request')
     if isinstance(request, dict):
         request = unfold_sampling(request)  # the runtime's nested `sampling` (HTTP, rollouts) as flat names
     try:
-        return Qwen3Request.model_validate(request)
+        parsed = Qwen3Request.model_validate(request)
     except ValidationError as e:
         errors = e.errors()
         raise RequestError("; ".join(_describe(err) for err in errors), field=_field(errors[0])) from None
+    if languages is None or parsed.language is None:
+        return parsed
+    return parsed.model_copy(update={"language": language_names.resolve(parsed.language, languages)})
