@@ -207,7 +207,9 @@ def _synth(args: argparse.Namespace) -> int:
                     writer.close()
             result = handle.result()
             m = result.metrics
-            progress.done(m.frames, m.audio_seconds, result.finish_reason)
+            noise = ("the card's weights are seeded: this is noise, not speech, at up to full scale (turn the volume "
+                     "down)") if card.seeded and args.checkpoint is None else None
+            progress.done(m.frames, m.audio_seconds, result.finish_reason, note=noise)
             if result.finish_reason not in ("stop", "length"):
                 raise CliError(f"synthesis ended with {result.finish_reason}: {result.error or 'no audio'}")
             if not args.stream:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Hashable, TypeVar
 
 P = TypeVar("P")
 
@@ -78,7 +78,7 @@ class WorkPlan(Generic[P]):
     (e.g. `WorkPlan[FramePlan]`). Made once per row per step, so a plain slotted class; never mutated."""
 
     request_id: int
-    loop: LoopKind
+    loop: Hashable  # the loop that made it: its name in the family's graph (e.g. `LoopKind.AR_DECODE`)
     signature: ShapeSignature
     payload: P
 

@@ -42,12 +42,12 @@ class Progress:
         self.seconds += seconds
         self._status(f"{self.frames} frames, {self.seconds:.2f} s of audio, {time.perf_counter() - self.begun:.1f} s")
 
-    def done(self, frames: int, seconds: float, finish_reason: str) -> None:
-        """The final line, from the result (the real end)."""
+    def done(self, frames: int, seconds: float, finish_reason: str, note: str | None = None) -> None:
+        """The final line, from the result (the real end); `note`: what the listener should know first."""
         if not self.enabled:
             return
         text = (f"{frames} frames, {seconds:.2f} s of audio in {time.perf_counter() - self.begun:.1f} s "
-                f"({finish_reason})")
+                f"({finish_reason})") + (f"; {note}" if note else "")
         self.out.write(("\r" + text.ljust(self._open) if self.live else text) + "\n")
         self.out.flush()
         self._open = 0

@@ -99,7 +99,7 @@ def test_progress_shows_loading_then_frames_up_to_the_real_end(tmp_path, capsys,
     assert states[0] == "loading moss_tts_local_tiny on cpu ..." and states[1].startswith("loaded in ")
     counts = [int(s.split()[0]) for s in states[2:]]
     assert counts == sorted(counts) and counts[-1] == report["frames"]
-    assert states[-1].endswith(f"({report['finish_reason']})") and term.getvalue().endswith("\n")
+    assert f"({report['finish_reason']}); the card's weights are seeded" in states[-1] and term.getvalue().endswith("\n")
     assert "600" not in term.getvalue()  # nothing measured against the card's frame cap
 
 
@@ -141,3 +141,16 @@ def test_a_missing_folder_of_o_is_refused_and_nothing_is_created_unless_mkdir(tm
     assert not (tmp_path / "not").exists()
     assert main(["synth", "Hi.", "-o", str(out), "--mkdir", "-q", "--max-frames", "2"]) == 0
     assert out.stat().st_size > 44
+
+
+def test_a_seeded_card_warns_that_it_makes_noise(tmp_path, capsys):
+    """The runtime's audio is unchanged (the file holds what it made); the person at the terminal is told."""
+    out = tmp_path / "a.wav"
+    assert main(["synth", "Hi.", "-o", str(out), "--max-frames", "2"]) == 0
+    assert "weights are seeded: this is noise, not speech" in capsys.readouterr().err
+    assert main(["synth", "Hi.", "-o", str(out), "--max-frames", "2", "-q"]) == 0
+    assert "seeded" not in capsys.readouterr().err
+    assert main(["cards"]) == 0
+    listing = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "noise" in listing["moss_tts_local_tiny"] and "noise" in listing["qwen3_tts_tiny"]
+    assert "noise" not in listing["moss_tts_local_v1_5"]

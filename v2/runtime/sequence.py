@@ -33,7 +33,7 @@ Must not know: tensors on a device, batching, other requests, any family's row l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any, Generic, Hashable, TypeVar
 
 from v2.contracts import FinishReason, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
 
@@ -112,7 +112,10 @@ class ARSequence(LoopState):
         return self.switching
 
 
-class ARLoop:
+S = TypeVar("S", bound=ARSequence)  # a family's sequence state
+
+
+class ARLoop(Generic[S]):
     """The AR loop of a family: `name` (its plans' `loop`, its state's key in a record), `expert` (what
     its plans' signatures name)."""
 
@@ -123,15 +126,15 @@ class ARLoop:
         self.prefill_signature = ShapeSignature(WorkUnitKind.PREFILL, expert)
         self.frame_signature = ShapeSignature(WorkUnitKind.AR_FRAME, expert)
 
-    def frame_feed(self, state: Any, frame: int) -> int:
+    def frame_feed(self, state: S, frame: int) -> int:
         """The family's per-frame input id for frame `frame` (none: 0)."""
         return 0
 
-    def followed(self, state: ARSequence) -> bool:
+    def followed(self, state: S) -> bool:
         """Another segment may follow the current one."""
         return state.open_segments or state.segment < len(state.segment_caps)
 
-    def next(self, state: ARSequence) -> WorkPlan | None:
+    def next(self, state: S) -> WorkPlan | None:
         """The next plan, or None (ended, waiting for a group leader's prompt, for KV blocks, for input, or
         for the result of the frame that reaches the cap)."""
         if state.finish is not None or state.paused or state.switching:
@@ -151,21 +154,21 @@ class ARLoop:
         plan = FramePlan(state.slot, state.prompt_len + t, t, t >= floor, state.segment, self.frame_feed(state, t))
         return WorkPlan(state.request_id, self.kind, self.frame_signature, plan)
 
-    def launched(self, state: ARSequence, plan: WorkPlan) -> None:
+    def launched(self, state: S, plan: WorkPlan) -> None:
         """The plan went to the device: a prefill's rows count as in the KV, a frame as on its way."""
         if plan.signature.kind is WorkUnitKind.PREFILL:
             state.prefilled = plan.payload.start + int(plan.payload.rows.shape[0])
         else:
             state.launched_frames = plan.payload.step + 1
 
-    def expects(self, state: ARSequence, plan: WorkPlan) -> bool:
+    def expects(self, state: S, plan: WorkPlan) -> bool:
         """Whether this launched plan's result is one the loop waits for."""
         p = plan.payload
         if plan.signature.kind is WorkUnitKind.PREFILL:
             return bool(p.epoch == state.epoch)
         return state.finish is None and not state.switching and p.segment == state.segment and p.step == len(state.codes)
 
-    def advance(self, state: ARSequence, plan: WorkPlan, row: FrameRow | None) -> bool:
+    def advance(self, state: S, plan: WorkPlan, row: FrameRow | None) -> bool:
         """Take the result of a launched plan (`row`: a frame's, None for a prefill); False when it was
         dropped (`expects` says no)."""
         state.fresh = []
@@ -196,7 +199,7 @@ class ARLoop:
                 state.finish = end
         return True
 
-    def begin_segment(self, state: ARSequence, rows: Any, cap: int | None = None) -> None:
+    def begin_segment(self, state: S, rows: Any, cap: int | None = None) -> None:
         """The next segment's prompt `rows` (`cap`: its frame cap, else the next of `segment_caps`): its
         frames so far join the history; it waits (`paused`) for KV blocks, as a preempted request does, then
         prefills the prompt and decodes its first frame."""
@@ -212,14 +215,14 @@ class ARLoop:
         state.switching, state.paused = False, True
         state.epoch += 1
 
-    def end_input(self, state: ARSequence) -> None:
+    def end_input(self, state: S) -> None:
         """Open segments: the input ended with no segment after the one that just ended; it ends as that did."""
         if not state.switching:
             raise RuntimeError(f"request {state.request_id}: no segment has ended")
         _, _, end = state.ended.pop()  # the current segment's entry again (`finalize` adds it)
         state.switching, state.finish = False, end
 
-    def finalize(self, state: ARSequence) -> ARResult:
+    def finalize(self, state: S) -> ARResult:
         """codes and logprobs of every segment; `segments`: per segment (prompt rows, frames, finish), the
         current one's included (ABORT when it did not end)."""
         current = [] if state.switching else [(state.prompt_len, len(state.codes), state.finish or FinishReason.ABORT)]
@@ -235,33 +238,33 @@ class ARLoop:
             return p.start, p.start + int(p.rows.shape[0])
         return p.position, p.position + 1
 
-    def kv_given(self, state: ARSequence, cached: int) -> None:
+    def kv_given(self, state: S, cached: int) -> None:
         """Blocks for its prompt: the first `cached` rows came from the prefix cache (they count as prefilled)."""
         state.prefilled = state.computed = cached
 
-    def preempted(self, state: ARSequence) -> None:
+    def preempted(self, state: S) -> None:
         """Its KV was taken back: it waits for blocks, then recomputes its rows. A frame still on the device
         is taken when it arrives (its rows are recomputed with the rest); a prefill is not."""
         state.paused, state.prefilled, state.computed = True, 0, 0
         state.epoch += 1
         state.launched_frames = len(state.codes) + (state.launched_frames > len(state.codes))
 
-    def resumable(self, state: ARSequence) -> bool:
+    def resumable(self, state: S) -> bool:
         """No frame of it is still on the device (its recomputed rows would lack it)."""
         return state.launched_frames <= len(state.codes)
 
-    def resume(self, state: ARSequence, rows: Any, cached: int) -> None:
+    def resume(self, state: S, rows: Any, cached: int) -> None:
         """Blocks again after a preemption (or for a new segment): `rows` to (re)compute, `cached` of them cached."""
         state.rows, state.paused = rows, False
         state.prefilled = state.computed = cached
 
-    def share(self, state: ARSequence, leader: int | None) -> None:
+    def share(self, state: S, leader: int | None) -> None:
         """It will take group leader `leader`'s prompt instead of prefilling (None: the leader is gone; it
         waits for blocks of its own, as a preempted request does)."""
         if leader is None:
             state.paused = True
         state.prefix_from = leader
 
-    def shared(self, state: ARSequence) -> None:
+    def shared(self, state: S) -> None:
         """It took the leader's prompt blocks and backbone state: its prompt is prefilled."""
         state.prefilled, state.prefix_from = state.prompt_len, None

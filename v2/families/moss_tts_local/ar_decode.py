@@ -25,7 +25,7 @@ ARState = ARSequence
 __all__ = ["ARDecodeLoop", "ARResult", "ARState", "EXPERT", "FRAME", "FramePlan", "FrameRow", "PREFILL", "PrefillPlan"]
 
 
-class ARDecodeLoop(ARLoop):
+class ARDecodeLoop(ARLoop[ARSequence]):
     stop_in_logprobs = True  # the stop head's choice is column 0 of every row, the final stop's row included
 
     def __init__(self, settings: ARDecodeSettings) -> None:

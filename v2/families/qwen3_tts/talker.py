@@ -59,7 +59,7 @@ class TalkerState(ARSequence):
         return self.trailing[frame] if frame < len(self.trailing) else self.pad_text
 
 
-class TalkerLoop(ARLoop):
+class TalkerLoop(ARLoop[TalkerState]):
     def __init__(self, settings: TalkerSettings) -> None:
         super().__init__(settings, TALKER, EXPERT)
 
