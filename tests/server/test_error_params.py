@@ -113,6 +113,9 @@ BAD: dict[str, st.SearchStrategy] = {
     "ref_text": st.one_of(_one("ref_text", st.text(max_size=12)),  # without ref_audio
                           st.text(" \t\n", max_size=4).map(lambda s: {"ref_text": s, "ref_audio": _wav()}),
                           _one("ref_text", _wrong(TEXTUAL)).map(lambda b: {**b, "ref_audio": _wav()})),
+    "x_vector_only_mode": st.one_of(_one("x_vector_only_mode", st.booleans()),  # without ref_audio
+                                    _one("x_vector_only_mode", _wrong(lambda v: isinstance(v, bool))),
+                                    st.booleans().map(lambda b: {"x_vector_only_mode": b, "ref_audio": _wav()})),
     "sample_rate": _one("sample_rate", _bad(st.integers(-2**40, 2**40).filter(lambda r: r not in RATES["mp3"]),
                                             _int)),
 }
