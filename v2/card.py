@@ -4,7 +4,8 @@ Owns: the common part of the card schema (name, `family`, seeded weight sources,
 schema, a loop's declaration `LoopDecl` with the loops it feeds, runtime settings such as the engine's
 CPU threads), finding a card by name (the shipped cards are package data, `v2/cards/` in an installed
 package, the top-level `cards/` in a checkout) or path, validating it with its family's card class
-(the fixed table `FAMILIES`; each family's section: its experts and loops), finding a card's family
+(its family found by name in the registry, v2/registry.py; each family's section: its experts and loops),
+finding a card's family
 (`family_of`), refusing a bad card with the field named,
 and building the experts a card names through its family's section. No code is ever imported from a card.
 Must not know: the runtime, requests, scheduling, any family's section.
@@ -22,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from v2.fields import TOP_K_MAX, check_penalty, check_temperature
+from v2.registry import UnknownFamily, family_package
 from v2.sampling_settings import HeadSampling, SamplingSettings
 
 
@@ -143,13 +145,11 @@ def load_card(name_or_path: str | Path = DEFAULT_CARD) -> ModelCard:
         raise CardError(f"card {path.name}: {fields}") from None
 
 
-FAMILIES = {"moss_tts_local": "v2.families.moss_tts_local", "qwen3_tts": "v2.families.qwen3_tts"}  # the shipped families: name -> package
-
-
 def _family_package(name: Any) -> str:
-    if name not in FAMILIES:
-        raise CardError(f"family: unknown family {name!r} (known: {', '.join(sorted(FAMILIES))})")
-    return FAMILIES[name]
+    try:
+        return family_package(name)
+    except UnknownFamily as e:
+        raise CardError(f"family: {e}") from None
 
 
 def card_class(family: Any) -> type[ModelCard]:
@@ -159,7 +159,7 @@ def card_class(family: Any) -> type[ModelCard]:
 
 def family_of(card: ModelCard) -> Any:
     """The family a card names: its package's `family.FAMILY`, which binds the card and its experts into a
-    `v2.runtime.family.Family` (a fixed table: no code is ever imported from a card)."""
+    `v2.runtime.family.Family` (the registry's package for the name: no code is ever imported from a card)."""
     return import_module(_family_package(card.family) + ".family").FAMILY
 
 

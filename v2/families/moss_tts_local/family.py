@@ -137,6 +137,7 @@ class MossFamily:
                  graphs: bool = True) -> None:
         ar, voc, enc = card.loops.ar_decode, card.loops.vocoder, card.loops.encode
         self.card, self.model, self.codec, self.tokenizer, self.encoder = card, model, codec, tokenizer, encoder
+        self.name = card.family  # what its trajectories name (the registry finds the recompute by it)
         self.device, self.weights = model.device, model
         self.code_width, self.codebook_size = model.cfg.n_vq, model.cfg.codebook_size
         self.sample_rate, self.channels = codec.sample_rate, codec.cfg.channels

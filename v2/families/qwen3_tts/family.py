@@ -98,6 +98,7 @@ class Qwen3Family:
         if codec.cfg.groups != cfg.num_code_groups:
             raise ValueError(f"codec: {codec.cfg.groups} code groups, the talker makes {cfg.num_code_groups}")
         self.card, self.model, self.codec, self.tokenizer, self.encoder = card, model, codec, tokenizer, encoder
+        self.name = card.family  # what its trajectories name (the registry finds the recompute by it)
         self.cfg, self.device, self.weights = cfg, model.device, model
         self.speakers: tuple[str, ...] = cfg.speaker_names  # `speaker` values, spelled as config.json's spk_id
         self.code_width, self.codebook_size = cfg.num_code_groups, cfg.code_predictor.codebook_size
@@ -251,7 +252,7 @@ class Qwen3Family:
         if isinstance(record.work, OpenWork) and talker is not None:
             self.opened.finished(record, len(talker.codes), talker.finish.value)
         return results.build_result(record, outputs.get(TALKER), outputs.get(CODEC), reason, now,
-                                    sample_rate=self.sample_rate, groups=self.code_width)
+                                    sample_rate=self.sample_rate, groups=self.code_width, family=self.name)
 
     def stats(self) -> dict[str, Any]:
         return {"graphs": {"ar_frame": self.talker_exec.graphs.stats(), "audio_chunk": self.codec_exec.graphs.stats()}}

@@ -32,7 +32,7 @@ def _segments(req: Any, talker: TalkerResult | None) -> tuple[SpeechSegment, ...
 
 
 def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | None, reason: FinishReason, now: float,
-                 *, sample_rate: int, groups: int) -> SpeechResult:
+                 *, sample_rate: int, groups: int, family: str) -> SpeechResult:
     chunks = codec.chunks if codec else []
     audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((1, 0), np.float32)
     codes = np.array(talker.codes if talker else [], dtype=np.int64).reshape(-1, groups)
@@ -56,7 +56,7 @@ def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | Non
         if stopped:
             decisions[-1] = True
         trajectory = Trajectory(
-            family="qwen3_tts", request_id=req.id, group_id=req.group_id, sample_id=req.sample_id, seed=req.request.seed,
+            family=family, request_id=req.id, group_id=req.group_id, sample_id=req.sample_id, seed=req.request.seed,
             weight_version=req.version, prompt_rows=req.rows.numpy(), codes=codes, stop_decisions=decisions,
             logprobs=logprobs, stop_logprob=talker.stop_logprob if stopped and talker else None,
             sampling=req.work.sampling, min_frames=req.work.floor, finish_reason=reason.value,

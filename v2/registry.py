@@ -1,0 +1,66 @@
+"""Which model families this installation has: a family is a plugin, found by name.
+
+Owns: the registry of families, name -> the package that holds it (`families()`, `family_package(name)`),
+filled from three places, in this order: the packages under `v2.families` (the shipped ones, found by
+walking that folder, never by name), every entry point of the group `v2.families` (an installed
+distribution's `[project.entry-points."v2.families"]`: `name = "package"`), and `register(name, package)`
+(the same hook, for a family that is importable but not installed, e.g. a test's). A family package holds
+`card.py` (`CARD`), `family.py` (`FAMILY`), and optionally `recompute.py` (RL) and `bench.py` (benchmarks).
+Nothing is imported until a card names its family.
+Must not know: any family's name, cards' contents, the runtime.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import pkgutil
+import threading
+
+GROUP = "v2.families"  # the entry-point group a family registers under
+
+_lock = threading.Lock()
+_registered: dict[str, str] = {}
+
+
+class UnknownFamily(LookupError):
+    """A card names a family this installation does not have."""
+
+
+def _shipped() -> dict[str, str]:
+    import v2.families
+
+    return {m.name: f"{v2.families.__name__}.{m.name}" for m in pkgutil.iter_modules(v2.families.__path__)
+            if m.ispkg}
+
+
+def _entry_points() -> dict[str, str]:
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=GROUP)}
+
+
+def register(name: str, package: str) -> None:
+    """Make family `name` known as the importable `package` (what an entry point says, without installing)."""
+    if not name.isidentifier():
+        raise ValueError(f"family name: {name!r} is not an identifier")
+    with _lock:
+        _registered[name] = package
+
+
+def unregister(name: str) -> None:
+    with _lock:
+        _registered.pop(name, None)
+
+
+def families() -> dict[str, str]:
+    """Every known family: name -> package (a registered or installed one overrides a shipped one's name)."""
+    with _lock:
+        registered = dict(_registered)
+    return {**_shipped(), **_entry_points(), **registered}
+
+
+def family_package(name: object) -> str:
+    """The package of family `name`; UnknownFamily naming the known ones otherwise."""
+    known = families()
+    if not isinstance(name, str) or name not in known:
+        raise UnknownFamily(f"unknown family {name!r} (known: {', '.join(sorted(known))}; a family registers "
+                            f"under the entry-point group {GROUP!r})")
+    return known[name]
