@@ -1,8 +1,11 @@
 """The contract between driven loops and the runtime: plain data, no torch.
 
-Owns: the kinds of work and loops, execution profiles, the batch key (`ShapeSignature`) and its buckets
-(`bucket_for`), what a loop asks for one step (`WorkPlan`, typed by its payload), and what it made
-(`LoopResult`). `LoopState` is the base of every per-request loop state: loops themselves hold none, and a loop has ended exactly when its state's `finish` is set (the engine reads it there).
+Owns: the kinds of work the runtime knows (`WorkUnitKind`; a family may add its own), `Kind` (an enum
+hashed by identity, for a family's own kinds and loop names), execution profiles, the batch key
+(`ShapeSignature`) and its buckets (`bucket_for`), what a loop asks for one step (`WorkPlan`, typed by
+its payload; its `loop` is the family's name for the loop), and what it made (`LoopResult`). `LoopState` is
+the base of every per-request loop state: loops themselves hold none, and a loop has ended exactly when
+its state's `finish` is set (the engine reads it there).
 Must not know: tensors, models, devices, threads.
 """
 
@@ -24,15 +27,9 @@ class Kind(enum.Enum):
 
 class WorkUnitKind(Kind):
     PREFILL = "prefill"          # prompt rows through the backbone into a request's KV slot
-    AR_FRAME = "ar_frame"        # one frame: backbone decode step + local decode + 13 samplings
+    AR_FRAME = "ar_frame"        # one frame step of an AR sequence (v2/runtime/sequence.py): its codes and logprobs
     AUDIO_CHUNK = "audio_chunk"  # N frames of a stream through the codec decoder
     ENCODE = "encode"            # reference recordings through the codec encoder into codes
-
-
-class LoopKind(Kind):
-    AR_DECODE = "ar_decode"
-    VOCODER = "vocoder"
-    ENCODE = "encode"
 
 
 class ExecutionProfile(Kind):
@@ -78,7 +75,7 @@ class WorkPlan(Generic[P]):
     (e.g. `WorkPlan[FramePlan]`). Made once per row per step, so a plain slotted class; never mutated."""
 
     request_id: int
-    loop: Hashable  # the loop that made it: its name in the family's graph (e.g. `LoopKind.AR_DECODE`)
+    loop: Hashable  # the loop that made it: its name in the family's graph (a family's own: an enum member, a string)
     signature: ShapeSignature
     payload: P
 

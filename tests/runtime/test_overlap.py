@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from v2.card import load_card
-from v2.contracts import LoopKind
+from v2.families.moss_tts_local.kinds import LoopKind
 from v2.runtime import Runtime
 from v2.runtime.device import HostStream, SimulatedStream
 

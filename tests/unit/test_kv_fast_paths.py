@@ -9,7 +9,8 @@ from types import SimpleNamespace as NS
 import torch
 from hypothesis import given, settings, strategies as st
 
-from v2.contracts import LoopKind, WorkUnitKind
+from v2.contracts import WorkUnitKind
+from v2.families.moss_tts_local.kinds import LoopKind
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop
 from v2.families.moss_tts_local.segments import recompute_rows
 from v2.runtime.kv import RequestKV

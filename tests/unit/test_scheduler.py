@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from v2.contracts import LoopKind, ShapeSignature, WorkPlan, WorkUnitKind, bucket_for as batch_bucket
+from v2.families.moss_tts_local.kinds import LoopKind
+from v2.contracts import ShapeSignature, WorkPlan, WorkUnitKind, bucket_for as batch_bucket
 from v2.runtime.scheduler import schedule
 from v2.runtime.slots import SlotPool
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from v2.contracts import LoopKind, ShapeSignature, WorkUnitKind
+from v2.contracts import ShapeSignature, WorkUnitKind
+from v2.families.moss_tts_local.kinds import LoopKind
 from v2.families.moss_tts_local.card import ARDecodeSettings
 from v2.runtime.sequence import ARLoop, ARResult, ARSequence, FramePlan, FrameRow, PrefillPlan
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from v2.contracts import FinishReason, LoopKind, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
+from v2.families.moss_tts_local.kinds import LoopKind
 
 EXPERT = "vocoder_encoder"
 

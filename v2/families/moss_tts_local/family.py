@@ -20,7 +20,8 @@ from typing import Any, Hashable, Mapping, Sequence
 
 import torch
 
-from v2.contracts import LoopKind, LoopState, WorkUnitKind
+from v2.contracts import LoopState, WorkUnitKind
+from v2.families.moss_tts_local.kinds import LoopKind
 from v2.families.moss_tts_local import results, segments
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
 from v2.families.moss_tts_local.ar_executor import ARExecutor, FrameBatch, OnStream, read

@@ -6,8 +6,9 @@ Must not know: tensors on a device, batching, other requests, the TTS model.
 
 from __future__ import annotations
 
-from v2.contracts import AudioChunk, LoopKind
+from v2.contracts import AudioChunk
 from v2.families.moss_tts_local.card import VocoderSettings
+from v2.families.moss_tts_local.kinds import LoopKind
 from v2.runtime.chunks import ChunkLoop, ChunkPlan, ChunkResult, ChunkStream
 
 EXPERT = "vocoder"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from v2.contracts import FinishReason, Kind, LoopKind, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, Kind, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
 
 
 class Qwen3Work(Kind):
@@ -51,7 +51,7 @@ class EncodeState(LoopState):
 
 
 class EncodeLoop:
-    kind = LoopKind.ENCODE
+    kind = "encode"  # the front loop's name
 
     def init(self, request_id: int, *, speaker_audio: Any, codec_audio: Any) -> EncodeState:
         if speaker_audio is None and codec_audio is None:
