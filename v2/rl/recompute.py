@@ -24,7 +24,7 @@ def logprobs(model: Any, trajectory: Trajectory) -> Any:
     try:
         module = f"{family_package(name)}.recompute"
     except UnknownFamily as e:
-        raise ValueError(f"family: the trajectory's family: {e}") from None
+        raise ValueError(f"family: the trajectory's family {name!r} is not installed here ({e})") from None
     try:
         recompute = import_module(module)
     except ModuleNotFoundError as e:

@@ -30,6 +30,7 @@ from v2.runtime.encoding import EncodeStage
 from v2.runtime.family import Family, LoopSpec
 from v2.runtime.groups import GroupSharing
 from v2.runtime.handles import Dispatcher
+from v2.runtime.inbox import Inbox, deliver
 from v2.runtime.kv import RequestKV
 from v2.runtime.lifecycle import Requests
 from v2.runtime.scatter import InFlight, Scatter
@@ -73,6 +74,7 @@ class Engine:
                                     family.front_start if graph.front is not None else lambda slots: None)
         self.requests = Requests(family, stream, self.kv, self.encoding, self.pools, self.groups, self.gate,
                                  self.cond, self.results)
+        self.inbox = Inbox(self.cond)  # what callers post (submit, feed, cancel, encode): taken at each step's top
         family.bind(self.requests.launch_state)
         self.closed = False
         self.drain = False
@@ -90,8 +92,8 @@ class Engine:
     def _serve(self) -> None:
         self.family.thread_setup()  # this thread's intra-op threads, current device
         q = self.requests
-        busy = lambda: (q.waiting or q.running or q.cancels or q.inputs or self.gate.pending  # noqa: E731
-                        or self.encoding.jobs or self.inflight)
+        busy = lambda: (self.inbox or q.waiting or q.running or q.cancels or q.inputs  # noqa: E731
+                        or self.gate.pending or self.encoding.jobs or self.inflight)
         quiet, seen = False, 0  # the last step did nothing; the wake-ups counted when it began
         while True:
             with self.cond:
@@ -103,6 +105,8 @@ class Engine:
                     if wait > 0:
                         self.cond.wait(wait)
                 self.cond.wait_for(lambda: self.closed or busy())
+                if self.inbox:  # taken before a close looks at the queues: nothing posted is left behind
+                    deliver(self.inbox.drain(), q, self.encoding)
                 if self.closed and not self.drain:
                     q.cancels.update(r.id for r in (*q.waiting, *q.running.values()))
                     self.encoding.fail_all("the runtime is closed")
@@ -147,8 +151,19 @@ class Engine:
     def _scatter(self, step: InFlight) -> None:
         self._waited += self.scatter.read(step)
 
+    def waiting_count(self) -> int:
+        """Requests waiting for admission, those posted and not yet taken included (the caller holds the lock)."""
+        return len(self.requests.waiting) + self.inbox.queued
+
+    def receive(self) -> None:
+        """What callers posted since the last step, into the engine's queues (mini-sglang's `receive_msg`)."""
+        with self.cond:
+            deliver(self.inbox.drain(), self.requests, self.encoding)
+
     def _step_work(self) -> bool:
         q = self.requests
+        if self.inbox:
+            self.receive()
         q.apply_cancels()
         q.expire()
         q.apply_inputs(self.scatter.settle)  # text fed to open requests since the last step
@@ -263,6 +278,8 @@ class Engine:
         """The engine's counters (the caller holds the lock)."""
         kinds = {getattr(k, "value", str(k)): dict(c, mean_batch=(c["rows"] / c["calls"] if c["calls"] else 0.0))
                  for k, c in self.counters.items()}
-        return {"steps": self.steps, "host_seconds": self.host_seconds, "kinds": kinds, **self.requests.stats(),
+        queue = self.requests.stats()
+        queue["waiting"] += self.inbox.queued  # posted, not yet taken: waiting all the same
+        return {"steps": self.steps, "host_seconds": self.host_seconds, "kinds": kinds, **queue,
                 **self.family.stats(), "prefilled_rows": self.prefilled_rows,
                 "steps_in_flight": len(self.inflight), "device_depth": self.stream.depth}

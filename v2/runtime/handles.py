@@ -291,9 +291,9 @@ class TextHandle(SpeechHandle):
     is not taken; the request goes on. Feeding a request that has ended raises `RuntimeError`."""
 
     def __init__(self, request_id: int, cancel: Callable[[int], None], dispatcher: Dispatcher,
-                 max_behind: int = 64) -> None:
+                 max_behind: int = 64, *, give: Callable[[str, bool], None]) -> None:
         super().__init__(request_id, cancel, dispatcher, max_behind)
-        self._give: Callable[[str, bool], None] | None = None  # set by the runtime once the request is queued
+        self._give = give  # hands a piece (or the end) to the runtime
         self._lock = threading.Lock()  # pieces are taken in the order they are fed
 
     def feed(self, text: str) -> None:
@@ -314,6 +314,5 @@ class TextHandle(SpeechHandle):
         await asyncio.to_thread(self.end_text)
 
     def _send(self, text: str, end: bool) -> None:
-        assert self._give is not None
         with self._lock:
             self._give(text, end)

@@ -31,6 +31,7 @@ from v2.runtime.engine import Engine
 from v2.runtime.family import Family
 from v2.runtime.groups import Group
 from v2.runtime.handles import SpeechHandle, TextHandle
+from v2.runtime.inbox import Cancel, Encode, Feed, Submit
 from v2.runtime.records import RequestRecord
 from v2.runtime.voices import VoiceError, VoiceStore, store_directory
 
@@ -130,14 +131,16 @@ class Runtime:
         if share_prompt:
             family.check_group(prepared)
         handles = []
-        engine, q = self.engine, self.engine.requests
+        engine = self.engine
         with self._cond:
             if engine.closed:
                 raise RuntimeError("the runtime is closed")
-            if len(q.waiting) + len(prepared) > family.max_waiting:
-                raise OverloadedError(f"queue: {len(q.waiting)} requests are already waiting for a slot "
+            waiting = engine.waiting_count()
+            if waiting + len(prepared) > family.max_waiting:
+                raise OverloadedError(f"queue: {waiting} requests are already waiting for a slot "
                                       f"(max_waiting {family.max_waiting}); nothing was queued, try again later")
             group = Group([]) if share_prompt else None
+            records = []
             for i, (req, p) in enumerate(prepared):
                 rid = next(self._ids)
                 handle = SpeechHandle(rid, self._request_cancel, engine.callbacks, family.max_buffered_chunks)
@@ -145,13 +148,9 @@ class Runtime:
                                        group_id=group_id, sample_id=i, front=self._front_state(rid, p.inputs))
                 if group is not None:
                     group.members.append(rid)
-                if record.front is not None:
-                    engine.encoding.requests[rid] = record
-                if req.timeout is not None:
-                    q.deadlines[rid] = record.submitted + req.timeout
-                q.waiting.append(record)
+                records.append(record)
                 handles.append(handle)
-            self._cond.notify_all()
+            engine.inbox.post(Submit(tuple(records)))
         return handles
 
     def open(self, request: Any, *, split: str = "sentence") -> TextHandle:
@@ -166,25 +165,20 @@ class Runtime:
         voice = request.get("voice") if isinstance(request, dict) else getattr(request, "voice", None)
         req, work = open_text(request, voice=self._voice(voice), split=split)
         first = request.get("text") if isinstance(request, dict) else getattr(request, "text", None)
-        engine, q, idle = self.engine, self.engine.requests, self.card.runtime.input_idle_timeout_s
+        engine, idle = self.engine, self.card.runtime.input_idle_timeout_s
         with self._cond:
             if engine.closed:
                 raise RuntimeError("the runtime is closed")
-            if len(q.waiting) + 1 > family.max_waiting:
-                raise OverloadedError(f"queue: {len(q.waiting)} requests are already waiting for a slot "
+            waiting = engine.waiting_count()
+            if waiting + 1 > family.max_waiting:
+                raise OverloadedError(f"queue: {waiting} requests are already waiting for a slot "
                                       f"(max_waiting {family.max_waiting}); nothing was queued, try again later")
             rid = next(self._ids)
-            handle = TextHandle(rid, self._request_cancel, engine.callbacks, family.max_buffered_chunks)
+            handle = TextHandle(rid, self._request_cancel, engine.callbacks, family.max_buffered_chunks,
+                                give=lambda text, end: self._give(record, text, end))
             record = RequestRecord(rid, handle, req, work, None, time.perf_counter(),
                                    front=self._front_state(rid, work.inputs), unprompted=True)
-            handle._give = lambda text, end: self._give(record, text, end)
-            if record.front is not None:
-                engine.encoding.requests[rid] = record
-            if req.timeout is not None:
-                q.deadlines[rid] = record.submitted + req.timeout
-            q.idle[rid] = (record.submitted + idle, idle)
-            q.waiting.append(record)
-            self._cond.notify_all()
+            engine.inbox.post(Submit((record,), idle_s=idle))
         if first:
             handle.feed(first)
         return handle
@@ -195,19 +189,9 @@ class Runtime:
         if record.ended:
             raise RuntimeError(f"request {record.id} has ended" + (f": {record.error}" if record.error else ""))
         new = self.family.feed(record.request, record.work, text, end=end)  # type: ignore[attr-defined]
-        idle = self.card.runtime.input_idle_timeout_s
-        q = self.engine.requests
         with self._cond:
-            if record.ended:
-                return
-            if end:
-                record.input_ended = True
-                q.idle.pop(record.id, None)
-            elif record.id in q.idle:
-                q.idle[record.id] = (time.perf_counter() + idle, idle)
-            if new or end:
-                q.inputs.add(record.id)
-            self._cond.notify_all()
+            if not record.ended:
+                self.engine.inbox.post(Feed(record, bool(new), end, self.card.runtime.input_idle_timeout_s))
 
     def encode_audio(self, audio: Any, *, timeout: float | None = None) -> np.ndarray:
         """One recording (a path, file bytes or (samples, sample_rate)) -> its codes [N, G], encoded on the
@@ -225,17 +209,16 @@ class Runtime:
 
     def _encode(self, wav: Any, timeout: float | None) -> EncodeJob:
         """Run the front loop on one prepared input as a job; this thread waits for it."""
-        encoding = self.engine.encoding
         with self._cond:
             if self.engine.closed:
                 raise RuntimeError("the runtime is closed")
             rid = next(self._ids)
-            job = encoding.jobs[rid] = EncodeJob(self.family.front_state(rid, (wav,)))
-            self._cond.notify_all()
+            job = EncodeJob(self.family.front_state(rid, (wav,)))
+            self.engine.inbox.post(Encode(rid, job))
         if not job.done.wait(timeout):
             with self._cond:
-                withdrawn = encoding.fail(rid, "timed out")
-            if withdrawn:
+                self.engine.inbox.post(Cancel(rid, "timed out"))  # the engine fails the job if it still runs
+            if not job.done.is_set():
                 raise TimeoutError(f"reference encode not finished within {timeout} s")
         if job.error is not None:
             raise RuntimeError(f"encode failed: {job.error}")
@@ -315,5 +298,4 @@ class Runtime:
 
     def _request_cancel(self, rid: int) -> None:
         with self._cond:
-            self.engine.requests.cancels.add(rid)
-            self._cond.notify_all()
+            self.engine.inbox.post(Cancel(rid))
