@@ -5,7 +5,7 @@ checkpoint and store options before or after the action); `v2 cards` lists the c
 Owns: the options (every default shown by --help), the text (the argument, a file or stdin), checking
 options, the device and the output path (the caller's directory for a relative one) before any model
 loads, and what the card and the checkpoint's config refuse (the family's `precheck`: e.g. an unknown
-qwen3_tts speaker or language; a taken voice name); a model only for a job that needs one (one runtime
+speaker or language of the checkpoint; a taken voice name); a model only for a job that needs one (one runtime
 per job: synth, voices add; voices list and remove read the store alone, its checks from the family's
 `voice_spec`), the progress line on stderr, writing the audio file, and turning each expected
 failure into one line `error: ...` on stderr, in the options' names, and a non-zero exit (`--debug` adds
@@ -29,6 +29,7 @@ from v2.cli_options import (
     share_wording,
 )
 from v2.progress import Progress
+from v2.registry import family_options
 from v2.server.options import add_arguments as add_serve_arguments
 
 
@@ -83,8 +84,8 @@ def _runtime(args: argparse.Namespace, card: ModelCard, device: str, progress: P
 
 
 def _precheck(card: ModelCard, request: dict[str, Any], checkpoint: str | None, text_option: str) -> None:
-    """What the card and the checkpoint's config refuse of the request (e.g. an unknown qwen3_tts speaker
-    or language), named as the options; before any model loads."""
+    """What the card and the checkpoint's config refuse of the request (e.g. a speaker or language the
+    checkpoint does not have), named as the options; before any model loads."""
     try:
         family_of(card).precheck(card, request, checkpoint=checkpoint)
     except ValueError as e:
@@ -117,16 +118,18 @@ def _voice_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _family_fields(family: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The sampling knobs (and Qwen3-TTS's speaker and text feed) as the card's family names them."""
+    """The sampling knobs (the runtime's nested `sampling`, which every family's request takes) and the
+    fields the family's own options set; an option that only other families take is refused."""
+    own = {o.flag: o for o in family_options().get(family, ())}
     fields = sampling_fields(args)
-    if family != "qwen3_tts":
-        for option, value in (("--speaker", args.speaker), ("--text-feed", args.text_feed)):
-            if value is not None:
-                raise CliError(f"{option}: the {family} family takes no {option[2:].replace('-', ' ')}")
-        return fields
-    sampling = fields.get("sampling", {})
-    flat = {**sampling.get("audio", {}), **{k: v for k, v in sampling.items() if k != "audio"}}
-    return {**flat, **{k: v for k, v in (("speaker", args.speaker), ("text_feed", args.text_feed)) if v is not None}}
+    for name, value in vars(args).items():
+        if not name.startswith("family_") or value is None:
+            continue
+        flag = "--" + name.removeprefix("family_").replace("_", "-")
+        if flag not in own:
+            raise CliError(f"{flag}: the {family} family takes no {flag[2:].replace('-', ' ')}")
+        fields[own[flag].field] = value
+    return fields
 
 
 MAX_TEXT_FILE_BYTES = 1 << 20  # a text file or stdin is read up to this much (a card takes 20 000 characters)
@@ -179,15 +182,10 @@ def _synth(args: argparse.Namespace) -> int:
     with Progress(enabled=not args.quiet) as progress:
         runtime = _runtime(args, card, device, progress)
         try:
-            if args.duration is not None:
-                if not hasattr(runtime.card.loops, "ar_decode"):
+            if args.duration is not None:  # the family refuses a target over its cap, named as --duration
+                if "duration_frames" not in runtime.request_fields:
                     raise CliError(f"--duration: the {runtime.card.family} family takes no duration target")
-                frame_rate = runtime.frame_rate  # frames per second (12.5 for MOSS-TTS-Local)
-                request["duration_frames"] = max(1, round(args.duration * frame_rate))
-                cap = runtime.card.loops.ar_decode.max_frames
-                if request["duration_frames"] > cap:
-                    raise CliError(f"--duration {args.duration:g}: {request['duration_frames']} frames, over the "
-                                   f"card's max_frames ({cap}, {cap / frame_rate:g} s)")
+                request["duration_frames"] = max(1, round(args.duration * runtime.frame_rate))
             try:
                 handle = runtime.submit(request)
             except ValueError as e:  # a RequestError or a VoiceError: named as the options that set the fields

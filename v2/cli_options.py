@@ -1,6 +1,7 @@
 """The options of `v2 synth` and of the commands that load a runtime, with their value checks.
 
-Owns: option names, defaults and help texts (worded for every family: what differs per family says so; the
+Owns: option names, defaults and help texts (worded for every family, none named: a family's own options
+come from its package, `v2.registry.family_options`, each saying whose it is; the
 runtime options read the same on every command, serve's too: `share_wording`); refusing a bad value at parse
 time, naming the option, with the same ranges a request or a card accepts (v2/fields.py); mapping the
 sampling knobs onto the request's audio head (`sampling.audio.*`) and `sampling.repetition_penalty`; and
@@ -18,6 +19,7 @@ from typing import Any, Callable
 from v2.audiofile import FORMATS
 from v2.card import DEFAULT_CARD
 from v2.fields import INT64_MAX, TOP_K_MAX, check_penalty, check_temperature
+from v2.registry import FamilyOption, family_options
 
 DEFAULT_TEXT = "Hello from v2, a runtime for dual autoregressive speech models."
 
@@ -77,8 +79,8 @@ RUNTIME_OPTIONS: dict[str, tuple[str | None, str]] = {
     "--card": (DEFAULT_CARD, f"a shipped card's name (v2 cards) or a path to a card file (default: {DEFAULT_CARD})"),
     "--checkpoint": (None, "model checkpoint: a directory or a hub repo id in the Hugging Face cache "
                            "(default: the card's)"),
-    "--codec-checkpoint": (None, "codec checkpoint: a directory or a hub repo id (default: the card's; for "
-                                 "qwen3_tts with --checkpoint, that checkpoint's speech_tokenizer/)"),
+    "--codec-checkpoint": (None, "codec checkpoint: a directory or a hub repo id (default: the card's, "
+                                 "or the one its family finds beside --checkpoint)"),
     "--device": (None, "cpu, cuda or cuda:N (default: cuda when present, else cpu)"),
     "--voices-dir": (None, "the voice store's folder (default: the card's, else ~/.cache/v2/voices/CARD, under "
                            "$XDG_CACHE_HOME instead when set)"),
@@ -119,51 +121,62 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-file", default=None, metavar="PATH",
                    help="read what to say from this UTF-8 file, - for stdin (default: none)")
     p.add_argument("-o", "--out", default=DEFAULT_OUT,
-                   help="the audio file to write, at the card's sample rate and channels (48 kHz stereo for "
-                        "moss_tts_local, 24 kHz mono for qwen3_tts); a folder you name must exist unless --mkdir")
+                   help="the audio file to write, at the card's sample rate and channels (the final JSON line "
+                        "says which); a folder you name must exist unless --mkdir")
     p.add_argument("--mkdir", action="store_true", help="create the missing folders of -o and --codes-out (default: off)")
     p.add_argument("--format", choices=list(FORMATS), default=None,
                    help="wav and flac: 16-bit PCM; ogg: Vorbis; mp3 (default: from the --out suffix)")
     p.add_argument("--stream", action="store_true",
                    help="write the file chunk by chunk as audio arrives (default: off, written once at the end)")
     p.add_argument("--reference", action="append", default=[], metavar="AUDIO",
-                   help="a recording of the voice to clone (wav, flac, ogg, mp3); moss_tts_local takes several "
-                        "(repeat the option), qwen3_tts one (default: none)")
+                   help="a recording of the voice to clone (wav, flac, ogg, mp3); repeat the option for several "
+                        "where the card's family takes them (default: none)")
     p.add_argument("--reference-text", default=None,
                    help="the reference's transcript: the speech continues that recording (default: none)")
     p.add_argument("--voice", default=None, help="a stored voice (v2 voices list; default: none)")
     p.add_argument("--seed", type=count, default=0, help="the sampling seed: the same seed gives the same audio")
     p.add_argument("--temperature", type=temperature, default=None,
-                   help="the codes' sampling temperature, 0 = greedy (moss_tts_local: the audio head; qwen3_tts: "
-                        "the talker) (default: the card's)")
+                   help="the codes' sampling temperature, 0 = greedy (the card's main head: the one that picks "
+                        "each frame's codes) (default: the card's)")
     p.add_argument("--top-k", type=top_k, default=None,
-                   help="keep the k likeliest codes (moss_tts_local: the audio head; qwen3_tts: the talker) "
-                        "(default: the card's)")
+                   help="keep the k likeliest codes (the card's main head) (default: the card's)")
     p.add_argument("--top-p", type=top_p, default=None,
-                   help="keep the codes within this probability mass (moss_tts_local: the audio head; qwen3_tts: "
-                        "the talker) (default: the card's)")
+                   help="keep the codes within this probability mass (the card's main head) (default: the card's)")
     p.add_argument("--repetition-penalty", type=penalty, default=None,
                    help="penalty on codes already sampled, 1 = off (default: the card's)")
     p.add_argument("--duration", type=seconds, default=None, metavar="SECONDS",
-                   help="moss_tts_local: the length to aim for, told to the model as 12.5 frames per second "
-                        "(default: none, the model decides)")
+                   help="the length to aim for, told to the model in frames at the card's frame rate, where its "
+                        "family takes a duration target (default: none, the model decides)")
     p.add_argument("--max-frames", type=count, default=0,
                    help="stop after this many frames, 12.5 per second (default: 0 = the card's limit)")
     p.add_argument("--min-frames", type=count, default=0, help="ignore the stop decision before this many frames")
     p.add_argument("--language", default=None,
-                   help="the language of the text. qwen3_tts: Auto, a language of the checkpoint (e.g. English, "
-                        "Chinese) or its ISO 639-1 code (en, zh), any case; moss_tts_local: any text, passed into "
-                        "the prompt as written (default: none; qwen3_tts then takes Auto)")
+                   help="the language of the text, as the card's family takes it: one of the checkpoint's "
+                        "languages (or its ISO 639-1 code) where it has a list, else any text, into the prompt as "
+                        "written; an unknown one is refused listing the accepted values (default: none)")
     p.add_argument("--instruction", default=None, help="a style instruction (default: none)")
-    p.add_argument("--speaker", default=None,
-                   help="qwen3_tts: a speaker of the checkpoint, e.g. vivian (default: none; a CustomVoice "
-                        "checkpoint needs one)")
-    p.add_argument("--text-feed", choices=["streaming", "whole"], default=None,
-                   help="qwen3_tts: feed the text per frame or put it all in the prompt (default: the mode's)")
+    add_family_arguments(p)
     p.add_argument("--codes-out", default=None,
-                   help="also write the codes as .npy, [F, G]: G = 12 for moss_tts_local, the checkpoint's code "
-                        "groups for qwen3_tts (16) (default: none)")
+                   help="also write the codes as .npy, [F, G]: G codes per frame, as the card's codec has them "
+                        "(default: none)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line (default: off)")
+
+
+def add_family_arguments(p: argparse.ArgumentParser) -> None:
+    """Every installed family's own options (`v2.registry.family_options`), each saying whose it is."""
+    takers: dict[str, list[str]] = {}
+    first: dict[str, FamilyOption] = {}
+    for family, options in family_options().items():
+        for o in options:
+            takers.setdefault(o.flag, []).append(family)
+            first.setdefault(o.flag, o)
+    for flag, o in first.items():
+        p.add_argument(flag, dest=family_dest(flag), default=None, choices=list(o.choices) if o.choices else None,
+                       help=f"{o.help} (the {', '.join(takers[flag])} family's)")
+
+
+def family_dest(flag: str) -> str:
+    return "family_" + flag.lstrip("-").replace("-", "_")
 
 
 def sampling_fields(args: argparse.Namespace) -> dict[str, Any]:

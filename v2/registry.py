@@ -5,21 +5,34 @@ filled from three places, in this order: the packages under `v2.families` (the s
 walking that folder, never by name), every entry point of the group `v2.families` (an installed
 distribution's `[project.entry-points."v2.families"]`: `name = "package"`), and `register(name, package)`
 (the same hook, for a family that is importable but not installed, e.g. a test's). A family package holds
-`card.py` (`CARD`), `family.py` (`FAMILY`), and optionally `recompute.py` (RL) and `bench.py` (benchmarks).
-Nothing is imported until a card names its family.
+`card.py` (`CARD`), `family.py` (`FAMILY`), and optionally `recompute.py` (RL), `bench.py` (benchmarks)
+and `options.py` (`OPTIONS`: the command-line options of its own request fields, `FamilyOption`s; torch-
+free, read by `family_options`). Nothing else is imported until a card names its family.
 Must not know: any family's name, cards' contents, the runtime.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import pkgutil
 import threading
+from dataclasses import dataclass
 
 GROUP = "v2.families"  # the entry-point group a family registers under
 
 _lock = threading.Lock()
 _registered: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class FamilyOption:
+    """A command-line option for one of a family's own request fields (`--speaker` -> `speaker`)."""
+
+    flag: str
+    field: str
+    help: str
+    choices: tuple[str, ...] | None = None
 
 
 class UnknownFamily(LookupError):
@@ -64,3 +77,17 @@ def family_package(name: object) -> str:
         raise UnknownFamily(f"unknown family {name!r} (known: {', '.join(sorted(known))}; a family registers "
                             f"under the entry-point group {GROUP!r})")
     return known[name]
+
+
+def family_options() -> dict[str, tuple[FamilyOption, ...]]:
+    """Every known family's own command-line options (`<package>.options.OPTIONS`; none where it has none)."""
+    out: dict[str, tuple[FamilyOption, ...]] = {}
+    for name, package in sorted(families().items()):
+        try:
+            module = importlib.import_module(f"{package}.options")
+        except ModuleNotFoundError as e:
+            if e.name != f"{package}.options":
+                raise
+            continue
+        out[name] = tuple(getattr(module, "OPTIONS", ()))
+    return out

@@ -31,7 +31,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "--top-k": (["--top-k", "2.5"], "error: argument --top-k: expected a whole number, got '2.5'"),
     "--top-p": (["--top-p", "1.5"], "error: argument --top-p: must lie in (0, 1], got 1.5"),
     "--repetition-penalty": (["--repetition-penalty", "0.5"], "error: argument --repetition-penalty: must lie in"),
-    "--duration": (["--duration", "100000"], "error: --duration 100000: 1250000 frames, over the card's max_frames"),
+    "--duration": (["--duration", "100000"], "error: --duration: 1250000 exceeds the card's max_frames (600)"),
     "--max-frames": (["--max-frames", "100000"], "error: --max-frames: 100000 exceeds the card's cap"),
     "--min-frames": (["--min-frames", "100000"], "error: --min-frames: 100000 exceeds --max-frames"),
     "--language": (["--language", LONG], "error: --language: 20001 characters, over the card's max_text_chars"),
