@@ -31,7 +31,7 @@ from v2.families.moss_tts_local.card import MossCard
 from v2.families.moss_tts_local.prepare import CodecSpec, build_rows, prepare
 from v2.families.moss_tts_local.segments import carried_rows, segment_seed
 from v2.families.moss_tts_local.vocoder import VocoderLoop, VocoderState
-from v2.long_text import TextSegment
+from v2.families.moss_tts_local.long_text import TextSegment
 from v2.models.config import MossTTSLocalConfig
 from v2.models.prompt import PromptError, build_prompt
 from v2.models.tokenizer import TextTokenizer

@@ -5,7 +5,7 @@ level-setting reference recordings (refusals name `reference_audio`), the prompt
 the template with references in the user turn, "clone"; or one reference as assistant audio after its
 transcript, "continuation"), placeholder codes of the right length while recordings wait for the encoder,
 naming the field that makes a prompt too long, frame limits, resolving sampling against the card, and
-long text's segments (`v2/long_text.py`: the first segment's prompt is laid out here, the others' there).
+long text's segments (`long_text.py` beside this: the first segment's prompt is laid out here, the others' there).
 Must not know: the engine, slots, devices, the encoder's weights.
 """
 
@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from v2.families.moss_tts_local.card import MossCard as ModelCard
-from v2.long_text import TextSegment, first_text, plan, spans, unsplit
+from v2.families.moss_tts_local.long_text import TextSegment, plan
+from v2.long_text import first_text, spans, unsplit
 from v2.models.config import MossTTSLocalConfig
 from v2.models.prompt import PromptError, build_prompt, check_rows
 from v2.sampling_settings import SamplingSettings
