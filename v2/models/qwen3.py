@@ -1,7 +1,9 @@
 """The Qwen3 backbone: decoder layers over row embeddings, reading and writing a KV cache it is given.
 
 Owns: RMSNorm, rotate-half RoPE, grouped-query attention with q/k norms, SwiGLU (q/k/v and gate/up each
-fused into one projection; `fused_parts` says which release keys make them), and the layer stack. One
+fused into one projection; `fused_parts` says which release keys make them), and the layer stack. The
+same stack without q/k norms and with Llama-3 scaled RoPE (`qk_norm=False`, `rope_scaling`) is a Llama
+decoder. One
 entry point serves prefill and decode: rows of several requests, each at its own positions, each reading
 and writing only its own slot (`KVCache`) or its own blocks (`PagedKVCache`, through a block table).
 Must not know: rows/codebooks, sampling, requests, the scheduler, which blocks a request holds. The
@@ -22,7 +24,7 @@ from v2.models.kernels import inference_kernels, kernels_on
 from v2.models.kv_cache import Cache, CacheView, KVCache
 from v2.models.kernels.qk_rope import qk_norm_rope_write
 from v2.models.kernels.rms_norm import add_rms_norm_fused, rms_norm_fused
-from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
+from v2.models.rope import Llama3Scaling, apply_rotate_half, rotate_half_cos_sin
 from v2.models.kernels.swiglu import silu_mul_fused
 
 
@@ -57,21 +59,23 @@ def fused_parts(cfg: BackboneConfig) -> dict[str, list[tuple[str, int]]]:
 
 
 class Qwen3Attention(nn.Module):
-    def __init__(self, cfg: BackboneConfig) -> None:
+    def __init__(self, cfg: BackboneConfig, qk_norm: bool = True) -> None:
         super().__init__()
         self.cfg = cfg
         h, d = cfg.hidden_size, cfg.head_dim
         # q, k and v in one matmul; the release stores them as q_proj / k_proj / v_proj (see `fused_parts`)
         self.qkv_proj = exact.Linear(h, (cfg.num_heads + 2 * cfg.num_kv_heads) * d, bias=False)
         self.o_proj = exact.Linear(cfg.num_heads * d, h, bias=False)
-        self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.qk_norm = qk_norm
+        if qk_norm:  # Qwen3's per-head norms; a Llama attention has none (and no such tensors)
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, layer: int,
                 view: CacheView | None) -> Tensor:
         cfg = self.cfg
         b, t, _ = x.shape
-        if view is not None and inference_kernels(x.device):
+        if view is not None and self.qk_norm and inference_kernels(x.device):
             kc, vc = view.cache.k[layer], view.cache.v[layer]  # [N + 1, Hkv, S, D]
             # q/k norms, RoPE and the cache writes in one kernel
             q = qk_norm_rope_write(self.qkv_proj(x), cfg.num_heads, cfg.num_kv_heads, self.q_norm.weight,
@@ -79,8 +83,11 @@ class Qwen3Attention(nn.Module):
                                    view.write_pos).transpose(1, 2)  # [B, Hq, T, D]
         else:
             q, k, v = self.qkv_proj(x).split([n * cfg.head_dim for n in (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads)], -1)
-            q = self.q_norm(q.view(b, t, cfg.num_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hq, T, D]
-            k = self.k_norm(k.view(b, t, cfg.num_kv_heads, cfg.head_dim)).transpose(1, 2)  # [B, Hkv, T, D]
+            q = q.view(b, t, cfg.num_heads, cfg.head_dim)  # [B, T, Hq, D]
+            k = k.view(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, Hkv, D]
+            if self.qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, Hq, T, D], [B, Hkv, T, D]
             v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
             q, k = apply_rotate_half(q, cos, sin), apply_rotate_half(k, cos, sin)
             if view is None:
@@ -113,9 +120,9 @@ class Qwen3MLP(nn.Module):
 
 
 class Qwen3Layer(nn.Module):
-    def __init__(self, cfg: BackboneConfig) -> None:
+    def __init__(self, cfg: BackboneConfig, qk_norm: bool = True) -> None:
         super().__init__()
-        self.self_attn = Qwen3Attention(cfg)
+        self.self_attn = Qwen3Attention(cfg, qk_norm)
         self.mlp = Qwen3MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -128,14 +135,18 @@ class Qwen3Layer(nn.Module):
 
 class Qwen3Backbone(nn.Module):
     """Embedding table, decoder layers and final norm (release prefix `transformer.`). With
-    `embed_tokens=False` the stack has no token table (a model that builds its input rows itself)."""
+    `embed_tokens=False` the stack has no token table (a model that builds its input rows itself).
+    `qk_norm=False` drops the per-head q/k norms and `rope_scaling` scales the RoPE frequencies
+    (Llama-3): together a Llama decoder."""
 
-    def __init__(self, cfg: BackboneConfig, *, embed_tokens: bool = True) -> None:
+    def __init__(self, cfg: BackboneConfig, *, embed_tokens: bool = True, qk_norm: bool = True,
+                 rope_scaling: Llama3Scaling | None = None) -> None:
         super().__init__()
         self.cfg = cfg
+        self.rope_scaling = rope_scaling
         if embed_tokens:
             self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(Qwen3Layer(cfg) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(Qwen3Layer(cfg, qk_norm) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: Tensor, *, valid: Tensor | None = None, layer_inputs: list[Tensor] | None = None) -> Tensor:
@@ -178,7 +189,7 @@ class Qwen3Backbone(nn.Module):
 
     def _run(self, x: Tensor, positions: Tensor, mask: Tensor | None, view: CacheView | None,
              layer_inputs: list[Tensor] | None) -> Tensor:
-        cos, sin = rotate_half_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)
+        cos, sin = rotate_half_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta, self.rope_scaling)
         if layer_inputs is None and inference_kernels(x.device):
             return self._run_fused(x, cos, sin, mask, view)
         for i, layer in enumerate(self.layers):

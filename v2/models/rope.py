@@ -1,16 +1,30 @@
 """Rotary position embeddings in the two layouts the models use.
 
-Owns: inverse frequencies, rotate-half (NeoX/Qwen) and interleaved (GPT-J) cos/sin tables at integer
-positions of any shape, and applying them to [B, heads, T, D] tensors. Angles are float32.
+Owns: inverse frequencies (plain, and Llama-3's scaled form: `Llama3Scaling`, `llama3_inv_freq`),
+rotate-half (NeoX/Qwen/Llama) and interleaved (GPT-J) cos/sin tables at integer positions of any shape,
+and applying them to [B, heads, T, D] tensors. Angles are float32.
 Must not know: any model.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Llama3Scaling:
+    """Llama-3 scaled RoPE (`rope_type` "llama3"): long wavelengths slowed by `factor`, short ones kept,
+    a smooth blend in between, all relative to `original_max_position_embeddings`."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
 
 
 @functools.lru_cache(maxsize=32)
@@ -20,9 +34,33 @@ def rope_inv_freq(head_dim: int, base: float, device: torch.device) -> Tensor:
     return 1.0 / (base ** exponent)
 
 
-def rotate_half_cos_sin(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
-    """cos/sin [B, T, head_dim] for rotate-half RoPE at integer positions [B, T]."""
-    freqs = positions[..., None] * rope_inv_freq(head_dim, base, positions.device)  # [B, T, D/2], float32
+@functools.lru_cache(maxsize=32)
+def llama3_inv_freq(head_dim: int, base: float, scaling: Llama3Scaling, device: torch.device) -> Tensor:
+    """[head_dim / 2] float32 Llama-3 scaled inverse frequencies (read-only), from the plain ones f with
+    wavelength w = 2 pi / f: f / factor where w > original / low_freq_factor; f where w < original /
+    high_freq_factor; between them (1 - s) f / factor + s f, s = (original / w - low) / (high - low)."""
+    inv = rope_inv_freq(head_dim, base, device)
+    s = scaling
+    original = float(s.original_max_position_embeddings)
+    wavelen = 2 * math.pi / inv
+    low_wavelen, high_wavelen = original / s.low_freq_factor, original / s.high_freq_factor
+    scaled = torch.where(wavelen > low_wavelen, inv / s.factor, inv)
+    smooth = (original / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    blended = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, blended, scaled)
+
+
+def inv_freq(head_dim: int, base: float, scaling: Llama3Scaling | None, device: torch.device) -> Tensor:
+    """The plain inverse frequencies, or Llama-3's scaled ones when `scaling` is given."""
+    return rope_inv_freq(head_dim, base, device) if scaling is None else llama3_inv_freq(head_dim, base, scaling, device)
+
+
+def rotate_half_cos_sin(positions: Tensor, head_dim: int, base: float,
+                        scaling: Llama3Scaling | None = None) -> tuple[Tensor, Tensor]:
+    """cos/sin [B, T, head_dim] for rotate-half RoPE at integer positions [B, T] (Llama-3 scaled
+    frequencies when `scaling` is given)."""
+    freqs = positions[..., None] * inv_freq(head_dim, base, scaling, positions.device)  # [B, T, D/2], float32
     emb = torch.cat([freqs, freqs], dim=-1)  # [B, T, D]
     return emb.cos(), emb.sin()
 
