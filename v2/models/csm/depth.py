@@ -1,0 +1,134 @@
+"""The CSM depth decoder: codebooks 1..N-1 of a frame from the backbone's hidden state and codebook 0.
+
+Owns: the module tree under the release's names (`depth_decoder.model.{embed_tokens, inputs_embeds_projector,
+layers, norm}`, `depth_decoder.codebooks_head.weight` [N-1, H, V]), the input row of each position
+(position 0 = the backbone hidden h, position p >= 1 = `embed_tokens[(p-1) * V + c_(p-1)]`, every row through
+`inputs_embeds_projector`; the table is at backbone width), the per-position heads (head p-1 reads
+position p and gives codebook p), the batched incremental pass over B rows with its own per-frame KV cache
+(positions 0..N-1, every row at the same position) and the teacher-forced pass (one causal pass over
+given codes).
+Must not know: how a code is chosen (the caller's `draw`), the backbone's cache, prompts, requests.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from v2.models import exact
+from v2.models.csm.config import CsmConfig
+from v2.models.kv_cache import KVCache
+from v2.models.qwen3 import Qwen3Backbone
+
+# (codebook k in 1..N-1, logits [B, V] float32) -> (codes [B], logprobs [B])
+Draw = Callable[[int, Tensor], tuple[Tensor, Tensor]]
+
+
+class DepthDecoderModel(Qwen3Backbone):
+    """The Llama layers at depth width, the audio table (backbone width) and the input projection."""
+
+    def __init__(self, cfg: CsmConfig) -> None:
+        super().__init__(cfg.depth, embed_tokens=False, qk_norm=False, rope_scaling=cfg.depth_rope)
+        self.embed_tokens = nn.Embedding(cfg.audio_table_rows, cfg.hidden_size)  # type: ignore[assignment]
+        self.inputs_embeds_projector = exact.Linear(cfg.hidden_size, cfg.depth.hidden_size, bias=False)
+
+
+class CodebooksHead(nn.Module):
+    """weight [N-1, H, V]: codebook p's logits = hidden @ weight[p-1] (not transposed)."""
+
+    def __init__(self, cfg: CsmConfig) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(cfg.num_codebooks - 1, cfg.depth.hidden_size, cfg.vocab_size))
+        self._cached: tuple[int, int, Tensor] | None = None  # (data_ptr, version, [N-1, V, H'] weights)
+
+    def _heads(self) -> Tensor:
+        """[N-1, V, H'] the heads as `exact.linear` weights (H zero-padded to its alignment), made once per
+        parameter value while autograd is off (a differentiable pass transposes in its graph)."""
+        w = self.weight
+        if torch.is_grad_enabled() and w.requires_grad:
+            return w.transpose(1, 2)
+        key = (w.data_ptr(), w._version)
+        if self._cached is None or self._cached[:2] != key:
+            pad = -w.shape[1] % exact.ALIGN
+            self._cached = (*key, F.pad(w.detach().transpose(1, 2), (0, pad)).contiguous())
+        return self._cached[2]
+
+    def forward(self, hidden: Tensor, codebook: int) -> Tensor:
+        """hidden [..., H] at position `codebook` -> logits of that codebook [..., V] (1 <= codebook <= N-1).
+        On the CPU through `exact.linear` (a transposed copy of the heads is kept); elsewhere a plain matmul."""
+        if not exact.on(hidden):
+            return hidden @ self.weight[codebook - 1]
+        heads = self._heads()[codebook - 1]  # [V, H']
+        if heads.shape[-1] != hidden.shape[-1]:
+            hidden = F.pad(hidden, (0, heads.shape[-1] - hidden.shape[-1]))
+        return exact.linear(hidden, heads)
+
+
+class DepthDecoder(nn.Module):
+    def __init__(self, cfg: CsmConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = DepthDecoderModel(cfg)
+        self.codebooks_head = CodebooksHead(cfg)
+
+    @property
+    def num_codebooks(self) -> int:
+        return self.cfg.num_codebooks
+
+    def allocate_kv(self, batch: int, *, dtype: torch.dtype, device: torch.device | str) -> KVCache:
+        """A per-frame cache for `batch` rows: N positions each (h, then codebooks 0..N-2)."""
+        return KVCache.allocate(self.cfg.depth, batch, self.num_codebooks, dtype=dtype, device=device)
+
+    def embed(self, codebook: int, codes: Tensor) -> Tensor:
+        """The depth table's row of codebook k's codes: [...] -> [..., H] (backbone width)."""
+        return self.model.embed_tokens(codes + codebook * self.cfg.vocab_size)
+
+    def predict(self, hidden: Tensor, c0: Tensor, draw: Draw, *, cache: KVCache | None = None,
+                valid: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """One frame for B rows, codebook after codebook.
+
+        hidden [B, H]: the backbone state codebook 0 was chosen from; c0 [B]: codebook 0. Row b reads and
+        writes only slot b of `cache` (allocated when not given; its contents are overwritten). valid [B]
+        False sends a row's writes to the dummy slot (bucket padding). Returns codes [B, N-1] (codebooks
+        1..N-1), raw logits [B, N-1, V] float32, logprobs [B, N-1].
+        """
+        b, n = hidden.shape[0], self.num_codebooks
+        dev = hidden.device
+        if cache is None:
+            cache = self.allocate_kv(b, dtype=hidden.dtype, device=dev)
+        slots = torch.arange(b, device=dev)
+        ok = torch.ones(b, 1, dtype=torch.bool, device=dev) if valid is None else valid[:, None]
+        m = self.model
+        x = m.inputs_embeds_projector(torch.stack([hidden, self.embed(0, c0)], dim=1))  # [B, 2, Hd]
+        positions = torch.arange(2, device=dev).expand(b, 2)
+        out = m.forward_cached(x, cache, slots, positions, ok.expand(b, 2), 2)[:, -1]  # [B, Hd]
+        codes, logits, logprobs = [], [], []
+        for k in range(1, n):
+            lg = self.codebooks_head(out, k).float()  # [B, V]
+            code, lp = draw(k, lg)
+            codes.append(code)
+            logits.append(lg)
+            logprobs.append(lp)
+            if k + 1 < n:
+                x = m.inputs_embeds_projector(self.embed(k, code))[:, None]  # [B, 1, Hd]
+                pos = torch.full((b, 1), k + 1, dtype=torch.long, device=dev)
+                out = m.forward_cached(x, cache, slots, pos, ok, k + 2)[:, 0]
+        return torch.stack(codes, 1), torch.stack(logits, 1), torch.stack(logprobs, 1)
+
+    def teacher_inputs(self, hidden: Tensor, codes: Tensor) -> Tensor:
+        """[h, E[c_0], E[V + c_1], ..., E[(N-2) V + c_(N-2)]]: [B, N, H] before the projection.
+        hidden [B, H], codes [B, N] (codebook N-1 unused)."""
+        n = self.num_codebooks
+        offsets = torch.arange(n - 1, device=codes.device) * self.cfg.vocab_size  # [N-1]
+        rows = self.model.embed_tokens(codes[:, : n - 1] + offsets)  # [B, N-1, H]
+        return torch.cat([hidden[:, None].to(rows.dtype), rows], dim=1)
+
+    def teacher(self, inputs: Tensor) -> tuple[Tensor, Tensor]:
+        """One causal pass over `teacher_inputs` [B, N, H] -> hidden after the final norm [B, N, Hd] and
+        logits [B, N-1, V] float32 (row k-1 = codebook k, from the hidden at position k; differentiable)."""
+        out = self.model(self.model.inputs_embeds_projector(inputs))  # [B, N, Hd]
+        logits = torch.stack([self.codebooks_head(out[:, k], k) for k in range(1, self.num_codebooks)], 1)
+        return out, logits.float()

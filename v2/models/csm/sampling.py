@@ -1,0 +1,73 @@
+"""CSM choices: codebook 0 from the backbone's logits and codebooks 1..N-1 from the depth decoder's, seeded
+and batch-invariant, with the logprob of every chosen code.
+
+Owns: the per-row tensor form of `CsmSampling` (column 0 = the backbone head, column 1 = the depth head)
+and the noise counters: codebook k of frame t is keyed by `t * N + k`, so a row's draw depends only on
+its own logits, seed and frame, never on its batch. The processed distribution (temperature -> top-k ->
+top-p -> softmax) and the Gumbel-max draw with counter-hash noise are v2/models/sampling.py's (`sample`).
+Logprobs: a sampled head reports `log_softmax(processed)[id]`, the distribution the code was drawn
+from; a greedy head (temperature 0, a point mass in `sample`) reports `log_softmax(raw logits)[id]`,
+the temperature-1 distribution whose argmax it took (what the reference's greedy scores give).
+Must not know: the model, requests, the runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from v2.models.csm.config import CsmSampling
+from v2.models.sampling import gumbel_noise, sample
+from v2.sampling_settings import MIN_TEMPERATURE, SORT_WIDTH, HeadSampling
+
+BACKBONE, DEPTH = 0, 1  # columns of the settings tensors
+
+
+def head_needs_full_sort(head: HeadSampling) -> bool:
+    """Host-side: whether a head's draws need the full sort (see `sampling.fast_rows`)."""
+    return head.temperature >= MIN_TEMPERATURE and not 1 <= head.top_k <= SORT_WIDTH
+
+
+@dataclass
+class CsmSamplingTensors:
+    """Per-row settings of a batch: temperature / top_k / top_p [B, 2] (backbone, depth), seed [B]."""
+
+    temperature: Tensor
+    top_k: Tensor
+    top_p: Tensor
+    seed: Tensor
+    full_sort: bool = True  # False promises that no row needs the full sort (skips it)
+
+    @classmethod
+    def build(cls, settings: list[CsmSampling], seeds: list[int],
+              device: torch.device | str = "cpu") -> "CsmSamplingTensors":
+        if len(settings) != len(seeds):
+            raise ValueError(f"{len(settings)} settings for {len(seeds)} seeds")
+        heads = [(s.backbone, s.depth) for s in settings]
+        f32, i64 = torch.float32, torch.int64
+        return cls(
+            temperature=torch.tensor([[h.temperature for h in p] for p in heads], dtype=f32, device=device).view(-1, 2),
+            top_k=torch.tensor([[h.top_k for h in p] for p in heads], dtype=i64, device=device).view(-1, 2),
+            top_p=torch.tensor([[h.top_p for h in p] for p in heads], dtype=f32, device=device).view(-1, 2),
+            seed=torch.tensor(seeds, dtype=i64, device=device),
+            full_sort=any(head_needs_full_sort(h) for p in heads for h in p),
+        )
+
+    def rows(self, index: Tensor) -> "CsmSamplingTensors":
+        """The settings of rows `index` ([B'] long), e.g. to pad or reorder a batch."""
+        return CsmSamplingTensors(self.temperature[index], self.top_k[index], self.top_p[index], self.seed[index],
+                                  self.full_sort)
+
+
+def draw(logits: Tensor, s: CsmSamplingTensors, head: int, frame: Tensor, codebook: int,
+         num_codebooks: int) -> tuple[Tensor, Tensor]:
+    """Codebook `codebook` of frame `frame` [B] from raw logits [B, V] with head `head` (BACKBONE for
+    codebook 0, DEPTH for the others) -> codes [B] int64, logprobs [B] float32 (see the module docstring)."""
+    logits = logits.float()
+    noise = gumbel_noise(s.seed, frame * num_codebooks + codebook, logits.shape[-1])  # [B, V]
+    temperature = s.temperature[:, head]
+    ids, lp = sample(logits, temperature, s.top_k[:, head], s.top_p[:, head], noise, full=s.full_sort)
+    raw = torch.log_softmax(logits, dim=-1).gather(1, ids[:, None])[:, 0]
+    return ids, torch.where(temperature < MIN_TEMPERATURE, raw, lp)
