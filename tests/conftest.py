@@ -38,7 +38,7 @@ def ref() -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="session")
 def ref_model():
-    from v2.models import MossTTSLocal
+    from v2.models.moss_tts_local.model import MossTTSLocal
 
     return MossTTSLocal.from_pretrained(MODEL_DIR / "checkpoint")
 
@@ -68,7 +68,7 @@ def codec_ref() -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="session")
 def ref_codec():
-    from v2.models.codec import MossAudioDecoder
+    from v2.models.moss_codec import MossAudioDecoder
 
     return MossAudioDecoder.from_pretrained(CODEC_DIR / "checkpoint")
 

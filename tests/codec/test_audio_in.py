@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from v2.models.codec.audio_in import AudioError, loudness_normalize, prepare_reference, read_audio, resample
+from v2.models.audio_in import AudioError, read_audio, resample
+from v2.models.moss_codec.audio_in import loudness_normalize, prepare_reference
 
 RATE = 48000
 

@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 from safetensors.torch import load_file, save_file
 
-from v2.models.codec import CodecConfig, MossAudioDecoder, MossAudioEncoder, prepare_reference
+from v2.models.moss_codec import CodecConfig, MossAudioDecoder, MossAudioEncoder, prepare_reference
 from v2.models.config import ConfigError
 from v2.models.weights import CheckpointError
 

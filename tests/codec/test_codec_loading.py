@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from v2.models.codec import CodecConfig, CodesError, MossAudioDecoder
-from v2.models.codec.loader import fold_weight_norm
+from v2.models.moss_codec import CodecConfig, CodesError, MossAudioDecoder
+from v2.models.moss_codec.loader import fold_weight_norm
 from v2.models.config import ConfigError
 from v2.models.weights import CheckpointError, empty_model
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from v2.models.codec.layers import CodecStage
+from v2.models.moss_codec.layers import CodecStage
 
 TOL = dict(atol=1e-4, rtol=1e-4)
 

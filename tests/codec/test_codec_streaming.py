@@ -110,7 +110,7 @@ def test_rows_with_fewer_real_frames_than_the_chunk(tiny_codec):
 
 
 def test_banded_window_attention_matches_the_exact_form():
-    from v2.models.codec.layers import banded_window_attention, exact_window_attention
+    from v2.models.window_attention import banded_window_attention, exact_window_attention
 
     g = torch.Generator().manual_seed(0)
     for window, n, first in ((4, 9, [0, 3]), (31, 300, [0, 40]), (100, 70, [5, 200])):

@@ -11,7 +11,7 @@ from v2.card import build_codec, build_model, load_card
 from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.families.moss_tts_local.vocoder import ChunkPlan
 from v2.sampling_settings import SamplingSettings
-from v2.models.tokenizer import ByteTokenizer
+from v2.models.moss_tts_local.tokenizer import ByteTokenizer
 from v2.runtime import Runtime
 from v2.families.moss_tts_local.codec_executor import CodecExecutor
 from v2.families.moss_tts_local.ar_executor import ARExecutor

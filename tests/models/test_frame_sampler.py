@@ -6,8 +6,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from v2.models import frame_sampler
-from v2.models.frame_sampler import FrameSampler
+from v2.models.moss_tts_local import frame_sampler
+from v2.models.moss_tts_local.frame_sampler import FrameSampler
 from v2.models.sampling import SamplingTensors, frame_noise, sample
 from v2.sampling_settings import SORT_WIDTH, HeadSampling, SamplingSettings
 

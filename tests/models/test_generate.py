@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from v2.models.generate import generate, generate_batch, resolve_settings
-from v2.models.prompt import build_prompt
+from v2.models.moss_tts_local.generate import generate, generate_batch, resolve_settings
+from v2.models.moss_tts_local.prompt import build_prompt
 from v2.models.sampling import SamplingTensors, apply_repetition_penalty, process_logits
 from v2.sampling_settings import SamplingSettings
-from v2.models.tokenizer import ByteTokenizer
+from v2.models.moss_tts_local.tokenizer import ByteTokenizer
 
 pytestmark = pytest.mark.exact
 

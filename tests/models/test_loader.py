@@ -10,7 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from v2.models import CheckpointError, ConfigError, MossTTSLocal, MossTTSLocalConfig
+from v2.models import CheckpointError, ConfigError
+from v2.models.moss_tts_local.config import MossTTSLocalConfig
+from v2.models.moss_tts_local.model import MossTTSLocal
 
 from conftest import MODEL_DIR
 

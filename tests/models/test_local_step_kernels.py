@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from v2.models.kernels import layer_norm as lnk
 from v2.models.kernels import local_attention as lak
-from v2.models.local_transformer import FRAME_POSITIONS
+from v2.models.moss_tts_local.local_transformer import FRAME_POSITIONS
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
 pytestmark = pytest.mark.skipif(lak.triton is None, reason="needs triton")

@@ -6,8 +6,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from v2.models.prompt import PromptError, build_prompt, check_rows
-from v2.models.tokenizer import ByteTokenizer, JsonTokenizer, load_tokenizer
+from v2.models.moss_tts_local.prompt import PromptError, build_prompt, check_rows
+from v2.models.moss_tts_local.tokenizer import ByteTokenizer, JsonTokenizer, load_tokenizer
 
 
 def text_of(rows: torch.Tensor, cfg) -> str:

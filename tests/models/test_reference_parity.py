@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from v2.models.generate import generate, generate_batch
+from v2.models.moss_tts_local.generate import generate, generate_batch
 from v2.sampling_settings import SamplingSettings
 
 TOL = dict(atol=1e-4, rtol=1e-4)

@@ -96,7 +96,8 @@ def test_decode_frame_through_the_kernels_equals_the_torch_path(tiny_card, monke
     """A whole frame (stop head with and without allow_stop, 12 codebooks fed back through the local
     transformer) with mixed settings and a repetition penalty: same codes, same logprobs. A 60-code
     codebook keeps the interpreter quick."""
-    from v2.models import MossTTSLocal, kernels
+    from v2.models import kernels
+    from v2.models.moss_tts_local.model import MossTTSLocal
     from v2.models.sampling import SamplingTensors
     from v2.sampling_settings import SamplingSettings
 

@@ -79,7 +79,7 @@ def test_the_release_card_loads_its_experts_from_the_hub_cache(hf_home):
     assert resolve_checkpoint(MODEL_ID) == model_snapshot
     card = load_card("moss_tts_local_v1_5")
     model, codec = build_model(card, dtype=torch.float32), build_codec(card)
-    from v2.models import MossTTSLocal
+    from v2.models.moss_tts_local.model import MossTTSLocal
 
     direct = MossTTSLocal.from_pretrained(MODEL_DIR / "checkpoint")
     for (name, x), (_, y) in zip(model.state_dict().items(), direct.state_dict().items()):

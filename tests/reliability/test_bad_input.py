@@ -125,7 +125,8 @@ def test_frame_limits_domain(runtime, max_frames, min_frames):
 
 
 def test_checkpoints_load_only_through_safetensors(tmp_path):
-    from v2.models import CheckpointError, MossTTSLocal
+    from v2.models import CheckpointError
+    from v2.models.moss_tts_local.model import MossTTSLocal
 
     (tmp_path / "config.json").write_text((__import__("conftest").MODEL_DIR / "checkpoint" / "config.json").read_text())
     torch.save({"transformer.norm.weight": torch.ones(64)}, tmp_path / "pytorch_model.bin")

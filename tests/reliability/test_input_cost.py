@@ -14,7 +14,8 @@ import soundfile as sf
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from v2.fields import MAX_REFERENCE_SAMPLES, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
-from v2.models.codec.audio_in import MAX_PATH_CHARS, AudioError, prepare_reference
+from v2.models.audio_in import MAX_PATH_CHARS, AudioError
+from v2.models.moss_codec.audio_in import prepare_reference
 from v2.request import HeadParams, RequestError, SamplingParams, SpeechRequest
 from v2.runtime import Runtime
 

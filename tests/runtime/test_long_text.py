@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from v2.card import load_card
-from v2.models.prompt import build_prompt
+from v2.models.moss_tts_local.prompt import build_prompt
 from v2.request import RequestError
 from v2.runtime import Runtime
 from v2.families.moss_tts_local.segments import segment_seed

@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from v2.card import load_card
-from v2.models.generate import generate_batch
+from v2.models.moss_tts_local.generate import generate_batch
 from v2.runtime import Runtime
 
 from conftest import doom_requests, wait_idle

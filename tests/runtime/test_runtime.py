@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from v2.card import load_card
-from v2.models.generate import generate, generate_batch
+from v2.models.moss_tts_local.generate import generate, generate_batch
 from v2.sampling_settings import SamplingSettings
 from v2.request import RequestError
 from v2.runtime import Runtime
@@ -56,7 +56,7 @@ def test_codes_equal_model_generate_for_seeded_sampling(runtime):
     card_sampling = runtime.card.loops.ar_decode.sampling.settings()
     for i in (1, 2):
         result = runtime.submit(req(i, max_frames=25)).result(60)
-        from v2.models.prompt import build_prompt
+        from v2.models.moss_tts_local.prompt import build_prompt
         rows = build_prompt(runtime.family.tokenizer, runtime.model.cfg, TEXTS[i])
         codes = generate(runtime.model, rows, max_frames=25, seed=100 + i, sampling=card_sampling)
         assert torch.equal(torch.from_numpy(result.codes), codes)

@@ -26,7 +26,7 @@ import torch
 from v2.bench.__main__ import machine
 from v2.card import build_encoder as build_card_encoder
 from v2.card import load_card
-from v2.models.codec import MossAudioEncoder, prepare_reference
+from v2.models.moss_codec import MossAudioEncoder, prepare_reference
 
 
 def best_seconds(fn: Callable[[], Any], iters: int, device: torch.device) -> float:

@@ -45,8 +45,8 @@ from v2.bench.__main__ import check_plot, machine
 from v2.bench.overhead import instant_experts, one_row_requests, run_overhead
 from v2.bench.serving import workload
 from v2.card import load_card
-from v2.models.generate import generate_batch
-from v2.models.prompt import build_prompt
+from v2.models.moss_tts_local.generate import generate_batch
+from v2.models.moss_tts_local.prompt import build_prompt
 from v2.runtime import Runtime
 from v2.runtime.device import CudaStream, HostStream, SimulatedStream
 

@@ -25,7 +25,7 @@ from v2.card import build_model, load_card
 from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.models.kernels import decode_attention as da
 from v2.models.kernels import kernels_on
-from v2.models.moss_tts_local import MossTTSLocal
+from v2.models.moss_tts_local.model import MossTTSLocal
 from v2.sampling_settings import SamplingSettings
 from v2.families.moss_tts_local.ar_executor import ARExecutor
 from v2.runtime.graphs import StepGraphs

@@ -30,7 +30,7 @@ from v2.families.moss_tts_local.shapes import SHAPES
 from v2.card import build_model, load_card
 from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.models.kernels import decode_attention as da
-from v2.models.config import MossTTSLocalConfig
+from v2.models.moss_tts_local.config import MossTTSLocalConfig
 from v2.models.kernels import kernels_on
 from v2.models.kv_cache import PagedKVCache
 from v2.sampling_settings import SamplingSettings

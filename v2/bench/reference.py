@@ -101,7 +101,7 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
             log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """The scenario; figures per side: ms per row-frame (median) and the median paired ratio to the reference."""
     from v2.card import load_card
-    from v2.models.generate import generate, generate_batch
+    from v2.models.moss_tts_local.generate import generate, generate_batch
     from v2.runtime import Runtime
     from v2.runtime.device import HostStream
 

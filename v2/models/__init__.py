@@ -1,13 +1,14 @@
-"""The model family: MOSS-TTS-Local (Qwen3 backbone + local transformer) and its parts."""
+"""The networks: one package per model (`v2/models/<name>/`, a family's experts) and the shared building
+blocks they are made of (`exact`, `qwen3`: the Qwen3 decoder stack, `rope`, `kv_cache`, `sampling`,
+`window_attention`, `audio_in`, `weights`, `config`, `kernels/`). Nothing here names a family."""
 
-from v2.models.config import ConfigError, MossTTSLocalConfig
+from v2.models.config import ConfigError
 from v2.models.weights import CheckpointError
-from v2.models.moss_tts_local import FrameOutput, MossTTSLocal
 from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.sampling import SamplingTensors
 from v2.sampling_settings import HeadSampling, SamplingSettings
 
 __all__ = [
-    "CheckpointError", "ConfigError", "FrameOutput", "HeadSampling", "KVCache", "MossTTSLocal",
-    "MossTTSLocalConfig", "PagedKVCache", "SamplingSettings", "SamplingTensors",
+    "CheckpointError", "ConfigError", "HeadSampling", "KVCache", "PagedKVCache", "SamplingSettings",
+    "SamplingTensors",
 ]

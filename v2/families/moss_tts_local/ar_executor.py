@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from v2.models.kernels import kernels_on
-from v2.models.moss_tts_local import MossTTSLocal
+from v2.models.moss_tts_local.model import MossTTSLocal
 from v2.models.sampling import SamplingTensors
 from v2.runtime.device import upload
 from v2.runtime.frames import FrameBatch, OnStream, PagedFrames, context_buckets

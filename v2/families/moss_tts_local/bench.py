@@ -2,7 +2,7 @@
 
 Owns: building the runtime the bench measures (the card's weights, or the release's dimensions with random
 weights: nothing to download), the request a workload text becomes, and one request through the simple
-sequential path on the runtime's own weights (`v2.models.generate.generate`, then the codec's whole
+sequential path on the runtime's own weights (`v2.models.moss_tts_local.generate.generate`, then the codec's whole
 `decode`), which the runtime's codes must equal. `overhead`: the engine-overhead bench has instant
 stand-ins for this family's executors (`v2.bench.overhead`).
 Must not know: the engine's internals, scheduling.
@@ -22,13 +22,13 @@ overhead = True
 
 def runtime(card: Any, *, device: str, random_weights: bool = False) -> Any:
     from v2.card import build_codec, build_model, build_tokenizer
-    from v2.models.tokenizer import ByteTokenizer
+    from v2.models.moss_tts_local.tokenizer import ByteTokenizer
     from v2.runtime import Runtime
 
     if random_weights:
         from v2.families.moss_tts_local.shapes import SHAPES
-        from v2.models.codec import MossAudioDecoder
-        from v2.models.moss_tts_local import MossTTSLocal
+        from v2.models.moss_codec import MossAudioDecoder
+        from v2.models.moss_tts_local.model import MossTTSLocal
 
         dtype = getattr(torch, card.experts.backbone.dtype)
         model = MossTTSLocal.from_seed(json.loads(SHAPES.joinpath("moss_tts_local_v1_5.json").read_text()), 0,
@@ -47,8 +47,8 @@ def request(family: Any, text: str, *, seed: int, max_frames: int) -> dict[str, 
 def sequential(runtime: Any, req: dict[str, Any]) -> tuple[np.ndarray, float, dict[str, float]]:
     """One request through generate() then decode(): its codes [F, G], seconds of audio, and the wall seconds
     of each part (`generate`, `decode`)."""
-    from v2.models.generate import generate
-    from v2.models.prompt import build_prompt
+    from v2.models.moss_tts_local.generate import generate
+    from v2.models.moss_tts_local.prompt import build_prompt
 
     model, codec = runtime.model, runtime.family.codec
     rows = build_prompt(runtime.family.tokenizer, model.cfg, req["text"])

@@ -155,8 +155,8 @@ CARD = MossCard
 
 def _registry() -> dict[str, Any]:
     """The fixed set of weight classes a card's experts resolve to (imported lazily)."""
-    from v2.models.codec import MossAudioDecoder
-    from v2.models.moss_tts_local import MossTTSLocal
+    from v2.models.moss_codec import MossAudioDecoder
+    from v2.models.moss_tts_local.model import MossTTSLocal
 
     # the backbone and the local transformer are two experts of one release checkpoint
     return {"Qwen3Backbone": MossTTSLocal, "MossLocalTransformer": MossTTSLocal, "MossAudioDecoder": MossAudioDecoder}
@@ -193,7 +193,7 @@ def build_encoder(card: MossCard, *, checkpoint: str | Path | None = None, dtype
     shares `decoder`'s codebooks, as one checkpoint's two sides do."""
     import torch
 
-    from v2.models.codec.encoder import MossAudioEncoder
+    from v2.models.moss_codec.encoder import MossAudioEncoder
 
     expert = card.experts.vocoder
     dtype = dtype or getattr(torch, expert.dtype)
@@ -207,7 +207,7 @@ def build_encoder(card: MossCard, *, checkpoint: str | Path | None = None, dtype
 def checkpoint_config(card: MossCard, checkpoint: str | Path | None = None) -> Any:
     """The backbone checkpoint's `MossTTSLocalConfig` (its config.json, or the seeded table's), read without
     any weights: the codebooks (`n_vq`) and their size."""
-    from v2.models.config import MossTTSLocalConfig
+    from v2.models.moss_tts_local.config import MossTTSLocalConfig
 
     source = str(checkpoint) if checkpoint is not None else card.experts.backbone.checkpoint
     if source.startswith(SEED_PREFIX):
@@ -218,7 +218,7 @@ def checkpoint_config(card: MossCard, checkpoint: str | Path | None = None) -> A
 
 
 def build_tokenizer(card: MossCard, checkpoint: str | Path | None = None) -> Any:
-    from v2.models.tokenizer import load_tokenizer
+    from v2.models.moss_tts_local.tokenizer import load_tokenizer
 
     source = str(checkpoint) if checkpoint is not None else card.experts.backbone.checkpoint
     return load_tokenizer(card.experts.backbone.tokenizer,

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from v2.families.moss_tts_local.vocoder import ChunkPlan
-from v2.models.codec import MossAudioDecoder
+from v2.models.moss_codec import MossAudioDecoder
 from v2.runtime.device import to_device, upload
 from v2.runtime.graphs import StepGraphs
 

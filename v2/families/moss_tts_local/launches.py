@@ -19,8 +19,8 @@ import torch
 from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.families.moss_tts_local.ar_executor import ARExecutor
 from v2.families.moss_tts_local.shapes import SHAPES
-from v2.models.config import MossTTSLocalConfig
-from v2.models.moss_tts_local import MossTTSLocal
+from v2.models.moss_tts_local.config import MossTTSLocalConfig
+from v2.models.moss_tts_local.model import MossTTSLocal
 from v2.models.weights import empty_model
 from v2.sampling_settings import SamplingSettings
 

@@ -20,10 +20,10 @@ import torch
 from v2.families.moss_tts_local.card import MossCard as ModelCard
 from v2.families.moss_tts_local.long_text import TextSegment, plan
 from v2.long_text import first_text, spans, unsplit
-from v2.models.config import MossTTSLocalConfig
-from v2.models.prompt import PromptError, build_prompt, check_rows
+from v2.models.moss_tts_local.config import MossTTSLocalConfig
+from v2.models.moss_tts_local.prompt import PromptError, build_prompt, check_rows
 from v2.sampling_settings import SamplingSettings
-from v2.models.tokenizer import TextTokenizer
+from v2.models.moss_tts_local.tokenizer import TextTokenizer
 from v2.request import RequestError, SpeechRequest
 
 
@@ -87,7 +87,7 @@ def prepare_recording(source: Any, card: ModelCard, codec: CodecSpec | None, lab
     """One reference recording read, resampled and level-set for the encoder: [channels, n] float32 at the
     codec's rate (the caller's thread; encoding runs later). Refusals are of `reference_audio`, their messages
     naming `label` (e.g. "reference_audio[1]")."""
-    from v2.models.codec.audio_in import AudioError, prepare_reference
+    from v2.models.moss_codec.audio_in import AudioError, prepare_reference
 
     if codec is None:
         raise RequestError(f"{label}: this runtime has no codec encoder (the card does not enable it)",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from v2.models.moss_tts_local import MossTTSLocal
+from v2.models.moss_tts_local.model import MossTTSLocal
 from v2.models.sampling import SamplingTensors, apply_repetition_penalty, processed
 from v2.rl.trajectory import Trajectory
 from v2.sampling_settings import SamplingSettings

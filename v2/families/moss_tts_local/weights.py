@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from v2.models.loader import Part, canonical_name, release_layout, tied_target
+from v2.models.moss_tts_local.loader import Part, canonical_name, release_layout, tied_target
 from v2.models.weights import SafetensorsFiles
 
 

@@ -4,7 +4,7 @@ Owns: the reference's input rule (its tokenizer's `load_audio` / `_normalize_aud
 averaged to mono, a rate other than the codec's is resampled with soxr "HQ" to ceil(n * rate / source rate)
 samples (what `librosa.resample`'s default `soxr_hq` with `fix=True` gives), and nothing else (no loudness
 change: the 12 Hz tokenizer has none). Reading, the layout rule for raw samples and the refusals
-(`AudioError`) are the MOSS codec's (`v2.models.codec.audio_in`).
+(`AudioError`) are the shared ones (`v2.models.audio_in`).
 Must not know: torch, the codec's weights, requests, the runtime.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from v2.models.codec.audio_in import AudioError, AudioSource, read_audio, resample
+from v2.models.audio_in import AudioError, AudioSource, read_audio, resample
 
 __all__ = ["AudioError", "prepare_mono"]
 

@@ -4,7 +4,7 @@ Owns: `input_proj` -> layers (RMSNorm, grouped-query attention with rotate-half 
 absolute frame positions, a window of `sliding_window` frames, LayerScale; RMSNorm, SiLU-gated MLP,
 LayerScale) -> `norm` -> `output_proj`, under the release's names; each layer's window history (the
 last window - 1 keys/values after RoPE, oldest first, at the KV heads) read and written per slot.
-Attention is `v2.models.codec.layers.window_attention`: per query over exactly its own window of keys,
+Attention is `v2.models.window_attention.window_attention`: per query over exactly its own window of keys,
 elementwise products and sums on CPU (the same bits whatever the chunk), banded SDPA elsewhere.
 Must not know: checkpoints, convolutions, slot allocation, the runtime.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from v2.models.codec.layers import window_attention
+from v2.models.window_attention import window_attention
 from v2.models.qwen3_codec.config import DecoderConfig
 from v2.models.qwen3_codec.ops import last_rows, rms_norm, silu, tile_rows, tiled_linear
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin

@@ -19,14 +19,14 @@ from torch import Tensor, nn
 
 from v2.models import exact
 
-from v2.models.config import MossTTSLocalConfig
-from v2.models.local_transformer import LocalKV, LocalTransformer
+from v2.models.moss_tts_local.config import MossTTSLocalConfig
+from v2.models.moss_tts_local.local_transformer import LocalKV, LocalTransformer
 from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.kernels import inference_kernels, kernels_on
 from v2.models.kernels.layer_norm import embed_layer_norm_fused
 from v2.models.kernels.sample import sample_fused
-from v2.models.frame_sampler import FrameSampler
+from v2.models.moss_tts_local.frame_sampler import FrameSampler
 from v2.models.sampling import SamplingTensors, apply_repetition_penalty, frame_noise, sample
 
 # one channel's draw: (settings, steps, channel, logits [B, V], presence [B, V] | None, full sort) -> ids, logprobs
@@ -60,7 +60,7 @@ class MossTTSLocal(nn.Module):
     def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
                         device: torch.device | str = "cpu") -> "MossTTSLocal":
         """Load a release checkpoint directory (config.json + safetensors)."""
-        from v2.models.loader import load_checkpoint
+        from v2.models.moss_tts_local.loader import load_checkpoint
 
         return load_checkpoint(cls, Path(path), dtype=dtype, device=device)
 
@@ -68,7 +68,7 @@ class MossTTSLocal(nn.Module):
     def from_seed(cls, config: dict, seed: int, *, dtype: torch.dtype = torch.float32,
                   device: torch.device | str = "cpu", init_device: torch.device | str = "cpu") -> "MossTTSLocal":
         """Build from a config dict with weights drawn from a fixed seed (no files)."""
-        from v2.models.loader import init_seeded
+        from v2.models.moss_tts_local.loader import init_seeded
 
         return init_seeded(cls, config, seed, dtype=dtype, device=device, init_device=init_device)
 

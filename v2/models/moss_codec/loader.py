@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from v2.models.codec.config import DECODE_CODEBOOKS, CodecConfig
+from v2.models.moss_codec.config import DECODE_CODEBOOKS, CodecConfig
 from v2.models.weights import (
     M, empty_model, fill_seeded, open_weights, raise_mismatch, read_config, read_tensor, set_tensor, stored_shapes,
     weight_files,

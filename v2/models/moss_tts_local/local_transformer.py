@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from v2.models import exact
 
-from v2.models.config import LocalConfig
+from v2.models.moss_tts_local.config import LocalConfig
 from v2.models.kernels import inference_kernels
 from v2.models.kernels.layer_norm import add_layer_norm_fused
 from v2.models.kernels.local_attention import local_attention_step

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from v2.models.config import MossTTSLocalConfig
+from v2.models.moss_tts_local.config import MossTTSLocalConfig
 from v2.models.qwen3 import fused_parts
 from v2.models.weights import (
     M, CheckpointError, empty_model, fill_seeded, open_weights, raise_mismatch, read_config, read_tensor,

@@ -16,8 +16,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from v2.models.codec.config import DECODE_CODEBOOKS, CodecConfig, StageConfig
-from v2.models.codec.layers import CodecStage, PatchUpsample, StableLinear, stable_linear
+from v2.models.moss_codec.config import DECODE_CODEBOOKS, CodecConfig, StageConfig
+from v2.models.moss_codec.layers import CodecStage, PatchUpsample, StableLinear, stable_linear
 
 
 class CodesError(ValueError):
@@ -101,14 +101,14 @@ class MossAudioDecoder(nn.Module):
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
                         device: torch.device | str = "cpu") -> "MossAudioDecoder":
-        from v2.models.codec.loader import load_codec
+        from v2.models.moss_codec.loader import load_codec
 
         return load_codec(cls, Path(path), dtype=dtype, device=device)
 
     @classmethod
     def from_seed(cls, config: dict, seed: int, *, dtype: torch.dtype = torch.float32,
                   device: torch.device | str = "cpu", init_device: torch.device | str = "cpu") -> "MossAudioDecoder":
-        from v2.models.codec.loader import seeded_codec
+        from v2.models.moss_codec.loader import seeded_codec
 
         return seeded_codec(cls, config, seed, dtype=dtype, device=device, init_device=init_device)
 

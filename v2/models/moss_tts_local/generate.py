@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from v2.models.moss_tts_local import MossTTSLocal
+from v2.models.moss_tts_local.model import MossTTSLocal
 from v2.models.sampling import SamplingTensors
 from v2.sampling_settings import HeadSampling, SamplingSettings, needs_full_sort
 

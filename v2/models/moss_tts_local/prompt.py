@@ -13,8 +13,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from v2.models.config import MossTTSLocalConfig
-from v2.models.tokenizer import TextTokenizer
+from v2.models.moss_tts_local.config import MossTTSLocalConfig
+from v2.models.moss_tts_local.tokenizer import TextTokenizer
 
 FRAMES_PER_SECOND = 12.5
 

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from v2.models.codec.config import DECODE_CODEBOOKS, CodecConfig, StageConfig
-from v2.models.codec.decoder import CodecState, MossAudioDecoder
-from v2.models.codec.layers import CodecStage, PatchDownsample, StableLinear, stable_linear
+from v2.models.moss_codec.config import DECODE_CODEBOOKS, CodecConfig, StageConfig
+from v2.models.moss_codec.decoder import CodecState, MossAudioDecoder
+from v2.models.moss_codec.layers import CodecStage, PatchDownsample, StableLinear, stable_linear
 from v2.models.config import ConfigError
 
 
@@ -109,7 +109,7 @@ class MossAudioEncoder(nn.Module):
     def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
                         device: torch.device | str = "cpu") -> "MossAudioEncoder":
         """The encoder side of a codec checkpoint (the decoder side's keys are skipped)."""
-        from v2.models.codec.loader import load_codec
+        from v2.models.moss_codec.loader import load_codec
 
         return load_codec(cls, Path(path), dtype=dtype, device=device, encoder=True)
 
@@ -119,7 +119,7 @@ class MossAudioEncoder(nn.Module):
                   init_device: torch.device | str = "cpu") -> "MossAudioEncoder":
         """Weights drawn from `seed`, sharing the codebooks and `out_proj` of `decoder` (default: the decoder
         `MossAudioDecoder.from_seed(config, seed)` builds), as one checkpoint's two sides do."""
-        from v2.models.codec.loader import seeded_encoder
+        from v2.models.moss_codec.loader import seeded_encoder
 
         if decoder is None:
             decoder = MossAudioDecoder.from_seed(config, seed, device=init_device, init_device=init_device)

@@ -1,14 +1,13 @@
-"""Reference audio in: a file, its bytes or (samples, sample_rate) -> stereo float32 at the codec's rate, level-set.
+"""Audio in: a file, its bytes or (samples, sample_rate) -> float32 samples as decoded, and resampling.
 
 Owns: reading with soundfile (wav, flac, ogg, mp3 where libsndfile has it), the layout rule for raw
-samples, mono -> stereo (duplicated) and > 2 channels -> the first two, resampling with soxr (quality "HQ"),
-the output length `ceil(n * rate / source_rate)` that the reference's resampler gives, the reference's
-loudness normalisation (-20 dBFS mean power, gain clamped to [-3, +3] dB), and refusing unusable audio with
-an `AudioError` whose message reads after the field's name ("reference_audio: is 31.0 s long; ..."). What a
-recording may cost is decided before it is decoded, converted or copied: from a file's header (frames, rate,
-channels) or an array's shape, the rate range, the duration and frames x channels (bounds in `v2/fields.py`),
-and a path's length (MAX_PATH_CHARS).
-Must not know: torch, the codec's weights, requests, the runtime.
+samples, resampling with soxr (quality "HQ") to the output length `ceil(n * rate / source_rate)` that the
+references' resamplers give, and refusing unusable audio with an `AudioError` whose message reads after the
+field's name ("reference_audio: is 31.0 s long; ..."). What a recording may cost is decided before it is
+decoded, converted or copied: from a file's header (frames, rate, channels) or an array's shape, the rate
+range, the duration and frames x channels (bounds in `v2/fields.py`), and a path's length (MAX_PATH_CHARS).
+Each codec's own input rule (channels, level) is in its package (`audio_in.py` there).
+Must not know: torch, any codec, requests, the runtime.
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ import soxr
 
 from v2.fields import check_reference_size, check_sample_rate  # the bounds: MIN/MAX_SAMPLE_RATE, MAX_REFERENCE_SAMPLES
 
-TARGET_DBFS = -20.0
-MAX_GAIN_DB = 3.0
 RESAMPLE_QUALITY = "HQ"  # soxr's 20-bit preset: flat passband to ~0.91 of the lower Nyquist, fast
 MAX_PATH_CHARS = 4096  # Linux's PATH_MAX: a longer path is refused before the file system is asked
 
@@ -187,13 +184,6 @@ def read_audio(source: AudioSource, *, min_seconds: float = 0.0,
     return samples, rate
 
 
-def to_stereo(samples: np.ndarray) -> np.ndarray:
-    """[channels, n] -> [2, n]: mono duplicated, more than two channels keep the first two."""
-    if samples.shape[0] == 1:
-        return np.concatenate([samples, samples])
-    return samples[:2]
-
-
 def resample(samples: np.ndarray, rate: int, target_rate: int) -> np.ndarray:
     """[channels, n] float32 at `rate` -> [channels, ceil(n * target_rate / rate)] float32 (soxr "HQ").
 
@@ -206,25 +196,3 @@ def resample(samples: np.ndarray, rate: int, target_rate: int) -> np.ndarray:
     if out.shape[1] < want:
         out = np.pad(out, ((0, 0), (0, want - out.shape[1])))
     return np.ascontiguousarray(out[:, :want], dtype=np.float32)
-
-
-def loudness_normalize(wav: np.ndarray) -> tuple[np.ndarray, float]:
-    """The reference's level setting: level = 10 log10(mean(wav^2) + 1e-9) over every sample of every channel
-    (float64), gain_db = clamp(-20 - level, -3, +3); returns (wav * 10^(gain_db / 20) in float32, gain_db)."""
-    level = 10.0 * math.log10(float(np.mean(np.square(wav, dtype=np.float64))) + 1e-9)
-    gain_db = min(MAX_GAIN_DB, max(-MAX_GAIN_DB, TARGET_DBFS - level))
-    factor = np.float32(10.0 ** (gain_db / 20.0))
-    return (wav.astype(np.float32) * factor).astype(np.float32), gain_db
-
-
-def prepare_reference(source: AudioSource, *, sample_rate: int, min_seconds: float = 0.0,
-                      max_seconds: float | None = None) -> np.ndarray:
-    """A reference recording ready for the codec encoder: [2, n] float32 at `sample_rate`, level-set.
-
-    source: a path (str or os.PathLike), the bytes of an audio file, or (samples, sample_rate) with samples
-    [n] (mono), [n, channels] or [channels, n] (the longer axis is time). min_seconds / max_seconds bound
-    the duration (as given, before resampling); pass one codec frame as min_seconds to refuse audio that
-    would encode to no frame. Raises AudioError (a ValueError) naming what is wrong."""
-    samples, rate = read_audio(source, min_seconds=min_seconds, max_seconds=max_seconds)
-    wav = resample(to_stereo(samples), rate, sample_rate)
-    return loudness_normalize(wav)[0]
