@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -40,6 +41,11 @@ class Backbone(Qwen3Backbone):
     def __init__(self, cfg: CsmConfig) -> None:
         super().__init__(cfg.backbone, embed_tokens=False, qk_norm=False, rope_scaling=cfg.backbone_rope)
         self.embed_tokens = BackboneEmbeddings(cfg)  # type: ignore[assignment]
+
+    @property
+    def audio_table(self) -> nn.Embedding:
+        """`embed_tokens.embed_audio_tokens`: codebook k's code c is row k * V + c."""
+        return cast(BackboneEmbeddings, self.embed_tokens).embed_audio_tokens
 
 
 @dataclass
@@ -119,7 +125,7 @@ class Csm(nn.Module):
         """Audio rows frame(c) = sum_k A[k * V + c_k]: codes [..., N] -> [..., H] (a fixed-order sum)."""
         codes = codes.to(self.device)
         offsets = torch.arange(self.num_codebooks, device=codes.device) * self.cfg.vocab_size  # [N]
-        rows = self.backbone_model.embed_tokens.embed_audio_tokens(codes + offsets)  # [..., N, H]
+        rows = self.backbone_model.audio_table(codes + offsets)  # [..., N, H]
         return exact.halving_sum(rows, -2)
 
     def eos_frame(self, *lead: int) -> Tensor:
