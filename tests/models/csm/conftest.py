@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Iterator
@@ -39,6 +40,25 @@ def cmodel():
     from v2.models.csm.model import Csm
 
     return Csm.from_pretrained(CHECKPOINT)
+
+
+@pytest.fixture(scope="session")
+def other_config(cconfig) -> dict:
+    """The fixture's config at other sizes: widths 40/24, 3 and 1 layers, 5/1 and 2/2 heads, head_dim 16/12,
+    5 codebooks of 37 ids, text vocab 300 and its own special ids, other RoPE settings per stack."""
+    d = copy.deepcopy(cconfig)
+    d.pop("codec_config")
+    d.update(hidden_size=40, num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=1, head_dim=16,
+             intermediate_size=72, num_codebooks=5, vocab_size=37, text_vocab_size=300, bos_token_id=290,
+             eos_token_id=291, audio_token_id=292, audio_eos_token_id=293, pad_token_id=292,
+             codebook_eos_token_id=0, codebook_pad_token_id=36, rms_norm_eps=1e-6,
+             rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 2.0, "original_max_position_embeddings": 64})
+    d["depth_decoder_config"].update(
+        hidden_size=24, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, head_dim=12,
+        intermediate_size=40, backbone_hidden_size=40, num_codebooks=5, vocab_size=37,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    return d
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -4,7 +4,6 @@ exactly; the loop runs, equals its one-pass recompute, batched equals alone, and
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -19,24 +18,7 @@ from v2.models.csm.model import Csm
 from v2.models.csm.prompt import Turn, prompt_rows
 from v2.sampling_settings import HeadSampling
 
-DEPTH = "depth_decoder_config"
 SAMPLED = CsmSampling(HeadSampling(0.9, 10, 1.0), HeadSampling(1.1, 0, 0.9))
-
-
-@pytest.fixture(scope="module")
-def other_config(cconfig) -> dict:
-    d = copy.deepcopy(cconfig)
-    d.pop("codec_config")
-    d.update(hidden_size=40, num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=1, head_dim=16,
-             intermediate_size=72, num_codebooks=5, vocab_size=37, text_vocab_size=300, bos_token_id=290,
-             eos_token_id=291, audio_token_id=292, audio_eos_token_id=293, pad_token_id=292,
-             codebook_eos_token_id=0, codebook_pad_token_id=36, rms_norm_eps=1e-6,
-             rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                              "high_freq_factor": 2.0, "original_max_position_embeddings": 64})
-    d[DEPTH].update(hidden_size=24, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, head_dim=12,
-                    intermediate_size=40, backbone_hidden_size=40, num_codebooks=5, vocab_size=37,
-                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
-    return d
 
 
 @pytest.fixture(scope="module")
