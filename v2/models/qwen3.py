@@ -1,5 +1,8 @@
 """The Qwen3 backbone: decoder layers over row embeddings, reading and writing a KV cache it is given.
 
+A shared building block: "Qwen3" names the decoder architecture (several families' models are made of it),
+not a family.
+
 Owns: RMSNorm, rotate-half RoPE, grouped-query attention with q/k norms, SwiGLU (q/k/v and gate/up each
 fused into one projection; `fused_parts` says which release keys make them), and the layer stack. The
 same stack without q/k norms and with Llama-3 scaled RoPE (`qk_norm=False`, `rope_scaling`) is a Llama
