@@ -162,7 +162,9 @@ class CsmConfig:
 @dataclass(frozen=True)
 class CsmSampling:
     """One request's sampling: `backbone` chooses codebook 0 from lm_head's logits, `depth` the depth
-    decoder's codebooks 1..N-1. Each: temperature -> top-k -> top-p -> softmax; temperature 0 = greedy."""
+    decoder's codebooks 1..N-1. Each: temperature -> top-k -> top-p -> softmax; temperature 0 = greedy.
+    Left out, both heads are greedy; a checkpoint's own defaults are `GenerationDefaults` (its
+    generation_config.json)."""
 
     backbone: HeadSampling = field(default_factory=lambda: HeadSampling(0.0, 0, 1.0))
     depth: HeadSampling = field(default_factory=lambda: HeadSampling(0.0, 0, 1.0))
