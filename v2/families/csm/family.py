@@ -1,0 +1,276 @@
+"""Sesame CSM bound for the runtime: the `v2.runtime.family.Family` of this family (`FAMILY` binds it).
+
+Owns: building the experts a card names (`experts`: the model, Mimi from the same checkpoint unless given,
+the tokenizer from its files, the sampling defaults and frame budget from its generation_config.json), what
+the checkpoint's config alone decides (`voice_spec`: a stored voice is N codes a frame; `precheck`: text
+on a checkpoint without a tokenizer refused before any weights load), and `CsmFamily`: the loop graph
+(`backbone` -> `codec`, `encode` in front; `backbone` holds the paged KV), the executors per work kind
+(ENCODE in front, PREFILL, AR_FRAME, AUDIO_CHUNK), the slot pools (`kv`, `codec`, `encode`), the KV pool's
+geometry, and the family's side of a request's life: parsing it, preparing it (its turns laid out; a
+stored voice: its codes and transcript as a context turn), the prompt laid out again once its context
+audio is encoded, its loops' states at admission, device state at admission (sampling, seed, fresh codec
+state), the rows a preempted request recomputes, and the result.
+Must not know: the engine's queues, scheduling policy, threads.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Hashable, Mapping, Sequence
+
+import torch
+
+from v2.contracts import LoopState, WorkUnitKind
+from v2.errors import RequestError
+from v2.families.csm import builders, results
+from v2.families.csm.audio import read_context
+from v2.families.csm.backbone import BACKBONE, CsmLoop, recompute_rows
+from v2.families.csm.card import BackboneSettings, CsmCard, codec_config, config_dict, generation_config, model_source
+from v2.families.csm.codec import CODEC, CodecLoop
+from v2.families.csm.codec_executor import CodecExecutor
+from v2.families.csm.encode import EncodeLoop
+from v2.families.csm.encode_executor import EncodeExecutor
+from v2.families.csm.frame_executor import FrameExecutor, OnStream
+from v2.families.csm.params import SPEECH_PARAMS
+from v2.families.csm.prepare import CodecSpec, EncodeInput, Prepared, prepare, with_encoded
+from v2.families.csm.request import CsmRequest, parse
+from v2.families.csm.sampling_names import SAMPLING_KEYS
+from v2.families.csm.weights import NAMES
+from v2.models.csm.config import CsmConfig, CsmSampling, GenerationDefaults
+from v2.models.kv_cache import PagedKVCache
+from v2.runtime.family import KVSpec, LaunchState, LoopGraph, LoopSpec, Needs, VoiceSpec
+from v2.sampling_settings import HeadSampling
+
+
+def pool_blocks(settings: BackboneSettings, model: Any) -> int:
+    """The KV pool in blocks: `kv_blocks`; or `kv_memory_fraction` of the memory free now; else max_running
+    requests at full length."""
+    if settings.kv_blocks is not None:
+        return settings.kv_blocks
+    if settings.kv_memory_fraction is None:
+        return settings.max_running * settings.max_blocks
+    device = model.device
+    free = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda"
+            else os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    per_block = PagedKVCache.block_bytes(model.cfg.backbone, settings.block_size, model.dtype)
+    blocks = int(free * settings.kv_memory_fraction) // per_block
+    if blocks < settings.max_blocks:
+        raise RuntimeError(f"kv_memory_fraction: {settings.kv_memory_fraction} of {free / 2**30:.1f} GiB free holds "
+                           f"{blocks} KV blocks, fewer than one request at full length ({settings.max_blocks})")
+    return blocks
+
+
+def defaults(card: CsmCard, generation: dict[str, Any] | None) -> tuple[CsmSampling, int]:
+    """(sampling of both stages, frame budget): the card's sampling section, else generation_config.json
+    (over transformers' class defaults for a key it lacks); the budget is its `max_new_tokens`, else the
+    card's cap."""
+    bb = card.loops.backbone
+    budget = None if generation and "max_new_tokens" in generation else bb.max_frames
+    gen = GenerationDefaults.from_dict(generation, max_new_tokens=budget)
+    s = bb.sampling
+    if s is None:
+        return gen.sampling, gen.max_new_tokens
+    return CsmSampling(HeadSampling(s.backbone.temperature, s.backbone.top_k, s.backbone.top_p),
+                       HeadSampling(s.depth_decoder.temperature, s.depth_decoder.top_k,
+                                    s.depth_decoder.top_p)), gen.max_new_tokens
+
+
+class _Half:
+    """An executor registered under a work kind: its host half, device half and read."""
+
+    def __init__(self, prepare: Any, launch: Any, read: Any) -> None:
+        self.prepare, self.launch, self.read = prepare, launch, read
+
+
+class CsmFamily:
+    name = "csm"
+    weight_names = NAMES
+    request_fields = frozenset(CsmRequest.model_fields) | {"sampling"}  # `sampling` nested: sampling_names.py
+    sampling_keys = SAMPLING_KEYS  # a rollout's sampling options: its nested `sampling`
+    speech_params = SPEECH_PARAMS  # how a server's `SpeechParams` become this family's request (params.py)
+
+    def __init__(self, card: CsmCard, model: Any, codec: Any, tokenizer: Any = None, *, encoder: Any = None,
+                 generation: dict[str, Any] | None = None, graphs: bool = True) -> None:
+        bb, cd, enc = card.loops.backbone, card.loops.codec, card.loops.encode
+        cfg: CsmConfig = model.cfg
+        if codec.cfg.num_quantizers != cfg.num_codebooks:
+            raise ValueError(f"codec: {codec.cfg.num_quantizers} quantizers, the model makes {cfg.num_codebooks} "
+                             "codebooks")
+        self.card, self.model, self.codec, self.tokenizer, self.encoder = card, model, codec, tokenizer, encoder
+        self.name = card.family  # what its trajectories name (the registry finds the recompute by it)
+        self.cfg, self.device, self.weights = cfg, model.device, model
+        self.speakers: tuple[str, ...] = tuple(str(s) for s in bb.speakers)  # `voice: "0"` -> speaker 0
+        self.code_width, self.codebook_size = cfg.num_codebooks, codec.cfg.codebook_size
+        self.sample_rate, self.channels = codec.sample_rate, 1
+        self.frame_rate = codec.sample_rate / codec.hop
+        self.sampling, self.default_frames = defaults(card, generation)
+        self._launch: LaunchState = lambda work: work()
+        self.backbone_loop = CsmLoop(bb, cfg.ids.codebook_eos)
+        self.codec_loop = CodecLoop(cd) if cd is not None else None  # no codec loop: codes only, no audio
+        self.frames = FrameExecutor(model, num_slots=bb.max_running, max_len=bb.max_prompt_rows + bb.max_frames,
+                                    batch_buckets=bb.batch_buckets, num_blocks=pool_blocks(bb, model),
+                                    block_size=bb.block_size, graphs=graphs)
+        self.calls = OnStream(self.frames, lambda work: self._launch(work))
+        self.codec_spec = CodecSpec(codec.sample_rate, codec.hop, codec.cfg.codebook_size, encoder is not None)
+        self.enc_loop = EncodeLoop() if encoder is not None else None
+        loops: dict[str, tuple[Any, tuple[str, ...]]] = {BACKBONE: (self.backbone_loop, ("kv",)),
+                                                         CODEC: (self.codec_loop, ("codec",))}
+        self.graph = LoopGraph(tuple(LoopSpec(name, loops[name][0], tuple(decl.feeds), pools=loops[name][1])
+                                     for name, decl in card.loops.driven()),
+                               paged=BACKBONE, audio=CODEC if cd is not None else None, front=self.enc_loop,
+                               front_pool="encode")
+        f = self.frames
+        self.executors: dict[Hashable, Any] = {}
+        if encoder is not None:  # without the encoder context audio is refused at submit (codes still work)
+            e = EncodeExecutor(encoder)
+            self.executors[WorkUnitKind.ENCODE] = _Half(e.prepare, e.launch, e.read)
+        self.executors |= {
+            WorkUnitKind.PREFILL: _Half(lambda b: [p.payload for p in b.plans], f.prefill,
+                                        lambda host, b: [None] * len(b.plans)),
+            WorkUnitKind.AR_FRAME: _Half(lambda b: f.prepare([p.payload for p in b.plans], b.bucket), f.launch,
+                                         lambda host, b: f.read(host, len(b.plans))),
+        }
+        self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: bb.batch_buckets}
+        self.pools = {"kv": bb.max_running, "encode": enc.max_streams}
+        self.codec_exec: CodecExecutor | None = None
+        if cd is not None:
+            c = self.codec_exec = CodecExecutor(codec, num_slots=cd.max_streams, batch_buckets=cd.batch_buckets,
+                                                frame_buckets=cd.frame_buckets, graphs=graphs)
+            self.executors[WorkUnitKind.AUDIO_CHUNK] = _Half(
+                lambda b: c.prepare([p.payload for p in b.plans], b.bucket, b.plans[0].signature.bucket), c.launch,
+                lambda host, b: c.read(host, [p.payload for p in b.plans]))
+            self.buckets[WorkUnitKind.AUDIO_CHUNK] = cd.batch_buckets
+            self.pools["codec"] = cd.max_streams
+        self.kv = KVSpec(self.frames.kv.num_blocks, bb.block_size, bb.max_blocks, bb.prefix_cache)
+        self.kv_ops = self.calls
+        self.prefill_budget, self.max_waiting = bb.prefill_chunk_rows, bb.max_waiting
+        self.max_group, self.max_buffered_chunks = bb.max_running, bb.max_buffered_chunks
+
+    def bind(self, launch: LaunchState) -> None:
+        self._launch = launch
+
+    def thread_setup(self) -> None:
+        threads = self.card.runtime.cpu_threads
+        if threads is not None and self.device.type == "cpu":
+            torch.set_num_threads(threads)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+
+    # ----- submit --------------------------------------------------------------------------------
+    def parse(self, request: Any) -> CsmRequest:
+        return parse(request)
+
+    def prepare(self, request: Any, *, voice: Any = None) -> Prepared:
+        return prepare(request, self.card, self.cfg, self.tokenizer, self.sampling, self.default_frames,
+                       self.codec_spec, voice=voice)
+
+    def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
+        prepared = [p for _, p in group]
+        if len(group) > self.max_group:
+            raise ValueError(f"n: a group of {len(group)} exceeds the card's max_running")
+        if self.codec_loop is not None and sum(r.decode_audio for r, _ in group) > self.pools["codec"]:
+            raise ValueError("n: a group decoding audio needs a codec stream each")
+        if any(not torch.equal(p.rows, prepared[0].rows) for p in prepared):
+            raise ValueError("prompts: a shared prompt must be the same for every request of the group")
+        if prepared[0].recordings:
+            raise RequestError("context: a group shares one prompt; recordings to encode cannot be shared (give the "
+                               "turns' codes)", field="context")
+
+    def read_input(self, source: Any) -> EncodeInput:
+        """One recording for an encode-only job (`rt.encode_audio`, a voice being stored)."""
+        if self.encoder is None:
+            raise RequestError("reference_audio: this runtime has no codec encoder", field="reference_audio")
+        return EncodeInput((read_context(source, sample_rate=self.sample_rate, hop=self.codec.hop,
+                                         max_seconds=self.card.loops.encode.max_context_seconds,
+                                         field="reference_audio"),))
+
+    def front_state(self, request_id: int, inputs: tuple[Any, ...]) -> Any:
+        assert self.enc_loop is not None
+        (one,) = inputs
+        return self.enc_loop.init(request_id, one.audio)
+
+    def front_start(self, slots: list[int]) -> None:
+        pass  # the encoder runs a whole recording per call: no state to reset
+
+    def encoded(self, record: Any) -> Any:
+        return with_encoded(record.work, self.cfg, record.front.codes)
+
+    # ----- admission and after -------------------------------------------------------------------
+    def needs(self, record: Any) -> Needs:
+        audio = self.codec_loop is not None and record.request.decode_audio
+        return Needs({"kv": 1, "codec": int(audio)} if self.codec_loop is not None else {"kv": 1},
+                     kv_rows=int(record.rows.shape[0]) + record.work.max_frames)
+
+    def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
+        state = self.backbone_loop.init(record.id, record.rows, max_frames=record.work.max_frames, slot=slots["kv"])
+        if share_from is not None:
+            self.backbone_loop.share(state, share_from)
+        if self.codec_loop is None:
+            return {BACKBONE: state}
+        codec = self.codec_loop.init(record.id, sample_rate=self.sample_rate, enabled=record.request.decode_audio,
+                                     slot=slots.get("codec", -1))
+        return {BACKBONE: state, CODEC: codec}
+
+    def admitted(self, record: Any) -> None:
+        state = record.states[BACKBONE]
+        self.calls.admit(state.slot, record.work.sampling, record.request.seed)
+        codec = self.codec_exec
+        if "codec" in record.slots and codec is not None:
+            slot = record.slots["codec"]
+            self._launch(lambda: codec.admit(slot))
+
+    def recompute_rows(self, state: Any) -> Any:
+        return recompute_rows(state, self.cfg.ids.audio)
+
+    def more_input(self, record: Any, loop: Hashable | None) -> Any:
+        return None  # one prompt per request: the backbone loop never waits for input
+
+    def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
+        return results.build_result(record, outputs.get(BACKBONE), outputs.get(CODEC), reason, now,
+                                    sample_rate=self.sample_rate, width=self.code_width,
+                                    eos=self.cfg.ids.codebook_eos, family=self.name)
+
+    def stats(self) -> dict[str, Any]:
+        graphs = {"ar_frame": self.frames.graphs.stats()}
+        if self.codec_exec is not None:
+            graphs["audio_chunk"] = self.codec_exec.graphs.stats()
+        return {"graphs": graphs}
+
+
+class _Factory:
+    """`FAMILY` (a `v2.runtime.family.Factory`): binds a card and its experts (`bind`), builds the experts a
+    card names (`experts`), and reads the checkpoint's config without weights (`voice_spec`, `precheck`)."""
+
+    name = "csm"
+
+    def bind(self, card: CsmCard, model: Any, codec: Any, tokenizer: Any = None, *, graphs: bool = True,
+             encoder: Any = None, generation: dict[str, Any] | None = None) -> CsmFamily:
+        return CsmFamily(card, model, codec, tokenizer, encoder=encoder, generation=generation, graphs=graphs)
+
+    def experts(self, card: CsmCard, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
+                device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
+        model = builders.build_model(card, checkpoint=checkpoint, dtype=dtype, device=device)
+        codec = builders.build_codec(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint, dtype=dtype,
+                                     device=device)
+        return {"model": model, "codec": codec, "tokenizer": builders.build_tokenizer(card, checkpoint),
+                "encoder": codec if card.experts.codec.encoder else None,
+                "generation": generation_config(card, checkpoint)}
+
+    def voice_spec(self, card: CsmCard, checkpoint: str | None = None) -> VoiceSpec:
+        """From the config files alone: N codebooks of the codec's codebook size; codes only."""
+        cfg = config_dict(card, checkpoint)
+        size = int(codec_config(card, checkpoint).get("codebook_size", 2048))
+        return VoiceSpec(int(cfg["num_codebooks"]), size, {})
+
+    def precheck(self, card: CsmCard, fields: Mapping[str, Any], checkpoint: str | None = None) -> None:
+        """Without weights: plain `text` on a checkpoint that ships no tokenizer.json."""
+        if not isinstance(fields.get("text"), str) or fields.get("text_ids") is not None:
+            return
+        source = model_source(card, checkpoint)
+        if builders.build_tokenizer(card, checkpoint) is None:
+            raise RequestError(f"text: the checkpoint {source} has no tokenizer (no tokenizer.json); give text_ids",
+                               field="text")
+
+
+FAMILY = _Factory()
+__all__ = ["FAMILY", "CsmFamily", "pool_blocks"]
