@@ -5,7 +5,8 @@ is ever read again) or refusing it with a `FieldError` that names the field and,
 scalar rules (a bool is not a number, a numeric string is not a number, bytes are not text, text must be
 encodable) as pydantic-ready annotated types; the accepted sampling ranges; the bounds on a reference
 recording's sample rate and decoded size (one rule, used by the request before it copies raw samples and by
-the audio reader before it decodes or converts anything).
+the audio reader before it decodes or converts anything); the sampling knobs as annotated types
+(`Temperature`, `TopK`, `TopP`, `Penalty`), which every family's request schema uses.
 Must not know: the model, cards, the engine.
 """
 
@@ -18,7 +19,9 @@ import sys
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from v2.errors import FieldError as FieldError  # raised here (re-exported); its home is v2/errors.py
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -41,17 +44,7 @@ MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8_000, 192_000  # Hz
 MAX_REFERENCE_SAMPLES = 2**24  # frames x channels of one recording, as given (before resampling)
 
 
-class FieldError(ValueError):
-    """A value cannot be used. `field`: the field to blame, a dotted name without indices ("reference_codes",
-    "sampling.audio.top_k"), or None where no one field is; the message starts with the field's name (and
-    row, e.g. "reference_codes[1][3]: ..."), for people."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-def _is_tensor(value: Any) -> bool:
+def is_tensor(value: Any) -> bool:
     """A torch tensor, told without importing torch (a caller who has one has loaded torch already)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
@@ -120,7 +113,7 @@ def _walk(value: Any, field: str, where: str, flat: list[int], depth: int) -> tu
         at = f"{where}[{i}]"
         if isinstance(item, (list, tuple)):
             shape = _walk(item, field, at, flat, depth + 1)
-        elif (isinstance(item, np.ndarray) or _is_tensor(item)) and item.ndim > 0:
+        elif (isinstance(item, np.ndarray) or is_tensor(item)) and item.ndim > 0:
             converted = int_tensor(item, field, at)
             flat.extend(converted.reshape(-1).tolist())
             shape = tuple(converted.shape)
@@ -141,7 +134,7 @@ def _int_item(item: Any, field: str, where: str) -> int:
         raise FieldError(f"{where}: expected an integer, got a bool", field=field)
     if isinstance(item, np.ndarray) and item.ndim == 0:
         item = item[()]
-    if _is_tensor(item) and item.ndim == 0 and item.dtype in _int_dtypes():
+    if is_tensor(item) and item.ndim == 0 and item.dtype in _int_dtypes():
         item = int(item)
     elif isinstance(item, np.generic) and item.dtype.kind in "iu":
         item = int(item)
@@ -248,3 +241,9 @@ def check_penalty(v: float | None) -> float | None:
     if v is not None and not PENALTY_MIN <= v <= PENALTY_MAX:
         raise ValueError(f"must lie in [{PENALTY_MIN}, {PENALTY_MAX}] (1 = off), got {v!r}")
     return v
+
+
+Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
+TopK = Annotated[StrictInt | None, Field(ge=0, le=TOP_K_MAX)]
+TopP = Annotated[StrictFloat | None, Field(gt=0, le=1)]
+Penalty = Annotated[StrictFloat | None, AfterValidator(check_penalty)]
