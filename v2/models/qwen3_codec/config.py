@@ -1,9 +1,8 @@
 """The Qwen3-TTS-Tokenizer-12Hz codec's config, read from the speech tokenizer's `config.json`.
 
 Owns: every structural number of the decoder (`decoder_config`: codebooks, widths, transformer layers and
-heads, the sliding window, the up-sampling ratios and rates) and of the Mimi-style encoder (`encoder_config`:
-SEANet filters, ratios and kernels, transformer, down-sampling, quantizers), the top-level rates, and the
-checks that they chain (hop = product of the up-sampling factors = `decode_upsample_rate`, and so on).
+heads, the sliding window, the up-sampling ratios and rates), the Mimi encoder's (`encoder_config`, read as a
+`v2.models.mimi.MimiConfig`), the top-level rates, and the checks that they chain (hop = product of the up-sampling factors = `decode_upsample_rate`, and so on).
 Errors name the field. Nothing about the fixture's or the release's sizes is assumed.
 Must not know: weights, devices, streaming state, the runtime.
 """
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from v2.models.config import ConfigError
+from v2.models.mimi.config import MimiConfig
 
 _FILE = "speech_tokenizer config.json"
 
@@ -130,92 +130,9 @@ class DecoderConfig:
 
 
 @dataclass(frozen=True)
-class EncoderConfig:
-    """The Mimi encoder side (SEANet convs, a causal transformer, a stride-2 down-sampler, split RVQ)."""
-
-    audio_channels: int
-    num_filters: int
-    ratios: tuple[int, ...]    # `upsampling_ratios`, applied in reverse by the encoder
-    kernel_size: int
-    residual_kernel_size: int
-    last_kernel_size: int
-    compress: int
-    num_residual_layers: int
-    dilation_growth_rate: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    norm_eps: float
-    rope_theta: float
-    attention_bias: bool
-    num_quantizers: int
-    num_semantic_quantizers: int
-    codebook_size: int
-    codebook_dim: int
-    vq_hidden: int             # `vector_quantization_hidden_dimension`: the quantizers' width
-    downsample_kernel: int     # the stride-2 down-sampler's kernel, 2 x (SEANet rate / frame rate)
-
-    @property
-    def seanet_hop(self) -> int:
-        return math.prod(self.ratios)
-
-    @property
-    def hop(self) -> int:
-        return self.seanet_hop * 2
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "EncoderConfig":
-        w = "encoder_config."
-        hidden = _int(d, "hidden_size", w)
-        heads, kv_heads, head_dim = _heads(d, w, hidden)
-        _expect(d, "hidden_act", w, ("gelu",), "gelu")
-        _expect(d, "pad_mode", w, ("constant",), "constant")
-        if not _flag(d, "use_causal_conv", w, True):
-            raise ConfigError(f"{_FILE}: '{w}use_causal_conv' must be true")
-        if _flag(d, "use_conv_shortcut", w, False):
-            raise ConfigError(f"{_FILE}: '{w}use_conv_shortcut' = true is not supported")
-        channels = _int(d, "audio_channels", w)
-        if channels != 1:
-            raise ConfigError(f"{_FILE}: '{w}audio_channels' must be 1 (mono), got {channels}")
-        ratios = _ints(d, "upsampling_ratios", w)
-        rate = _int(d, "sampling_rate", w)
-        seanet_rate = math.ceil(rate / math.prod(ratios))
-        frame_rate = d.get("_frame_rate", d.get("frame_rate"))
-        frame_rate = rate / (math.prod(ratios) * 2) if frame_rate is None else frame_rate
-        if isinstance(frame_rate, bool) or not isinstance(frame_rate, (int, float)) or frame_rate <= 0:
-            raise ConfigError(f"{_FILE}: field '{w}_frame_rate' must be a positive number, got {frame_rate!r}")
-        factor = int(seanet_rate / frame_rate)
-        if factor < 1:
-            raise ConfigError(f"{_FILE}: '{w}_frame_rate' ({frame_rate}) is above the SEANet rate {seanet_rate}")
-        quantizers = _int(d, "num_quantizers", w, minimum=2)
-        semantic = _int(d, "num_semantic_quantizers", w)
-        if semantic >= quantizers:
-            raise ConfigError(f"{_FILE}: '{w}num_semantic_quantizers' ({semantic}) must be < num_quantizers ({quantizers})")
-        codebook_dim = _int(d, "codebook_dim", w)
-        vq_hidden = _int(d, "vector_quantization_hidden_dimension", w)
-        if codebook_dim != vq_hidden:
-            raise ConfigError(f"{_FILE}: '{w}codebook_dim' ({codebook_dim}) must equal "
-                              f"'{w}vector_quantization_hidden_dimension' ({vq_hidden})")
-        return cls(audio_channels=channels, num_filters=_int(d, "num_filters", w), ratios=ratios,
-                   kernel_size=_int(d, "kernel_size", w), residual_kernel_size=_int(d, "residual_kernel_size", w),
-                   last_kernel_size=_int(d, "last_kernel_size", w), compress=_int(d, "compress", w),
-                   num_residual_layers=_int(d, "num_residual_layers", w),
-                   dilation_growth_rate=_int(d, "dilation_growth_rate", w), hidden_size=hidden,
-                   num_layers=_int(d, "num_hidden_layers", w), num_heads=heads, num_kv_heads=kv_heads,
-                   head_dim=head_dim, intermediate_size=_int(d, "intermediate_size", w),
-                   norm_eps=_float(d, "norm_eps", w), rope_theta=_float(d, "rope_theta", w),
-                   attention_bias=_flag(d, "attention_bias", w, False), num_quantizers=quantizers,
-                   num_semantic_quantizers=semantic, codebook_size=_int(d, "codebook_size", w),
-                   codebook_dim=codebook_dim, vq_hidden=vq_hidden, downsample_kernel=2 * factor)
-
-
-@dataclass(frozen=True)
 class Qwen3CodecConfig:
     decoder: DecoderConfig
-    encoder: EncoderConfig | None   # None: the config has no `encoder_config` (decode only)
+    encoder: MimiConfig | None      # the Mimi encoder's; None: the config has no `encoder_config` (decode only)
     sample_rate: int                # output (and input) samples per second
     hop: int                        # samples per frame (`decode_upsample_rate`)
     valid_quantizers: int           # code groups per frame the encoder keeps (`encoder_valid_num_quantizers`)
@@ -244,13 +161,13 @@ class Qwen3CodecConfig:
                               f"'decoder_config.num_quantizers' ({decoder.num_quantizers})")
         encoder = None
         if d.get("encoder_config") is not None:
-            encoder = EncoderConfig.from_dict(d["encoder_config"])
+            encoder = MimiConfig.from_dict(d["encoder_config"], file=_FILE, where="encoder_config.")
             in_rate = _int(d, "input_sample_rate", "")
             if encoder.hop != _int(d, "encode_downsample_rate", "") or encoder.hop != hop:
                 raise ConfigError(f"{_FILE}: 'encode_downsample_rate' ({d['encode_downsample_rate']}) must equal the "
                                   f"encoder's hop (2 x product of encoder_config.upsampling_ratios = {encoder.hop}) "
                                   f"and 'decode_upsample_rate' ({hop})")
-            if in_rate != rate or _int(d["encoder_config"], "sampling_rate", "encoder_config.") != rate:
+            if in_rate != rate or encoder.sample_rate != rate:
                 raise ConfigError(f"{_FILE}: 'input_sample_rate' and 'encoder_config.sampling_rate' must equal "
                                   f"'output_sample_rate' ({rate})")
             if encoder.num_quantizers < valid or encoder.codebook_size != decoder.codebook_size:
