@@ -37,19 +37,19 @@ for part in $parts; do
         tail -n 1 "$OUT/launches.log" > "$OUT/launches.json" ;;
     framestep)  # the frame step (local attention, fused norms, one-launch decode attention): eager vs graph per
                 # bucket at the release's dims, and the decode attention kernel vs gather + SDPA
-        timeout 150 python3 -m v2.bench.framestep --no-compile 2>&1 | tee "$OUT/framestep.log"
+        timeout 150 python3 -m v2.families.moss_tts_local.bench.framestep --no-compile 2>&1 | tee "$OUT/framestep.log"
         tail -n 1 "$OUT/framestep.log" > "$OUT/framestep.json" ;;
     compile)  # the torch.compile(mode="reduce-overhead") baseline recompiles per bucket: three buckets only
-        timeout 150 python3 -m v2.bench.framestep --buckets 1 16 64 --iters 10 2>&1 | tee "$OUT/compile.log"
+        timeout 150 python3 -m v2.families.moss_tts_local.bench.framestep --buckets 1 16 64 --iters 10 2>&1 | tee "$OUT/compile.log"
         tail -n 1 "$OUT/compile.log" > "$OUT/compile.json" ;;
     serving)
         timeout 240 python3 -m v2.bench --card moss_tts_local_v1_5 --random-weights --quick --no-progress \
             --concurrency 1 16 64 2>&1 | tee "$OUT/serving.log"
         tail -n 1 "$OUT/serving.log" > "$OUT/serving.json" ;;
     kv)  # paged KV: the decode kernel over pages vs a contiguous slot (batch 1 and 64), the frame step at 256 rows
-        timeout 120 python3 -m v2.bench.kv --skip-ttfa --rounds 5 2>&1 | tee "$OUT/kv.log"
+        timeout 120 python3 -m v2.families.moss_tts_local.bench.kv --skip-ttfa --rounds 5 2>&1 | tee "$OUT/kv.log"
         tail -n 1 "$OUT/kv.log" > "$OUT/kv.json"
-        timeout 120 python3 -m v2.bench.framestep --no-compile --buckets 64 256 2>&1 | tee "$OUT/framestep256.log"
+        timeout 120 python3 -m v2.families.moss_tts_local.bench.framestep --no-compile --buckets 64 256 2>&1 | tee "$OUT/framestep256.log"
         tail -n 1 "$OUT/framestep256.log" > "$OUT/framestep256.json" ;;
     engine)  # the overlapped step on CUDA: engine host time per row, serving vs generate_batch per frame
         timeout 150 python3 -m v2.bench.engine --device cuda --quick 2>&1 | tee "$OUT/engine.log"
@@ -61,7 +61,7 @@ for part in $parts; do
         timeout 240 python3 -m pytest -q -m gpu $QWEN_GPU_TESTS 2>&1 | tee "$OUT/qwen_gpu_tests.log" || status=1
         timeout 60 python3 -m v2.bench.launches --family qwen3_tts --size 1.7b --buckets 1 64 2>"$OUT/qwen_launches.log" \
             | tail -n 1 > "$OUT/qwen_launches.json"
-        timeout 90 python3 -m v2.bench.qwen3_tts_frames --device cuda --batches 1 8 64 2>&1 | tee "$OUT/qwen_frames.log"
+        timeout 90 python3 -m v2.families.qwen3_tts.bench.frames --device cuda --batches 1 8 64 2>&1 | tee "$OUT/qwen_frames.log"
         tail -n 1 "$OUT/qwen_frames.log" > "$OUT/qwen_frames.json"
         if [ -f v2/families/qwen3_tts/__init__.py ] \
                 && python3 -c "import sys; from v2.card import known_cards; sys.exit('qwen3_tts_tiny' not in known_cards())"; then

@@ -1,9 +1,9 @@
-"""`python -m v2.bench.kv` pieces: the capacity count uses the real pager and meets the issue's goal at the
-release dims; the frame-step comparison runs both caches on the same inputs."""
+"""`python -m v2.families.moss_tts_local.bench.kv` pieces: the capacity count uses the real pager and meets the
+issue's goal at the release dims; the frame-step comparison runs both caches on the same inputs."""
 
 from __future__ import annotations
 
-from v2.bench.kv import capacity, frame_step
+from v2.families.moss_tts_local.bench.kv import capacity, frame_step
 
 
 def test_capacity_at_the_release_dims_is_within_five_percent_of_the_rows_used():

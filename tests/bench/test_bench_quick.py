@@ -33,7 +33,7 @@ def test_quick_bench_prints_a_table_then_one_json_line(capsys):
 
 
 def test_frame_step_bench_runs_on_cpu_and_prints_json(capsys):
-    from v2.bench.framestep import main as framestep
+    from v2.families.moss_tts_local.bench.framestep import main as framestep
 
     assert framestep(["--buckets", "1", "4", "--iters", "1", "--context", "128"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -43,7 +43,7 @@ def test_frame_step_bench_runs_on_cpu_and_prints_json(capsys):
 
 
 def test_decode_attention_comparison_times_both_paths(tiny_model, monkeypatch):
-    from v2.bench.framestep import attention_row
+    from v2.families.moss_tts_local.bench.framestep import attention_row
     from v2.models import kernels
     from v2.models.kernels import decode_attention as da
 

@@ -1,4 +1,5 @@
-"""`python -m v2.bench.launches --family qwen3_tts`: a Qwen3-TTS frame step's launches at the release's dims."""
+"""`python -m v2.bench.launches --family qwen3_tts` (and `--card qwen3_tts_tiny`): a Qwen3-TTS frame step's launches at
+the release's dims."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import json
 import pytest
 
 from v2.bench.launches import main as launches
-from v2.bench.launches_qwen3 import SIZES, release_model
-from v2.bench.shapes import SHAPES
+from v2.families.qwen3_tts.bench.launches import SIZES, release_model
+from v2.families.qwen3_tts.shapes import SHAPES
 from v2.models import kernels
 from v2.models.qwen3_tts.config import Qwen3TTSConfig
 
@@ -47,3 +48,14 @@ def test_one_frame_step_routes_every_layer_to_its_kernel_and_splits_into_parts(c
     assert row["kernels_parts"]["talker"] < row["torch_parts"]["talker"] / 3
     assert row["kernels_ops"]["mm"] == row["torch_ops"]["mm"]  # the same matmuls either way
     assert "triton:rms_norm" in captured.err  # the per-kernel table
+
+
+def test_a_card_picks_its_family_and_an_unknown_family_is_refused(capsys):
+    if kernels.triton is None:
+        pytest.skip("needs triton")
+    assert launches(["--card", "qwen3_tts_tiny", "--size", "0.6b", "--buckets", "1", "--context", "100"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["family"] == "qwen3_tts" and out["size"] == "0.6b" and out["buckets"][0]["kernels_launches"] > 0
+    with pytest.raises(SystemExit) as e:
+        launches(["--family", "no_such_family"])
+    assert e.value.code == 2 and "unknown family 'no_such_family'" in capsys.readouterr().err

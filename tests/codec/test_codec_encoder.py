@@ -254,7 +254,7 @@ def test_cuda_encoder_matches_the_reference(batch_ref):
 
 
 def test_encode_bench_prints_one_json_line(capsys):
-    from v2.bench.encode import main
+    from v2.families.moss_tts_local.bench.encode import main
 
     argv = ["--checkpoint", str(SRC), "--batch", "2", "--seconds", "0.2", "0.3", "--long-seconds", "0.5",
             "--chunk-frames", "10", "--iters", "1", "--device", "cpu", "--concurrency", "1", "2", "--frames", "2",

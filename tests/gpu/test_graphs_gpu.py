@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from v2.bench.kv import spread_blocks
+from v2.families.moss_tts_local.bench.kv import spread_blocks
 from v2.card import build_codec, build_model, load_card
 from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.families.moss_tts_local.vocoder import ChunkPlan

@@ -3,7 +3,7 @@
 Owns: the command line, which scenarios run (end-to-end serving at several concurrencies, streaming and
 not; the sequential baseline on the same weights; engine overhead where the card's family has stand-ins
 for its executors; with `--reference DIR`, the frame step against the reference implementation's own
-generate(), `v2.bench.reference`), on any card (its family builds the runtime, the requests and the
+generate(), `v2.bench.reference`, where the family has one), on any card (its family builds the runtime, the requests and the
 baseline), the progress bar, the table (with the engine's seconds per kind of work in each scenario), the
 picture (`--plot FILE.png`: audio-s/s and TTFA against concurrency, the baseline drawn across), and the
 final JSON line with every figure, the machine, the torch version and the git commit.
@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from v2.bench.family import family_bench
 from v2.bench.reference import compare, locate
 from v2.bench.reference import table as reference_table
-from v2.bench.serving import family_bench, peak_memory_mb, run_baseline, run_serving, workload
-from v2.card import load_card
+from v2.bench.serving import peak_memory_mb, run_baseline, run_serving, workload
+from v2.card import DEFAULT_CARD, load_card
 from v2.runtime import Runtime
 
 
@@ -134,7 +135,7 @@ def plot(report: dict[str, Any], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default="moss_tts_local_tiny")
+    p.add_argument("--card", default=DEFAULT_CARD)
     p.add_argument("--random-weights", action="store_true", help="the release's dimensions with random weights")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--quick", action="store_true", help="a small run (under a minute on a 2-core CPU)")
@@ -144,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the sweep (needs the plot extra)")
     p.add_argument("--reference", default=None,
-                   help="a local copy of OpenMOSS/MOSS-TTS: adds the frame-step comparison with its own generate() "
-                        "(v2.bench.reference; default $V2_MOSS_REFERENCE, skipped when neither is set)")
-    p.add_argument("--reference-python", default=None, help="the python that runs it (default $V2_MOSS_REFERENCE_PYTHON)")
+                   help="a local copy of the card's family's reference implementation: adds the frame-step comparison "
+                        "with its own generate() (v2.bench.reference; default: the family's environment variable, "
+                        "skipped when neither is set or the family has none)")
+    p.add_argument("--reference-python", default=None,
+                   help="the python that runs it (default: the family's environment variable, else this one)")
     args = p.parse_args(argv)
     check_plot(p, args.plot)
     n = args.requests or (8 if args.quick else 48)
@@ -184,12 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         runtime.close()
     baseline.pop("codes")
     print(table(scenarios, baseline))
-    reference_dir, python, why = locate(args.reference, args.reference_python)
+    reference_dir, python, why = locate(runtime.card.family, args.reference, args.reference_python)
     if reference_dir is None:
         print(f"reference comparison: {why}")
         comparison: dict[str, Any] = {"skipped": why}
     else:
-        comparison = compare(reference_dir, python, repeat=3 if args.quick else 5,
+        comparison = compare(runtime.card.family, reference_dir, python, repeat=3 if args.quick else 5,
                              log=lambda m: print(m, file=sys.stderr) if not args.no_progress else None)
         print(reference_table(comparison))
     for o in overhead:

@@ -1,7 +1,7 @@
 """`python -m v2.bench.engine`: the engine's own cost, on one card; a small table, then one JSON line last.
 
 Four parts:
-- "overhead": the engine with instant experts (`v2.bench.overhead`) on the synchronous CPU stream at 1, 16
+- "overhead": the engine with instant experts (`v2.bench.overhead`: the family's stand-ins) on the synchronous CPU stream at 1, 16
   and 64 rows: wall and engine-thread microseconds per step and per row, best and median of `--repeat`
   runs; goal: engine time <= 15 us per row at 64 rows.
 - "simulated_device": instant experts on `SimulatedStream(D)` (an asynchronous device whose every step takes
@@ -13,8 +13,8 @@ Four parts:
   in engine steps, on the CPU stream and on the simulated device (chunks go out in the step right after
   their frames are read).
 - "serving_vs_generate_batch": the real model, one intra-op thread on every side: 16 requests of a fixed
-  number of frames submitted together, against `generate_batch` (the plain reference loop) on the same
-  prompts, sampling settings and seeds; per-frame wall time of both, the runtime's overhead fraction (goal
+  number of frames submitted together, against the family's plain batched reference loop on the same
+  prompts, sampling settings and seeds (its bench's `fixed_batch`, v2/bench/family.py); per-frame wall time of both, the runtime's overhead fraction (goal
   <= 5 %) and whether the codes are equal; on the CPU stream and on the threaded device
   (`SimulatedStream(0.0)`: the model on a worker thread, host work overlapping it); on CUDA the two rows
   are the synchronous order (`CudaStream`, depth 0) and the overlapped one (depth 1); without audio, then
@@ -23,8 +23,9 @@ Four parts:
 Owns: the command line, the three measurements above (a step-timestamp wrapper around the engine's step,
 the paired and alternated timing of the two sides), the table, the JSON line, and the picture of the one
 sweep (`--plot FILE.png`: the overhead's microseconds per row and per step against rows, the goal drawn).
+The card's family must have stand-ins and a fixed-batch reference (refused with the reason otherwise).
 Must not know: model internals, loop logic, how the engine plans or schedules (it times `_step` from
-outside and reads `stats()`).
+outside and reads `stats()`), any family.
 """
 
 from __future__ import annotations
@@ -42,11 +43,10 @@ import numpy as np
 import torch
 
 from v2.bench.__main__ import check_plot, machine
+from v2.bench.family import family_bench
 from v2.bench.overhead import instant_experts, one_row_requests, run_overhead
 from v2.bench.serving import workload
-from v2.card import load_card
-from v2.models.moss_tts_local.generate import generate_batch
-from v2.models.moss_tts_local.prompt import build_prompt
+from v2.card import DEFAULT_CARD, load_card
 from v2.runtime import Runtime
 from v2.runtime.device import CudaStream, HostStream, SimulatedStream
 
@@ -144,28 +144,19 @@ def _timed(work: Callable[[], Any]) -> tuple[float, Any]:
 
 def serving_vs_generate_batch(runtimes: dict[str, Runtime], n: int, frames: int, repeat: int) -> list[dict[str, Any]]:
     first = next(iter(runtimes.values()))
-    model, codec = first.model, first.family.codec
+    fixed_batch = family_bench(first.card).fixed_batch
     texts = [r["text"] for r in workload(n, max_frames=frames)]
-    prompts = [build_prompt(first.family.tokenizer, model.cfg, t) for t in texts]
-    seeds = list(range(n))
-    settings = [first.card.loops.ar_decode.sampling.settings()] * n
-
-    def reference(audio: bool) -> list[np.ndarray]:
-        gens = generate_batch(model, prompts, settings, seeds, max_frames=frames, min_frames=frames)
-        if audio:
-            for g in gens:
-                codec.decode(g.codes.T[None].to(codec.device))
-        return [g.codes.cpu().numpy() for g in gens]
+    requests, reference = fixed_batch(first, texts, frames=frames)
 
     def serve(rt: Runtime, audio: bool) -> list[np.ndarray]:
-        handles = rt.submit_many([{"prompt_rows": p, "seed": s, "max_frames": frames, "min_frames": frames,
-                                   "decode_audio": audio} for p, s in zip(prompts, seeds)])
+        handles = rt.submit_many([{**r, "decode_audio": audio} for r in requests])
         return [np.asarray(h.result().codes) for h in handles]
 
     # warm up every side once, briefly
-    generate_batch(model, prompts[:2], settings[:2], seeds[:2], max_frames=4, min_frames=4)
+    warm, warm_reference = fixed_batch(first, texts[:2], frames=4)
+    warm_reference(False)
     for rt in runtimes.values():
-        for h in rt.submit_many([{"prompt_rows": p, "seed": 0, "max_frames": 4, "min_frames": 4} for p in prompts[:2]]):
+        for h in rt.submit_many(warm):
             h.result()
 
     cases = [(name, audio) for audio in (False, True) for name in runtimes]
@@ -276,7 +267,7 @@ def plot(report: dict[str, Any], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.engine", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default="moss_tts_local_tiny")
+    p.add_argument("--card", default=DEFAULT_CARD)
     p.add_argument("--device", default="cpu")
     p.add_argument("--quick", action="store_true", help="a short run (well under a minute on a 2-core CPU)")
     p.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is reported")
@@ -291,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)  # generate_batch's thread; the engine and device threads use the card's
     card = load_card(args.card)
+    bench = family_bench(card)
+    if not getattr(bench, "overhead", None) or not hasattr(bench, "fixed_batch"):
+        p.error(f"--card {args.card}: family {card.family!r} has no stand-ins for its experts or no fixed-batch "
+                "reference loop in its bench package (`overhead`, `fixed_batch`)")
     card = card.model_copy(update={"runtime": card.runtime.model_copy(update={"cpu_threads": 1})})
     if args.device.startswith("cuda"):  # the synchronous order against the overlapped one, both on CUDA
         dev = torch.device(args.device)

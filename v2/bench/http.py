@@ -33,6 +33,7 @@ from v2.bench.metrics import percentile
 from v2.bench.serving import run_serving, workload
 from v2.bench.ttfb import table as ttfb_table
 from v2.bench.ttfb import ttfb_sweep
+from v2.card import DEFAULT_CARD
 from v2.server import ServerConfig, create_app
 from v2.server.serve import ThreadedServer
 
@@ -155,7 +156,7 @@ def plot(rows: list[dict[str, Any]], card: str, path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.http", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default="moss_tts_local_tiny")
+    p.add_argument("--card", default=DEFAULT_CARD)
     p.add_argument("--random-weights", action="store_true", help="the release's dimensions with random weights")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])

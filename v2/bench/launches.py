@@ -1,15 +1,15 @@
 """`python -m v2.bench.launches`: device kernels one AR frame step launches, with and without the Triton kernels.
 
-Owns: counting, at the release's dimensions on the meta device (no memory, no GPU), the operations of one
-AR frame step that launch a kernel (the family builds the model and the step: MOSS-TTS-Local's
-`v2.families.moss_tts_local.launches`) (every aten operation except views and allocations,
-including those of the Triton kernels' Python wrappers) plus the Triton launches themselves, each kernel
-replaced by a counter, in a step after one warm-up step (as a captured graph is); the whole breakdown by
-kernel is printed and in the JSON line (`kernels_ops`). Replaying a CUDA graph still pays a few microseconds
-per kernel node at these sizes, so this count bounds the step time from below. One JSON line last.
-`--family qwen3_tts` counts a Qwen3-TTS 12 Hz frame step instead (`--size 1.7b | 0.6b`; launches_qwen3.py),
-with every kernel by name.
-Must not know: timing, requests.
+Owns: the counter: at the release's dimensions on the meta device (no memory, no GPU), the operations of a
+step that launch a kernel (every aten operation except views and allocations, including those of the
+Triton kernels' Python wrappers) plus the Triton launches themselves, each kernel replaced by a counter
+(`LaunchCounter`, `counted`), and the command: `--card NAME|PATH` or `--family NAME` (default: the default
+card's family) picks whose frame step is counted; that family's bench package builds its model and step
+and says which options it takes (`launches.options`, `launches.run`: v2/bench/family.py), e.g. a release
+size. Counted in a step after one warm-up step (as a captured graph is); the whole breakdown by kernel is
+printed and in the JSON line (`kernels_ops`). Replaying a CUDA graph still pays a few microseconds per
+kernel node at these sizes, so this count bounds the step time from below. One JSON line last.
+Must not know: timing, requests, any family.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from v2.bench.__main__ import machine
-from v2.families.moss_tts_local.launches import counting_model, frame_step_for_count
+from v2.bench.family import choose, part
 from v2.models import kernels
 from v2.models.kernels import decode_attention, layer_norm, local_attention, qk_rope, rms_norm, sample, swiglu
 
@@ -87,64 +87,37 @@ def _patched(replacements: dict[tuple[Any, str], Any], force: bool) -> Iterator[
         kernels.FORCE = saved_force
 
 
-def count(model: Any, bucket: int, context: int, use_kernels: bool) -> Counter[str]:
-    """Launches of one frame step for `bucket` rows at mixed positions below `context`."""
-    frame_step = frame_step_for_count(model, bucket, context)
+def counted(step: Callable[[], Any], use_kernels: bool, warm_up: bool = True) -> Counter[str]:
+    """Launches of one call of `step` (after one uncounted warm-up call, as before a graph capture: buffers
+    made once are made there), with the torch forms or with the Triton kernels (each a counter)."""
     counter = LaunchCounter()
     with _patched(_stand_ins(counter), force=use_kernels and kernels.triton is not None), torch.no_grad():
-        frame_step()  # a warm-up step, as before a graph capture (buffers made once are made here)
-        counter.ops.clear()
+        if warm_up:
+            step()
+            counter.ops.clear()
         with counter:
-            frame_step()
+            step()
     return counter.ops
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.launches", description=__doc__.splitlines()[0])
+    p.add_argument("--card", default=None, help="count this card's family's frame step (default: the default card)")
+    p.add_argument("--family", default=None, help="count this family's frame step (a registered family's name)")
     p.add_argument("--buckets", type=int, nargs="+", default=[1, 64])
     p.add_argument("--context", type=int, default=512)
-    p.add_argument("--family", choices=["moss_tts_local", "qwen3_tts"], default="moss_tts_local",
-                   help="whose frame step: MOSS-TTS-Local v1.5, or Qwen3-TTS 12 Hz (launches_qwen3.py)")
-    p.add_argument("--size", choices=["1.7b", "0.6b"], default="1.7b", help="the Qwen3-TTS release size")
+    known, _ = p.parse_known_args(argv)
+    family, _card = choose(known.card, known.family, p)
+    hooks = part(family, "launches")
+    if hooks is None:
+        p.error(f"family {family!r} has no launch count (its bench package has no `launches`)")
+    hooks.options(p)
     args = p.parse_args(argv)
     if args.context <= 64:
         p.error("--context must exceed 64 (rows sit at mixed positions from 32 up)")
-    if args.family == "qwen3_tts":
-        return _qwen3(args)
-    model = counting_model()  # MOSS-TTS-Local v1.5's release dimensions, shapes only
-    rows = []
-    for bucket in args.buckets:
-        row: dict[str, Any] = {"bucket": bucket}
-        for label, on in (("torch", False), ("kernels", True)):
-            ops = count(model, bucket, args.context, on)
-            row[f"{label}_launches"] = sum(ops.values())
-            row[f"{label}_top"] = dict(ops.most_common(8))
-            row[f"{label}_ops"] = dict(ops.most_common())  # the whole per-kernel breakdown
-            if on:
-                row["triton"] = {k.split(":", 1)[1]: n for k, n in sorted(ops.items()) if k.startswith("triton:")}
-        rows.append(row)
-        print(f"bucket={bucket} torch={row['torch_launches']} kernels={row['kernels_launches']}", file=sys.stderr)
-        for name, n in row["kernels_ops"].items():
-            print(f"  {n:5d}  {name}", file=sys.stderr)
-    print(json.dumps({"bench": "v2.launches", "dims": "release", "device": "meta", "machine": machine("cpu"),
-                      "context": args.context, "buckets": rows}))
-    return 0
-
-
-def _qwen3(args: argparse.Namespace) -> int:
-    from v2.bench import launches_qwen3
-
-    model = launches_qwen3.release_model(args.size)
-    rows = []
-    for bucket in args.buckets:
-        row = launches_qwen3.bucket_row(model, bucket, args.context)
-        rows.append(row)
-        print(f"bucket={bucket} torch={row['torch_launches']} {row['torch_parts']} "
-              f"kernels={row['kernels_launches']} {row['kernels_parts']}", file=sys.stderr)
-        for name, n in row["kernels_ops"].items():
-            print(f"  {name:<28} {n:>6}", file=sys.stderr)
-    print(json.dumps({"bench": "v2.launches", "family": "qwen3_tts", "size": args.size, "dims": "release",
-                      "device": "meta", "machine": machine("cpu"), "context": args.context, "buckets": rows}))
+    fields, rows = hooks.run(args)
+    print(json.dumps({"bench": "v2.launches", "family": family, **fields, "dims": "release", "device": "meta",
+                      "machine": machine("cpu"), "context": args.context, "buckets": rows}))
     return 0
 
 

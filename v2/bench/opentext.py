@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from v2.bench.__main__ import machine
+from v2.card import DEFAULT_CARD
 
 WORDS = ("the quiet river runs past old stone houses while children play near the bridge and a small dog "
          "waits by the gate for someone to come home before the rain").split()
@@ -180,7 +181,7 @@ def summary(opened: list[dict[str, Any]], plain: list[dict[str, Any]]) -> dict[s
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.opentext", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default="moss_tts_local_tiny")
+    p.add_argument("--card", default=DEFAULT_CARD)
     p.add_argument("--device", default=None)
     p.add_argument("--concurrency", type=int, nargs="*", default=[1, 16])
     p.add_argument("--rounds", type=int, default=3, help="sweeps at concurrency 1 (more sessions for its p99)")

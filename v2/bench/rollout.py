@@ -20,7 +20,7 @@ from datetime import date
 from typing import Any
 
 from v2.bench.__main__ import machine
-from v2.card import load_card
+from v2.card import DEFAULT_CARD, load_card
 from v2.runtime import Runtime
 
 PROMPT = "Rollout benchmark prompt number {i}, long enough to be a real sentence."
@@ -75,7 +75,7 @@ def weight_transport(gb: float) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.rollout", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default="moss_tts_local_tiny")
+    p.add_argument("--card", default=DEFAULT_CARD)
     p.add_argument("--replicas", type=int, nargs="+", default=[1, 2], help="pool sizes to measure")
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--n", type=int, default=4, help="samples per prompt")

@@ -15,26 +15,19 @@ import resource
 import threading
 import time
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from v2.bench.family import family_bench
 from v2.bench.metrics import ChunkArrival, percentile, rtf, underruns
-from v2.card import ModelCard
-from v2.registry import family_package
 from v2.runtime import Runtime
+
+__all__ = ["family_bench", "peak_memory_mb", "run_baseline", "run_serving", "workload"]
 
 WORDS = ("the quiet river runs past old stone houses while children laugh and a dog barks at birds over the "
          "bright morning market where people sell bread fruit flowers and warm tea to travellers").split()
-
-
-def family_bench(card: ModelCard) -> Any:
-    """The card's family's bench module (`<its package>.bench`): `runtime(card, device=, random_weights=)`,
-    `request(family, text, seed=, max_frames=)`, `sequential(runtime, request) -> (codes, audio seconds)`,
-    and `overhead` (whether `v2.bench.overhead` has stand-ins for its executors)."""
-    return import_module(family_package(card.family) + ".bench")
 
 
 def workload(n: int, *, seed: int = 0, max_frames: int, runtime: Runtime | None = None) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from v2.card import DEFAULT_CARD
 from v2.runtime import Runtime
 
 
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.soak", description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--card", default="moss_tts_local_tiny")
+    p.add_argument("--card", default=DEFAULT_CARD)
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     with Runtime.from_card(args.card, device=args.device) as runtime:

@@ -1,8 +1,8 @@
 """Device kernels one Qwen3-TTS frame step launches at the release's dimensions (`python -m v2.bench.launches
---family qwen3_tts`).
+--family qwen3_tts [--size 1.7b|0.6b]`).
 
 Owns: building the model layer's `Qwen3TTS` from a release-shaped config on the meta device (no memory, no
-GPU) and counting, with `launches.py`'s counter, one frame step for a batch as a runtime runs it: the model
+GPU; `--size`: its `options`) and counting, with `v2.bench.launches`' counter, one frame step for a batch as a runtime runs it: the model
 layer's `frame_step` (the code predictor's G-1 = 15 steps over a per-frame cache and their 15 draws, the
 frame embedding plus the text row, one talker decode row through a paged KV at mixed positions) and `choose`
 (group 0: repetition penalty, EOS and control-id masks, its draw). Inputs are made before counting, as an
@@ -13,22 +13,23 @@ functions).
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from collections import Counter
 from typing import Any, Callable
 
 import torch
 
-from v2.bench.launches import LaunchCounter, _patched, _stand_ins
-from v2.bench.shapes import SHAPES
-from v2.models import kernels
+from v2.bench.launches import counted
+from v2.families.qwen3_tts.shapes import SHAPES
 from v2.models.qwen3_tts.config import Qwen3TTSConfig, Qwen3TTSSampling
 from v2.models.qwen3_tts.model import Qwen3TTS
 from v2.models.qwen3_tts.sampling import Qwen3TTSSamplingTensors, draw_code
 from v2.models.weights import empty_model
 
 SIZES = {"1.7b": "qwen3_tts_12hz_1_7b.json", "0.6b": "qwen3_tts_12hz_0_6b.json"}
-BLOCK_SIZE = 16  # talker KV rows per block (as the MOSS cards)
+BLOCK_SIZE = 16  # talker KV rows per block (as the shipped cards)
 
 
 def release_model(size: str) -> Qwen3TTS:
@@ -42,7 +43,7 @@ def _inputs(model: Qwen3TTS, bucket: int, context: int) -> dict[str, Any]:
     dev, dtype, cfg = model.device, model.dtype, model.cfg
     h, v = cfg.talker.hidden_size, cfg.talker.vocab_size
     width = -(-context // BLOCK_SIZE)  # blocks per row
-    long = dict(dtype=torch.long, device=dev)
+    long: dict[str, Any] = dict(dtype=torch.long, device=dev)
     return dict(
         cache=model.allocate_paged_kv(bucket * width, BLOCK_SIZE),
         tables=torch.arange(bucket * width, device=dev).view(bucket, width),  # [B, W]
@@ -57,10 +58,7 @@ def _inputs(model: Qwen3TTS, bucket: int, context: int) -> dict[str, Any]:
 
 
 def _counted(fn: Callable[[], Any], use_kernels: bool) -> Counter[str]:
-    counter = LaunchCounter()
-    with _patched(_stand_ins(counter), force=use_kernels and kernels.triton is not None), torch.no_grad(), counter:
-        fn()
-    return counter.ops
+    return counted(fn, use_kernels, warm_up=False)  # the inputs are staged already; nothing is made once
 
 
 def count(model: Qwen3TTS, bucket: int, context: int, use_kernels: bool) -> dict[str, Counter[str]]:
@@ -101,3 +99,21 @@ def bucket_row(model: Qwen3TTS, bucket: int, context: int) -> dict[str, Any]:
         if on:
             row["triton"] = {k.split(":", 1)[1]: v for k, v in sorted(counts["step"].items()) if k.startswith("triton:")}
     return row
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", choices=sorted(SIZES, reverse=True), default="1.7b", help="the release size")
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Each of `args.buckets` (`bucket_row`); the per-kernel table goes to stderr."""
+    model = release_model(args.size)
+    rows = []
+    for bucket in args.buckets:
+        row = bucket_row(model, bucket, args.context)
+        rows.append(row)
+        print(f"bucket={bucket} torch={row['torch_launches']} {row['torch_parts']} "
+              f"kernels={row['kernels_launches']} {row['kernels_parts']}", file=sys.stderr)
+        for name, n in row["kernels_ops"].items():
+            print(f"  {name:<28} {n:>6}", file=sys.stderr)
+    return {"size": args.size}, rows

@@ -1,11 +1,16 @@
-"""What `python -m v2.bench` needs of Qwen3-TTS: its runtime for the bench, a request, the sequential baseline.
+"""Qwen3-TTS's benches, found through the registry (what v2/bench/family.py asks of a family's bench).
+
+For `python -m v2.bench`: its runtime for the bench, a request, the sequential baseline. Its parts:
+`launches.py` (`python -m v2.bench.launches --family qwen3_tts --size 1.7b|0.6b`), and its own benches, run
+as modules: `frames.py` (frames per second through the reference loop), `codec.py` (the codec's decode).
 
 Owns: building the runtime the bench measures (`Runtime.from_card`: the card's weights, seeded on the tiny
 card), the request a workload text becomes (voice design on a Base or VoiceDesign checkpoint; the first
 speaker of a CustomVoice one, which needs one), and one request through the simple sequential path on the
 runtime's own weights: the family's prompt layout, `v2.models.qwen3_tts.generate.generate` (the reference
 loop, eager), then the codec's whole `decode`, which the runtime's codes must equal. No engine-overhead
-stand-ins for this family's executors (`overhead` False).
+stand-ins for this family's executors (`overhead` None), no fixed-batch reference for the engine bench, no
+reference-implementation comparison.
 Must not know: the engine's internals, scheduling.
 """
 
@@ -16,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-overhead = False
+overhead = None
 
 
 def runtime(card: Any, *, device: str, random_weights: bool = False) -> Any:

@@ -1,4 +1,5 @@
-"""`python -m v2.bench.qwen3_tts_frames CHECKPOINT`: Qwen3-TTS frames per second through the reference loop.
+"""`python -m v2.families.qwen3_tts.bench.frames CHECKPOINT`: Qwen3-TTS frames per second through the reference
+loop.
 
 Owns: timing `qwen3_tts.generate_batch` (one talker row and G-1 code-predictor steps per frame, the release's
 sampling defaults, EOS masked so every row runs the whole budget) at a few batch sizes on a checkpoint's
@@ -20,7 +21,7 @@ from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.qwen3_tts.generate import generate_batch
 from v2.models.qwen3_tts.model import Qwen3TTS
 
-FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "qwen3_tts_tiny" / "checkpoint"
+FIXTURE = Path(__file__).resolve().parents[4] / "tests" / "fixtures" / "qwen3_tts_tiny" / "checkpoint"
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""`python -m v2.bench.qwen3_codec`: Qwen3-TTS-Tokenizer-12Hz decode speed for a batch of streams; one JSON line.
+"""`python -m v2.families.qwen3_tts.bench.codec`: Qwen3-TTS-Tokenizer-12Hz decode speed for a batch of streams;
+one JSON line.
 
 Owns: building the decoder (a speech_tokenizer checkpoint; default the tiny fixture), seeded codes for
 `--streams` streams, and timing (a) streaming: every stream advances `--chunk` frames per call, all streams

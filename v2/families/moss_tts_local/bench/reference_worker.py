@@ -1,6 +1,6 @@
 """The reference implementation's own `generate()`, timed in a child process on request (a standalone script).
 
-Run by `v2.bench.reference` with the python of an environment that has the reference's dependencies
+Run by `reference.py` (next to it) with the python of an environment that has the reference's dependencies
 (torch, transformers): `python reference_worker.py --reference DIR --checkpoint DIR --prompts FILE.npz`,
 where DIR is a local copy of the OpenMOSS/MOSS-TTS repository (58b20a0; its `moss_tts_local_v1.5/`
 package is imported from there) and FILE.npz holds the prompt rows `rows_0 .. rows_{n-1}` ([T_i, 13]
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# run as a script, its own folder (v2/bench, which has an `http.py`) would shadow the standard library
+# run as a script, its own folder comes first on sys.path, where a module could shadow the standard library
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import argparse  # noqa: E402

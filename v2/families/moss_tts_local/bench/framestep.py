@@ -1,4 +1,5 @@
-"""`python -m v2.bench.framestep`: the AR frame step per batch bucket, eager vs CUDA graph vs torch.compile.
+"""`python -m v2.families.moss_tts_local.bench.framestep`: the AR frame step per batch bucket, eager vs CUDA
+graph vs torch.compile.
 
 Owns: timing the runtime's own frame step (`ARExecutor.frame_step`: backbone decode step, 13 local
 micro-steps, 13 seeded samplings with logprobs, the next feedback embedding) on static inputs with rows
@@ -19,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from v2.bench.__main__ import machine
-from v2.bench.kv import spread_blocks
+from v2.families.moss_tts_local.bench.kv import spread_blocks
 from v2.families.moss_tts_local.shapes import SHAPES
 from v2.card import build_model, load_card
 from v2.families.moss_tts_local.ar_decode import FramePlan
@@ -62,7 +63,8 @@ def attention_row(model: MossTTSLocal, bucket: int, context: int, iters: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m v2.bench.framestep", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m v2.families.moss_tts_local.bench.framestep",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tiny", action="store_true", help="the tiny card instead of the release's dimensions")
     p.add_argument("--buckets", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])

@@ -1,4 +1,5 @@
-"""`python -m v2.bench.encode`: reference-audio encode throughput, one at a time vs batched, and the time to
+"""`python -m v2.families.moss_tts_local.bench.encode`: reference-audio encode throughput, one at a time vs
+batched, and the time to
 first audio of cloned requests through the runtime; one JSON line last.
 
 Owns: building the codec encoder (from a codec checkpoint, or the card's), a seeded set of references of
@@ -26,6 +27,7 @@ import torch
 from v2.bench.__main__ import machine
 from v2.card import build_encoder as build_card_encoder
 from v2.card import load_card
+from v2.families.moss_tts_local.card import MossCard
 from v2.models.moss_codec import MossAudioEncoder, prepare_reference
 
 
@@ -60,6 +62,8 @@ def chunk_seconds(encoder: MossAudioEncoder, audio: torch.Tensor, chunk_frames: 
 
 def build_encoder(card_name: str, checkpoint: str | None, device: torch.device) -> tuple[MossAudioEncoder, str]:
     card = load_card(card_name)
+    if not isinstance(card, MossCard):
+        raise SystemExit(f"--card {card_name}: not a card of this family ({card.family!r})")
     source = checkpoint or card.experts.vocoder.checkpoint
     return build_card_encoder(card, checkpoint=checkpoint, device=device), f"card {card.name} ({source})"
 
@@ -91,7 +95,8 @@ def references(count: int, shortest: float, longest: float, rate: int) -> list[n
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m v2.bench.encode", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m v2.families.moss_tts_local.bench.encode",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--card", default="moss_tts_local_tiny", help="card whose codec is encoded with")
     p.add_argument("--checkpoint", default=None, help="a codec checkpoint directory instead of the card's codec")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -119,7 +124,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device)
     encoder, source = build_encoder(args.card, args.checkpoint, device)
     rate = encoder.sample_rate
-    refs = references(args.batch, *args.seconds, rate)
+    shortest, longest = args.seconds
+    refs = references(args.batch, shortest, longest, rate)
     audio_seconds = sum(r.shape[1] for r in refs) / rate
     lengths = [r.shape[1] for r in refs]
     padded = torch.zeros(len(refs), 2, max(lengths))

@@ -1,4 +1,5 @@
-"""`python -m v2.bench.kv`: paged KV figures (capacity, time to first audio with a cached voice prompt, the
+"""`python -m v2.families.moss_tts_local.bench.kv`: paged KV figures (capacity, time to first audio with a
+cached voice prompt, the
 frame step paged vs contiguous); one JSON line last.
 
 Owns: (1) capacity at the release's dimensions by accounting alone: the pool is allocated on the meta
@@ -28,6 +29,7 @@ import torch
 from v2.bench.__main__ import machine
 from v2.families.moss_tts_local.shapes import SHAPES
 from v2.card import build_model, load_card
+from v2.families.moss_tts_local.card import MossCard
 from v2.families.moss_tts_local.ar_decode import FramePlan
 from v2.models.kernels import decode_attention as da
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
@@ -67,7 +69,9 @@ def fill(pager: KVPager, prompt: int, frames: int, shared: int) -> int:
 
 def capacity(budget: int, prompt: int, frames: int, voice: int, sizes: list[int]) -> dict[str, Any]:
     cfg = MossTTSLocalConfig.from_dict(json.loads(SHAPES.joinpath("moss_tts_local_v1_5.json").read_text())).backbone
-    card = load_card("moss_tts_local_v1_5").loops.ar_decode
+    release = load_card("moss_tts_local_v1_5")
+    assert isinstance(release, MossCard)
+    card = release.loops.ar_decode
     max_len = card.max_prompt_rows + card.max_frames
     row_bytes = PagedKVCache.block_bytes(cfg, 1, torch.bfloat16)
     out: dict[str, Any] = {"budget_bytes": budget, "row_bytes": row_bytes, "request_rows": prompt + frames,
@@ -91,6 +95,7 @@ def capacity(budget: int, prompt: int, frames: int, voice: int, sizes: list[int]
 # ----- (2) time to first audio --------------------------------------------------------------------
 def _runtime(cache: bool) -> Runtime:
     card = load_card("moss_tts_local_tiny")
+    assert isinstance(card, MossCard)
     ar = card.loops.ar_decode.model_copy(update={"prefix_cache": cache})
     return Runtime.from_card(card.model_copy(update={"loops": card.loops.model_copy(update={"ar_decode": ar})}),
                              device="cpu")
@@ -172,6 +177,10 @@ def spread_blocks(ex: ARExecutor, seed: int = 0) -> None:
     ex.apply([], [(s, i, order[s * width + i]) for s in range(slots) for i in range(width)])
 
 
+def _frame_step(executor: ARExecutor, key: Any) -> Callable[[], Any]:
+    return lambda: executor.frame_step(key)
+
+
 def frame_step(bucket: int, max_len: int, rounds: int, iters: int) -> dict[str, Any]:
     model = build_model(load_card("moss_tts_local_tiny"))
     executors = {}
@@ -186,7 +195,7 @@ def frame_step(bucket: int, max_len: int, rounds: int, iters: int) -> dict[str, 
     contiguous.tables = torch.arange(bucket + 1)[:, None]  # slot s reads its own slot: a one-block table
     plans = [FramePlan(i, (37 * i) % (max_len - 64) + 32, 5, True) for i in range(bucket)]  # mixed positions
     keys = {k: (bucket, ex.stage(plans, bucket), 1) for k, ex in executors.items()}
-    ms = alternate({k: (lambda k=k: executors[k].frame_step(keys[k])) for k in executors}, rounds, iters,
+    ms = alternate({k: _frame_step(executors[k], keys[k]) for k in executors}, rounds, iters,
                    torch.device("cpu"))
     return {"bucket": bucket, "max_len": max_len, "rounds": rounds,
             "paged_ms": round(statistics.median(ms["paged"]), 3),
@@ -226,7 +235,8 @@ def attention(bucket: int, context: int, rounds: int, iters: int, device: torch.
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m v2.bench.kv", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m v2.families.moss_tts_local.bench.kv",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--budget-gb", type=float, default=100.0, help="KV budget for the capacity count (10^9 bytes)")
     p.add_argument("--block-sizes", type=int, nargs="+", default=[16, 32, 64, 128])
     p.add_argument("--voice-rows", type=int, default=160, help="rows of the prompt prefix shared in the shared case")
