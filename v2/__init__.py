@@ -1,8 +1,11 @@
 """v2: a step-scheduled multi-loop runtime for dual-AR text-to-speech.
 
-Owns: the public names (`Runtime`, `SpeechRequest`, `SpeechResult`, `AudioChunk`, `Trajectory`) and the
-version. Each name loads its module on first use, so `import v2` stays cheap (no torch) for the command
-line's fast paths (`v2 cards`, `--help`) and for torch-free parts of the package.
+Owns: the public names (`Runtime`, `SpeechParams`, `SpeechRequest`, `SpeechResult`, `AudioChunk`,
+`Trajectory`, `RequestError`, `OverloadedError`) and the version. `SpeechParams` is the request in no
+family's terms (what the server takes); `SpeechRequest` keeps its old public name for the first family's
+typed request (a runtime's own is what `rt.parse` returns). Each name loads its module on first use, so
+`import v2` stays cheap (no torch) for the command line's fast paths (`v2 cards`, `--help`) and for
+torch-free parts of the package.
 Must not know: anything behind those names.
 """
 
@@ -14,14 +17,19 @@ from v2.lazy import lazy_names
 
 __version__ = "0.1.0"
 
-_WHERE = {"AudioChunk": "v2.contracts", "Runtime": "v2.runtime.runtime", "SpeechRequest": "v2.request",
-          "SpeechResult": "v2.runtime.handles", "Trajectory": "v2.rl.trajectory"}
+_WHERE = {"AudioChunk": "v2.contracts", "OverloadedError": "v2.errors", "RequestError": "v2.errors",
+          "Runtime": "v2.runtime.runtime", "SpeechParams": "v2.params",
+          "SpeechRequest": "v2.families.moss_tts_local.request", "SpeechResult": "v2.runtime.handles",
+          "Trajectory": "v2.rl.trajectory"}
 
-__all__ = ["AudioChunk", "Runtime", "SpeechRequest", "SpeechResult", "Trajectory"]
+__all__ = ["AudioChunk", "OverloadedError", "RequestError", "Runtime", "SpeechParams", "SpeechRequest",
+           "SpeechResult", "Trajectory"]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads each on first use
     from v2.contracts import AudioChunk
-    from v2.request import SpeechRequest
+    from v2.errors import OverloadedError, RequestError
+    from v2.families.moss_tts_local.request import SpeechRequest
+    from v2.params import SpeechParams
     from v2.rl.trajectory import Trajectory
     from v2.runtime.runtime import Runtime
     from v2.runtime.handles import SpeechResult

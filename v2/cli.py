@@ -378,7 +378,7 @@ def _expected(error: BaseException) -> bool:
     if isinstance(error, (CliError, OutputError, CardError, CheckpointNotFound)):
         return True
     # these modules load torch; an error of theirs means they are loaded already
-    request, voices = sys.modules.get("v2.request"), sys.modules.get("v2.runtime.voices")
+    request, voices = sys.modules.get("v2.errors"), sys.modules.get("v2.runtime.voices")
     return (request is not None and isinstance(error, (request.RequestError, request.OverloadedError))
             or voices is not None and isinstance(error, voices.VoiceError))
 

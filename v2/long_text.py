@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from v2.contracts import ExecutionProfile
-from v2.request import RequestError
+from v2.errors import RequestError
 from v2.rl.batch import sample_seed
 from v2.sentences import SplitError, segments, spoken
 

@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 
 from .kit import CARD, scaled_weights, wait_for  # noqa: E402
 from v2.cluster import RolloutCancelled, RolloutPool  # noqa: E402
-from v2.request import RequestError  # noqa: E402
+from v2.errors import RequestError  # noqa: E402
 from v2.runtime import Runtime  # noqa: E402
 from v2.runtime.weight_updates import WeightUpdateError  # noqa: E402
 

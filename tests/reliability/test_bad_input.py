@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from v2.fields import TEMPERATURE_MAX, TEMPERATURE_MIN
-from v2.request import RequestError
+from v2.errors import RequestError
 from v2.runtime import Runtime
 
 

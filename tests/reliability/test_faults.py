@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from v2.card import load_card
 from v2.families.moss_tts_local.kinds import LoopKind
-from v2.request import OverloadedError
+from v2.errors import OverloadedError
 from v2.runtime import Runtime
 from v2.runtime.handles import SpeechHandle
 

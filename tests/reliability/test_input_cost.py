@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from v2.fields import MAX_REFERENCE_SAMPLES, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
 from v2.models.audio_in import MAX_PATH_CHARS, AudioError
 from v2.models.moss_codec.audio_in import prepare_reference
-from v2.request import HeadParams, RequestError, SamplingParams, SpeechRequest
+from v2.errors import RequestError
+from v2.families.moss_tts_local.request import HeadParams, SamplingParams, SpeechRequest
 from v2.runtime import Runtime
 
 MIB = 2**20

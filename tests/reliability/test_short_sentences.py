@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from conftest import wait_idle
 from v2.card import build_model, build_tokenizer, load_card
 from v2.families.moss_tts_local.prepare import prepare
-from v2.request import parse_request
+from v2.families.moss_tts_local.request import parse_request
 from v2.runtime import Runtime
 from v2.sentences import segments, sentences, spoken
 

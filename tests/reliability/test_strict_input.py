@@ -12,7 +12,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from v2.fields import FieldError, int_tensor
-from v2.request import RequestError, SpeechRequest
+from v2.errors import RequestError
+from v2.families.moss_tts_local.request import SpeechRequest
 from v2.runtime import Runtime
 
 PAD = [1024] * 12

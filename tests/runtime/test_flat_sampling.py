@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from v2.fields import PENALTY_MAX, PENALTY_MIN, TEMPERATURE_MAX, TEMPERATURE_MIN
-from v2.request import FLAT_SAMPLING, RequestError, SpeechRequest, parse_request
+from v2.errors import RequestError
+from v2.families.moss_tts_local.params import SPEECH_PARAMS
+from v2.families.moss_tts_local.request import FLAT_SAMPLING, SpeechRequest, parse_request
 from v2.runtime import Runtime
-from v2.server.schema import Limits, SpeechBody, plan
+from v2.server.schema import Limits, SpeechBody, plan, resolved
 
 FLAT = {"temperature": 1.2, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.3}
 
@@ -25,9 +27,10 @@ def nested(values: dict) -> dict:
 
 
 def over_http(values: dict) -> dict:
-    """The runtime request the HTTP server makes of a speech body carrying these values."""
+    """The request the HTTP server has the family make of a speech body carrying these values."""
     body = SpeechBody.model_validate({"input": "Hello there.", "response_format": "wav", **values})
-    return plan(body, Limits(model_names=("tts-1",)), native_rate=48000, native_channels=2).request
+    p = plan(body, Limits(model_names=("tts-1",)), native_rate=48000, native_channels=2)
+    return SPEECH_PARAMS.request(p.params, resolved(p, {}))
 
 
 knobs = st.fixed_dictionaries({}, optional={

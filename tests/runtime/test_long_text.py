@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from v2.card import load_card
 from v2.models.moss_tts_local.prompt import build_prompt
-from v2.request import RequestError
+from v2.errors import RequestError
 from v2.runtime import Runtime
 from v2.families.moss_tts_local.segments import segment_seed
 from v2.sentences import SplitError, segments, sentences, spoken

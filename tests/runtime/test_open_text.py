@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from v2.card import load_card
-from v2.request import RequestError
+from v2.errors import RequestError
 from v2.runtime import Runtime
 
 from conftest import wait_idle

@@ -13,7 +13,7 @@ import torch
 from v2.card import load_card
 from v2.models.moss_tts_local.generate import generate, generate_batch
 from v2.sampling_settings import SamplingSettings
-from v2.request import RequestError
+from v2.errors import RequestError
 from v2.runtime import Runtime
 
 from conftest import wait_idle

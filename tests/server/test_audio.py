@@ -11,9 +11,10 @@ import pytest
 
 from serverkit import decode
 from v2.server.audio import FORMATS, Shaper, encode_whole, make_encoder, output_spec, to_s16, wav_header
-from v2.request import RequestError
+from v2.errors import RequestError
+from v2.families.moss_tts_local.params import FIELDS, SPEECH_PARAMS
 from v2.server.errors import ApiError, runtime_field_error
-from v2.server.schema import Limits, SpeechBody, parse_body, plan, read_reference
+from v2.server.schema import Limits, SpeechBody, parse_body, plan, read_reference, resolved
 
 RATE = 48000
 AUDIO = (np.random.default_rng(0).standard_normal((2, 3 * 3840 + 1234)) * 0.2).astype(np.float32)
@@ -78,17 +79,17 @@ def test_rates_a_format_cannot_hold_are_refused(fmt, rate):
     ("give exactly one of 'text' and 'prompt_rows'", None, None, "give exactly one of 'text' and 'prompt_rows'"),
 ])
 def test_runtime_field_errors_name_the_openai_param_by_field(message, field, param, text):
-    err = runtime_field_error(RequestError(message, field=field))
+    err = runtime_field_error(RequestError(message, field=field), FIELDS)  # a family's table (MOSS-TTS-Local's)
     assert (err.status, err.param, err.message) == (400, param, text)
-    aliased = runtime_field_error(RequestError("max_frames: x", field="max_frames"),
+    aliased = runtime_field_error(RequestError("max_frames: x", field="max_frames"), FIELDS,
                                   aliases={"max_frames": "max_frames"})
     assert (aliased.param, aliased.message) == ("max_frames", "max_frames: x")
-    assert runtime_field_error(RequestError("seed: a message naming no field")).param is None  # field left out
+    assert runtime_field_error(RequestError("seed: a message naming no field"), FIELDS).param is None  # no field
 
 
 def test_the_param_follows_the_field_not_the_message():
     """The message is for people: a field named in it is not what the parameter is taken from."""
-    err = runtime_field_error(RequestError("seed: looks like the seed, but blames the text", field="text"))
+    err = runtime_field_error(RequestError("seed: looks like the seed, but blames the text", field="text"), FIELDS)
     assert (err.param, err.message) == ("input", "input: seed: looks like the seed, but blames the text")
 
 
@@ -97,17 +98,18 @@ def test_the_plan_maps_openai_fields_onto_the_runtime_request():
                        "response_format": "wav", "seed": 3, "temperature": 0.7, "top_p": 0.9, "top_k": 20,
                        "repetition_penalty": 1.1, "max_new_tokens": 40, "min_new_tokens": 5, "language": "en"})
     p = plan(body, Limits(("card", "tts-1")), native_rate=RATE, native_channels=2)
-    assert p.request == {"text": "Hi.", "stream": True, "instruction": "calm", "language": "en", "seed": 3,
-                         "max_frames": 40, "min_frames": 5,
-                         "sampling": {"audio": {"temperature": 0.7, "top_p": 0.9, "top_k": 20},
-                                      "repetition_penalty": 1.1}}
+    request = SPEECH_PARAMS.request(p.params, resolved(p, {}))  # a family's mapping (MOSS-TTS-Local's)
+    assert request == {"text": "Hi.", "stream": True, "instruction": "calm", "language": "en", "seed": 3,
+                       "max_frames": 40, "min_frames": 5,
+                       "sampling": {"audio": {"temperature": 0.7, "top_p": 0.9, "top_k": 20},
+                                    "repetition_penalty": 1.1}}
     assert p.voice == "alloy" and p.streaming and (p.spec.sample_rate, p.spec.channels) == (RATE, 2)
     for fmt in ("mp3", "opus", "aac", "flac", "wav", "pcm"):  # every format streams unless told not to
         assert plan(SpeechBody(input="x", response_format=fmt), Limits(("c",)), native_rate=RATE,
                     native_channels=2).streaming
         whole = plan(SpeechBody(input="x", response_format=fmt, stream=False, stream_format="audio"), Limits(("c",)),
                      native_rate=RATE, native_channels=2)
-        assert not whole.streaming and whole.request["stream"] is False
+        assert not whole.streaming and SPEECH_PARAMS.request(whole.params, resolved(whole, {}))["stream"] is False
 
 
 def test_reference_audio_sources(tmp_path):

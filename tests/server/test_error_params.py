@@ -15,7 +15,7 @@ import soundfile as sf
 from hypothesis import given, settings, strategies as st
 
 from serverkit import CARD, TEXT, LiveServer, shared_runtime
-from v2.request import SpeechRequest
+from v2.families.moss_tts_local.request import SpeechRequest
 from v2.server import ServerConfig
 from v2.server.audio import FORMATS, RATES
 from v2.server.schema import OPENAI_VOICES, SpeechBody

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from v2.fields import FieldError, int_tensor
-from v2.request import RequestError
+from v2.errors import RequestError
 from v2.runtime.voices import VoiceError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 from v2.card import family_of, load_card
 from v2.families.qwen3_tts.card import checkpoint_config
 from v2.families.qwen3_tts.request import parse
-from v2.request import RequestError
+from v2.errors import RequestError
 from v2.runtime import Runtime
 
 CARD = load_card("qwen3_tts_tiny")

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from v2.card import DEFAULT_CARD, ModelCard, family_of, load_card
-from v2.request import OverloadedError, RequestError
+from v2.errors import OverloadedError, RequestError
 from v2.runtime import shutdown, weight_updates
 from v2.runtime.device import Stream, default_stream
 from v2.runtime.encoding import EncodeJob
@@ -96,10 +96,8 @@ class Runtime:
 
     @property
     def sampling_keys(self) -> tuple[str, ...]:
-        """The keys the family's nested `sampling` takes (the runtime's own where it declares none)."""
-        from v2.request import SamplingParams
-
-        return tuple(getattr(self.family, "sampling_keys", ())) or tuple(SamplingParams.model_fields)
+        """The keys the family's nested `sampling` takes (none where it declares none)."""
+        return tuple(getattr(self.family, "sampling_keys", ()))
 
     @property
     def frame_rate(self) -> float:
@@ -108,7 +106,7 @@ class Runtime:
 
     # ----- caller side -----------------------------------------------------------------------------
     def parse(self, fields: Any) -> Any:
-        """The family's typed request (its request model, e.g. `v2.request.SpeechRequest`) from a dict of fields;
+        """The family's typed request (its request model) from a dict of fields;
         a `RequestError` whose `field` names the field to blame. `submit` takes what this returns (and checks
         it again: a caller may have changed what it holds)."""
         return self.family.parse(fields)

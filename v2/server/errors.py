@@ -1,31 +1,20 @@
 """Errors as OpenAI shapes them: `{"error": {"message", "type", "param", "code"}}`, with the HTTP status.
 
-Owns: `ApiError` (what a route raises), the JSON body and response, and mapping the runtime's field
-errors onto the parameter a client sent: by the error's `field` (`RequestError.field`, a request field's
-dotted name) through `PARAMS`, an explicit table from request fields to HTTP parameters; the message's
-leading field name is put in the client's terms too. A field the table does not hold (or None) names no
-parameter.
-Must not know: FastAPI routes, the runtime object, audio.
+Owns: `ApiError` (what a route raises), the JSON body and response, and mapping a family's field errors onto
+the parameter a client sent: by the error's `field` (`RequestError.field`, a request field's dotted name)
+through the table the family gives (`FamilyParams.fields`, in the client's names: schema.py `param_names`);
+the message's leading field name is put in the client's terms too. A field the table does not hold (or
+None) names no parameter.
+Must not know: FastAPI routes, the runtime object, audio, any family's fields.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
-if TYPE_CHECKING:
-    from v2.request import RequestError
-
-PARAMS: dict[str, str] = {
-    "text": "input", "instruction": "instructions", "language": "language", "seed": "seed", "voice": "voice",
-    "stream": "stream", "max_frames": "max_new_tokens", "min_frames": "min_new_tokens",
-    "sampling.audio.temperature": "temperature", "sampling.audio.top_p": "top_p", "sampling.audio.top_k": "top_k",
-    "sampling.repetition_penalty": "repetition_penalty",
-    "reference_audio": "ref_audio", "reference_text": "ref_text", "x_vector_only": "x_vector_only_mode",
-}
-"""The request fields the server sets (schema.py `plan`) -> the HTTP parameter each comes from (OpenAI's name,
-or the peers' extension); `max_frames` / `min_frames` are named as the client sent them (`aliases`)."""
+from v2.errors import RequestError
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
@@ -49,12 +38,13 @@ class ApiError(Exception):
         return json.dumps(self.body()).encode()
 
 
-def runtime_field_error(error: RequestError, *, aliases: Mapping[str, str] | None = None) -> ApiError:
-    """A 400 from a runtime `RequestError`: `param` is its `field` through `PARAMS` (None when it names no field
-    the client sent), and the message starts with that parameter instead of the field. `aliases`: request
-    fields the client named its own way (e.g. max_frames sent as `max_frames` rather than `max_new_tokens`)."""
+def runtime_field_error(error: RequestError, names: Mapping[str, str] | None = None, *,
+                        aliases: Mapping[str, str] | None = None) -> ApiError:
+    """A 400 from a family's `RequestError`: `param` is its `field` through `names` (the family's request
+    fields -> the client's parameters; None when it names no field the client sent), and the message starts
+    with that parameter instead of the field. `aliases`: entries that override `names`."""
     field = error.field
-    names = {**PARAMS, **(aliases or {})}
+    names = {**(names or {}), **(aliases or {})}
     param = None if field is None else names.get(field)
     message = str(error)
     if param is not None and field is not None:

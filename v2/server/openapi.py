@@ -83,7 +83,7 @@ def amend(spec: dict[str, Any]) -> None:
     components["Error"] = _ERROR_SCHEMA
     body = SpeechBody.model_json_schema(ref_template="#/components/schemas/{model}")
     components.update(body.pop("$defs", {}))
-    components["SpeechBody"] = body
+    components["SpeechBody"] = {**body, "title": "SpeechBody"}  # v2.params.SpeechParams, published as the body
     for path, item in spec.get("paths", {}).items():
         for method, op in item.items():
             _amend_operation(path, method, op)

@@ -1,14 +1,17 @@
-"""The OpenAI speech request and how it maps onto the runtime's `SpeechRequest` fields.
+"""The OpenAI speech request: the checks that belong to HTTP, and what the server resolves for the family.
 
-Owns: `SpeechBody` (OpenAI's `POST /v1/audio/speech` fields plus the peers' extensions, strictly typed:
-a bool is not a number, unknown fields are refused), the checks that belong to HTTP (model name, input
-length, speed, format and rate, streaming mode: every format streams unless `stream: false`, reference audio
-sources), and `plan()`: a `SpeechPlan` holding the runtime request's fields (the runtime parses them into its
-family's typed request), the output spec and how to answer.
+Owns: `SpeechBody` (the body of `POST /v1/audio/speech`: `v2.params.SpeechParams`, OpenAI's fields plus the
+peers' extensions, strictly typed), the checks that belong to HTTP (model name, input length, speed, format
+and rate, streaming mode: every format streams unless `stream: false`, one value under two names, reference
+audio sources, an input the family does not take), and `plan()`: a `SpeechPlan` holding the parsed params,
+the reference recording's bytes, the output spec and how to answer; `resolved()` (what the server resolved,
+for the family's mapping), `family_params(runtime)` (how the runtime's family takes `SpeechParams`: it maps
+them onto its request and names its fields' parameters) and `param_names` (its field table in the names the
+client sent). The server never builds a family's request itself.
 Reference audio is read from base64 or a data URL; a `file://` path only inside the allow-listed folder, a
 regular file read only up to the cap (every path that cannot be one, NUL bytes, overlong names and symlink
 loops included, is a 400 naming `ref_audio`); never a URL on the network.
-Must not know: FastAPI, the engine, handles, encoders beyond their spec.
+Must not know: FastAPI, the engine, handles, encoders beyond their spec, any family or its request fields.
 """
 
 from __future__ import annotations
@@ -19,52 +22,22 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection, Literal
+from typing import Any, Collection, Mapping
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
-from v2.fields import FieldError
-from v2.request import SpeechRequest
+from v2.errors import FieldError
+from v2.params import FamilyParams, Resolved, SpeechParams
 from v2.server.audio import OutputSpec, output_spec
 from v2.server.errors import ApiError
 
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 NO_CLONING = "voice cloning is not available on this runtime"
+RUNTIME_INPUTS = ("reference_audio", "voice")  # what the runtime layer takes besides text: recordings, stored voices
 
-
-class VoiceId(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-    id: str
-
-
-class SpeechBody(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    model: str | None = None
-    input: str
-    voice: str | VoiceId | None = None
-    instructions: str | None = None
-    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
-    speed: float = 1.0
-    stream_format: Literal["audio", "sse"] | None = None
-    # extensions (vllm-omni / sglang-omni names)
-    stream: bool | None = None
-    seed: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    repetition_penalty: float | None = None
-    max_new_tokens: int | None = None
-    max_frames: int | None = None
-    min_new_tokens: int | None = None
-    min_frames: int | None = None
-    language: str | None = None
-    ref_audio: str | None = None
-    ref_text: str | None = None
-    x_vector_only_mode: bool | None = None  # vllm-omni's name: clone from the speaker embedding alone
-    sample_rate: int | None = None
+SpeechBody = SpeechParams  # the body of POST /v1/audio/speech (and of a WebSocket's session.config, less `input`)
 
 
 @dataclass(frozen=True)
@@ -77,17 +50,17 @@ class Limits:
 
 @dataclass(frozen=True)
 class SpeechPlan:
-    request: dict[str, Any]   # the runtime request's fields, less the voice (`runtime.parse` makes them typed)
+    params: SpeechParams      # the body, checked (the family maps it onto its request)
+    reference: bytes | None   # `ref_audio`'s bytes, read
     voice: str | None         # a voice name still to resolve against the voice store
     spec: OutputSpec
     streaming: bool
     sse: bool
-    aliases: dict[str, str]   # runtime fields the client named its own way (for error messages)
 
 
-def parse_body(raw: dict[str, Any]) -> SpeechBody:
+def parse_body(raw: dict[str, Any]) -> SpeechParams:
     try:
-        return SpeechBody.model_validate(raw)
+        return SpeechParams.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
         param = ".".join(str(x) for x in err["loc"]) or None
@@ -96,23 +69,37 @@ def parse_body(raw: dict[str, Any]) -> SpeechBody:
 
 
 def runtime_supports(field: str) -> bool:
-    """Whether the runtime's request schema has a field (reference audio and voices arrive with the voice store)."""
-    return field in SpeechRequest.model_fields
+    """Whether the runtime layer takes an input besides text: reference recordings (`reference_audio`: it
+    encodes them) and stored voices (`voice`); which of them a family honours is its `FamilyParams.takes`."""
+    return field in RUNTIME_INPUTS
 
 
-def request_fields(runtime: Any) -> Collection[str] | None:
-    """The request fields a runtime's family takes (`runtime.request_fields`), None where it does not say."""
-    return getattr(runtime, "request_fields", None) or None
+def family_params(runtime: Any) -> FamilyParams:
+    """How the runtime's family takes `SpeechParams` (its bound family's `speech_params`)."""
+    found = getattr(getattr(runtime, "family", None), "speech_params", None)
+    if not isinstance(found, FamilyParams):
+        raise TypeError("the runtime's family gives no `speech_params` (a v2.params.FamilyParams), so a server "
+                        "cannot map a speech request onto its request")
+    return found
 
 
-def family_takes(fields: Collection[str] | None, field: str) -> bool:
-    """Whether the family takes a request field: one of its `fields` (True where they are not known)."""
-    return fields is None or field in fields
+def param_names(family: FamilyParams, params: SpeechParams) -> dict[str, str]:
+    """The family's request fields -> the parameter each came from, as the client named it (`max_frames` or
+    `max_new_tokens`, whichever it sent)."""
+    return {field: params.named(param) for field, param in family.fields.items()}
 
 
-def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels: int,
-         fields: Collection[str] | None = None) -> SpeechPlan:
-    """`fields`: the request fields the runtime takes (`request_fields`)."""
+def resolved(p: SpeechPlan, voice: Mapping[str, str], *, stream: bool | None = None,
+             text_later: bool = False) -> Resolved:
+    """What the family's mapping takes besides the params. `voice`: the voice book's answer for the plan's
+    voice ({"speaker": name}, {"voice": name} or {}); `stream`: whether the audio streams (default: as planned)."""
+    return Resolved(stream=p.streaming if stream is None else stream, reference_audio=p.reference,
+                    voice=voice.get("voice"), speaker=voice.get("speaker"), text_later=text_later)
+
+
+def plan(body: SpeechParams, limits: Limits, *, native_rate: int, native_channels: int,
+         takes: Collection[str] | None = None) -> SpeechPlan:
+    """`takes`: the optional inputs the family honours (`FamilyParams.takes`; None: not known, all)."""
     if body.model is not None and body.model not in limits.model_names:
         raise ApiError(404, f"model: {body.model!r} is not served here (served: {', '.join(limits.model_names)})",
                        param="model", code="model_not_found")
@@ -129,51 +116,30 @@ def plan(body: SpeechBody, limits: Limits, *, native_rate: int, native_channels:
     streaming = body.stream is not False  # every format streams unless `stream: false` asks for the whole file
     if sse and not streaming:
         raise ApiError(400, "stream: stream_format 'sse' needs a stream", param="stream", code="invalid_value")
-    aliases = {"max_frames": "max_frames" if body.max_frames is not None else "max_new_tokens",
-               "min_frames": "min_frames" if body.min_frames is not None else "min_new_tokens"}
-    request: dict[str, Any] = {"text": body.input, "stream": streaming}
-    optional = {"instruction": body.instructions, "language": body.language, "seed": body.seed,
-                "max_frames": _one_of(body.max_frames, body.max_new_tokens, "max_frames", "max_new_tokens"),
-                "min_frames": _one_of(body.min_frames, body.min_new_tokens, "min_frames", "min_new_tokens")}
-    request.update({k: v for k, v in optional.items() if v is not None})
-    audio = {k: v for k, v in (("temperature", body.temperature), ("top_p", body.top_p), ("top_k", body.top_k))
-             if v is not None}
-    sampling: dict[str, Any] = {"audio": audio} if audio else {}
-    if body.repetition_penalty is not None:
-        sampling["repetition_penalty"] = body.repetition_penalty
-    if sampling:
-        request["sampling"] = sampling
-    request.update(_reference(body, limits, fields))
-    voice = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
-    return SpeechPlan(request, voice, spec, streaming, sse, aliases)
+    try:
+        body.frame_limits()  # ours and the peers' name for one value: two different values are refused
+    except FieldError as e:
+        raise ApiError(400, str(e), param=e.field, code="invalid_value") from None
+    return SpeechPlan(body, _reference(body, limits, takes), body.voice_name(), spec, streaming, sse)
 
 
-def _one_of(a: int | None, b: int | None, name_a: str, name_b: str) -> int | None:
-    """A value that two names can give (ours and the peers'); two different values are refused."""
-    if a is not None and b is not None and a != b:
-        raise ApiError(400, f"{name_a}: give {name_a} or {name_b}, not two different values", param=name_a,
-                       code="invalid_value")
-    return a if a is not None else b
+def _takes(takes: Collection[str] | None, name: str) -> bool:
+    return takes is None or name in takes
 
 
-def _reference(body: SpeechBody, limits: Limits, fields: Collection[str] | None) -> dict[str, Any]:
+def _reference(body: SpeechParams, limits: Limits, takes: Collection[str] | None) -> bytes | None:
     if body.ref_audio is None:
         for name in ("ref_text", "x_vector_only_mode"):
             if getattr(body, name) is not None:
                 raise ApiError(400, f"{name}: give it with ref_audio", param=name, code="invalid_value")
-        return {}
-    if not (runtime_supports("reference_audio") and family_takes(fields, "reference_audio")):
+        return None
+    if not (runtime_supports("reference_audio") and _takes(takes, "ref_audio")):
         raise ApiError(400, f"ref_audio: {NO_CLONING}", param="ref_audio", code="unsupported")
-    out: dict[str, Any] = {"reference_audio": read_reference(body.ref_audio, limits.allowed_media_path,
-                                                                   limits.max_reference_bytes)}
-    if body.ref_text is not None:
-        out["reference_text"] = body.ref_text
-    if body.x_vector_only_mode is not None:
-        if not family_takes(fields, "x_vector_only"):
-            raise ApiError(400, "x_vector_only_mode: this model's clones have no x-vector-only mode (omit it)",
-                           param="x_vector_only_mode", code="unsupported")
-        out["x_vector_only"] = body.x_vector_only_mode
-    return out
+    data = read_reference(body.ref_audio, limits.allowed_media_path, limits.max_reference_bytes)
+    if body.x_vector_only_mode is not None and not _takes(takes, "x_vector_only_mode"):
+        raise ApiError(400, "x_vector_only_mode: this model's clones have no x-vector-only mode (omit it)",
+                       param="x_vector_only_mode", code="unsupported")
+    return data
 
 
 def read_reference(value: str, allowed: Path | None, max_bytes: int = 16 * 2**20) -> bytes:

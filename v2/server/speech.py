@@ -3,10 +3,10 @@
 Owns: reading the body (JSON only: 415 otherwise; 400 for malformed JSON, or JSON too deep or with too many
 members, refused before it is parsed: jsonbody.py), then in a worker thread (the event loop never waits on
 parsing, reference audio or the runtime) planning it (schema.py), resolving the voice (a speaker of the
-checkpoint, a stored voice, or an OpenAI name: voices.py), having the runtime parse the fields into its
-family's typed request and submitting that, mapping refusals (a `RequestError` -> 400 naming the OpenAI
-param by its `field`, overload -> 429 with Retry-After, a closed runtime ->
-503), recording every request's result in the metrics, and choosing the response: a watched stream (every
+checkpoint, a stored voice, or an OpenAI name: voices.py), having the family map the params onto its
+request's fields (`FamilyParams.request`), the runtime parse them into its typed request and submitting that,
+mapping refusals (a `RequestError` -> 400 naming the OpenAI param by its `field` through the family's
+table, overload -> 429 with Retry-After, a closed runtime -> 503), recording every request's result in the metrics, and choosing the response: a watched stream (every
 format, unless `stream: false`) or the whole file with its Content-Length, rate, channels and timings in
 headers.
 Must not know: the engine's internals, how formats are encoded (audio.py), how bodies stream (streaming.py).
@@ -19,12 +19,12 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, Request, Response
 
-from v2.request import OverloadedError, RequestError
+from v2.errors import OverloadedError, RequestError
 from v2.server import audio
 from v2.server.audio import Encoder
 from v2.server.errors import ApiError, runtime_field_error
 from v2.server.jsonbody import read_object
-from v2.server.schema import SpeechBody, SpeechPlan, parse_body, plan, request_fields
+from v2.server.schema import SpeechBody, SpeechPlan, family_params, param_names, parse_body, plan, resolved
 from v2.server.state import ServerState, server_state
 from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, audio_body, whole_result
 
@@ -42,14 +42,15 @@ def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan,
     """Parse, plan, resolve the voice and submit: in a worker thread (JSON of megabytes, base64 reference
     audio, a store lookup and the runtime's tokenising must not hold up the event loop). The plan, the
     stream's encoder (made before submitting: nothing can fail between submit and the response) and the handle."""
+    family = family_params(st.runtime)
     p = plan(parse_body(_read_json(raw, content_type)), st.config.limits(), native_rate=st.native_rate,
-             native_channels=st.native_channels, fields=request_fields(st.runtime))
+             native_channels=st.native_channels, takes=family.takes)
     encoder = audio.make_encoder(p.spec, st.native_rate, st.native_channels, streaming=True) if p.streaming else None
-    fields = {**p.request, **st.voices.voice_fields(p.voice)}  # + a speaker, a stored voice, or neither
+    given = resolved(p, st.voices.voice_fields(p.voice))  # + a speaker, a stored voice, or neither
     try:
-        handle = st.runtime.submit(st.runtime.parse(fields))  # the family's typed request
+        handle = st.runtime.submit(st.runtime.parse(family.request(p.params, given)))  # the family's typed request
     except RequestError as e:
-        raise runtime_field_error(e, aliases={**p.aliases, "speaker": "voice"}) from None
+        raise runtime_field_error(e, param_names(family, p.params)) from None
     except OverloadedError as e:
         raise ApiError(429, f"the server is busy: {e}", code="overloaded",
                        headers={"Retry-After": str(st.config.retry_after_s)}) from None

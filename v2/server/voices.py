@@ -17,7 +17,7 @@ from typing import Any
 
 from v2.runtime.voices import VoiceExists
 from v2.server.errors import ApiError
-from v2.server.schema import NO_CLONING, OPENAI_VOICES, family_takes, request_fields, runtime_supports
+from v2.server.schema import NO_CLONING, OPENAI_VOICES, family_params, runtime_supports
 
 
 class VoiceBook:
@@ -26,9 +26,9 @@ class VoiceBook:
 
     @property
     def store(self) -> Any | None:
-        """The runtime's voice store, or None where the runtime has none (or cannot take a `voice` field)."""
+        """The runtime's voice store, or None where the runtime has none (or its family takes no stored voice)."""
         store = getattr(self._runtime, "voices", None)
-        takes = runtime_supports("voice") and family_takes(request_fields(self._runtime), "voice")
+        takes = runtime_supports("voice") and "voice" in family_params(self._runtime).takes
         return store if store is not None and takes else None
 
     @property
@@ -64,8 +64,8 @@ class VoiceBook:
         return entries
 
     def voice_fields(self, voice: str | None) -> dict[str, str]:
-        """The request fields a `voice` maps to: {"speaker": its name} for a speaker of the checkpoint,
-        {"voice": name} for a stored voice, {} for an OpenAI name or none (the card's default voice)."""
+        """What a `voice` names (`v2.params.Resolved`'s fields): {"speaker": its name} for a speaker of the
+        checkpoint, {"voice": name} for a stored voice, {} for an OpenAI name or none (the card's default voice)."""
         if voice is not None and (speaker := self.speaker(voice)) is not None:
             return {"speaker": speaker}
         stored = self.resolve(voice)

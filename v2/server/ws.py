@@ -2,7 +2,7 @@
 
 Owns: the session of one connection in vllm-omni's protocol. Client messages: `session.config` (the REST
 fields of `POST /v1/audio/speech` less `input`, parsed and planned by schema.py exactly as REST does, plus
-`stream_audio` and `split_granularity`), `input.text {text}`, `input.done` (ends the utterance; the
+`stream_audio` and `split_granularity`; the family maps them onto its request as over REST), `input.text {text}`, `input.done` (ends the utterance; the
 connection stays open for the next, the config stays), `session.close`. Server messages: `session.ready`
 (the config taken, and `incremental`: whether audio starts before `input.done`), then per sentence
 `audio.start {utterance_index, sentence_index, sentence_text, format, sample_rate}`, binary audio frames
@@ -28,11 +28,11 @@ import anyio
 import numpy as np
 from fastapi import APIRouter, WebSocket
 
-from v2.request import OverloadedError, RequestError
+from v2.errors import OverloadedError, RequestError
 from v2.server import audio
 from v2.server.audio import OutputSpec
 from v2.server.errors import ApiError, runtime_field_error
-from v2.server.schema import parse_body, plan
+from v2.server.schema import family_params, param_names, parse_body, plan, resolved
 from v2.server.state import ServerState
 from v2.server.streaming import GOOD_ENDINGS
 
@@ -42,12 +42,12 @@ SPLITS = ("none", "sentence", "clause")
 
 @dataclass(frozen=True)
 class Config:
-    request: dict[str, Any]   # the runtime request, less its text
+    request: dict[str, Any]   # the family's request fields, less its text
     spec: OutputSpec
     stream_audio: bool
     split: str                # the runtime's split ("sentence" / "clause")
     incremental: bool         # pieces are fed as they come (False: held until input.done)
-    aliases: dict[str, str]
+    names: dict[str, str]     # the family's request fields -> the parameters the client sent
 
 
 def configure(st: ServerState, msg: dict[str, Any]) -> Config:
@@ -62,19 +62,19 @@ def configure(st: ServerState, msg: dict[str, Any]) -> Config:
     if split not in SPLITS:
         raise ApiError(400, f"split_granularity: one of {', '.join(SPLITS)}", param="split_granularity",
                        code="invalid_value")
+    family = family_params(st.runtime)
     p = plan(parse_body({**fields, "input": "."}), st.config.limits(), native_rate=st.native_rate,
-             native_channels=st.native_channels)
+             native_channels=st.native_channels, takes=family.takes)
     if stream_audio and p.spec.format != "pcm":
         raise ApiError(400, "stream_audio: streamed sentences are raw pcm (response_format: pcm)",
                        param="stream_audio", code="invalid_value")
     if not hasattr(st.runtime, "open"):
         raise ApiError(400, "type: this server's runtime does not take text as it is written", param="type",
                        code="unsupported")
-    request = {k: v for k, v in p.request.items() if k != "text"}
-    request["stream"] = True
-    request.update(st.voices.voice_fields(p.voice))  # a speaker of the checkpoint, a stored voice, or neither
-    return Config(request, p.spec, stream_audio, "sentence" if split == "none" else split, split != "none",
-                  {**p.aliases, "speaker": "voice"})
+    # a speaker of the checkpoint, a stored voice, or neither; the text comes in input.text messages
+    given = resolved(p, st.voices.voice_fields(p.voice), stream=True, text_later=True)
+    return Config(family.request(p.params, given), p.spec, stream_audio, "sentence" if split == "none" else split,
+                  split != "none", param_names(family, p.params))
 
 
 @dataclass
@@ -182,7 +182,7 @@ class Session:
             handle = await anyio.to_thread.run_sync(lambda: self.st.runtime.open(dict(config.request),
                                                                                 split=config.split))
         except RequestError as e:
-            err = runtime_field_error(e, aliases=config.aliases)
+            err = runtime_field_error(e, config.names)
             await self.error(err.message, err.param)
             return False
         except OverloadedError as e:
@@ -222,7 +222,7 @@ class Session:
         try:
             await anyio.to_thread.run_sync(lambda: u.handle.end_text() if end else u.handle.feed(piece))
         except RequestError as e:
-            err = runtime_field_error(e, aliases={})
+            err = runtime_field_error(e, self.config.names if self.config is not None else None)
             await self.error(err.message, err.param)
             return False
         except RuntimeError as e:  # the request has ended (its sender reports why)

@@ -22,7 +22,7 @@ from v2.families.qwen3_tts.segments import carried_spec
 from v2.long_text import segment_seed
 from v2.models.qwen3_tts.generate import generate
 from v2.models.qwen3_tts.prompt import PromptSpec, build
-from v2.request import RequestError
+from v2.errors import RequestError
 from v2.runtime import Runtime
 from v2.sentences import segments, spoken
 

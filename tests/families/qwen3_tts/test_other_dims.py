@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from v2.request import RequestError
+from v2.errors import RequestError
 from v2.card import card_path
 from v2.families.qwen3_tts.card import Qwen3Card
 

@@ -14,7 +14,7 @@ import torch
 
 from v2.card import card_path
 from v2.families.qwen3_tts.card import Qwen3Card
-from v2.request import RequestError
+from v2.errors import RequestError
 
 from .conftest import CHECKPOINT, KEYS, request_of, wait_idle
 

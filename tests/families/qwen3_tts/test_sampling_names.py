@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from v2.families.qwen3_tts.request import parse
-from v2.request import RequestError
+from v2.errors import RequestError
 
 knobs = st.fixed_dictionaries({}, optional={"temperature": st.one_of(st.just(0.0), st.floats(0.25, 2.0)), "top_k": st.integers(0, 500),
                                             "top_p": st.floats(0.05, 1.0)})

@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
-from v2.request import RequestError
+from v2.errors import RequestError
 from v2.runtime import Runtime
 from v2.runtime.voices import VoiceError, VoiceStore
 

@@ -21,6 +21,7 @@ from typing import Any, Hashable, Mapping, Sequence
 import torch
 
 from v2.contracts import LoopState, WorkUnitKind
+from v2.errors import RequestError
 from v2.families.moss_tts_local.kinds import LoopKind
 from v2.families.moss_tts_local import results, segments
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
@@ -32,11 +33,12 @@ from v2.families.moss_tts_local.codec_executor import CodecExecutor
 from v2.families.moss_tts_local.encode import EncodeLoop
 from v2.families.moss_tts_local.encode_executor import EncodeExecutor
 from v2.families.moss_tts_local.open_text import OpenText, OpenWork
+from v2.families.moss_tts_local.params import SPEECH_PARAMS
 from v2.families.moss_tts_local.prepare import CodecSpec, build_rows, prepare, prepare_recording
+from v2.families.moss_tts_local.request import SamplingParams, SpeechRequest, parse_request
 from v2.families.moss_tts_local.vocoder import VocoderLoop
 from v2.families.moss_tts_local.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
-from v2.request import RequestError, SpeechRequest, parse_request
 from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs, VoiceSpec
 
 AR, VOC = LoopKind.AR_DECODE, LoopKind.VOCODER
@@ -133,6 +135,8 @@ class MossFamily:
     weight_names = NAMES
     speakers: tuple[str, ...] = ()  # no built-in voices: a voice is a reference or a stored voice
     request_fields = frozenset(SpeechRequest.model_fields)
+    sampling_keys = tuple(SamplingParams.model_fields)  # a rollout's sampling options: its nested `sampling`
+    speech_params = SPEECH_PARAMS  # how a server's `SpeechParams` become this family's request (params.py)
 
     def __init__(self, card: MossCard, model: Any, codec: Any, tokenizer: Any, *, encoder: Any = None,
                  graphs: bool = True) -> None:

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
+from v2.errors import RequestError
+from v2.families.moss_tts_local.request import SpeechRequest
 from v2.long_text import first_text
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
 from v2.models.moss_tts_local.prompt import build_prompt
 from v2.models.moss_tts_local.tokenizer import TextTokenizer
-from v2.request import RequestError, SpeechRequest
 from v2.sentences import spoken
 
 

@@ -26,16 +26,17 @@ from typing import Any
 import torch
 
 from v2.contracts import ExecutionProfile
+from v2.errors import RequestError
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
 from v2.families.moss_tts_local.card import MossCard
 from v2.families.moss_tts_local.prepare import CodecSpec, build_rows, prepare
+from v2.families.moss_tts_local.request import SpeechRequest, parse_request
 from v2.families.moss_tts_local.segments import carried_rows, segment_seed
 from v2.families.moss_tts_local.vocoder import VocoderLoop, VocoderState
 from v2.families.moss_tts_local.long_text import TextSegment
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
 from v2.models.moss_tts_local.prompt import PromptError, build_prompt
 from v2.models.moss_tts_local.tokenizer import TextTokenizer
-from v2.request import RequestError, SpeechRequest, parse_request
 from v2.runtime.handles import SegmentMark
 from v2.sampling_settings import SamplingSettings
 from v2.sentences import spoken

@@ -17,14 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from v2.errors import RequestError
 from v2.families.moss_tts_local.card import MossCard as ModelCard
 from v2.families.moss_tts_local.long_text import TextSegment, plan
+from v2.families.moss_tts_local.request import SpeechRequest
 from v2.long_text import first_text, spans, unsplit
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
 from v2.models.moss_tts_local.prompt import PromptError, build_prompt, check_rows
 from v2.sampling_settings import SamplingSettings
 from v2.models.moss_tts_local.tokenizer import TextTokenizer
-from v2.request import RequestError, SpeechRequest
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any, Hashable, Mapping, Sequence
 import torch
 
 from v2.contracts import LoopState, WorkUnitKind
+from v2.errors import RequestError
 from v2.families.qwen3_tts import languages, results, segments
 from v2.families.qwen3_tts.card import (
     Qwen3Card, TalkerSettings, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config,
@@ -32,14 +33,15 @@ from v2.families.qwen3_tts.codec_executor import CodecExecutor
 from v2.families.qwen3_tts.encode import EncodeLoop, Qwen3Work
 from v2.families.qwen3_tts.encode_executor import CodesExecutor, SpeakerExecutor
 from v2.families.qwen3_tts.open_text import OpenText, OpenWork
+from v2.families.qwen3_tts.params import SPEECH_PARAMS
 from v2.families.qwen3_tts.prepare import CodecSpec, check_speaker, prepare, read_recording, rows_of, with_encoded
 from v2.families.qwen3_tts.request import Qwen3Request, parse
+from v2.families.qwen3_tts.sampling_names import SAMPLING_KEYS
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState, recompute_rows
 from v2.families.qwen3_tts.talker_executor import FrameBatch, OnStream, TalkerExecutor
 from v2.families.qwen3_tts.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
 from v2.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig, Qwen3TTSSampling
-from v2.request import RequestError, SamplingParams
 from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs, VoiceSpec
 from v2.sampling_settings import HeadSampling
 
@@ -89,7 +91,8 @@ class Qwen3Family:
     name = "qwen3_tts"
     weight_names = NAMES
     request_fields = frozenset(Qwen3Request.model_fields) | {"sampling"}  # `sampling` nested: sampling_names.py
-    sampling_keys = (*(k for k in SamplingParams.model_fields if k != "stop"), "subtalker")  # sampling_names.py
+    sampling_keys = SAMPLING_KEYS  # a rollout's sampling options: its nested `sampling` (sampling_names.py)
+    speech_params = SPEECH_PARAMS  # how a server's `SpeechParams` become this family's request (params.py)
 
     def __init__(self, card: Qwen3Card, model: Any, codec: Any, tokenizer: Any, *, encoder: Any = None,
                  generation: dict[str, Any] | None = None, graphs: bool = True) -> None:

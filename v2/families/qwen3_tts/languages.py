@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from v2.request import RequestError
+from v2.errors import RequestError
 
 AUTO = "Auto"  # the reference API's "no language id": the model decides
 ISO_639_1: dict[str, str] = {

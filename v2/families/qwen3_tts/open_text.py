@@ -31,11 +31,11 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from v2.contracts import ExecutionProfile
+from v2.errors import RequestError
 from v2.families.qwen3_tts.prepare import Prepared, _ids, _template, prepare, role_ids, rows_of
 from v2.families.qwen3_tts.request import Qwen3Request, parse
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState
 from v2.models.qwen3_tts.prompt import PromptSpec, layout
-from v2.request import RequestError
 from v2.runtime.handles import SegmentMark
 
 PLACEHOLDER = "."  # the text an open request is checked with (its own text is `OpenWork.text`)

@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from v2.errors import RequestError
 from v2.families.qwen3_tts import segments as long_text
 from v2.families.qwen3_tts.request import Qwen3Request
 from v2.long_text import first_text, spans, unsplit
 from v2.sentences import spoken
 from v2.models.qwen3_tts.config import Qwen3TTSConfig, Qwen3TTSSampling
 from v2.models.qwen3_tts.prompt import SPEAKER, PromptError, PromptLayout, PromptSpec, layout
-from v2.request import RequestError
 from v2.sampling_settings import HeadSampling
 
 MIN_NEW_TOKENS = 2  # the reference's floor: EOS is masked at the first two group-0 choices

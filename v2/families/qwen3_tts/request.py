@@ -15,18 +15,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Iterable, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from v2.contracts import ExecutionProfile
-from v2.fields import INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_temperature
+from v2.errors import FieldError, RequestError, from_validation
 from v2.families.qwen3_tts import languages as language_names
 from v2.families.qwen3_tts.sampling_names import unfold_sampling
-from v2.request import RequestError, _describe, _field, _is_samples, _recording
+from v2.fields import INT64_MAX, Penalty, StrictBool, StrictFloat, StrictInt, StrictText, Temperature, TopK, TopP
+from v2.recording import is_samples, recording
 
-Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
-TopK = Annotated[StrictInt | None, Field(ge=0, le=TOP_K_MAX)]
-TopP = Annotated[StrictFloat | None, Field(gt=0, le=1)]
-Penalty = Annotated[StrictFloat | None, AfterValidator(check_penalty)]
 Ids = list[Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]] | None
 MAX_IDS = 100_000  # token ids in one field (bounded before anything else reads them)
 
@@ -82,9 +79,9 @@ class Qwen3Request(BaseModel):
     def _recording(cls, v: Any) -> Any:
         if v is None:
             return None
-        if isinstance(v, list) or (isinstance(v, tuple) and not _is_samples(v)):
+        if isinstance(v, list) or (isinstance(v, tuple) and not is_samples(v)):
             raise ValueError("give one recording (a path, file bytes, or (samples, sample_rate))")
-        return _recording(v, "reference_audio")
+        return recording(v, "reference_audio")
 
     @model_validator(mode="after")
     def _consistent(self) -> "Qwen3Request":
@@ -144,8 +141,7 @@ def parse(request: Any, *, languages: Iterable[str] | None = None) -> Qwen3Reque
     try:
         parsed = Qwen3Request.model_validate(request)
     except ValidationError as e:
-        errors = e.errors()
-        raise RequestError("; ".join(_describe(err) for err in errors), field=_field(errors[0])) from None
+        raise from_validation(e) from None
     if languages is None or parsed.language is None:
         return parsed
     return parsed.model_copy(update={"language": language_names.resolve(parsed.language, languages)})

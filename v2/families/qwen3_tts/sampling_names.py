@@ -1,13 +1,14 @@
-"""The runtime's nested `sampling` (what HTTP and rollouts send) onto this family's flat sampling names.
+"""A nested `sampling` (what the command line and rollouts send) onto this family's flat sampling names.
 
-Owns: `unfold_sampling(fields)`: a request dict's `sampling` (the shape `v2.request.SamplingParams` defines:
-`audio.{temperature, top_k, top_p}`, the same three at its top level, `repetition_penalty`; and
-`subtalker.{temperature, top_k, top_p}`, this family's code predictor) rewritten as the flat fields
-`Qwen3Request` takes: the audio head's knobs (the top level's where `audio` leaves one out) are the talker's
-group-0 `temperature` / `top_k` / `top_p`, as the reference API's top-level names are; `repetition_penalty`
-the talker's; `subtalker.*` -> `subtalker_*`. Refused, naming the dotted field (which the server maps back
-onto the HTTP parameter the client sent): a bad value, an unknown key, `stop` (this family has no separate
-stop head: EOS is an id of group 0's distribution), a knob given both nested and flat.
+Owns: `Nested` and `Head`, the nested shape it takes (`audio.{temperature, top_k, top_p}`, the same three
+at its top level, `repetition_penalty`; `subtalker.{temperature, top_k, top_p}`, this family's code
+predictor; `stop`, only to refuse it by name), `SAMPLING_KEYS` (its keys a rollout may set), and
+`unfold_sampling(fields)`: a request dict's `sampling` rewritten as the flat fields `Qwen3Request` takes:
+the audio head's knobs (the top level's where `audio` leaves one out) are the talker's group-0
+`temperature` / `top_k` / `top_p`, as the reference API's top-level names are; `repetition_penalty` the
+talker's; `subtalker.*` -> `subtalker_*`. Refused, naming the dotted field: a bad value, an unknown key,
+`stop` (this family has no separate stop head: EOS is an id of group 0's distribution), a knob given both
+nested and flat.
 Must not know: the engine, cards, checkpoints.
 """
 
@@ -15,11 +16,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from v2.request import HeadParams, RequestError, SamplingParams, _describe, _field
+from v2.errors import RequestError, from_validation
+from v2.fields import Penalty, Temperature, TopK, TopP
 
 KNOBS = ("temperature", "top_k", "top_p")
+
+
+class Head(BaseModel):
+    """One head's knobs; a knob left out is the card's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    temperature: Temperature = None
+    top_k: TopK = None
+    top_p: TopP = None
+
+
+class Nested(BaseModel):
+    """The nested `sampling`, less `subtalker` (unfolded apart, so its refusals name it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    stop: Head = Head()
+    audio: Head = Head()
+    temperature: Temperature = None
+    top_k: TopK = None
+    top_p: TopP = None
+    repetition_penalty: Penalty = None
+
+
+SAMPLING_KEYS = (*(k for k in Nested.model_fields if k != "stop"), "subtalker")  # what rollouts may set
 
 
 def _parsed(model: Any, raw: Any, prefix: str) -> Any:
@@ -28,8 +54,7 @@ def _parsed(model: Any, raw: Any, prefix: str) -> Any:
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        errors = [{**err, "loc": (*prefix.split("."), *err["loc"])} for err in e.errors()]
-        raise RequestError("; ".join(_describe(err) for err in errors), field=_field(errors[0])) from None
+        raise from_validation(e, at=prefix.split(".")) from None
 
 
 def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
@@ -43,8 +68,8 @@ def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
     subtalker: Any = None
     if isinstance(raw, dict) and "subtalker" in raw:
         raw = dict(raw)
-        subtalker = _parsed(HeadParams, raw.pop("subtalker"), "sampling.subtalker")
-    nested = _parsed(SamplingParams, raw, "sampling")
+        subtalker = _parsed(Head, raw.pop("subtalker"), "sampling.subtalker")
+    nested = _parsed(Nested, raw, "sampling")
     if any(getattr(nested.stop, k) is not None for k in KNOBS):
         raise RequestError("sampling.stop: this family has no separate stop head (the stop is an id of the talker's "
                            "group-0 choice, drawn under temperature / top_k / top_p)", field='sampling.stop')

@@ -22,11 +22,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from v2.errors import RequestError
 from v2.families.qwen3_tts.talker import TalkerLoop, TalkerState
 from v2.long_text import segment_seed
 from v2.models.qwen3_tts.config import Qwen3TTSConfig
 from v2.models.qwen3_tts.prompt import PromptError, PromptSpec, layout
-from v2.request import RequestError
 
 
 @dataclass(frozen=True)

@@ -1,51 +1,32 @@
-"""What a user submits: the pydantic `SpeechRequest`, checked field by field before anything runs.
+"""What a MOSS-TTS-Local request may say: the pydantic `SpeechRequest`, checked field by field before anything runs.
 
-Owns: the request schema (text or explicit prompt rows; a voice as reference codes, reference recordings,
-a transcript for continuation, or a stored voice's name; style fields, per-head sampling, seed, frame
-limits, streaming, profile), the flat sampling names HTTP uses (`temperature`, `top_k`, `top_p`: the
-audio head's; `repetition_penalty`) folded into `sampling`, its field rules (strict types; every integer
-bounded; arrays and raw samples copied when validated, so nothing the caller holds is read later; raw samples'
-rate and size are checked before that copy), `RequestError` (its `field` names the field to blame), and
-`parse_request` (a pydantic error becomes a `RequestError` whose `field` comes from the error's location or
-from the rule that raised it, never from its message). Checking a request against a card and laying out its
-prompt is the family's (`v2/families/moss_tts_local/prepare.py`).
+Owns: this family's request schema (text or explicit prompt rows [T, 13]; a voice as reference codes
+[N, 12], reference recordings, a transcript for continuation, or a stored voice's name; style fields,
+per-head sampling (`sampling`: the stop head and the audio head, `SamplingParams`), seed, frame limits,
+streaming, profile), the flat sampling names (`temperature`, `top_k`, `top_p`: the audio head's;
+`repetition_penalty`) folded into `sampling`, its field rules (strict types; every integer bounded; arrays
+and raw samples copied when validated, so nothing the caller holds is read later), and `parse_request` (a
+pydantic error becomes a `RequestError` whose `field` comes from the error's location or from the rule that
+raised it, never from its message: `v2.errors`). Checking a request against a card and laying out its
+prompt is prepare.py's; taking `SpeechParams` (the server's request) is params.py's.
 Must not know: the engine, slots, devices, cards.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-import os
 from typing import Annotated, Any
 
 import numpy as np
 import torch
-from pydantic import (
-    AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from v2.contracts import ExecutionProfile
+from v2.errors import FieldError, RequestError, from_validation, reason
 from v2.fields import (
-    INT64_MAX, TOP_K_MAX, FieldError, StrictBool, StrictFloat, StrictInt, StrictText, check_penalty, check_reference_size,
-    check_sample_rate, check_temperature, int_tensor,
+    INT64_MAX, Penalty, StrictBool, StrictFloat, StrictInt, StrictText, Temperature, TopK, TopP, int_tensor,
 )
+from v2.recording import is_samples, recording
 from v2.sampling_settings import HeadSampling, SamplingSettings
-
-
-class RequestError(ValueError):
-    """A request field is invalid. `field`: the request field to blame, as a dotted name without indices
-    ("text", "sampling.audio.top_k", "reference_audio"), given by every raise site; None where no one field
-    is to blame, or where a raise site does not say (a server then names no parameter). The message starts
-    with the field's name (and index: "reference_audio[1]: ..."), for people."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class OverloadedError(RuntimeError):
-    """The waiting queue is full: try again later (nothing was queued)."""
 
 
 class _Strict(BaseModel):
@@ -54,10 +35,6 @@ class _Strict(BaseModel):
                               revalidate_instances="always")
 
 
-Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
-TopK = Annotated[StrictInt | None, Field(ge=0, le=TOP_K_MAX)]
-TopP = Annotated[StrictFloat | None, Field(gt=0, le=1)]
-Penalty = Annotated[StrictFloat | None, AfterValidator(check_penalty)]
 OptionalText = StrictText | None
 
 
@@ -119,7 +96,7 @@ def fold_flat_sampling(fields: dict[str, Any]) -> dict[str, Any]:
         try:
             _FLAT_CHECKS[name].validate_python(value)
         except ValidationError as e:
-            raise FieldError(f"{name}: {_message(e.errors()[0])}", field=name) from None
+            raise FieldError(f"{name}: {reason(e.errors()[0])}", field=name) from None
         if value is None:  # None is the card's default, as when left out
             continue
         for label, place in ((f"sampling.audio.{name}", audio), (f"sampling.{name}", sampling)):
@@ -181,10 +158,10 @@ class SpeechRequest(_Strict):
         """One recording or a list of them; raw samples are copied now (files are read at submit)."""
         if v is None:
             return None
-        items = v if isinstance(v, list) or (isinstance(v, tuple) and not _is_samples(v)) else [v]
+        items = v if isinstance(v, list) or (isinstance(v, tuple) and not is_samples(v)) else [v]
         if not items:
             raise FieldError("reference_audio: give at least one recording", field="reference_audio")
-        return tuple(_recording(x, f"reference_audio[{i}]" if len(items) > 1 else "reference_audio")
+        return tuple(recording(x, f"reference_audio[{i}]" if len(items) > 1 else "reference_audio")
                      for i, x in enumerate(items))
 
     @model_validator(mode="after")
@@ -216,45 +193,6 @@ class SpeechRequest(_Strict):
         return self
 
 
-def _is_samples(v: tuple[Any, ...]) -> bool:
-    """(samples, sample_rate): a pair whose second item is a number."""
-    return len(v) == 2 and isinstance(v[1], numbers.Real) and not isinstance(v[1], bool)
-
-
-def _recording(x: Any, label: str) -> Any:
-    """A path (as str), a private copy of file bytes, or (a private copy of the samples, rate). Refusals are
-    of `reference_audio`, their messages naming `label` (with the recording's index when there are several)."""
-    if isinstance(x, (str, os.PathLike)):
-        return os.fspath(x)
-    if isinstance(x, (bytes, bytearray, memoryview)):
-        return bytes(x)
-    if isinstance(x, tuple) and _is_samples(x):
-        _check_samples_cost(x[0], x[1], label)
-        samples = x[0].detach().cpu().numpy() if isinstance(x[0], torch.Tensor) else x[0]
-        if isinstance(samples, np.ndarray) and samples.dtype.kind not in "fi":
-            raise FieldError(f"{label}: samples must be float, int16 or int32 PCM, got {samples.dtype}",
-                             field="reference_audio")
-        try:
-            return (np.array(samples, copy=True), x[1])
-        except (TypeError, ValueError) as e:
-            raise FieldError(f"{label}: samples are not an array of numbers ({e})", field="reference_audio") from None
-    raise FieldError(f"{label}: expected a path, the bytes of an audio file, or (samples, sample_rate); "
-                     f"got {type(x).__name__}", field="reference_audio")
-
-
-def _check_samples_cost(samples: Any, rate: Any, label: str) -> None:
-    """The rate and frames x channels of raw samples, from the shape alone: refused before the copy (the
-    duration against the card is checked at prepare, still before any conversion)."""
-    try:
-        check_sample_rate(rate)
-        shape = tuple(samples.shape) if isinstance(samples, (np.ndarray, torch.Tensor)) else (len(samples),) \
-            if isinstance(samples, (list, tuple)) else None
-        if shape and max(shape) > 0:
-            check_reference_size(max(shape), math.prod(shape) // max(shape))  # the longer axis is time
-    except ValueError as e:
-        raise FieldError(f"{label}: {e}", field="reference_audio") from None
-
-
 def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
     """A validated `SpeechRequest` (an instance is validated again, and its arrays copied again); a pydantic
     error becomes a RequestError of the first error's field (every error is in the message)."""
@@ -264,37 +202,4 @@ def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
     try:
         return SpeechRequest.model_validate(request)
     except ValidationError as e:
-        errors = e.errors()
-        raise RequestError("; ".join(_describe(err) for err in errors), field=_field(errors[0])) from None
-
-
-def _cause(err: Any) -> Any:
-    """The exception a validator raised (a `FieldError` says its field), or None for pydantic's own checks."""
-    return err.get("ctx", {}).get("error") if err["type"] == "value_error" else None
-
-
-def _message(err: Any) -> str:
-    cause = _cause(err)
-    return err["msg"] if cause is None else str(cause)
-
-
-def _field(err: Any) -> str | None:
-    """The field an error blames: the one its rule named, else its location less list indices ("sampling.audio.top_k";
-    "reference_codes.1" -> "reference_codes"); None for a whole-request check that named none."""
-    cause = _cause(err)
-    if isinstance(cause, FieldError) and cause.field is not None:
-        return cause.field
-    loc = [str(x) for x in err["loc"] if not isinstance(x, int)]
-    return ".".join(loc) or None
-
-
-def _describe(err: Any) -> str:
-    """'field: message'; a rule's or converter's message that names its field (and row) is kept as it is."""
-    cause = _cause(err)
-    if isinstance(cause, FieldError) and cause.field is not None:
-        return str(cause)
-    loc = ".".join(str(x) for x in err["loc"])
-    message = _message(err)
-    if not loc:  # a whole-request check that named no field
-        return f"request: {message}"
-    return f"{loc}: {message}"
+        raise from_validation(e) from None
