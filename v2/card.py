@@ -35,7 +35,22 @@ def _cards_dir() -> Traversable:
 
 
 CARDS_DIR = _cards_dir()
-DEFAULT_CARD = "moss_tts_local_tiny"
+
+
+def _default_card() -> str:
+    """The shipped card that says `default = true` (data, not code: the first such card by name, else the first
+    card by name)."""
+    names = sorted(f.name[: -len(".toml")] for f in CARDS_DIR.iterdir() if f.name.endswith(".toml"))
+    for name in names:
+        try:
+            if tomllib.loads(CARDS_DIR.joinpath(f"{name}.toml").read_text()).get("default") is True:
+                return name
+        except tomllib.TOMLDecodeError:
+            continue  # refused with its reason when it is loaded
+    return names[0] if names else ""
+
+
+DEFAULT_CARD = _default_card()  # the card a command or a runtime uses when none is named
 SEED_PREFIX = "seed:"
 DType = Literal["float32", "bfloat16", "float16"]
 
@@ -111,6 +126,7 @@ class ModelCard(_Frozen):
     name: str
     family: str
     description: str = ""
+    default: bool = False  # the shipped card used when none is named (DEFAULT_CARD): exactly one says so
     runtime: RuntimeSettings = RuntimeSettings()
     seeded: dict[str, SeededWeights] = Field(default_factory=dict)
 
@@ -164,7 +180,7 @@ def family_of(card: ModelCard) -> Any:
 
 
 def build_model(card: ModelCard, **options: Any) -> Any:
-    """The card's model (for MOSS-TTS-Local: backbone + local transformer, one `MossTTSLocal`)."""
+    """The card's model (the network its family's section builds from the card's experts)."""
     return _section(card).build_model(card, **options)
 
 

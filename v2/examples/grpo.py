@@ -1,10 +1,11 @@
-"""`python -m v2.examples.grpo`: a small GRPO-style loop on the tiny card, on CPU, in well under a minute.
+"""`python -m v2.examples.grpo`: a small GRPO-style loop on the default (tiny) card, on CPU, in well under a minute.
 
 Owns: the example only. Each iteration: roll out n samples per prompt on the runtime (the ROLLOUT
 profile, exact per-codebook logprobs, one shared prefill per prompt), score each sample by how close
 its length is to a target duration, normalise rewards within each group (the advantages), recompute the
-same logprobs differentiably on a trainer copy of the model, take a policy-gradient step on the local
-transformer and the stop head, and push the new weights into the runtime with a version number.
+same logprobs differentiably on a trainer copy of the model, take a policy-gradient step on the parameters
+named by `--train` (default: the default card's local transformer and stop head), and push the new weights
+into the runtime with a version number. `--card` runs it on another card (with its own `--train` names).
 `--replicas N` rolls out on a pool of N runtime replicas on Ray instead (v2.cluster; the same trajectories).
 Must not know: engine internals.
 """
@@ -18,13 +19,13 @@ from typing import Any
 
 import torch
 
-from v2.card import build_model, load_card
+from v2.card import DEFAULT_CARD, build_model, load_card
 from v2.rl import logprobs
 from v2.rl.trajectory import Trajectory
 from v2.runtime import Runtime
 
 PROMPTS = ["A short sentence to speak.", "Another prompt, a little longer than the first one."]
-TRAINABLE = ("local_transformer.", "local_text_lm_head.")
+TRAINABLE = ("local_transformer.", "local_text_lm_head.")  # parameter-name prefixes trained on the default card
 
 
 def reward(t: Trajectory, target_frames: int) -> float:
@@ -61,10 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--replicas", type=int, default=0, help="roll out on a Ray pool of this many runtimes (0: one "
                                                             "runtime in this process)")
+    p.add_argument("--card", default=DEFAULT_CARD, help="a card with seeded or local weights (default: %(default)s)")
+    p.add_argument("--train", nargs="+", default=list(TRAINABLE), metavar="PREFIX",
+                   help="train the parameters whose names start with these (default: %(default)s)")
     args = p.parse_args(argv)
-    card = load_card("moss_tts_local_tiny")
+    card = load_card(args.card)
     policy = build_model(card)  # the trainer's copy: the same seeded weights as the runtime's
-    params = {n: q for n, q in policy.named_parameters() if n.startswith(TRAINABLE)}
+    params = {n: q for n, q in policy.named_parameters() if n.startswith(tuple(args.train))}
+    if not params:
+        p.error(f"--train: no parameter of {card.name}'s model starts with {' or '.join(args.train)}")
     for q in params.values():
         q.requires_grad_(True)
     optimizer = torch.optim.Adam(params.values(), lr=args.lr)

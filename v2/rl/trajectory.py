@@ -2,15 +2,16 @@
 
 Owns: `Trajectory` (what a ROLLOUT request produced, with every sampled token's logprob under the
 distribution it was drawn from), `to_dict` / JSONL / npz writers, and `collate` (right-padded tensors and
-masks for a trainer).
-Must not know: the model, the recompute (`v2.rl.recompute`, a family's recompute), the engine, slots, scheduling (the runtime builds
-trajectories; this file defines them).
+masks for a trainer). What a family's recompute needs beyond these fields is the family's: a subclass of
+`Trajectory` in its package adds them (`to_dict` writes every field, arrays as lists).
+Must not know: the model, the recompute (`v2.rl.recompute`, a family's recompute), any family's extra fields,
+the engine, slots, scheduling (the runtime builds trajectories; this file defines them).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -23,8 +24,9 @@ from v2.sampling_settings import SamplingSettings
 
 @dataclass(frozen=True)
 class Trajectory:
-    """One sample. `logprobs[t, 0]` is the logprob of continuing at frame t, `logprobs[t, 1 + c]` of codebook
-    c's code; `stop_logprob` is the logprob of the stop decision that ended it (finish_reason "stop")."""
+    """One sample: `codes[t]` the G codes of frame t, `logprobs[t]` the logprobs of frame t's draws (the
+    family's columns: with a stop head, its "continue" first, then one per code; without one, one per code);
+    `stop_logprob` the logprob of the stop decision that ended it (finish_reason "stop"), None otherwise."""
 
     request_id: int
     group_id: int
@@ -34,7 +36,7 @@ class Trajectory:
     prompt_rows: np.ndarray        # int64 [T, W]: the prompt rows (W: the family's row width)
     codes: np.ndarray              # int64 [F, G]: G codes per frame
     stop_decisions: np.ndarray     # bool [D]: the stop head's decision at each step (D = F, or F + 1 on stop)
-    logprobs: np.ndarray           # float32 [F, 1 + G]
+    logprobs: np.ndarray           # float32 [F, C]: C the family's logprob columns per frame
     stop_logprob: float | None
     sampling: SamplingSettings
     min_frames: int
@@ -42,17 +44,15 @@ class Trajectory:
     family: str                    # the family that made it (its card's `family`): `v2.rl.logprobs` recomputes with it
     timings: dict[str, float | None] = field(default_factory=dict)
     audio: np.ndarray | None = None  # float32 [channels, samples] unless decode_audio was off
-    # what a family's recompute needs beyond these (None where the family has none): Qwen3-TTS's trailing text
-    # ids, fed with frames 0, 1, ... (tts_pad past the end), and a voice clone's x-vector (its SPEAKER row)
-    trailing: np.ndarray | None = None        # int64 [Tt]
-    speaker_vector: np.ndarray | None = None  # float [H] (the model's dtype)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready data (arrays as nested lists; audio left out)."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("audio", "sampling")}
-        for key in ("prompt_rows", "codes", "stop_decisions", "logprobs", "trailing", "speaker_vector"):
-            value = getattr(self, key)
-            out[key] = None if value is None else value.tolist()
+        """Plain JSON-ready data (arrays as nested lists, a subclass's fields too; audio left out)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "audio":
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = value.tolist() if isinstance(value, np.ndarray) else value
         out["sampling"] = asdict(self.sampling)
         return out
 
@@ -78,14 +78,14 @@ def collate(trajectories: list[Trajectory]) -> dict[str, Tensor]:
 
     codes [B, L, G] (0 where padded), logprobs [B, L, C], mask [B, L, C] (True where a logprob is real),
     lengths [B] frames, stopped [B]; L = the longest F (+ 1 when that sample stopped): the row after a
-    stopped sample's last frame holds its stop decision in channel 0 only. C: the trajectories' logprob
-    columns (MOSS: 1 + G, the stop head first; Qwen3-TTS: G, the stop an id of group 0's choice).
+    stopped sample's last frame holds its stop decision in channel 0 only. G and C: the trajectories' own
+    (their family's codes per frame and logprob columns); an empty batch has G = C = 0.
     """
     b = len(trajectories)
     rows = [len(t.codes) + (t.stop_logprob is not None) for t in trajectories]
     width = max(rows, default=0)
-    groups = trajectories[0].codes.shape[1] if trajectories else 12  # codes per frame (the family's)
-    columns = trajectories[0].logprobs.shape[1] if trajectories else 1 + groups
+    groups = trajectories[0].codes.shape[1] if trajectories else 0  # codes per frame (the family's)
+    columns = trajectories[0].logprobs.shape[1] if trajectories else 0
     codes = torch.zeros(b, width, groups, dtype=torch.long)
     logprobs = torch.zeros(b, width, columns, dtype=torch.float32)
     mask = torch.zeros(b, width, columns, dtype=torch.bool)

@@ -43,7 +43,7 @@ def recompute(trajectory: Any, model: Qwen3TTS) -> Tensor:
     """Teacher-forced logprobs of a Qwen3-TTS trajectory (`v2.rl.Trajectory` this family made): [F (+1 when it
     stopped), G], laid out as `recorded(trajectory)`. Differentiable with respect to the model's parameters."""
     t, dev = trajectory, model.device
-    if t.trailing is None:
+    if getattr(t, "trailing", None) is None:
         raise ValueError("trajectory: no trailing text ids (not a Qwen3-TTS trajectory?)")
     rows = torch.as_tensor(np.asarray(t.prompt_rows), dtype=torch.long, device=dev)  # [T, 2 + G]
     if rows.dim() != 2 or rows.shape[1] != 2 + model.num_code_groups:

@@ -1,15 +1,17 @@
-"""Building what a finished Qwen3-TTS request hands back: the `SpeechResult`, and under ROLLOUT its `Trajectory`.
+"""Building what a finished Qwen3-TTS request hands back: the `SpeechResult`, and under ROLLOUT its trajectory.
 
 Owns: the audio joined from the chunks made (24 kHz mono), the codes [F, G], the segments (a long text's
 spans and frame ranges), the metrics, and the trajectory
 record (prompt rows [T, 2 + G], codes, per frame G logprobs: group 0's choice, whose distribution includes
 the stop id, then groups 1..G-1; the stop choice's logprob when it stopped; the trailing text ids the frames
-were fed and a clone's x-vector: what `recompute.recompute` needs besides).
+were fed and a clone's x-vector: what `recompute.recompute` needs besides, the fields `TalkerTrajectory`
+adds to `v2.rl.Trajectory`).
 Must not know: slots, scheduling, threads.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,14 @@ from v2.families.qwen3_tts.codec import CodecResult
 from v2.families.qwen3_tts.talker import TalkerResult
 from v2.rl.trajectory import Trajectory
 from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
+
+
+@dataclass(frozen=True)
+class TalkerTrajectory(Trajectory):
+    """A Qwen3-TTS trajectory: the common record plus what its recompute needs besides."""
+
+    trailing: np.ndarray | None = None        # int64 [Tt]: the trailing text ids fed with frames 0, 1, ...
+    speaker_vector: np.ndarray | None = None  # float [H] (the model's dtype): a voice clone's x-vector, or None
 
 
 def _segments(req: Any, talker: TalkerResult | None) -> tuple[SpeechSegment, ...]:
@@ -55,7 +65,7 @@ def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | Non
         decisions = np.zeros(len(codes) + int(stopped), dtype=bool)
         if stopped:
             decisions[-1] = True
-        trajectory = Trajectory(
+        trajectory = TalkerTrajectory(
             family=family, request_id=req.id, group_id=req.group_id, sample_id=req.sample_id, seed=req.request.seed,
             weight_version=req.version, prompt_rows=req.rows.numpy(), codes=codes, stop_decisions=decisions,
             logprobs=logprobs, stop_logprob=talker.stop_logprob if stopped and talker else None,
