@@ -71,3 +71,12 @@ def test_no_shared_module_names_a_family():
            for path in modules for i, line in enumerate(path.read_text().splitlines(), 1)
            if any(p.search(line) for p in found)]
     assert not bad, "modules outside v2/families/<name>/ and v2/models/<name>/ name a family:\n" + "\n".join(bad)
+
+
+def test_the_default_card_is_the_one_shipped_card_that_says_so():
+    import tomllib
+
+    from v2.card import CARDS_DIR, DEFAULT_CARD, known_cards, load_card
+
+    marked = [n for n in known_cards() if tomllib.loads(CARDS_DIR.joinpath(f"{n}.toml").read_text()).get("default")]
+    assert marked == [DEFAULT_CARD] and load_card().default is True and load_card().name == DEFAULT_CARD
