@@ -5,9 +5,9 @@ filled from three places, in this order: the packages under `v2.families` (the s
 walking that folder, never by name), every entry point of the group `v2.families` (an installed
 distribution's `[project.entry-points."v2.families"]`: `name = "package"`), and `register(name, package)`
 (the same hook, for a family that is importable but not installed, e.g. a test's). A family package holds
-`card.py` (`CARD`), `family.py` (`FAMILY`), and optionally `recompute.py` (RL), `bench.py` (benchmarks)
-and `options.py` (`OPTIONS`: the command-line options of its own request fields, `FamilyOption`s; torch-
-free, read by `family_options`). Nothing else is imported until a card names its family.
+`card.py` (`CARD`), `family.py` (`FAMILY`), and optionally `recompute.py` (RL), `bench` (a module or a
+package: its benchmarks, what v2/bench/family.py lists) and `options.py` (`OPTIONS`: the command-line
+options of its own request fields, `FamilyOption`s; torch-free, read by `family_options`). Nothing else is imported until a card names its family.
 Must not know: any family's name, cards' contents, the runtime.
 """
 
