@@ -4,7 +4,9 @@ Owns: Mimi's per-slot streaming state (`MimiState`; a dummy slot for padding row
 admitted stream, the static inputs (slot and real frames per row, the codes frame-major [bucket, frames,
 N]; allocated once at the largest buckets), an AUDIO_CHUNK batch in two halves (`prepare` host tensors,
 `launch` upload and run through `StepGraphs`), and reading a batch's audio back as `ChunkBatch` (each
-row's real frames' samples, mono). The concatenated chunks of a stream equal the whole decode bit for bit
+row's real frames' samples, mono). The model's spare ids (codebook_size .. vocab - 1: 2048..2050 in the
+release, which no logits processor of the reference masks) are not codec codes: they reach the decoder
+clamped to the last code, as vllm-omni's CSM does (the result's codes keep the ids the model chose). The concatenated chunks of a stream equal the whole decode bit for bit
 (the decoder's own promise: `MimiModel.decode` is `decode_chunk` from a fresh state).
 Must not know: requests, loops' state, scheduling policy, threads.
 """
@@ -65,6 +67,7 @@ class CodecExecutor:
         codes = torch.zeros(bucket, frames, self.codec.cfg.num_quantizers, dtype=torch.long)
         for i, p in enumerate(plans):
             codes[i, : len(p.codes)] = torch.tensor(p.codes, dtype=torch.long)
+        codes.clamp_(max=self.codec.cfg.codebook_size - 1)  # spare ids are no codec codes
         rows = torch.tensor([[p.slot for p in plans] + [self.state.dummy_slot] * (bucket - n),
                              [len(p.codes) for p in plans] + [0] * (bucket - n)])  # [2, bucket]
         return rows, codes
