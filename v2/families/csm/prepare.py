@@ -81,8 +81,10 @@ def _text_ids(tokenizer: Any, speaker: int, text: str | None, ids: list[int] | N
         return tuple(ids)
     assert text is not None
     if tokenizer is None:
-        raise RequestError(f"{name}: this checkpoint has no tokenizer (no tokenizer.json); give {name}_ids, the ids "
-                           f"of '[{speaker}]{{text}}'", field=name)
+        instead = ("give the turn as context: its text_ids and codes" if name == "voice"
+                   else f"give {name}_ids, the ids of '[{speaker}]{{text}}'")
+        raise RequestError(f"{name}: this checkpoint has no tokenizer (no tokenizer.json) for text; {instead}",
+                           field=name)
     out = tuple(tokenizer.turn_ids(speaker, text))
     if not out:
         raise RequestError(f"{name}: encodes to no tokens", field=name)
