@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
@@ -32,6 +33,7 @@ class Request:
     words: int = 3
     stream: bool = False
     timeout: float | None = None
+    voice: str | None = None
 
 
 @dataclass
@@ -196,3 +198,37 @@ def test_a_loop_graph_refuses_an_edge_to_an_unknown_or_earlier_loop():
         LoopGraph((LoopSpec(Kind.THINK, a, (Kind.VOICE,)), LoopSpec(Kind.TALK, b)))
     with pytest.raises(ValueError, match="comes before it"):
         LoopGraph((LoopSpec(Kind.THINK, a), LoopSpec(Kind.TALK, b, (Kind.THINK,))))
+
+
+def test_a_loop_graph_refuses_a_target_that_takes_no_input_a_paged_loop_without_kv_and_a_feeding_audio_loop():
+    a, b = ChainLoop(Kind.THINK, 1), ChainLoop(Kind.TALK)
+    unfed = SimpleNamespace(next=b.next, launched=b.launched, expects=b.expects, advance=b.advance,
+                            finalize=b.finalize)  # a loop with no `feed`
+    with pytest.raises(ValueError, match="takes no input"):
+        LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, unfed)))
+    with pytest.raises(ValueError, match="paged: .* PagedLoop"):
+        LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, b)), paged=Kind.THINK)
+    with pytest.raises(ValueError, match="audio: .* feeds none"):
+        LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, b)), audio=Kind.THINK)
+    assert LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, b))).audio is Kind.TALK  # the last
+    graph = LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, b)), audio=None)
+    assert graph.audio is None and graph.feeding[Kind.THINK] == ((Kind.TALK, b),) and graph.feeding[Kind.TALK] == ()
+
+
+def test_a_chain_without_an_audio_loop_runs_streams_nothing_and_refuses_a_stream(tmp_path):
+    """The same chain with `audio=None` (the graph makes no audio): every loop still runs and ends, nothing is
+    delivered to a handle, and a request asking to stream is refused naming the field."""
+    family = ChainFamily(words=3)
+    family.graph = LoopGraph(family.graph.loops, audio=None)
+    with Runtime(ChainCard(name="chain"), family=family, voices_dir=str(tmp_path)) as rt:
+        with pytest.raises(ValueError, match="stream: the card 'chain' declares no loop that makes audio") as e:
+            rt.submit({"seed": 0, "stream": True})
+        assert getattr(e.value, "field", None) == "stream"
+        handles = rt.submit_many([{"seed": i} for i in range(3)])
+        results = [h.result(30) for h in handles]
+        assert all(r.finish_reason == "stop" for r in results)
+        for h, r in zip(handles, results):  # nothing streamed: the result's audio (this family's own) comes once
+            chunks = list(h)
+            assert len(chunks) == 1 and chunks[0].final
+            np.testing.assert_array_equal(chunks[0].audio, r.audio)
+        assert rt.stats()["running"] == rt.stats()["waiting"] == 0

@@ -14,20 +14,26 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from v2.contracts import WorkPlan
-from v2.runtime.family import FrontLoop
+from v2.runtime.family import FrontLoop, FrontState
 from v2.runtime.slots import SlotPool
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from v2.runtime.records import RequestRecord
 
 
 @dataclass
 class EncodeJob:
     """Codes for recordings nobody will speak with yet (a voice being stored)."""
 
-    state: Any
+    state: FrontState
     done: threading.Event = field(default_factory=threading.Event)
-    codes: list[Any] | None = None
+    codes: Sequence[NDArray[np.int64]] | None = None
     error: str | None = None
 
     def fail(self, message: str) -> None:
@@ -38,11 +44,12 @@ class EncodeJob:
 class EncodeStage:
     """The engine's side of encoding: slots, which states need work, and where their codes go."""
 
-    def __init__(self, loop: FrontLoop | None, pool: SlotPool | None, start: Callable[[list[int]], None]) -> None:
+    def __init__(self, loop: FrontLoop[Any, Any] | None, pool: SlotPool | None,
+                 start: Callable[[list[int]], None]) -> None:
         """`start(slots)`: fresh state in those slots (the family queues it on the engine's stream)."""
         self.loop, self.pool, self.start = loop, pool, start
         self.jobs: dict[int, EncodeJob] = {}  # by id (the engine's request-id counter)
-        self.requests: dict[int, Any] = {}    # waiting requests whose recordings are not encoded yet, by id
+        self.requests: dict[int, RequestRecord] = {}  # waiting requests whose recordings are not encoded yet
 
     @property
     def pending(self) -> int:
@@ -53,7 +60,7 @@ class EncodeStage:
         submission order: requests, then jobs)."""
         if self.loop is None or self.pool is None:
             return []
-        states = [r.front for r in self.requests.values()] + [j.state for j in self.jobs.values()]
+        states = [r.front for r in self.requests.values() if r.front is not None] + [j.state for j in self.jobs.values()]
         plans = []
         for state in states:
             if not state.slots:
@@ -67,7 +74,7 @@ class EncodeStage:
                 plans.append(plan)
         return plans
 
-    def _state(self, rid: int) -> Any:
+    def _state(self, rid: int) -> FrontState | None:
         job, record = self.jobs.get(rid), self.requests.get(rid)
         return job.state if job is not None else record.front if record is not None else None
 
@@ -78,7 +85,7 @@ class EncodeStage:
             if state is not None:
                 self.loop.launched(state, plan)
 
-    def scatter(self, plans: Sequence[WorkPlan], outputs: Sequence[Any], encoded: Callable[[Any], None],
+    def scatter(self, plans: Sequence[WorkPlan], outputs: Iterable[object], encoded: Callable[[RequestRecord], None],
                 failed: Callable[[int, str], None]) -> None:
         """outputs: per plan, its rows' outputs (the front executor's `read`): each plan's to its loop; a
         finished one gives its slots back, then `encoded(record)` for a request (which lays out its
@@ -99,12 +106,12 @@ class EncodeStage:
                     del self.jobs[rid]
                     job.codes = self.loop.finalize(state)
                     job.done.set()
-                else:
+                elif record is not None:
                     encoded(record)
             except Exception as e:  # this request's or job's fault alone
                 failed(rid, f"{type(e).__name__}: {e}")
 
-    def release(self, state: Any) -> None:
+    def release(self, state: FrontState | None) -> None:
         """Give an encode's slots back and forget it (once; a no-op for one that never started)."""
         if state is not None:
             assert self.loop is not None and self.pool is not None

@@ -27,7 +27,7 @@ from typing import Any
 from v2.contracts import FinishReason, WorkPlan, WorkUnitKind
 from v2.runtime.device import Pending, Stream
 from v2.runtime.encoding import EncodeStage
-from v2.runtime.family import Family, LoopSpec
+from v2.runtime.family import EngineFamily, LoopSpec
 from v2.runtime.groups import GroupSharing
 from v2.runtime.handles import Dispatcher
 from v2.runtime.inbox import Inbox, deliver
@@ -56,7 +56,7 @@ IDLE_WAIT_S = 0.05  # at most this long asleep after a step that did nothing (de
 
 
 class Engine:
-    def __init__(self, family: Family, stream: Stream) -> None:
+    def __init__(self, family: EngineFamily, stream: Stream) -> None:
         self.family, self.stream, self.graph = family, stream, family.graph
         self.cond = _Condition()
         self.results = Dispatcher("v2-results")     # publishes results: runs no user code
@@ -68,8 +68,9 @@ class Engine:
         self.scheduler = Scheduler(order=list(self.executors), buckets=family.buckets,
                                    prefill_budget=family.prefill_budget)
         graph = self.graph
-        self.kv = (RequestKV.build(family.kv, family.kv_ops, graph.specs[graph.paged].loop, graph.paged,
-                                   family.recompute_rows) if family.kv is not None and graph.paged is not None else None)
+        kv_ops, paged = family.kv_ops, graph.paged_loop
+        self.kv = (RequestKV.build(family.kv, kv_ops, paged, graph.paged, family.recompute_rows)
+                   if family.kv is not None and kv_ops is not None and paged is not None else None)
         self.encoding = EncodeStage(graph.front, self.pools.get(graph.front_pool or ""),
                                     family.front_start if graph.front is not None else lambda slots: None)
         self.requests = Requests(family, stream, self.kv, self.encoding, self.pools, self.groups, self.gate,

@@ -1,25 +1,53 @@
-"""The seam between the runtime and a model family: what a family gives the engine, as protocols. No torch.
+"""The seam between the runtime and a model family: what a family gives the runtime, as small protocols. No torch.
 
-Owns: `Executor` (the device work of one work kind: host half, device half, read), `Loop` and `PagedLoop`
-(what the engine calls on a family's driven loops), `FrontLoop` (work done before admission, e.g. encoding
-reference recordings), `LoopSpec` / `LoopGraph` (the loops a card declares and the edges between them: which
-loop feeds which), `KVSpec` (the paged KV pool's geometry), `Needs` (what a request holds from admission)
-and `Family`: one family bound to its card and experts on a device, which the runtime receives at
-construction; `TextInput`: what a family that takes text while a request runs (an open request) adds;
-`Factory` (a family package's `FAMILY`: binds a card and its experts, builds the experts, and answers from
-the card and the checkpoint's config alone, without weights: `VoiceSpec`, `precheck`). The runtime imports
-this module and never a family; a family implements it.
-Must not know: any family, tensors, models, threads.
+Owns: the parts a family hands the engine thread: `Executor` (the device work of one work kind), the driven
+loops (`Loop`; `FedLoop`: one that takes what another loop makes; `PagedLoop`: the one whose plans write the
+paged KV), `FrontLoop` (work done before admission, e.g. encoding reference recordings), `LoopSpec` /
+`LoopGraph` (the loops a card declares and the edges between them, which loop feeds which, and which loop's
+output is the caller's audio: checked when built), `KVSpec` (the paged KV pool's geometry), `KVOps`, `Needs`
+(what a request holds from admission); what the runtime reads of a family's own values (`Request`,
+`Prepared`, `FrontState`); and the protocols each consumer of a bound family types against, no more:
+- `EngineFamily`: what the engine thread drives (engine.py, lifecycle.py, scatter.py);
+- `FrontFamily`: what the caller's side of `Runtime` calls (parse, prepare, encode, weight updates);
+- `ServedFamily`: what outer layers (the server, the CLI, rollouts) read through `Runtime`: the audio's format,
+  built-in voices, the request fields it takes;
+- optional capabilities, each checked with `isinstance`: `TextInput` (text fed while a request runs) and
+  `VoiceArrays` (stored voices that carry more than codes);
+- `Family`: all three, what a family package's `Factory` binds.
+The runtime imports this module and never a family; a family implements it.
+Must not know: any family, tensors, models, threads (their types are named for the checker only).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Mapping, NamedTuple, Protocol, Sequence
+from typing import (
+    TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar,
+    runtime_checkable,
+)
 
-from v2.contracts import LoopState, WorkPlan
+from v2.contracts import FinishReason, LoopState, WorkPlan
 
-LaunchState = Callable[[Callable[[], Any]], None]  # queues a device state change on the engine's stream
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+    import torch
+    from torch import Tensor
+
+    from v2.card import ModelCard
+    from v2.runtime.handles import SpeechResult
+    from v2.runtime.records import RequestRecord
+    from v2.runtime.voices import Voice
+    from v2.runtime.weight_updates import WeightNames
+
+LaunchState = Callable[[Callable[[], object]], object]  # queues a device state change on the engine's stream
+
+S = TypeVar("S", bound=LoopState, contravariant=True)  # a loop's own state (made by it, passed back untouched)
+R = TypeVar("R", contravariant=True)   # a row its executor reads back for one of its plans
+I = TypeVar("I", contravariant=True)   # an item the loop feeding it made (its `fresh`)
+P = TypeVar("P")                       # an executor's host half's output: its device half's input
+H = TypeVar("H", contravariant=True)   # the host copy of its device half's result
+C = TypeVar("C", bound="ModelCard", contravariant=True)  # a family's card class
 
 
 class Batch(Protocol):
@@ -33,30 +61,37 @@ class Batch(Protocol):
     def bucket(self) -> int: ...
 
 
-class Executor(Protocol):
+class Executor(Protocol[P, H]):
     """The device work of one work kind. The engine calls `prepare` on its thread (host only: inputs as host
     tensors), `launch` on the device stream (device only: uploads and the call; returns device results the
     stream copies to the host), and `read` on its thread with that host copy (one typed row per plan, in plan
-    order: `rows[i]` and iteration). Registered by the family under its kind: adding a kind adds an executor."""
+    order). Registered by the family under its kind: adding a kind adds an executor."""
 
-    def prepare(self, batch: Batch) -> Any: ...
-    def launch(self, prepared: Any) -> Any: ...
-    def read(self, host: Any, batch: Batch) -> Any: ...
+    def prepare(self, batch: Batch) -> P: ...
+    def launch(self, prepared: P) -> object: ...
+    def read(self, host: H, batch: Batch) -> Iterable[object]: ...
 
 
-class Loop(Protocol):
+class Loop(Protocol[S, R]):
     """A stateless driven loop (its per-request state is a `LoopState`). `next` runs no kernel and may return
     None without ending (waiting: for a result, for input, for an upstream loop); the loop has ended exactly
     when `state.finish` is set. `advance` takes one row of a launched plan's result and returns whether it
     was taken (False: a row the loop no longer waits for); what it made is then in `state.fresh`, which the
-    engine feeds to the loops this one feeds (or, for the last loop, streams to the caller)."""
+    engine feeds to the loops this one feeds (or, for the graph's audio loop, streams to the caller)."""
 
-    def next(self, state: Any) -> WorkPlan | None: ...
-    def launched(self, state: Any, plan: WorkPlan) -> None: ...
-    def expects(self, state: Any, plan: WorkPlan) -> bool: ...
-    def advance(self, state: Any, plan: WorkPlan, row: Any) -> bool: ...
-    def feed(self, state: Any, items: list[Any], upstream: Any) -> None: ...
-    def finalize(self, state: Any) -> Any: ...
+    def next(self, state: S) -> WorkPlan | None: ...
+    def launched(self, state: S, plan: WorkPlan) -> None: ...
+    def expects(self, state: S, plan: WorkPlan) -> bool: ...
+    def advance(self, state: S, plan: WorkPlan, row: R) -> bool: ...
+    def finalize(self, state: S) -> object: ...
+
+
+@runtime_checkable
+class FedLoop(Loop[S, R], Protocol[S, R, I]):
+    """A loop that works on what another loop makes: `feed` hands it the items (`fresh`) of the loop feeding
+    it, and how that loop ended once it has (`upstream`)."""
+
+    def feed(self, state: S, items: Sequence[I], upstream: FinishReason | None) -> None: ...
 
 
 class PagedState(Protocol):
@@ -72,26 +107,59 @@ class PagedState(Protocol):
     prefix_from: int | None  # a group leader whose prompt it will share
 
 
-class PagedLoop(Loop, Protocol):
+@runtime_checkable
+class PagedLoop(Loop[S, R], Protocol[S, R]):
     """The loop whose plans write the paged KV (one per request). The engine tells it what the pager did."""
 
     def kv_span(self, plan: WorkPlan) -> tuple[int, int]: ...  # KV rows [start, end) the plan writes
-    def kv_given(self, state: Any, cached: int) -> None: ...   # blocks given; `cached` rows came from the cache
-    def preempted(self, state: Any) -> None: ...               # its blocks were taken back
-    def resumable(self, state: Any) -> bool: ...               # nothing of it still on the device
-    def resume(self, state: Any, rows: Any, cached: int) -> None: ...  # blocks again, to recompute `rows`
-    def share(self, state: Any, leader: int | None) -> None: ...  # will share (None: not) a leader's prompt
-    def shared(self, state: Any) -> None: ...                  # took the leader's prompt blocks and state
+    def kv_given(self, state: S, cached: int) -> None: ...     # blocks given; `cached` rows came from the cache
+    def preempted(self, state: S) -> None: ...                 # its blocks were taken back
+    def resumable(self, state: S) -> bool: ...                 # nothing of it still on the device
+    def resume(self, state: S, rows: Tensor, cached: int) -> None: ...  # blocks again, to recompute `rows`
+    def share(self, state: S, leader: int | None) -> None: ...  # will share (None: not) a leader's prompt
+    def shared(self, state: S) -> None: ...                    # took the leader's prompt blocks and state
 
 
-class FrontLoop(Protocol):
+class FrontState(Protocol):
+    """What the encode stage reads of a front loop's state: its inputs, the slots they hold, whether it is done."""
+
+    @property
+    def request_id(self) -> int: ...
+    @property
+    def inputs(self) -> int: ...          # inputs to encode (each takes a slot of the front pool)
+    @property
+    def slots(self) -> Sequence[int]: ...
+    @property
+    def finish(self) -> FinishReason | None: ...
+
+
+class FrontLoop(Protocol[S, R]):
     """Work before admission (a waiting request's references -> codes; also encode-only jobs)."""
 
-    def next(self, state: Any) -> WorkPlan | None: ...
-    def started(self, state: Any, slots: list[int]) -> None: ...  # its state slots, one per input
-    def launched(self, state: Any, plan: WorkPlan) -> None: ...
-    def advance(self, state: Any, plan: WorkPlan, rows: Any) -> None: ...
-    def finalize(self, state: Any) -> Any: ...
+    def next(self, state: S) -> WorkPlan | None: ...
+    def started(self, state: S, slots: list[int]) -> None: ...  # its state slots, one per input
+    def launched(self, state: S, plan: WorkPlan) -> None: ...
+    def advance(self, state: S, plan: WorkPlan, rows: R) -> None: ...
+    def finalize(self, state: S) -> Sequence[NDArray[np.int64]]: ...  # codes [N, G] per input
+
+
+# A graph holds loops of different states and rows, an engine executors of different inputs: each gets back
+# only its own values, which these names leave to the family that made them.
+AnyLoop = Loop[Any, Any]
+AnyFedLoop = FedLoop[Any, Any, Any]
+AnyPagedLoop = PagedLoop[Any, Any]
+AnyFrontLoop = FrontLoop[Any, Any]
+AnyExecutor = Executor[Any, Any]
+
+
+class _Last:
+    """`LoopGraph.audio`'s default: the graph's last loop."""
+
+    def __repr__(self) -> str:
+        return "LAST"
+
+
+LAST = _Last()
 
 
 @dataclass(frozen=True)
@@ -101,7 +169,7 @@ class LoopSpec:
     back when it ends)."""
 
     name: Hashable
-    loop: Any  # a `Loop` (a `PagedLoop` for the graph's `paged` loop)
+    loop: AnyLoop  # a `PagedLoop` for the graph's `paged` loop, a `FedLoop` for a loop another feeds
     feeds: tuple[Hashable, ...] = ()
     pools: tuple[str, ...] = ()
 
@@ -109,18 +177,26 @@ class LoopSpec:
 @dataclass(frozen=True)
 class LoopGraph:
     """A family's loops in the topology its card declares. `loops` in topological order (a loop only feeds
-    loops after it); `paged`: the loop holding the paged KV (None: no paged KV); `front`: the loop run before
-    admission (None: none) and `front_pool` its slot pool. Loops that no other loop feeds plan before the
-    engine reads the last step; the others plan after it, from what was just read; the last loop's `fresh`
-    items stream to the caller, and a request ends when every loop has ended (with the last one's reason)."""
+    loops after it); `paged`: the loop holding the paged KV (None: no paged KV); `audio`: the loop whose
+    items are the audio chunks that stream to the caller (default: the last loop; None: the graph makes no
+    audio: nothing streams, a result's audio is empty); `front`: the loop run before admission (None: none) and `front_pool` its slot
+    pool. Loops that no other loop feeds plan before the engine reads the last step; the others plan after
+    it, from what was just read; a request ends when every loop has ended (with the last one's reason).
+    Refused when built (`ValueError` naming the loop): an edge to no loop or to an earlier one, a loop fed
+    that takes no input (not a `FedLoop`), a `paged` loop that is not a `PagedLoop`, an `audio` loop that
+    feeds another or is no loop of the graph."""
 
     loops: tuple[LoopSpec, ...]
     paged: Hashable | None = None
-    front: Any = None
+    audio: Hashable | None = LAST
+    front: AnyFrontLoop | None = None
     front_pool: str | None = None
     specs: dict[Hashable, LoopSpec] = field(init=False, repr=False, compare=False)
     sources: tuple[LoopSpec, ...] = field(init=False, repr=False, compare=False)
     fed: tuple[LoopSpec, ...] = field(init=False, repr=False, compare=False)
+    feeding: dict[Hashable, tuple[tuple[Hashable, AnyFedLoop], ...]] = field(
+        init=False, repr=False, compare=False)  # loop name -> the loops it feeds (name, loop)
+    paged_loop: AnyPagedLoop | None = field(init=False, repr=False, compare=False)  # `paged`'s loop
 
     def __post_init__(self) -> None:
         if not self.loops:
@@ -129,23 +205,48 @@ class LoopGraph:
         if len(specs) != len(self.loops):
             raise ValueError("loops: two loops share a name")
         seen: set[Hashable] = set()
+        feeding: dict[Hashable, tuple[tuple[Hashable, AnyFedLoop], ...]] = {}
         for s in reversed(self.loops):
+            fed: list[tuple[Hashable, AnyFedLoop]] = []
             for d in s.feeds:
                 if d not in specs:
                     raise ValueError(f"loops.{s.name}.feeds: no loop named {d!r}")
                 if d not in seen:
                     raise ValueError(f"loops.{s.name}.feeds: {d!r} comes before it (loops are in feeding order)")
+                target = specs[d].loop
+                if not isinstance(target, FedLoop):
+                    raise ValueError(f"loops.{s.name}.feeds: {d!r} takes no input (its loop has no `feed`)")
+                fed.append((d, target))
+            feeding[s.name] = tuple(fed)
             seen.add(s.name)
-        if self.paged is not None and self.paged not in specs:
-            raise ValueError(f"paged: no loop named {self.paged!r}")
+        paged = specs[self.paged].loop if self.paged in specs else None
+        if self.paged is not None and not isinstance(paged, PagedLoop):
+            raise ValueError(f"paged: {self.paged!r} is no loop of the graph that holds a paged KV (a PagedLoop)")
+        if self.audio is LAST:
+            object.__setattr__(self, "audio", self.loops[-1].name)
+        if self.audio is not None and (self.audio not in specs or specs[self.audio].feeds):
+            raise ValueError(f"audio: {self.audio!r} is no loop of the graph that feeds none")
         targets = {d for s in self.loops for d in s.feeds}
         object.__setattr__(self, "specs", specs)
         object.__setattr__(self, "sources", tuple(s for s in self.loops if s.name not in targets))
         object.__setattr__(self, "fed", tuple(s for s in self.loops if s.name in targets))
+        object.__setattr__(self, "feeding", feeding)
+        object.__setattr__(self, "paged_loop", paged if isinstance(paged, PagedLoop) else None)
+
+    @classmethod
+    def declared(cls, edges: Iterable[tuple[Hashable, Iterable[Hashable]]], loops: Mapping[Hashable, AnyLoop],
+                 pools: Mapping[Hashable, tuple[str, ...]], *, paged: Hashable | None = None,
+                 audio: Hashable | None = LAST, front: AnyFrontLoop | None = None,
+                 front_pool: str | None = None) -> LoopGraph:
+        """The graph a card declares: `edges`, each declared loop's name with the names of the loops it feeds,
+        in feeding order (`v2.card.LoopTable.driven`, names mapped to the family's); the family's loop and
+        the pools it holds, by name."""
+        return cls(tuple(LoopSpec(name, loops[name], tuple(feeds), pools.get(name, ())) for name, feeds in edges),
+                   paged=paged, audio=audio, front=front, front_pool=front_pool)
 
     @property
     def sink(self) -> LoopSpec:
-        """The loop whose output streams to the caller."""
+        """The last loop: a request ends with its reason."""
         return self.loops[-1]
 
 
@@ -159,6 +260,14 @@ class KVSpec:
     prefix_cache: bool = True
 
 
+class KVOps(Protocol):
+    """The family's device side of the paged KV, queued on the engine's stream: block copies then table entries
+    (`apply`), and a group member taking its leader's prompt state (`fork`)."""
+
+    def apply(self, copies: Sequence[tuple[int, int]], entries: Sequence[tuple[int, int, int]]) -> None: ...
+    def fork(self, src: int, dst: int) -> None: ...
+
+
 @dataclass(frozen=True)
 class Needs:
     """What one request holds from admission: slots per pool, and KV rows at its longest."""
@@ -167,75 +276,163 @@ class Needs:
     kv_rows: int = 0
 
 
-class Family(Protocol):
-    """One model family bound to its card and experts: everything model-specific the runtime runs.
+# ----- what the runtime reads of a family's own values ----------------------------------------------------
+class Request(Protocol):
+    """A family's typed request, as the runtime reads it (the rest is the family's)."""
 
-    The runtime calls, in a request's order: `parse` and `prepare` at submit (errors name the field),
-    `front_state` for inputs to encode before admission and `encoded` once they are, `needs` and `start`
-    at admission (then `admitted` for device state: settings, fresh codec state), the loops through
-    `graph` and the executors through `executors` every step, `recompute_rows` after a preemption,
-    `more_input` when a loop waits for input (a long text's next segment, text fed to an open request) or,
-    with `loop` None, when an open request waiting for admission got input (its first prompt's rows, or
-    None while it has not enough), and `result` at the end. `more_input(record, loop)` returns a new prompt
-    for the paged loop (the runtime gives it KV blocks), or None: the family handed the loop what it needed
-    itself (through the loop's own calls), or there is nothing yet (the loop stays waiting, holding no
-    batch row; the runtime asks again when more input arrives), or the input has ended (the loop ends).
+    @property
+    def stream(self) -> bool: ...            # its chunks stream to the handle as they are made
+    @property
+    def timeout(self) -> float | None: ...   # seconds from submit; then it ends ("abort")
+    @property
+    def voice(self) -> str | None: ...       # a stored voice's name (the runtime looks it up)
 
-    Optional, for a family whose stored voices carry more than codes (e.g. a speaker embedding):
-    `voice_arrays` (name -> shape of each float32 array a voice carries; absent or empty: codes alone),
-    `read_voice(source)` (the input a stored voice is encoded from, as `read_input`) and
-    `voice_outputs(front_state) -> {name: array}` (the arrays of a finished front-loop run)."""
 
-    name: str
-    graph: LoopGraph
-    executors: Mapping[Hashable, Executor]  # by work kind, in the order a step launches them
-    buckets: Mapping[Hashable, list[int]]   # batch-size buckets per kind (a kind absent runs unpadded)
-    pools: Mapping[str, int]                # slot pools: name -> slots
-    kv: KVSpec | None
-    kv_ops: Any                             # applies block copies / table entries, forks (`apply`, `fork`)
-    prefill_budget: int                     # prompt rows prefilled per step, all requests together
-    max_waiting: int
-    max_buffered_chunks: int
-    weights: Any                            # what weight updates write (an `nn.Module`)
-    weight_names: Any                       # its naming (`v2.runtime.weight_updates.WeightNames`)
-    device: Any                             # where its experts run (the default stream's device)
-    sample_rate: int                        # the audio it makes: Hz, channels, frames per second
-    channels: int
-    frame_rate: float
-    code_width: int                         # codes per frame, and each code's range (the voice store's checks)
-    codebook_size: int
-    speakers: tuple[str, ...] = ()          # built-in voices a request names as `speaker` (the checkpoint's)
-    request_fields: frozenset[str] = frozenset()  # the request fields `parse` takes (what a server may send)
-    sampling_keys: tuple[str, ...] = ()     # the keys its nested `sampling` takes (a rollout's sampling options)
+class Prepared(Protocol):
+    """What a family prepared of a request at submit (`prepare`), as the runtime reads it."""
+
+    @property
+    def rows(self) -> Tensor | None: ...    # the first prompt [T, W] (None: not laid out yet, e.g. an open request)
+    @property
+    def inputs(self) -> tuple[object, ...]: ...  # inputs for the front loop (recordings to encode)
+
+
+# ----- the bound family, as each consumer sees it ------------------------------------------------------
+class EngineFamily(Protocol):
+    """What the engine thread drives. The loops through `graph` and the executors through `executors` every
+    step; in a request's order: `encoded` once its front work is done (the prompt laid out again), `needs` and
+    `start` at admission (then `admitted` for device state: settings, fresh codec state), `recompute_rows`
+    after a preemption, `more_input` when a loop waits for input (a long text's next segment, text fed to
+    an open request) or, with `loop` None, when an open request waiting for admission got input (its first
+    prompt's rows, or None while it has not enough), and `result` at the end. `more_input(record, loop)`
+    returns a new prompt for the paged loop (the runtime gives it KV blocks), or None: the family handed the
+    loop what it needed itself (through the loop's own calls), or there is nothing yet (the loop stays
+    waiting, holding no batch row; the runtime asks again when more input arrives), or the input has ended
+    (the loop ends)."""
+
+    @property
+    def graph(self) -> LoopGraph: ...
+    @property
+    def executors(self) -> Mapping[Hashable, AnyExecutor]: ...  # by work kind, in launch order
+    @property
+    def buckets(self) -> Mapping[Hashable, list[int]]: ...  # batch-size buckets per kind (absent: unpadded)
+    @property
+    def pools(self) -> Mapping[str, int]: ...             # slot pools: name -> slots
+    @property
+    def kv(self) -> KVSpec | None: ...
+    @property
+    def kv_ops(self) -> KVOps | None: ...
+    @property
+    def prefill_budget(self) -> int: ...                  # prompt rows prefilled per step, all requests together
+    @property
+    def max_buffered_chunks(self) -> int: ...             # chunks a subscriber may fall behind
+    @property
+    def weights(self) -> torch.nn.Module: ...             # what weight updates write
+    @property
+    def sample_rate(self) -> int: ...                     # an error result's empty audio and codes
+    @property
+    def channels(self) -> int: ...
+    @property
+    def code_width(self) -> int: ...
 
     def bind(self, launch: LaunchState) -> None: ...
-    def parse(self, request: Any) -> Any: ...
-    def prepare(self, request: Any, *, voice: Any = None) -> Any: ...
-    def check_group(self, group: Sequence[tuple[Any, Any]]) -> None: ...  # (request, prepared) sharing a prompt
-    def front_state(self, request_id: int, inputs: tuple[Any, ...]) -> Any: ...
-    def read_input(self, source: Any) -> Any: ...
-    def front_start(self, slots: list[int]) -> None: ...
-    def encoded(self, record: Any) -> Any: ...
-    def needs(self, record: Any) -> Needs: ...
-    def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]: ...
-    def admitted(self, record: Any) -> None: ...
-    def recompute_rows(self, state: Any) -> Any: ...
-    def more_input(self, record: Any, loop: Hashable) -> Any: ...
-    def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any: ...
-    def stats(self) -> dict[str, Any]: ...
     def thread_setup(self) -> None: ...
+    def front_start(self, slots: list[int]) -> None: ...
+    def encoded(self, record: RequestRecord) -> Tensor | None: ...
+    def needs(self, record: RequestRecord) -> Needs: ...
+    def start(self, record: RequestRecord, slots: Mapping[str, int],
+              share_from: int | None) -> dict[Hashable, LoopState]: ...
+    def admitted(self, record: RequestRecord) -> None: ...
+    def recompute_rows(self, state: LoopState) -> Tensor: ...  # the paged loop's state
+    def more_input(self, record: RequestRecord, loop: Hashable | None) -> Tensor | None: ...
+    def result(self, record: RequestRecord, outputs: Mapping[Hashable, object], reason: FinishReason,
+               now: float) -> SpeechResult: ...
+    def stats(self) -> Mapping[str, object]: ...
 
 
+class FrontFamily(Protocol):
+    """What the caller's side of `Runtime` calls: `parse` (a dict of fields -> the family's typed request;
+    a `RequestError` whose `field` names the field), `prepare` (limits, the initial prompt layout),
+    `check_group` (requests sharing one prompt), `read_input` / `front_state` (a recording for the front
+    loop), and the weights and names an update writes. `graph` tells it whether the card makes audio."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def graph(self) -> LoopGraph: ...
+    @property
+    def device(self) -> torch.device: ...                 # where its experts run (the default stream's device)
+    @property
+    def max_waiting(self) -> int: ...
+    @property
+    def max_buffered_chunks(self) -> int: ...
+    @property
+    def code_width(self) -> int: ...                # codes per frame, and each code's range (a voice's checks)
+    @property
+    def codebook_size(self) -> int: ...
+    @property
+    def weights(self) -> torch.nn.Module: ...
+    @property
+    def weight_names(self) -> WeightNames: ...
+
+    def parse(self, request: object) -> Request: ...
+    def prepare(self, request: Request, *, voice: Voice | None = None) -> Prepared: ...
+    def check_group(self, group: Sequence[tuple[Request, Prepared]]) -> None: ...
+    def read_input(self, source: object) -> object: ...
+    def front_state(self, request_id: int, inputs: tuple[object, ...]) -> FrontState: ...
+
+
+class ServedFamily(Protocol):
+    """What outer layers read through `Runtime`: the audio it makes (Hz, channels, frames per second), the
+    checkpoint's built-in voices a request names as `speaker` (`()`: none), the request fields `parse`
+    takes (what a server may send) and the keys of its nested `sampling` (`()`: the runtime's own)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def sample_rate(self) -> int: ...
+    @property
+    def channels(self) -> int: ...
+    @property
+    def frame_rate(self) -> float: ...
+    @property
+    def speakers(self) -> tuple[str, ...]: ...
+    @property
+    def request_fields(self) -> frozenset[str]: ...
+    @property
+    def sampling_keys(self) -> tuple[str, ...]: ...
+
+
+class Family(EngineFamily, FrontFamily, ServedFamily, Protocol):
+    """One model family bound to its card and experts: what its `Factory` binds and the runtime receives at
+    construction. Each part of the runtime types against the part it uses."""
+
+
+@runtime_checkable
 class TextInput(Protocol):
     """What a family adds to take a request's text while it runs (`Runtime.open`). `open_text` checks the
     request like `parse` + `prepare` do, without its text (or with the text's first piece as `text`), and
     returns (request, work) with `work.rows` None and `work.inputs` as `prepare` gives them; `feed(request,
-    work, text, end=)` is called on the caller's thread with each piece (`end`: the text is complete) and returns whether the
-    engine has new input to hand over (`more_input`); it raises `RequestError` naming the field for a
-    piece it refuses, and then takes none of it. Callers serialise `feed` per request."""
+    work, text, end=)` is called on the caller's thread with each piece (`end`: the text is complete) and
+    returns whether the engine has new input to hand over (`more_input`); it raises `RequestError` naming the
+    field for a piece it refuses, and then takes none of it. Callers serialise `feed` per request."""
 
-    def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[Any, Any]: ...
-    def feed(self, request: Any, work: Any, text: str, *, end: bool = False) -> bool: ...
+    def open_text(self, request: object, *, voice: Voice | None = None,
+                  split: str = "sentence") -> tuple[Request, Prepared]: ...
+    def feed(self, request: Request, work: Prepared, text: str, *, end: bool = False) -> bool: ...
+
+
+@runtime_checkable
+class VoiceArrays(Protocol):
+    """What a family adds whose stored voices carry more than codes (e.g. a speaker embedding):
+    `voice_arrays` (name -> shape of each float32 array a voice carries; empty: codes alone), `read_voice`
+    (the input a stored voice is encoded from, as `read_input`) and `voice_outputs(front_state)` (the arrays
+    of a finished front-loop run)."""
+
+    @property
+    def voice_arrays(self) -> Mapping[str, tuple[int, ...]]: ...
+    def read_voice(self, source: object) -> object: ...
+    def voice_outputs(self, state: FrontState) -> Mapping[str, NDArray[np.float32]]: ...
 
 
 class VoiceSpec(NamedTuple):
@@ -248,17 +445,18 @@ class VoiceSpec(NamedTuple):
     arrays: Mapping[str, tuple[int, ...]]
 
 
-class Factory(Protocol):
-    """A family package's `FAMILY` (`v2.card.family_of`). `bind` and `experts` build a runtime's family;
-    `voice_spec` and `precheck` read the card and the checkpoint's config files only (no weights, no
-    device), so a command that needs no model loads none and a refusal the config decides comes first."""
+class Factory(Protocol[C]):
+    """A family package's `FAMILY` (`v2.card.family_of`). `bind` and `experts` build a runtime's family (the
+    experts are the family's own: what `experts` returns, `bind` takes); `voice_spec` and `precheck` read
+    the card and the checkpoint's config files only (no weights, no device), so a command that needs no
+    model loads none and a refusal the config decides comes first."""
 
     name: str
 
-    def bind(self, card: Any, *experts: Any, graphs: bool = True, **named: Any) -> Family: ...
-    def experts(self, card: Any, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
-                device: Any = "cpu", dtype: Any = None) -> dict[str, Any]: ...
-    def voice_spec(self, card: Any, checkpoint: str | None = None) -> VoiceSpec: ...
-    def precheck(self, card: Any, fields: Mapping[str, Any], checkpoint: str | None = None) -> None:
-        """Refuse (a `v2.request.RequestError` naming the field) what the card and the checkpoint's config
-        decide about request `fields`; what they cannot decide is left to `parse` and `prepare`."""
+    def bind(self, *args: Any, **kwargs: Any) -> Family: ...  # (card, *experts, graphs=True, **named)
+    def experts(self, card: C, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
+                device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> dict[str, object]: ...
+    def voice_spec(self, card: C, checkpoint: str | None = None) -> VoiceSpec: ...
+    def precheck(self, card: C, fields: Mapping[str, object], checkpoint: str | None = None) -> None:
+        """Refuse (a `RequestError` naming the field) what the card and the checkpoint's config decide about
+        request `fields`; what they cannot decide is left to `parse` and `prepare`."""

@@ -18,7 +18,7 @@ Must not know: any family's model, row layout or sampling settings.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -93,6 +93,9 @@ class FrameBatch:
 
     def __len__(self) -> int:
         return len(self.stop)
+
+    def __iter__(self) -> Iterator[FrameRow]:
+        return map(self.row, range(len(self.stop)))
 
 
 class PagedFrames:

@@ -15,18 +15,23 @@ Must not know: any family, tensors' contents, scheduling, threads, streams, the 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable
 
-from v2.contracts import WorkPlan
+from v2.contracts import LoopState, WorkPlan
 from v2.runtime.blocks import chain_keys
-from v2.runtime.family import KVSpec, PagedLoop
+from v2.runtime.family import KVOps, KVSpec, PagedLoop
 from v2.runtime.paging import KVPager
 from v2.runtime.records import RequestRecord
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
+Recompute = Callable[[LoopState], "Tensor"]  # the rows a resumed request recomputes, from its paged loop's state
+
 
 class RequestKV:
-    def __init__(self, pager: KVPager, executor: Any, loop: PagedLoop, name: Hashable,
-                 recompute: Callable[[Any], Any]) -> None:
+    def __init__(self, pager: KVPager, executor: KVOps, loop: PagedLoop[Any, Any], name: Hashable,
+                 recompute: Recompute) -> None:
         """`executor`: where block copies, table entries and forks go (`apply`, `fork`: the family's, queued
         on the device stream); `loop` / `name`: the loop that holds the KV and its name in a record;
         `recompute(state)`: the rows a resumed request recomputes (the family's layout)."""
@@ -37,8 +42,8 @@ class RequestKV:
         self.paused: dict[int, RequestRecord] = {}  # requests waiting for blocks to (re)compute their rows
 
     @classmethod
-    def build(cls, spec: KVSpec, executor: Any, loop: PagedLoop, name: Hashable,
-              recompute: Callable[[Any], Any]) -> "RequestKV":
+    def build(cls, spec: KVSpec, executor: KVOps, loop: PagedLoop[Any, Any], name: Hashable,
+              recompute: Recompute) -> "RequestKV":
         """The pager over the family's pool; admissions keep 1% of the pool free while anything runs."""
         pager = KVPager(spec.num_blocks, spec.block_size, max_blocks=spec.max_blocks,
                         prefix_cache=spec.prefix_cache, watermark=spec.num_blocks // 100)
@@ -58,18 +63,18 @@ class RequestKV:
         """Chained keys of the full blocks of the request's prompt (made once; the prompt never changes
         after it is ready)."""
         if req.kv_keys is None:
-            rows = req.rows.contiguous().numpy()
+            rows = _rows(req).contiguous().numpy()
             req.kv_keys = chain_keys(rows.tobytes(), rows.shape[1] * rows.itemsize, self.pager.block_size)
         return req.kv_keys
 
     def fits(self, req: RequestRecord) -> bool:
         """Whether the request's prompt (what is not cached) fits in the free blocks now."""
-        return self.pager.can_admit(self.keys(req), int(req.rows.shape[0]))
+        return self.pager.can_admit(self.keys(req), int(_rows(req).shape[0]))
 
     def admit(self, req: RequestRecord) -> None:
         """Blocks for the prompt of an admitted request (not a group member that will share its leader's)."""
         state = self.state(req)
-        self.loop.kv_given(state, self.pager.admit(req.id, state.slot, self.keys(req), int(req.rows.shape[0])))
+        self.loop.kv_given(state, self.pager.admit(req.id, state.slot, self.keys(req), int(_rows(req).shape[0])))
 
     def set_weights(self, version: int) -> None:
         """New weights: nothing computed before may be reused."""
@@ -147,7 +152,7 @@ class RequestKV:
         self.pager.release(req.id)
         self.paused.pop(req.id, None)
 
-    def new_prompt(self, req: RequestRecord, rows: Any) -> None:
+    def new_prompt(self, req: RequestRecord, rows: Tensor) -> None:
         """The request goes on with a new prompt (a long text's next segment, laid out by its family): its
         blocks go back, and it waits for blocks for the new rows, as a preempted request does."""
         self.release(req)
@@ -167,3 +172,9 @@ class RequestKV:
 
     def stats(self) -> dict[str, int]:
         return self.pager.stats()
+
+
+def _rows(req: RequestRecord) -> Tensor:
+    """The prompt of a request the KV sees (ready: its prompt is laid out)."""
+    assert req.rows is not None, "a request without a prompt reached the paged KV"
+    return req.rows

@@ -25,7 +25,7 @@ import numpy as np
 from v2.contracts import AudioChunk, FinishReason, WorkUnitKind
 from v2.runtime.device import Pending, Stream
 from v2.runtime.encoding import EncodeStage
-from v2.runtime.family import Family
+from v2.runtime.family import EngineFamily
 from v2.runtime.groups import GroupSharing
 from v2.runtime.handles import Dispatcher, Metrics, SpeechResult
 from v2.runtime.kv import RequestKV
@@ -36,7 +36,7 @@ from v2.runtime.weight_updates import UpdateGate
 
 
 class Requests:
-    def __init__(self, family: Family, stream: Stream, kv: RequestKV | None, encoding: EncodeStage,
+    def __init__(self, family: EngineFamily, stream: Stream, kv: RequestKV | None, encoding: EncodeStage,
                  pools: Mapping[str, SlotPool], groups: GroupSharing, gate: UpdateGate, cond: threading.Condition,
                  results: Dispatcher) -> None:
         self.family, self.stream, self.kv, self.encoding = family, stream, kv, encoding

@@ -9,23 +9,28 @@ Must not know: any family's fields (they live in `work`), scheduling, executors.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import TYPE_CHECKING, Any, Hashable
 
 from v2.contracts import LoopState
 from v2.runtime.groups import Group
 from v2.runtime.handles import SpeechHandle
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from v2.runtime.family import FrontState, Request
 
 
 @dataclass
 class RequestRecord:
     id: int
     handle: SpeechHandle
-    request: Any             # the family's typed request (`stream` and `timeout` are read here)
-    work: Any                # what the family prepared of it at submit (limits, settings, segments ...)
-    rows: Any                # the current prompt: rows [T, W] (the paged KV keys and counts them)
+    request: Request         # the family's typed request (`stream` and `timeout` are read here)
+    work: Any                # what the family prepared of it at submit (its own: limits, settings, segments ...)
+    rows: Tensor | None      # the current prompt: rows [T, W] (the paged KV keys and counts them)
     submitted: float
     states: dict[Hashable, LoopState] = field(default_factory=dict)  # loop name -> its state, from admission
-    front: Any = None        # the state of its work before admission (references to encode), if any
+    front: FrontState | None = None  # the state of its work before admission (references to encode), if any
     admitted: float | None = None
     first_audio: float | None = None
     error: str | None = None

@@ -28,12 +28,12 @@ from v2.runtime import shutdown, weight_updates
 from v2.runtime.device import Stream, default_stream
 from v2.runtime.encoding import EncodeJob
 from v2.runtime.engine import Engine
-from v2.runtime.family import Family
+from v2.runtime.family import Family, FrontState, Request, TextInput, VoiceArrays
 from v2.runtime.groups import Group
 from v2.runtime.handles import SpeechHandle, TextHandle
 from v2.runtime.inbox import Cancel, Encode, Feed, Submit
 from v2.runtime.records import RequestRecord
-from v2.runtime.voices import VoiceError, VoiceStore, store_directory
+from v2.runtime.voices import Voice, VoiceError, VoiceStore, store_directory
 
 
 class Runtime:
@@ -50,7 +50,10 @@ class Runtime:
         self.family: Family = family or family_of(card).bind(card, *experts, graphs=graphs, **named)
         self.engine = Engine(self.family, stream or default_stream(self.family.device))
         self._cond = self.engine.cond
-        arrays = getattr(self.family, "voice_arrays", {})  # a family whose voices are codes alone may have none
+        # optional capabilities: text fed while a request runs; voices that carry more than codes
+        self._text_input = self.family if isinstance(self.family, TextInput) else None
+        self._voice_arrays = self.family if isinstance(self.family, VoiceArrays) else None
+        arrays = self._voice_arrays.voice_arrays if self._voice_arrays is not None else {}
         self.voices = VoiceStore(store_directory(card.name, voices_dir, card.runtime.voices_dir),
                                  encode=self._encode_voice if arrays else self.encode_audio,
                                  width=self.family.code_width, codebook_size=self.family.codebook_size, arrays=arrays)
@@ -87,12 +90,12 @@ class Runtime:
     @property
     def speakers(self) -> tuple[str, ...]:
         """The checkpoint's built-in voices a request names as `speaker` (empty where the family has none)."""
-        return tuple(getattr(self.family, "speakers", ()))
+        return tuple(self.family.speakers)
 
     @property
     def request_fields(self) -> frozenset[str]:
         """The request fields the family takes (a server sends only these)."""
-        return frozenset(getattr(self.family, "request_fields", ()))
+        return frozenset(self.family.request_fields)
 
     @property
     def sampling_keys(self) -> tuple[str, ...]:
@@ -105,7 +108,7 @@ class Runtime:
         return self.family.frame_rate
 
     # ----- caller side -----------------------------------------------------------------------------
-    def parse(self, fields: Any) -> Any:
+    def parse(self, fields: Any) -> Request:
         """The family's typed request (its request model) from a dict of fields;
         a `RequestError` whose `field` names the field to blame. `submit` takes what this returns (and checks
         it again: a caller may have changed what it holds)."""
@@ -125,7 +128,8 @@ class Runtime:
         prepared = []
         for request in requests:
             req = family.parse(request)
-            prepared.append((req, family.prepare(req, voice=self._voice(getattr(req, "voice", None)))))
+            self._check_stream(req)
+            prepared.append((req, family.prepare(req, voice=self._voice(req.voice))))
         if share_prompt:
             family.check_group(prepared)
         handles = []
@@ -157,11 +161,12 @@ class Runtime:
         family speaks it as the text allows (e.g. a segment per sentence, `v2.text_feed`; `split="clause"`
         also cuts at clause marks); one stream, one result. Refusals name the field, as at `submit`."""
         family = self.family
-        open_text = getattr(family, "open_text", None)
-        if open_text is None:
+        text_input = self._text_input
+        if text_input is None:
             raise RequestError(f"text: the {family.name} family does not take text while a request runs", field='text')
         voice = request.get("voice") if isinstance(request, dict) else getattr(request, "voice", None)
-        req, work = open_text(request, voice=self._voice(voice), split=split)
+        req, work = text_input.open_text(request, voice=self._voice(voice), split=split)
+        self._check_stream(req)
         first = request.get("text") if isinstance(request, dict) else getattr(request, "text", None)
         engine, idle = self.engine, self.card.runtime.input_idle_timeout_s
         with self._cond:
@@ -186,7 +191,8 @@ class Runtime:
         caller's thread (refusals raise, naming the field); the engine hands it over at its next step."""
         if record.ended:
             raise RuntimeError(f"request {record.id} has ended" + (f": {record.error}" if record.error else ""))
-        new = self.family.feed(record.request, record.work, text, end=end)  # type: ignore[attr-defined]
+        assert self._text_input is not None  # an open request exists only where the family takes text
+        new = self._text_input.feed(record.request, record.work, text, end=end)
         with self._cond:
             if not record.ended:
                 self.engine.inbox.post(Feed(record, bool(new), end, self.card.runtime.input_idle_timeout_s))
@@ -201,9 +207,11 @@ class Runtime:
     def _encode_voice(self, audio: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """A voice to store from one recording: its codes and the arrays the family's voices carry (e.g. a
         speaker embedding), all from one front-loop run on the engine (`family.read_voice`, `voice_outputs`)."""
-        job = self._encode(self.family.read_voice(audio), None)  # type: ignore[attr-defined]
+        voices = self._voice_arrays
+        assert voices is not None  # the store encodes this way only where the family's voices carry arrays
+        job = self._encode(voices.read_voice(audio), None)
         assert job.codes is not None
-        return job.codes[0], dict(self.family.voice_outputs(job.state))  # type: ignore[attr-defined]
+        return job.codes[0], dict(voices.voice_outputs(job.state))
 
     def _encode(self, wav: Any, timeout: float | None) -> EncodeJob:
         """Run the front loop on one prepared input as a job; this thread waits for it."""
@@ -222,10 +230,17 @@ class Runtime:
             raise RuntimeError(f"encode failed: {job.error}")
         return job
 
-    def _front_state(self, rid: int, inputs: tuple[Any, ...]) -> Any:
+    def _front_state(self, rid: int, inputs: tuple[object, ...]) -> FrontState | None:
         return self.family.front_state(rid, inputs) if inputs else None
 
-    def _voice(self, name: str | None) -> Any:
+    def _check_stream(self, request: Request) -> None:
+        """A card whose loops make no audio (its graph has no audio loop) streams nothing: `stream` is refused."""
+        if request.stream and self.family.graph.audio is None:
+            raise RequestError(f"stream: the card {self.card.name!r} declares no loop that makes audio (it gives "
+                               "codes, and trajectories under rollout); nothing would stream: submit with "
+                               "stream false", field="stream")
+
+    def _voice(self, name: str | None) -> Voice | None:
         if name is None:
             return None
         try:

@@ -4,8 +4,9 @@ Owns: `InFlight` (a launched step: its batches, their device results and their c
 `Scatter`, which reads one back: it waits for the host copy (that wait is reported, not counted as host
 work), has each batch's rows read by the executor registered for its kind and hands each row to the loop
 that planned it (the front loop's rows to the encode stage; a prefill's read to the group sharing, under the
-request's guard), feeds what a loop made along the card's edges to the loops it feeds, delivers the last
-loop's output to the caller (aborting a stream whose subscriber fell too far behind), and settles each
+request's guard), feeds what a loop made along the card's edges to the loops it feeds, delivers the audio
+loop's output to the caller (the graph's `audio`; none when the card declares no loop that makes audio;
+aborting a stream whose subscriber fell too far behind), and settles each
 request that moved: computed prompt blocks into the prefix cache, new input for a loop that waits for it (a
 long text's next segment, text fed to an open request), each ended loop's slots back, and the request's end
 once every loop has ended.
@@ -24,7 +25,7 @@ from typing import Any, Hashable, Mapping
 from v2.contracts import FinishReason, WorkPlan, WorkUnitKind
 from v2.runtime.device import Pending
 from v2.runtime.encoding import EncodeStage
-from v2.runtime.family import Executor, Family
+from v2.runtime.family import AnyExecutor, EngineFamily
 from v2.runtime.groups import GroupSharing
 from v2.runtime.kv import RequestKV
 from v2.runtime.lifecycle import Requests
@@ -43,11 +44,13 @@ class InFlight:
 class Scatter:
     """Reads launched steps back into the loops and requests of one engine (its thread alone calls it)."""
 
-    def __init__(self, family: Family, executors: Mapping[Hashable, Executor], requests: Requests,
+    def __init__(self, family: EngineFamily, executors: Mapping[Hashable, AnyExecutor], requests: Requests,
                  encoding: EncodeStage, groups: GroupSharing, kv: RequestKV | None, cond: threading.Condition) -> None:
         self.family, self.graph, self.executors = family, family.graph, executors
         self.requests, self.encoding, self.groups, self.kv, self.cond = requests, encoding, groups, kv, cond
         self._sink = family.graph.sink
+        audio = family.graph.audio
+        self._audio = family.graph.specs[audio] if audio is not None else None  # its output streams to the caller
 
     def read(self, step: InFlight) -> float:
         """Read a launched step back: each batch's rows to the loops that planned them, then settle. Returns
@@ -88,24 +91,24 @@ class Scatter:
 
     def _advance(self, req: RequestRecord, plan: WorkPlan, row: Any, touched: dict[int, RequestRecord],
                  settle: bool) -> None:
-        """One row to the loop that planned it; what it made to the loops it feeds, or, from the last loop,
+        """One row to the loop that planned it; what it made to the loops it feeds, or, from the audio loop,
         to the caller. `settle`: the request settles after this read whatever happened (a prefill read)."""
         spec = self.graph.specs[plan.loop]
         state = req.states[plan.loop]
         if not spec.loop.advance(state, plan, row):
             return
         moved = settle or state.finish is not None or state.wants_input
-        for name in spec.feeds:
+        for name, loop in self.graph.feeding[plan.loop]:
             down = req.states[name]
-            self.graph.specs[name].loop.feed(down, state.fresh, state.finish)
+            loop.feed(down, state.fresh, state.finish)
             moved = moved or down.finish is not None
-        if spec is self._sink and not self._deliver(req, state):
+        if spec is self._audio and not self._deliver(req, state):
             return
         if moved:
             touched[req.id] = req
 
     def _deliver(self, req: RequestRecord, state: Any) -> bool:
-        """The last loop's new output to the caller (a streaming request's chunks); False when the request
+        """The audio loop's new output to the caller (a streaming request's chunks); False when the request
         was aborted for a subscriber that fell too far behind."""
         if req.first_audio is None:
             req.first_audio = time.perf_counter()
@@ -131,8 +134,8 @@ class Scatter:
                 if rows is not None and self.kv is not None and spec.name == self.kv.name:
                     self.kv.new_prompt(req, rows)  # prefilled once KV blocks are given
                 if state.finish is not None:  # its input ended: the loops it feeds learn it (made nothing more)
-                    for name in spec.feeds:
-                        self.graph.specs[name].loop.feed(req.states[name], [], state.finish)
+                    for name, loop in self.graph.feeding[spec.name]:
+                        loop.feed(req.states[name], [], state.finish)
             if state.finish is not None:
                 for pool in spec.pools:
                     self.requests.release(req, pool)
