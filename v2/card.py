@@ -1,8 +1,8 @@
 """Model cards: the data files in `cards/` validated into frozen models, and building what they name.
 
 Owns: the common part of the card schema (name, `family`, seeded weight sources, sampling defaults'
-schema, a loop's declaration `LoopDecl` with the loops it feeds, runtime settings such as the engine's
-CPU threads), finding a card by name (the shipped cards are package data, `v2/cards/` in an installed
+schema, a loop's declaration `LoopDecl` with the loops it feeds, a family's loop section `LoopTable` and
+the checks of the graph it declares, runtime settings such as the engine's CPU threads), finding a card by name (the shipped cards are package data, `v2/cards/` in an installed
 package, the top-level `cards/` in a checkout) or path, validating it with its family's card class
 (its family found by name in the registry, v2/registry.py; each family's section: its experts and loops),
 finding a card's family
@@ -19,7 +19,7 @@ from importlib import import_module
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -102,10 +102,95 @@ def check_buckets(buckets: list[int]) -> list[int]:
 
 class LoopDecl(_Frozen):
     """A loop a card declares: its class (one of its family's loops) and the loops it feeds, by name (the
-    edges of the card's loop graph). A family's section subclasses this per loop with its settings."""
+    edges of the card's loop graph: data, which the engine drives as written). A family's section subclasses
+    this per loop class with its settings, and says what a loop of that class takes and gives (`takes`,
+    `gives`: a kind of item, e.g. "frames"; an edge a -> b is one the family can drive when a gives what b
+    takes) or that it runs before admission, outside the graph (`front`)."""
 
     class_: str = Field(alias="class")
     feeds: tuple[str, ...] = ()
+    takes: ClassVar[str | None] = None  # what it works on, fed by another loop (None: it plans on its own)
+    gives: ClassVar[str | None] = None  # what it makes for the loops it feeds (None: it feeds none)
+    front: ClassVar[bool] = False       # run before admission (e.g. encoding references): no edges
+
+
+class LoopTable(_Frozen):
+    """A family's `loops` section: one field per loop the family can drive, each a `LoopDecl` subclass. A loop
+    the family can do without is an optional field (None or absent: not declared, e.g. no vocoder for
+    rollouts that need no audio); one it cannot is required (missing: refused, naming it). The loops a card
+    declares and their `feeds` are the graph the engine drives (`driven`); `check` refuses, naming the
+    field, a graph the family's loops cannot make: an edge to a loop not declared, a cycle, an edge whose
+    target does not take what its source gives (or from or to a front loop), a loop that takes input and
+    that no loop (or more than one) feeds."""
+
+    def declared(self) -> dict[str, LoopDecl]:
+        """The loops the card declares, by name, in the section's order."""
+        out: dict[str, LoopDecl] = {}
+        for name in type(self).model_fields:
+            decl = getattr(self, name)
+            if isinstance(decl, LoopDecl):
+                out[name] = decl
+        return out
+
+    def driven(self) -> list[tuple[str, LoopDecl]]:
+        """The declared loops the engine drives (not `front`), in feeding order: a loop comes before the loops
+        it feeds, otherwise in the section's order (the graph is checked: no cycle)."""
+        loops = {n: d for n, d in self.declared().items() if not d.front}
+        fed = {t for d in loops.values() for t in d.feeds}
+        order, ready = [], [n for n in loops if n not in fed]
+        feeders = {n: sum(n in d.feeds for d in loops.values()) for n in loops}
+        while ready:
+            name = ready.pop(0)
+            order.append((name, loops[name]))
+            for t in loops[name].feeds:
+                feeders[t] -= 1
+                if not feeders[t]:
+                    ready.append(t)
+        return order
+
+    def check(self) -> None:
+        """Refuse (ValueError, the field named) a declared graph the family's loops cannot make."""
+        loops = self.declared()
+        for name, d in loops.items():
+            for t in d.feeds:
+                if t not in loops:
+                    raise ValueError(f"loops.{name}.feeds: no loop {t!r} is declared (declared: {', '.join(loops)})")
+            if len(set(d.feeds)) != len(d.feeds):
+                raise ValueError(f"loops.{name}.feeds: a loop is named twice")
+        for name in loops:
+            cycle = _cycle(loops, name, [name])
+            if cycle:
+                raise ValueError(f"loops.{name}.feeds: a cycle ({' -> '.join(cycle)}); a loop feeds only loops after it")
+        for name, d in loops.items():
+            for t in d.feeds:
+                target = loops[t]
+                if d.front or target.front:
+                    front = name if d.front else t
+                    raise ValueError(f"loops.{name}.feeds: {front!r} ({loops[front].class_}) runs before admission; "
+                                     "it feeds no loop and no loop feeds it")
+                if d.gives is None or d.gives != target.takes:
+                    gives = f"gives {d.gives}" if d.gives else "gives nothing another loop takes"
+                    takes = f"takes {target.takes}" if target.takes else "takes no input"
+                    raise ValueError(f"loops.{name}.feeds: {t!r} ({target.class_}) {takes}; {name!r} ({d.class_}) {gives}")
+        for t, target in loops.items():
+            feeders = [n for n, d in loops.items() if t in d.feeds]
+            if target.takes is not None and not feeders:
+                raise ValueError(f"loops.{t}: no loop feeds it (a {target.class_} takes {target.takes}): name it in "
+                                 f"a loop's feeds, or leave [loops.{t}] out")
+            if len(feeders) > 1:
+                raise ValueError(f"loops.{t}: fed by {' and '.join(feeders)}; a {target.class_} takes one stream")
+
+
+def _cycle(loops: dict[str, LoopDecl], start: str, path: list[str]) -> list[str] | None:
+    """A path of edges from `path[-1]` back to `start` (a cycle through it), or None."""
+    for t in loops[path[-1]].feeds:
+        if t == start:
+            return [*path, t]
+        if t not in path:
+            found = _cycle(loops, start, [*path, t])
+            if found:
+                return found
+    return None
 
 
 class RuntimeSettings(_Frozen):
@@ -129,6 +214,14 @@ class ModelCard(_Frozen):
     default: bool = False  # the shipped card used when none is named (DEFAULT_CARD): exactly one says so
     runtime: RuntimeSettings = RuntimeSettings()
     seeded: dict[str, SeededWeights] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _graph(self) -> "ModelCard":
+        """The loop graph a family's section declares (its `loops`, a `LoopTable`) is one its loops can make."""
+        loops = self.__dict__.get("loops")
+        if isinstance(loops, LoopTable):
+            loops.check()
+        return self
 
 
 def known_cards() -> list[str]:
@@ -156,9 +249,14 @@ def load_card(name_or_path: str | Path = DEFAULT_CARD) -> ModelCard:
     try:
         return card_class(data.get("family")).model_validate(data)
     except ValidationError as e:
-        fields = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}"
-                           for err in e.errors())
+        fields = "; ".join(_message(err["loc"], err["msg"]) for err in e.errors())
         raise CardError(f"card {path.name}: {fields}") from None
+
+
+def _message(loc: tuple[int | str, ...], msg: str) -> str:
+    """One refusal as `field: reason` (a check of the whole card names its field in the reason)."""
+    msg = msg.removeprefix("Value error, ")
+    return f"{'.'.join(str(x) for x in loc)}: {msg}" if loc else msg
 
 
 def _family_package(name: Any) -> str:

@@ -1,7 +1,8 @@
 """The MOSS-TTS-Local family's card section: its experts, its loops' settings, and building the experts.
 
 Owns: the experts `backbone`, `local_transformer`, `vocoder` (class, checkpoint, dtype; the tokenizer; the
-codec's encoder), the loops `ar_decode` -> `vocoder` with `encode` in front and their settings, the card
+codec's encoder), the loops `ar_decode` -> `vocoder` with `encode` in front and their settings (the graph is
+the card's: `vocoder` may be left out, then `ar_decode` feeds nothing and no audio is made), the card
 as a whole (`MossCard`: the common part of `v2.card` plus this section), reading the checkpoint's config
 without its weights (`checkpoint_config`), and instantiating experts from a fixed registry (checkpoints
 found by `v2.checkpoints`: a directory or a hub repo id). No code is ever imported from a card.
@@ -11,11 +12,11 @@ Must not know: the runtime, requests, scheduling.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from v2.card import SEED_PREFIX, DType, LoopDecl, ModelCard, SamplingDefaults, _Frozen, check_buckets
+from v2.card import SEED_PREFIX, DType, LoopDecl, LoopTable, ModelCard, SamplingDefaults, _Frozen, check_buckets
 from v2.checkpoints import resolve_checkpoint
 
 
@@ -48,8 +49,8 @@ class Experts(_Frozen):
 
 
 class ARDecodeSettings(LoopDecl):
+    gives: ClassVar[str | None] = "frames"  # to the loops it `feeds` (the card's edges: the vocoder, or none)
     class_: Literal["ARDecodeLoop"] = Field(alias="class")
-    feeds: tuple[Literal["vocoder"]] = ("vocoder",)  # the loop its frames go to
     max_frames: int = Field(ge=1)          # cap on a request's frames
     max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
     max_text_chars: int = Field(default=20_000, ge=1)  # cap on text, instruction and language, each (checked first)
@@ -89,8 +90,8 @@ class ARDecodeSettings(LoopDecl):
 
 
 class VocoderSettings(LoopDecl):
+    takes: ClassVar[str | None] = "frames"  # its chunks are the audio that streams to the caller
     class_: Literal["VocoderLoop"] = Field(alias="class")
-    feeds: tuple[()] = ()  # the last loop: its chunks stream to the caller
     first_chunk_frames: int = Field(ge=1)  # frames in a stream's first audio chunk
     chunk_frames: int = Field(ge=1)        # frames in every later chunk (the last may be shorter)
     max_streams: int = Field(ge=1)         # codec state slots
@@ -111,6 +112,7 @@ class VocoderSettings(LoopDecl):
 class EncodeSettings(LoopDecl):
     """Reference audio: limits at submit, and how encoding is spread over engine steps."""
 
+    front: ClassVar[bool] = True
     class_: Literal["EncodeLoop"] = Field(default="EncodeLoop", alias="class")
     max_reference_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)  # per recording, as given
     max_references: int = Field(default=4, ge=1)  # recordings per request
@@ -124,9 +126,9 @@ class EncodeSettings(LoopDecl):
         return self
 
 
-class Loops(_Frozen):
+class Loops(LoopTable):
     ar_decode: ARDecodeSettings
-    vocoder: VocoderSettings
+    vocoder: VocoderSettings | None = None  # None: no audio (codes and trajectories only)
     encode: EncodeSettings = EncodeSettings()
 
 

@@ -16,7 +16,7 @@ the `launch` the engine binds).
 from __future__ import annotations
 
 import os
-from typing import Any, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 
 import torch
 
@@ -39,7 +39,9 @@ from v2.families.moss_tts_local.request import SamplingParams, SpeechRequest, pa
 from v2.families.moss_tts_local.vocoder import VocoderLoop
 from v2.families.moss_tts_local.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
-from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs, VoiceSpec
+from v2.runtime.family import (
+    AnyExecutor, AnyLoop, Batch, Factory, KVSpec, LaunchState, LoopGraph, Needs, Prepared, TextInput, VoiceSpec,
+)
 
 AR, VOC = LoopKind.AR_DECODE, LoopKind.VOCODER
 
@@ -120,14 +122,19 @@ class _Chunks:
         self.fam = fam
 
     def prepare(self, batch: Batch) -> Any:
-        return self.fam.codec_exec.prepare([p.payload for p in batch.plans], batch.bucket,
-                                           batch.plans[0].signature.bucket)
+        return self._exec.prepare([p.payload for p in batch.plans], batch.bucket, batch.plans[0].signature.bucket)
 
     def launch(self, chunks: Any) -> Any:
-        return self.fam.codec_exec.launch(chunks)
+        return self._exec.launch(chunks)
 
     def read(self, host: Any, batch: Batch) -> Any:
-        return self.fam.codec_exec.read(host, [p.payload for p in batch.plans])
+        return self._exec.read(host, [p.payload for p in batch.plans])
+
+    @property
+    def _exec(self) -> CodecExecutor:
+        executor = self.fam.codec_exec
+        assert executor is not None, "AUDIO_CHUNK work on a card without a vocoder loop"
+        return executor
 
 
 class MossFamily:
@@ -148,23 +155,33 @@ class MossFamily:
         self.sample_rate, self.channels = codec.sample_rate, codec.cfg.channels
         self.frame_rate = codec.sample_rate / codec.cfg.hop  # 12.5 frames per second
         self._launch: LaunchState = lambda work: work()  # until the engine binds its stream
-        self.ar_loop, self.voc_loop = ARDecodeLoop(ar), VocoderLoop(voc)
+        self.ar_loop = ARDecodeLoop(ar)
+        self.voc_loop = VocoderLoop(voc) if voc is not None else None  # the card declares it (else: no audio)
         self.enc_loop = EncodeLoop(enc.chunk_frames)
         self.ar_exec = ARExecutor(model, num_slots=ar.max_running, max_len=ar.max_prompt_rows + ar.max_frames,
                                   batch_buckets=ar.batch_buckets, graphs=graphs, num_blocks=pool_blocks(ar, model),
                                   block_size=ar.block_size)
         self.ar_calls = OnStream(self.ar_exec, lambda work: self._launch(work))
-        self.codec_exec = CodecExecutor(codec, num_slots=voc.max_streams, batch_buckets=voc.batch_buckets,
-                                        frame_buckets=voc.frame_buckets, graphs=graphs)
+        self.codec_exec = (CodecExecutor(codec, num_slots=voc.max_streams, batch_buckets=voc.batch_buckets,
+                                         frame_buckets=voc.frame_buckets, graphs=graphs) if voc is not None else None)
         self.encode_exec = EncodeExecutor(encoder, enc.max_streams) if encoder is not None else None
         self.codec_spec = CodecSpec(encoder.sample_rate, encoder.cfg.hop) if encoder is not None else None
-        feeds = tuple(LoopKind(n) for n in ar.feeds)  # the card's edge: ar_decode -> vocoder
-        self.graph = LoopGraph((LoopSpec(AR, self.ar_loop, feeds, pools=("kv",)), LoopSpec(VOC, self.voc_loop, pools=("codec",))),
-                               paged=AR, front=self.enc_loop if encoder is not None else None, front_pool="encode")
-        self.executors = {WorkUnitKind.ENCODE: _Encodes(self), WorkUnitKind.PREFILL: _Prefills(self),
-                          WorkUnitKind.AR_FRAME: _Frames(self), WorkUnitKind.AUDIO_CHUNK: _Chunks(self)}
-        self.buckets = {WorkUnitKind.AR_FRAME: ar.batch_buckets, WorkUnitKind.AUDIO_CHUNK: voc.batch_buckets}
-        self.pools = {"kv": ar.max_running, "codec": voc.max_streams, "encode": enc.max_streams}
+        # the graph the card declares: its loops and edges (ar_decode -> vocoder, or ar_decode alone: no audio)
+        loops: dict[Hashable, AnyLoop] = {AR: self.ar_loop}
+        if self.voc_loop is not None:
+            loops[VOC] = self.voc_loop
+        self.graph = LoopGraph.declared(
+            [(LoopKind(name), [LoopKind(t) for t in decl.feeds]) for name, decl in card.loops.driven()], loops,
+            {AR: ("kv",), VOC: ("codec",)}, paged=AR, audio=VOC if self.voc_loop is not None else None,
+            front=self.enc_loop if encoder is not None else None, front_pool="encode")
+        self.executors: dict[Hashable, AnyExecutor] = {
+            WorkUnitKind.ENCODE: _Encodes(self), WorkUnitKind.PREFILL: _Prefills(self), WorkUnitKind.AR_FRAME: _Frames(self)}
+        self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: ar.batch_buckets}
+        self.pools = {"kv": ar.max_running, **({"codec": voc.max_streams} if voc is not None else {}),
+                      "encode": enc.max_streams}
+        if voc is not None:  # audio work only where the card declares the vocoder loop
+            self.executors[WorkUnitKind.AUDIO_CHUNK] = _Chunks(self)
+            self.buckets[WorkUnitKind.AUDIO_CHUNK] = voc.batch_buckets
         self.kv = KVSpec(self.ar_exec.kv.num_blocks, ar.block_size, ar.max_blocks, ar.prefix_cache)
         self.kv_ops = self.ar_calls
         self.prefill_budget, self.max_waiting = ar.prefill_chunk_rows, ar.max_waiting
@@ -194,7 +211,7 @@ class MossFamily:
         voc, prepared = self.card.loops.vocoder, [p for _, p in group]
         if len(group) > self.max_group:
             raise ValueError(f"n: a group of {len(group)} exceeds the card's max_running")
-        if sum(r.decode_audio for r, _ in group) > voc.max_streams:
+        if voc is not None and sum(r.decode_audio for r, _ in group) > voc.max_streams:
             raise ValueError(f"n: a group decoding audio needs a codec stream each; the card has {voc.max_streams}")
         if any(not torch.equal(p.rows, prepared[0].rows) for p in prepared):
             raise ValueError("prompts: a shared prompt must be the same for every request of the group")
@@ -209,8 +226,9 @@ class MossFamily:
         """An open request checked (its text arrives through `feed`)."""
         return self.opened.open_text(request, voice=voice, split=split)
 
-    def feed(self, request: Any, work: OpenWork, text: str, *, end: bool = False) -> bool:
+    def feed(self, request: Any, work: Prepared, text: str, *, end: bool = False) -> bool:
         """A piece of an open request's text (the caller's thread): the segments it completes, laid out."""
+        assert isinstance(work, OpenWork)  # what `open_text` prepared
         return self.opened.feed(request, work, text, end=end)
 
     def read_input(self, source: Any) -> Any:
@@ -237,8 +255,8 @@ class MossFamily:
 
     # ----- admission and after -------------------------------------------------------------------
     def needs(self, record: Any) -> Needs:
-        return Needs({"kv": 1, "codec": int(record.request.decode_audio)},
-                     kv_rows=int(record.rows.shape[0]) + record.work.max_frames)
+        slots = {"kv": 1, "codec": int(record.request.decode_audio)} if self.voc_loop is not None else {"kv": 1}
+        return Needs(slots, kv_rows=int(record.rows.shape[0]) + record.work.max_frames)
 
     def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
         work, request = record.work, record.request
@@ -250,6 +268,8 @@ class MossFamily:
             self.ar_loop.share(ar, share_from)
         if opened:
             self.opened.started(record)
+        if self.voc_loop is None:
+            return {AR: ar}
         voc = self.voc_loop.init(record.id, sample_rate=self.codec.sample_rate, enabled=request.decode_audio,
                                  slot=slots.get("codec", -1))
         return {AR: ar, VOC: voc}
@@ -258,11 +278,13 @@ class MossFamily:
         """The request's slot settings and seed; fresh codec state for its stream."""
         ar = record.states[AR]
         self.ar_calls.admit(ar.slot, record.work.sampling, record.request.seed)
-        if "codec" in record.slots:
-            slot, codec = record.slots["codec"], self.codec_exec
+        codec = self.codec_exec
+        if "codec" in record.slots and codec is not None:
+            slot = record.slots["codec"]
             self._launch(lambda: codec.admit(slot))
 
-    def recompute_rows(self, state: ARState) -> Any:
+    def recompute_rows(self, state: LoopState) -> torch.Tensor:
+        assert isinstance(state, ARState)  # the paged loop's: the AR loop's own state
         return segments.recompute_rows(state, self.model.cfg.ids.audio_assistant_slot)
 
     def more_input(self, record: Any, loop: Hashable | None) -> Any:
@@ -273,17 +295,20 @@ class MossFamily:
                 front = record.front
                 references = None if front is None else tuple(torch.from_numpy(c) for c in self.enc_loop.finalize(front))
                 return self.opened.first_prompt(record, references)
-            return self.opened.next_segment(record, record.states[AR], record.states[VOC])
+            return self.opened.next_segment(record, record.states[AR], record.states.get(VOC))
         return segments.next_segment(record, record.states[AR], self.ar_loop, self.ar_calls,
                                      self.model.cfg.ids.audio_assistant_slot)
 
     def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
         return results.build_result(record, outputs.get(AR), outputs.get(VOC), reason, now,
                                     channels=self.codec.cfg.channels, sample_rate=self.codec.sample_rate,
-                                    groups=self.code_width, family=self.name)
+                                    groups=self.code_width, family=self.name, decoded=self.voc_loop is not None)
 
     def stats(self) -> dict[str, Any]:
-        return {"graphs": {"ar_frame": self.ar_exec.graphs.stats(), "audio_chunk": self.codec_exec.graphs.stats()}}
+        graphs = {"ar_frame": self.ar_exec.graphs.stats()}
+        if self.codec_exec is not None:
+            graphs["audio_chunk"] = self.codec_exec.graphs.stats()
+        return {"graphs": graphs}
 
 
 class _Factory:
@@ -313,5 +338,9 @@ class _Factory:
         """Nothing the config decides: `language` is any text, put into the prompt as written."""
 
 
-FAMILY = _Factory()
+FAMILY: Factory[MossCard] = _Factory()  # the checker holds `bind`'s family to the runtime's protocols (`Family`)
+
+if TYPE_CHECKING:
+    def _takes_text(family: MossFamily) -> TextInput:  # the checker holds the optional part to its protocol
+        return family
 __all__ = ["FAMILY", "MossFamily", "pool_blocks"]

@@ -66,7 +66,7 @@ class OpenWork:
 
 class OpenText:
     def __init__(self, card: MossCard, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer, codec: CodecSpec | None,
-                 ar_loop: ARDecodeLoop, voc_loop: VocoderLoop, ar_calls: Any) -> None:
+                 ar_loop: ARDecodeLoop, voc_loop: VocoderLoop | None, ar_calls: Any) -> None:
         self.card, self.cfg, self.tokenizer, self.codec = card, cfg, tokenizer, codec
         self.ar_loop, self.voc_loop, self.ar_calls = ar_loop, voc_loop, ar_calls
         self.limits = card.loops.ar_decode
@@ -173,7 +173,7 @@ class OpenText:
                                        ar.ended[-1][2].value))
         return frames
 
-    def next_segment(self, record: Any, ar: ARState, voc: VocoderState) -> torch.Tensor | None:
+    def next_segment(self, record: Any, ar: ARState, voc: VocoderState | None) -> torch.Tensor | None:
         """A segment has ended: the next one's prompt (the AR loop begins it), or None: the text has ended
         (the AR loop ends) or the next segment is not cut yet (it waits; the audio made so far goes out)."""
         work: OpenWork = record.work
@@ -184,7 +184,7 @@ class OpenText:
             self._ended(record, ar)
             if ended:
                 self.ar_loop.end_input(ar)
-            else:
+            elif self.voc_loop is not None and voc is not None:  # (a card without a vocoder: no audio to hold)
                 self.voc_loop.hold(voc)
             return None
         assert nxt.rows is not None

@@ -32,9 +32,10 @@ def _segments(req: Any, ar: ARResult | None) -> tuple[SpeechSegment, ...]:
 
 
 def build_result(req: Any, ar: ARResult | None, voc: VocoderResult | None, reason: FinishReason, now: float, *,
-                 channels: int, sample_rate: int, groups: int, family: str) -> SpeechResult:
+                 channels: int, sample_rate: int, groups: int, family: str, decoded: bool = True) -> SpeechResult:
     """`req` is the engine's record of a request; `ar` / `voc` its loops' `finalize()` (None if it never
-    started); `groups`: codes per frame; `family`: the family's name, recorded in the trajectory."""
+    started); `groups`: codes per frame; `family`: the family's name, recorded in the trajectory; `decoded`:
+    the card declares the vocoder loop (else a trajectory carries no audio, as with decode_audio false)."""
     chunks = voc.chunks if voc else []
     audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((channels, 0), np.float32)
     codes = np.array(ar.codes if ar else [], dtype=np.int64).reshape(-1, groups)
@@ -56,5 +57,5 @@ def build_result(req: Any, ar: ARResult | None, voc: VocoderResult | None, reaso
             stop_logprob=float(decisions[len(codes), 0]) if stopped else None, sampling=req.work.sampling,
             min_frames=req.request.min_frames, finish_reason=reason.value, family=family,
             timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
-            audio=audio if req.request.decode_audio else None)
+            audio=audio if decoded and req.request.decode_audio else None)
     return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error, segments)

@@ -3,7 +3,8 @@
 Owns: the experts `talker` (the release checkpoint: talker, code predictor, speaker encoder; the text
 tokenizer from its files) and `codec` (the 12 Hz speech tokenizer: decoder, and its encoder for reference
 audio; by default the talker checkpoint's `speech_tokenizer/`), the loops `talker` -> `codec` with `encode`
-in front and their settings, the card as a whole (`Qwen3Card`), the sampling defaults (the card's, else the
+in front and their settings (the graph is the card's: `codec` may be left out, then `talker` feeds nothing
+and no audio is made), the card as a whole (`Qwen3Card`), the sampling defaults (the card's, else the
 checkpoint's `generation_config.json` over the reference API's hard defaults), reading the checkpoint's
 config without its weights (`checkpoint_config`), and instantiating experts.
 Everything structural (widths, layers, code groups, speakers, languages, `tts_model_size` rules) comes from
@@ -15,11 +16,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from v2.card import SEED_PREFIX, DType, LoopDecl, ModelCard, _Frozen, check_buckets
+from v2.card import SEED_PREFIX, DType, LoopDecl, LoopTable, ModelCard, _Frozen, check_buckets
 from v2.checkpoints import resolve_checkpoint
 from v2.fields import TOP_K_MAX, check_penalty, check_temperature
 
@@ -70,8 +71,8 @@ class SamplingSection(_Frozen):
 
 
 class TalkerSettings(LoopDecl):
+    gives: ClassVar[str | None] = "frames"  # to the loops it `feeds` (the card's edges: the codec, or none)
     class_: Literal["TalkerLoop"] = Field(alias="class")
-    feeds: tuple[Literal["codec"]] = ("codec",)
     max_frames: int = Field(ge=1)          # cap on a request's frames
     max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
     max_text_chars: int = Field(default=20_000, ge=1)  # cap on text, instruction, reference_text (checked first)
@@ -106,8 +107,8 @@ class TalkerSettings(LoopDecl):
 
 
 class CodecSettings(LoopDecl):
+    takes: ClassVar[str | None] = "frames"  # its chunks are the audio that streams to the caller
     class_: Literal["CodecLoop"] = Field(alias="class")
-    feeds: tuple[()] = ()
     first_chunk_frames: int = Field(ge=1)
     chunk_frames: int = Field(ge=1)
     max_streams: int = Field(ge=1)
@@ -128,14 +129,15 @@ class CodecSettings(LoopDecl):
 class EncodeSettings(LoopDecl):
     """Reference audio (voice clone): limits at submit; one recording per request."""
 
+    front: ClassVar[bool] = True
     class_: Literal["Qwen3EncodeLoop"] = Field(default="Qwen3EncodeLoop", alias="class")
     max_reference_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     max_streams: int = Field(default=8, ge=1)  # recordings encoding at once
 
 
-class Loops(_Frozen):
+class Loops(LoopTable):
     talker: TalkerSettings
-    codec: CodecSettings
+    codec: CodecSettings | None = None  # None: no audio (codes and trajectories only)
     encode: EncodeSettings = EncodeSettings()
 
 

@@ -17,7 +17,7 @@ Must not know: the engine's queues, scheduling policy, threads.
 from __future__ import annotations
 
 import os
-from typing import Any, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 
 import torch
 
@@ -42,7 +42,10 @@ from v2.families.qwen3_tts.talker_executor import FrameBatch, OnStream, TalkerEx
 from v2.families.qwen3_tts.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
 from v2.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig, Qwen3TTSSampling
-from v2.runtime.family import Batch, KVSpec, LaunchState, LoopGraph, LoopSpec, Needs, VoiceSpec
+from v2.runtime.family import (
+    AnyExecutor, AnyLoop, Batch, Factory, KVSpec, LaunchState, LoopGraph, Needs, Prepared, TextInput, VoiceArrays,
+    VoiceSpec,
+)
 from v2.sampling_settings import HeadSampling
 
 
@@ -109,26 +112,32 @@ class Qwen3Family:
         self.frame_rate = codec.sample_rate / codec.hop
         self.defaults = sampling_defaults(card, generation)
         self._launch: LaunchState = lambda work: work()
-        self.talker_loop, self.codec_loop = TalkerLoop(tk), CodecLoop(cd)
+        self.talker_loop = TalkerLoop(tk)
+        self.codec_loop = CodecLoop(cd) if cd is not None else None  # the card declares it (else: no audio)
         self.talker_exec = TalkerExecutor(model, num_slots=tk.max_running, max_len=tk.max_prompt_rows + tk.max_frames,
                                           batch_buckets=tk.batch_buckets, num_blocks=pool_blocks(tk, model),
                                           block_size=tk.block_size, graphs=graphs)
         self.calls = OnStream(self.talker_exec, lambda work: self._launch(work))
-        self.codec_exec = CodecExecutor(codec, num_slots=cd.max_streams, batch_buckets=cd.batch_buckets,
-                                        frame_buckets=cd.frame_buckets, graphs=graphs)
+        self.codec_exec = (CodecExecutor(codec, num_slots=cd.max_streams, batch_buckets=cd.batch_buckets,
+                                         frame_buckets=cd.frame_buckets, graphs=graphs) if cd is not None else None)
         speaker = cfg.speaker_encoder
         self.codec_spec = CodecSpec(codec.sample_rate, codec.hop, speaker.sample_rate if speaker else codec.sample_rate,
                                     encoder is not None)
         self.enc_loop = EncodeLoop() if (speaker is not None or encoder is not None) else None
         # a stored voice: its reference codes and the x-vector (with a transcript: in-context clone; without: x-vector only)
         self.voice_arrays = voice_arrays(cfg)
-        self.graph = LoopGraph((LoopSpec(TALKER, self.talker_loop, (CODEC,), pools=("kv",)),
-                                LoopSpec(CODEC, self.codec_loop, pools=("codec",))),
-                               paged=TALKER, front=self.enc_loop, front_pool="encode")
+        # the graph the card declares: its loops and edges (talker -> codec, or the talker alone: no audio)
+        loops: dict[Hashable, AnyLoop] = {TALKER: self.talker_loop}
+        if self.codec_loop is not None:
+            loops[CODEC] = self.codec_loop
+        self.graph = LoopGraph.declared(
+            [(name, decl.feeds) for name, decl in card.loops.driven()], loops, {TALKER: ("kv",), CODEC: ("codec",)},
+            paged=TALKER, audio=CODEC if self.codec_loop is not None else None, front=self.enc_loop,
+            front_pool="encode")
         t, c = self.talker_exec, self.codec_exec
         spk = SpeakerExecutor(model)
         codes = CodesExecutor(encoder, codec.hop) if encoder is not None else None
-        self.executors: dict[Hashable, Any] = {Qwen3Work.SPEAKER: _Half(spk.prepare, spk.launch, spk.read)}
+        self.executors: dict[Hashable, AnyExecutor] = {Qwen3Work.SPEAKER: _Half(spk.prepare, spk.launch, spk.read)}
         if codes is not None:  # without the codec's encoder an in-context clone is refused at submit
             self.executors[WorkUnitKind.ENCODE] = _Half(codes.prepare, codes.launch, codes.read)
         self.executors |= {
@@ -136,12 +145,15 @@ class Qwen3Family:
                                         lambda host, b: [None] * len(b.plans)),
             WorkUnitKind.AR_FRAME: _Half(lambda b: t.prepare([p.payload for p in b.plans], b.bucket), t.launch,
                                          lambda host, b: self.talker_exec.read(host, len(b.plans))),
-            WorkUnitKind.AUDIO_CHUNK: _Half(
-                lambda b: c.prepare([p.payload for p in b.plans], b.bucket, b.plans[0].signature.bucket), c.launch,
-                lambda host, b: c.read(host, [p.payload for p in b.plans])),
         }
-        self.buckets = {WorkUnitKind.AR_FRAME: tk.batch_buckets, WorkUnitKind.AUDIO_CHUNK: cd.batch_buckets}
-        self.pools = {"kv": tk.max_running, "codec": cd.max_streams, "encode": enc.max_streams}
+        self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: tk.batch_buckets}
+        self.pools = {"kv": tk.max_running, **({"codec": cd.max_streams} if cd is not None else {}),
+                      "encode": enc.max_streams}
+        if c is not None and cd is not None:  # audio work only where the card declares the codec loop
+            self.executors[WorkUnitKind.AUDIO_CHUNK] = _Half(
+                lambda b: c.prepare([p.payload for p in b.plans], b.bucket, b.plans[0].signature.bucket), c.launch,
+                lambda host, b: c.read(host, [p.payload for p in b.plans]))
+            self.buckets[WorkUnitKind.AUDIO_CHUNK] = cd.batch_buckets
         self.kv = KVSpec(self.talker_exec.kv.num_blocks, tk.block_size, tk.max_blocks, tk.prefix_cache)
         self.kv_ops = self.calls
         self.prefill_budget, self.max_waiting = tk.prefill_chunk_rows, tk.max_waiting
@@ -171,7 +183,8 @@ class Qwen3Family:
         prepared = [p for _, p in group]
         if len(group) > self.max_group:
             raise ValueError(f"n: a group of {len(group)} exceeds the card's max_running")
-        if sum(r.decode_audio for r, _ in group) > self.card.loops.codec.max_streams:
+        codec = self.card.loops.codec
+        if codec is not None and sum(r.decode_audio for r, _ in group) > codec.max_streams:
             raise ValueError("n: a group decoding audio needs a codec stream each")
         if any(not torch.equal(p.rows, prepared[0].rows) or p.trailing != prepared[0].trailing for p in prepared):
             raise ValueError("prompts: a shared prompt must be the same for every request of the group")
@@ -185,7 +198,8 @@ class Qwen3Family:
         """An open request checked (its text arrives through `feed`, as trailing text rows: open_text.py)."""
         return self.opened.open_text(request, split=split)
 
-    def feed(self, request: Any, work: OpenWork, text: str, *, end: bool = False) -> bool:
+    def feed(self, request: Any, work: Prepared, text: str, *, end: bool = False) -> bool:
+        assert isinstance(work, OpenWork)  # what `open_text` prepared
         return self.opened.feed(work, text, end=end)
 
     def read_input(self, source: Any) -> Any:
@@ -216,8 +230,8 @@ class Qwen3Family:
 
     # ----- admission and after -------------------------------------------------------------------
     def needs(self, record: Any) -> Needs:
-        return Needs({"kv": 1, "codec": int(record.request.decode_audio)},
-                     kv_rows=int(record.rows.shape[0]) + record.work.max_frames)
+        slots = {"kv": 1, "codec": int(record.request.decode_audio)} if self.codec_loop is not None else {"kv": 1}
+        return Needs(slots, kv_rows=int(record.rows.shape[0]) + record.work.max_frames)
 
     def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
         work, request = record.work, record.request
@@ -228,6 +242,8 @@ class Qwen3Family:
             self.talker_loop.share(talker, share_from)
         if isinstance(work, OpenWork):
             self.opened.started(record, talker)
+        if self.codec_loop is None:
+            return {TALKER: talker}
         codec = self.codec_loop.init(record.id, sample_rate=self.sample_rate, enabled=request.decode_audio,
                                      slot=slots.get("codec", -1), context=work.context)
         return {TALKER: talker, CODEC: codec}
@@ -236,11 +252,13 @@ class Qwen3Family:
         state = record.states[TALKER]
         xvec = None if record.work.xvector is None else torch.from_numpy(record.work.xvector)
         self.calls.admit(state.slot, record.work.sampling, record.request.seed, xvec)
-        if "codec" in record.slots:
-            slot, codec = record.slots["codec"], self.codec_exec
+        codec = self.codec_exec
+        if "codec" in record.slots and codec is not None:
+            slot = record.slots["codec"]
             self._launch(lambda: codec.admit(slot))
 
-    def recompute_rows(self, state: TalkerState) -> Any:
+    def recompute_rows(self, state: LoopState) -> torch.Tensor:
+        assert isinstance(state, TalkerState)  # the paged loop's: the AR loop's own state
         return recompute_rows(state)
 
     def more_input(self, record: Any, loop: Hashable) -> Any:
@@ -255,10 +273,14 @@ class Qwen3Family:
         if isinstance(record.work, OpenWork) and talker is not None:
             self.opened.finished(record, len(talker.codes), talker.finish.value)
         return results.build_result(record, outputs.get(TALKER), outputs.get(CODEC), reason, now,
-                                    sample_rate=self.sample_rate, groups=self.code_width, family=self.name)
+                                    sample_rate=self.sample_rate, groups=self.code_width, family=self.name,
+                                    decoded=self.codec_loop is not None)
 
     def stats(self) -> dict[str, Any]:
-        return {"graphs": {"ar_frame": self.talker_exec.graphs.stats(), "audio_chunk": self.codec_exec.graphs.stats()}}
+        graphs = {"ar_frame": self.talker_exec.graphs.stats()}
+        if self.codec_exec is not None:
+            graphs["audio_chunk"] = self.codec_exec.graphs.stats()
+        return {"graphs": graphs}
 
 
 class _Factory:
@@ -296,5 +318,12 @@ class _Factory:
             check_speaker(fields["speaker"], cfg)
 
 
-FAMILY = _Factory()
+FAMILY: Factory[Qwen3Card] = _Factory()  # the checker holds `bind`'s family to the runtime's protocols (`Family`)
+
+if TYPE_CHECKING:  # the checker holds the optional parts to their protocols
+    def _takes_text(family: Qwen3Family) -> TextInput:
+        return family
+
+    def _voices_carry_arrays(family: Qwen3Family) -> VoiceArrays:
+        return family
 __all__ = ["FAMILY", "Qwen3Family", "pool_blocks"]

@@ -42,7 +42,8 @@ def _segments(req: Any, talker: TalkerResult | None) -> tuple[SpeechSegment, ...
 
 
 def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | None, reason: FinishReason, now: float,
-                 *, sample_rate: int, groups: int, family: str) -> SpeechResult:
+                 *, sample_rate: int, groups: int, family: str, decoded: bool = True) -> SpeechResult:
+    """`decoded`: the card declares the codec loop (else a trajectory carries no audio, as with decode_audio false)."""
     chunks = codec.chunks if codec else []
     audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((1, 0), np.float32)
     codes = np.array(talker.codes if talker else [], dtype=np.int64).reshape(-1, groups)
@@ -71,7 +72,7 @@ def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | Non
             logprobs=logprobs, stop_logprob=talker.stop_logprob if stopped and talker else None,
             sampling=req.work.sampling, min_frames=req.work.floor, finish_reason=reason.value,
             timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
-            audio=audio if req.request.decode_audio else None,
+            audio=audio if decoded and req.request.decode_audio else None,
             trailing=np.array(talker.trailing if talker else (), dtype=np.int64),
             speaker_vector=None if req.work.xvector is None else np.asarray(req.work.xvector))
     return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error, segments)
