@@ -75,9 +75,9 @@ def test_standalone_checkpoint_loads_the_same_codec(mimi, tmp_path):
     assert any(k.endswith(".codebook.initialized") for k in tensors)  # stored, known and skipped
     save_file(tensors, str(tmp_path / "model.safetensors"))
     (tmp_path / "config.json").write_text(json.dumps(codec_config()))
-    alone = MimiModel.from_pretrained(tmp_path)
-    assert alone.cfg == mimi.cfg
     ours = dict(mimi.named_parameters())
-    for name, p in alone.named_parameters():
-        assert torch.equal(p, ours[name]), name
-    assert all(p.dtype == torch.float32 for p in alone.parameters())  # bf16 storage, float32 compute
+    for alone in (MimiModel.from_pretrained(tmp_path), MimiModel.from_pretrained(tmp_path / "model.safetensors")):
+        assert alone.cfg == mimi.cfg
+        for name, p in alone.named_parameters():
+            assert torch.equal(p, ours[name]), name
+        assert all(p.dtype == torch.float32 for p in alone.parameters())  # bf16 storage, float32 compute

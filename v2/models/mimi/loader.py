@@ -42,13 +42,21 @@ def read_mimi_config(path: Path, config_key: str | None = None) -> MimiConfig:
     return MimiConfig.from_dict(d, file=str(path / "config.json"), where=where)
 
 
-def load(cls: type[M], path: Path, cfg: MimiConfig, *, prefix: str, dtype: torch.dtype,
+def checkpoint_files(path: Path) -> dict[str, Path]:
+    """Every stored key's file, for a checkpoint directory (single or sharded safetensors) or one
+    `.safetensors` file."""
+    if path.is_file():
+        with open_weights(path) as f:
+            return {k: path for k in f.keys()}
+    return weight_files(path)
+
+
+def load(cls: type[M], files: dict[str, Path], cfg: MimiConfig, *, prefix: str, dtype: torch.dtype,
          device: torch.device | str) -> M:
-    """Build `cls(cfg)` on the meta device and fill it tensor by tensor from the safetensors files of
-    `path`, reading the keys `prefix + name`."""
+    """Build `cls(cfg)` on the meta device and fill it tensor by tensor from the safetensors `files` (key ->
+    file), reading the keys `prefix + name`."""
     model = empty_model(cls, cfg)
     expected = {prefix + k: tuple(v.shape) for k, v in model.state_dict().items()}
-    files = weight_files(path)
     stored = {k: s for k, s in stored_shapes(files).items() if k.startswith(prefix)}
     missing = sorted(k for k in expected if k not in stored)
     misshaped = sorted(f"{k}: checkpoint {list(stored[k])} vs model {list(s)}"

@@ -22,7 +22,7 @@ from torch import Tensor
 from v2.models.mimi.config import MimiConfig
 from v2.models.mimi.decoder import GroupedTransConv, MimiState, SEANetDecoder, SlotKV
 from v2.models.mimi.encoder import MimiEncoder
-from v2.models.mimi.loader import load, read_mimi_config, seeded
+from v2.models.mimi.loader import checkpoint_files, load, read_mimi_config, seeded
 from v2.models.mimi.transformer import MimiTransformer
 from v2.models.qwen3_codec.layers import Stream
 
@@ -51,11 +51,13 @@ class MimiModel(MimiEncoder):
     @classmethod
     def from_pretrained(cls, path: str | Path, *, prefix: str = "", config_key: str | None = None,
                         dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> "MimiModel":
-        """`path`: a checkpoint directory (config.json, model.safetensors or a sharded index). `prefix`: the
-        codec's key prefix ("codec_model." in a CSM checkpoint); `config_key`: the nested config dict
-        ("codec_config" in a CSM checkpoint; None: config.json itself)."""
+        """`path`: a checkpoint directory (config.json, model.safetensors or a sharded index) or one
+        `.safetensors` file beside its config.json. `prefix`: the codec's key prefix ("codec_model." in a
+        CSM checkpoint); `config_key`: the nested config dict ("codec_config" in a CSM checkpoint; None:
+        config.json itself)."""
         path = Path(path)
-        return load(cls, path, read_mimi_config(path, config_key), prefix=prefix, dtype=dtype, device=device)
+        cfg = read_mimi_config(path.parent if path.is_file() else path, config_key)
+        return load(cls, checkpoint_files(path), cfg, prefix=prefix, dtype=dtype, device=device)
 
     @classmethod
     def from_seed(cls, config: Mapping, seed: int, *, dtype: torch.dtype = torch.float32,
