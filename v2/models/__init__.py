@@ -1,6 +1,6 @@
 """The networks: one package per model (`v2/models/<name>/`, a family's experts) and the shared building
 blocks they are made of (`exact`, `qwen3`: the Qwen3 decoder stack, `rope`, `kv_cache`, `sampling`,
-`window_attention`, `audio_in`, `weights`, `config`, `kernels/`). Nothing here names a family."""
+`window_attention`, `audio_in`, `weights`, `config`, `module_list`, `kernels/`). Nothing here names a family."""
 
 from v2.models.config import ConfigError
 from v2.models.weights import CheckpointError

@@ -25,6 +25,7 @@ from v2.models.config import BackboneConfig
 from v2.models.kernels.decode_attention import paged_decode_attention
 from v2.models.kernels import inference_kernels, kernels_on
 from v2.models.kv_cache import Cache, CacheView, KVCache
+from v2.models.module_list import module_list_of
 from v2.models.kernels.qk_rope import qk_norm_rope_write
 from v2.models.kernels.rms_norm import add_rms_norm_fused, rms_norm_fused
 from v2.models.rope import Llama3Scaling, apply_rotate_half, rotate_half_cos_sin
@@ -149,7 +150,7 @@ class Qwen3Backbone(nn.Module):
         self.rope_scaling = rope_scaling
         if embed_tokens:
             self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(Qwen3Layer(cfg, qk_norm) for _ in range(cfg.num_layers))
+        self.layers = module_list_of(Qwen3Layer(cfg, qk_norm) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: Tensor, *, valid: Tensor | None = None, layer_inputs: list[Tensor] | None = None) -> Tensor:

@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from v2.models.module_list import module_list_of
 from v2.models.moss_codec.config import DECODE_CODEBOOKS, CodecConfig, StageConfig
 from v2.models.moss_codec.layers import CodecStage, PatchUpsample, StableLinear, stable_linear
 
@@ -71,7 +72,7 @@ class Quantizer(nn.Module):
 
     def __init__(self, cfg: CodecConfig) -> None:
         super().__init__()
-        self.quantizers = nn.ModuleList(_Codebook(cfg) for _ in range(DECODE_CODEBOOKS))
+        self.quantizers = module_list_of(_Codebook(cfg) for _ in range(DECODE_CODEBOOKS))
         self.output_proj = StableLinear(cfg.rvq_dim, cfg.latent_dim)
 
     def forward(self, codes: Tensor) -> Tensor:

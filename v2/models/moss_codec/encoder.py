@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from v2.models.module_list import module_list_of
 from v2.models.moss_codec.config import DECODE_CODEBOOKS, CodecConfig, StageConfig
 from v2.models.moss_codec.decoder import CodecState, MossAudioDecoder
 from v2.models.moss_codec.layers import CodecStage, PatchDownsample, StableLinear, stable_linear
@@ -59,7 +60,7 @@ class EncodeQuantizer(nn.Module):
     def __init__(self, cfg: CodecConfig) -> None:
         super().__init__()
         self.input_proj = StableLinear(cfg.encoder_dim, cfg.rvq_dim)
-        self.quantizers = nn.ModuleList(_EncodeCodebook(cfg) for _ in range(DECODE_CODEBOOKS))
+        self.quantizers = module_list_of(_EncodeCodebook(cfg) for _ in range(DECODE_CODEBOOKS))
 
     def forward(self, latent: Tensor, frame_lengths: Tensor) -> Tensor:
         """latent [B, F, encoder_dim], frame_lengths [B] -> codes [B, 12, F] int64."""

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from v2.models import exact
+from v2.models.module_list import module_list_of
 from v2.models.moss_codec.config import StageConfig
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 from v2.models.window_attention import window_attention
@@ -87,7 +88,7 @@ class CodecLayer(nn.Module):
 class CodecTransformer(nn.Module):
     def __init__(self, cfg: StageConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(CodecLayer(cfg) for _ in range(cfg.num_layers))
+        self.layers = module_list_of(CodecLayer(cfg) for _ in range(cfg.num_layers))
 
 
 class CodecStage(nn.Module):

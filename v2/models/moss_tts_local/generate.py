@@ -94,9 +94,11 @@ def generate_batch(model: MossTTSLocal, prompts: list[Tensor], settings: list[Sa
         frame = model.decode_frame(hidden, sampling, steps, presence=presence, allow_stop=allow,
                                    full_sort=any(map(needs_full_sort, settings)), return_logits=True)
         was_active, stop = active.tolist(), frame.stop.tolist()  # one device-to-host read per step
+        stop_logits, code_logits = frame.stop_logits, frame.code_logits
+        assert stop_logits is not None and code_logits is not None  # return_logits=True sets both
         for i in range(b):
             if was_active[i]:
-                record[i].append((frame.codes[i], frame.logprobs[i], hidden[i], frame.stop_logits[i], frame.code_logits[i]))
+                record[i].append((frame.codes[i], frame.logprobs[i], hidden[i], stop_logits[i], code_logits[i]))
                 stopped[i] = stopped[i] or stop[i]
         active = active & ~frame.stop
         if not bool(active.any()) or step + 1 == max_frames:

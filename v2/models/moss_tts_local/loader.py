@@ -58,7 +58,10 @@ class Part:
 
 def release_layout(model: nn.Module) -> dict[str, Part]:
     """Every release key the model's parameters are made of (fused parameters split into their parts)."""
-    fused = fused_parts(model.cfg.backbone)  # type: ignore[union-attr]
+    cfg = getattr(model, "cfg", None)
+    if not isinstance(cfg, MossTTSLocalConfig):
+        raise TypeError(f"model: expected a module with a MossTTSLocalConfig `cfg`, got {type(model).__name__}")
+    fused = fused_parts(cfg.backbone)
     layout: dict[str, Part] = {}
     for name, p in model.named_parameters():
         suffix = next((s for s in fused if name.endswith(s)), None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -21,11 +22,12 @@ from v2.models.moss_tts_local.config import LocalConfig
 from v2.models.kernels import inference_kernels
 from v2.models.kernels.layer_norm import add_layer_norm_fused
 from v2.models.kernels.local_attention import local_attention_step
+from v2.models.module_list import module_list_of
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
 FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)
 
-_ACT = {
+_ACT: dict[str, Callable[[Tensor], Tensor]] = {
     "silu": exact.silu,
     "relu": F.relu,
     "gelu": exact.gelu,
@@ -124,7 +126,7 @@ class LocalTransformer(nn.Module):
     def __init__(self, cfg: LocalConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.h = nn.ModuleList(LocalBlock(cfg) for _ in range(cfg.num_layers))
+        self.h = module_list_of(LocalBlock(cfg) for _ in range(cfg.num_layers))
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -22,6 +22,7 @@ from v2.models import exact
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
 from v2.models.moss_tts_local.local_transformer import LocalKV, LocalTransformer
 from v2.models.kv_cache import KVCache, PagedKVCache
+from v2.models.module_list import module_list_of
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.kernels import inference_kernels, kernels_on
 from v2.models.kernels.layer_norm import embed_layer_norm_fused
@@ -51,7 +52,7 @@ class MossTTSLocal(nn.Module):
         self.cfg = cfg
         h = cfg.hidden_size
         self.transformer = Qwen3Backbone(cfg.backbone)
-        self.audio_embeddings = nn.ModuleList(nn.Embedding(cfg.codebook_size, h) for _ in range(cfg.n_vq))
+        self.audio_embeddings = module_list_of(nn.Embedding(cfg.codebook_size, h) for _ in range(cfg.n_vq))
         self.local_transformer = LocalTransformer(cfg.local)
         self.local_text_lm_head = exact.Linear(h, 2, bias=False)
 
@@ -151,6 +152,7 @@ class MossTTSLocal(nn.Module):
         if allow_stop is not None:
             masked = torch.stack([stop_logits[:, 0], stop_logits[:, 1].masked_fill(~allow_stop, -math.inf)], dim=1)
         s = sampling
+        draw: Draw
         if fused:
             draw = self._fused_draw
         elif hidden.device.type == "cpu" and not full_sort:  # every row a top-width row: the host sampler

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from v2.models.module_list import module_list_of
 from v2.models.qwen3_codec.config import DecoderConfig, Qwen3CodecConfig
 from v2.models.qwen3_codec.layers import (
     CausalConvNet, CausalTransConvNet, ConvNeXtBlock, DecoderBlock, SnakeBeta, Stream, _Cached,
@@ -84,7 +85,7 @@ class _VQLayer(nn.Module):
 class _VQ(nn.Module):
     def __init__(self, count: int, size: int, dim: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(_VQLayer(size, dim) for _ in range(count))
+        self.layers = module_list_of(_VQLayer(size, dim) for _ in range(count))
 
 
 class _RVQ(nn.Module):
@@ -130,7 +131,7 @@ class Qwen3CodecDecoder(nn.Module):
             upsample.append(nn.ModuleList([CausalTransConvNet(d.latent_dim, d.latent_dim, r, r, rows),
                                            ConvNeXtBlock(d.latent_dim, rows * r)]))
             rows *= r
-        self.upsample = nn.ModuleList(upsample)
+        self.upsample = module_list_of(upsample)
         blocks: list[nn.Module] = [CausalConvNet(d.latent_dim, d.decoder_dim, 7, rows)]
         for i, rate in enumerate(d.upsample_rates):
             blocks.append(DecoderBlock(*d.block_dims(i), rate, rows))
@@ -138,7 +139,8 @@ class Qwen3CodecDecoder(nn.Module):
         out_dim = d.block_dims(len(d.upsample_rates) - 1)[1]
         blocks += [SnakeBeta(out_dim), CausalConvNet(out_dim, 1, 7, rows)]
         self.decoder = nn.ModuleList(blocks)
-        self._stateful = [m for m in self.modules() if getattr(m, "context", 0) > 0]
+        stateful = (CausalConvNet, CausalTransConvNet, ConvNeXtBlock)  # the modules with a `context`
+        self._stateful = [m for m in self.modules() if isinstance(m, stateful) and m.context > 0]
         for i, m in enumerate(self._stateful):
             m.state_index = i
 

@@ -110,7 +110,9 @@ class CausalTransConvNet(nn.Module):
         b, n, _ = x.shape
         xp = io.with_history(self.state_index, x) if self.context else x
         w = self._w.get(self.conv.weight, self._weight)
-        bias = self._b.get(self.conv.bias, lambda t: t.repeat(self.stride))  # [stride * Cout]
+        conv_bias = self.conv.bias
+        assert conv_bias is not None  # built with a bias
+        bias = self._b.get(conv_bias, lambda t: t.repeat(self.stride))  # [stride * Cout]
         y = causal_conv(xp, n, w, bias, self.taps, 1, self.tile)  # [B, n, stride * Cout]
         if self.context:
             io.keep(self.state_index, xp, self.rows_per_frame)
@@ -153,7 +155,9 @@ class ConvNeXtBlock(nn.Module):
     def forward(self, x: Tensor, io: Stream) -> Tensor:
         n = x.shape[1]
         xp = io.with_history(self.state_index, x)
-        y = depthwise_causal_conv(xp, n, self.dwconv.conv.weight, self.dwconv.conv.bias)
+        conv_bias = self.dwconv.conv.bias
+        assert conv_bias is not None  # built with a bias
+        y = depthwise_causal_conv(xp, n, self.dwconv.conv.weight, conv_bias)
         io.keep(self.state_index, xp, self.rows_per_frame)
         y = F.layer_norm(y, y.shape[-1:], self.norm.weight, self.norm.bias, self.norm.eps)
         y = F.gelu(tiled_linear(y, self.pwconv1.weight, self.pwconv1.bias, self.tile).contiguous())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from v2.models.module_list import module_list_of
 from v2.models.window_attention import window_attention
 from v2.models.qwen3_codec.config import DecoderConfig
 from v2.models.qwen3_codec.ops import last_rows, rms_norm, silu, tile_rows, tiled_linear
@@ -103,7 +104,7 @@ class PreTransformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
-        self.layers = nn.ModuleList(_Layer(cfg) for _ in range(cfg.num_layers))
+        self.layers = module_list_of(_Layer(cfg) for _ in range(cfg.num_layers))
         self.norm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
 
