@@ -99,7 +99,7 @@ def wait_idle(rt: Any, timeout: float = 20.0) -> dict[str, Any]:
     deadline = time.time() + timeout
     while time.time() < deadline:
         s = rt.stats()
-        if (s["running"] == s["waiting"] == s["kv_slots_in_use"] == s["codec_slots_in_use"]
+        if (s["running"] == s["waiting"] == s["kv_slots_in_use"] == s.get("codec_slots_in_use", 0)
                 == s["encode_slots_in_use"] == s["kv_blocks_held"] == s["encoding"] == 0):
             return s
         time.sleep(0.01)

@@ -177,3 +177,21 @@ def test_bad_request_names_the_field(crt, fields, name):
         crt.submit(fields)
     said = re.sub(r"\.\d+(?=[.:])", "", str(e.value))  # a message may name a turn's index: context.0.mood
     assert e.value.field == name and said.startswith(f"{name}: "), (e.value.field, str(e.value))
+
+
+def test_a_card_without_the_codec_makes_codes_only(cref, crt):
+    """`[loops.codec]` left out: the backbone feeds nothing, the codes are the same, no audio is made."""
+    from v2.runtime import Runtime
+
+    from .conftest import CHECKPOINT, fixture_card
+
+    data = fixture_card().model_dump(by_alias=True)
+    data["loops"].pop("codec")
+    data["loops"]["backbone"]["feeds"] = []
+    card = type(fixture_card()).model_validate(data)
+    req = request_of(cref, "ctx", max_frames=8, **GREEDY)
+    with Runtime.from_card(card, checkpoint=str(CHECKPOINT), device="cpu", dtype=torch.float32) as rt:
+        r = rt.submit(req).result()
+        assert "codec" not in rt.family.pools and wait_idle(rt)["running"] == 0
+    np.testing.assert_array_equal(r.codes, crt.submit(req).result().codes)
+    assert r.audio.shape[1] == 0 and r.finish_reason == "length"
