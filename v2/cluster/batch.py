@@ -12,7 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NoReturn
 
 from v2.rl.trajectory import Trajectory
 
@@ -90,6 +90,6 @@ class PoolBatch:
         self.fail(RolloutCancelled("the rollout was cancelled"))
         self._cancel(self)
 
-    def _raise(self) -> None:
+    def _raise(self) -> NoReturn:
         assert self._error is not None
         raise self._error

@@ -128,8 +128,8 @@ class Dispatcher:
                 if refusals and not applied:
                     self.log.pop(update)
                 else:  # the replicas that hold it go on; the others replay the log before any work
-                    for r, epoch, e in refusals:
-                        self._lose(r, epoch, f"refused the update others applied: {e}")
+                    for r, epoch, error in refusals:
+                        self._lose(r, epoch, f"refused the update others applied: {error}")
                 self.cond.notify_all()
             if refusals and not applied:
                 raise refusals[0][2]
@@ -297,8 +297,9 @@ class Dispatcher:
 def _writable(t: Trajectory) -> Trajectory:
     """Arrays read out of the object store are read-only views of it; the caller gets its own, as from a runtime."""
     arrays = {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
-    return dataclasses.replace(t, **{k: v.copy() for k, v in arrays.items()
-                                     if isinstance(v, np.ndarray) and not v.flags.writeable})
+    copies: dict[str, Any] = {k: v.copy() for k, v in arrays.items()  # field -> its array's writable copy
+                              if isinstance(v, np.ndarray) and not v.flags.writeable}
+    return dataclasses.replace(t, **copies)
 
 
 def _entry(u: WeightUpdate) -> tuple[int, Any, str | None]:

@@ -3,9 +3,10 @@
 Owns: starting the replicas (one actor each, on its own GPU, or CPU actors), turning a rollout into prompt
 groups (a prompt's n samples stay together on one replica, so its prefill is shared; each group is seeded
 by its index in the whole rollout, exactly as `Runtime.rollout` seeds it, so each trajectory equals a single
-runtime's), weight updates (one
-put into the object store, applied by every replica, versions strictly increasing), the pool's stats, and
-closing it. Placement, collection and recovery run on the dispatcher (dispatch.py).
+runtime's), weight updates (one put into the object store, applied by every replica, versions strictly
+increasing), the pool's stats, closing it, and the card's decode-loop limits it is sized by (`decode_limits`,
+the Serve deployment's too).
+Placement, collection and recovery run on the dispatcher (dispatch.py).
 Must not know: the runtime's internals (replicas use its public API only), placement policy details.
 """
 
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 import numbers
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import ray
 import torch
 
-from v2.card import DEFAULT_CARD, ModelCard, load_card
+from v2.card import DEFAULT_CARD, CardError, ModelCard, load_card
 from v2.cluster.batch import PoolBatch
 from v2.cluster.dispatch import Dispatcher, GroupTask
 from v2.cluster.replica import remote_class
@@ -27,6 +28,24 @@ from v2.runtime.weight_updates import WeightUpdateError
 
 _TOTALS = ("groups", "trajectories", "frames", "resubmitted", "losses")
 _RUNTIME_TOTALS = ("steps", "running", "waiting", "shared_prefills", "prefilled_rows")
+
+
+@runtime_checkable
+class DecodeLimits(Protocol):
+    """The settings of a card's decode loop that the pool and the Serve deployment are sized by."""
+
+    max_running: int
+    max_waiting: int
+    max_frames: int
+
+
+def decode_limits(card: ModelCard) -> DecodeLimits:
+    """The card's `loops.ar_decode` (a family's card class declares its `loops`; the common part does not)."""
+    loop = getattr(getattr(card, "loops", None), "ar_decode", None)
+    if not isinstance(loop, DecodeLimits):
+        raise CardError(f"card {card.name}: loops.ar_decode: missing (the pool is sized by its max_running, "
+                        "max_waiting and max_frames)")
+    return loop
 
 
 def default_resources() -> dict[str, Any]:
@@ -61,7 +80,7 @@ class RolloutPool:
         options = {"checkpoint": checkpoint, "codec_checkpoint": codec_checkpoint, "device": device}
         actor_class = remote_class(resources, max_restarts)
         actors = [actor_class.remote(i, card, options, threads) for i in range(replicas)]
-        dispatcher = Dispatcher(actors, capacity=capacity or 2 * card.loops.ar_decode.max_running,
+        dispatcher = Dispatcher(actors, capacity=capacity or 2 * decode_limits(card).max_running,
                                 max_restarts=max_restarts)
         pool = cls(card, actors, dispatcher)
         try:
@@ -79,12 +98,12 @@ class RolloutPool:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)):
             raise TypeError(f"prompts: expected a list of prompts, got {type(prompts).__name__} "
                             "(wrap a single text in a list: [text])")
-        if n < 1 or n > self.card.loops.ar_decode.max_running:
-            raise ValueError(f"n: must be between 1 and the card's max_running "
-                             f"{self.card.loops.ar_decode.max_running}, got {n}")
+        limits = decode_limits(self.card)
+        if n < 1 or n > limits.max_running:
+            raise ValueError(f"n: must be between 1 and the card's max_running {limits.max_running}, got {n}")
         if max_frames is not None:
             options["max_frames"] = max_frames
-        budget = n * (max_frames or self.card.loops.ar_decode.max_frames)
+        budget = n * (max_frames or limits.max_frames)
         batch = PoolBatch(len(prompts), n, self._dispatcher.cancel)
         self._dispatcher.submit([GroupTask(batch, i, first_prompt_index + i, prompt, n, seed, budget, options)
                                  for i, prompt in enumerate(prompts)])
@@ -132,10 +151,11 @@ class RolloutPool:
         answers within `timeout`) and in total."""
         d = self._dispatcher
         with d.cond:
-            rows = [{"index": r.index, "state": r.state, "weight_version": r.version, "losses": r.losses,
-                     "last_error": r.error, "in_flight": {"groups": len(r.inflight), "trajectories": r.load.samples,
-                                                          "frame_budget": r.load.frames}, **r.counters}
-                    for r in d.replicas]
+            rows: list[dict[str, Any]] = [
+                {"index": r.index, "state": r.state, "weight_version": r.version, "losses": r.losses,
+                 "last_error": r.error, "in_flight": {"groups": len(r.inflight), "trajectories": r.load.samples,
+                                                      "frame_budget": r.load.frames}, **r.counters}
+                for r in d.replicas]
             pending = len(d.pending)
         calls = [(row, actor.stats.remote()) for row, actor in zip(rows, self.actors) if row["state"] == "ready"]
         for row, ref in calls:
@@ -144,7 +164,7 @@ class RolloutPool:
             except Exception as e:  # noqa: BLE001 (a replica lost just now; its state says so next time)
                 row["runtime"] = None
                 row["stats_error"] = f"{type(e).__name__}: {e}"
-        total = {k: sum(row[k] for row in rows) for k in _TOTALS}
+        total: dict[str, Any] = {k: sum(row[k] for row in rows) for k in _TOTALS}
         total["in_flight_trajectories"] = sum(row["in_flight"]["trajectories"] for row in rows)
         total["ready"] = sum(row["state"] == "ready" for row in rows)
         runtimes = [row["runtime"] for row in rows if row.get("runtime")]

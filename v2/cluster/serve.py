@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from v2.card import load_card
 from v2.cluster import view
+from v2.cluster.pool import decode_limits
 from v2.runtime import Runtime
 from v2.server import ServerConfig, create_app
 from v2.server.metrics import CONTENT_TYPE
@@ -105,12 +106,14 @@ def deployment(card: str, *, replicas: int, runtime_options: dict[str, Any], con
     A replica takes up to the card's `max_running` requests at once (its batch); the rest wait at the
     router for whichever replica frees a place first, up to `max_waiting` per replica, then get a 503.
     """
-    loop = load_card(card).loops.ar_decode
+    loop = decode_limits(load_card(card))
     ingress = serve.ingress()(SpeechReplica)
-    d = serve.deployment(ingress, name="speech", num_replicas=replicas, ray_actor_options=resources,
+    # Ray annotates RequestRouterConfig's **kwargs as dicts (each value a dict); it takes a router class
+    router = RequestRouterConfig(request_router_class=LeastLoadedRouter)  # type: ignore[arg-type]
+    # the decorator form: `serve.deployment(cls, **options)` is the same call, but Ray types only this one
+    d = serve.deployment(name="speech", num_replicas=replicas, ray_actor_options=resources,
                          max_ongoing_requests=loop.max_running, max_queued_requests=loop.max_waiting * replicas,
-                         graceful_shutdown_timeout_s=drain_timeout,
-                         request_router_config=RequestRouterConfig(request_router_class=LeastLoadedRouter))
+                         graceful_shutdown_timeout_s=drain_timeout, request_router_config=router)(ingress)
     return d.bind(card, runtime_options, config, replicas)
 
 

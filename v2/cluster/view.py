@@ -106,7 +106,7 @@ async def ask(actor: str, timeout: float = PEER_TIMEOUT_S) -> Report:
 
     try:
         handle = ray.get_actor(actor, namespace=SERVE_NAMESPACE)
-        pending = asyncio.wrap_future(handle.record_routing_stats.remote().future())
+        pending: asyncio.Future[Any] = asyncio.wrap_future(handle.record_routing_stats.remote().future())
         report: Any = await asyncio.wait_for(pending, timeout)
     except ValueError as e:  # no such actor any more
         return Report(actor, "down", error=str(e))
