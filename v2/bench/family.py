@@ -2,8 +2,9 @@
 
 Owns: `family_bench(card)` / `bench_of(family)`: the family's bench module (`<its package>.bench`, a module or
 a package), and `choose(card, family)`: the family a command measures (`--family NAME`, else the family of
-`--card NAME|PATH`, else the default card's) with the card it was found from. What a family's bench package
-provides (each part optional except the first three):
+`--card NAME|PATH`, else the default card's) with the card it was found from, and `part(family, name)`: one
+optional part (an attribute of the bench module, or its submodule `name`; None where it has none). What a
+family's bench package provides (each part optional except the first three):
 - `runtime(card, *, device, random_weights) -> Runtime`, `request(family, text, *, seed, max_frames) -> dict`,
   `sequential(runtime, request) -> (codes [F, G], audio seconds, {part: wall seconds})` (`python -m v2.bench`);
 - `overhead`: None, or what `v2.bench.overhead` needs to stand in for its experts (`instant_experts(runtime)`,
@@ -13,7 +14,7 @@ provides (each part optional except the first three):
   (`python -m v2.bench.engine`);
 - `launches`: a module with `options(parser)` and `run(args) -> (fields, bucket rows)` (`python -m
   v2.bench.launches`);
-- `reference`: a module with `HELP`, `ENV`, `PYTHON_ENV`, `check(path) -> why or ""` and `compare(path,
+- `reference`: a module with `ENV`, `PYTHON_ENV`, `check(path) -> why or ""` and `compare(path,
   python, *, frames, batch, repeat, log) -> report` (`python -m v2.bench.reference`).
 Must not know: any family's name or its benches' contents.
 """

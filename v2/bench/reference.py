@@ -4,7 +4,7 @@ Owns: the command (`--card NAME|PATH` or `--family NAME`, default the default ca
 DIR`, `--reference-python`, `--frames`, `--batch`, `--repeat`), `locate` (where the family's reference copy
 is: the flag, else the family's environment variable; the skip and its reason where there is none, it is
 not a copy, or the family has no comparison), the table and the JSON line. The scenario itself is the
-family's (its bench package's `reference`: `HELP`, `ENV`, `PYTHON_ENV`, `check`, `compare`;
+family's (its bench package's `reference`: `ENV`, `PYTHON_ENV`, `check`, `compare`;
 v2/bench/family.py): which checkpoint, which sides, how its reference is run.
 Must not know: any family, model or engine internals.
 """

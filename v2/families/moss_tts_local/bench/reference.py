@@ -35,7 +35,6 @@ import torch
 FIXTURE = Path(__file__).resolve().parents[4] / "tests" / "fixtures"
 WORKER = Path(__file__).resolve().parent / "reference_worker.py"
 ENV, PYTHON_ENV = "V2_MOSS_REFERENCE", "V2_MOSS_REFERENCE_PYTHON"
-HELP = "a local copy of OpenMOSS/MOSS-TTS (58b20a0)"
 PACKAGE = "moss_tts_local_v1.5"  # the reference's package inside that copy
 
 
