@@ -38,7 +38,7 @@ from v2.families.csm.sampling_names import SAMPLING_KEYS
 from v2.families.csm.weights import NAMES
 from v2.models.csm.config import CsmConfig, CsmSampling, GenerationDefaults
 from v2.models.kv_cache import PagedKVCache
-from v2.runtime.family import KVSpec, LaunchState, LoopGraph, LoopSpec, Needs, VoiceSpec
+from v2.runtime.family import AnyExecutor, AnyLoop, Factory, KVSpec, LaunchState, LoopGraph, Needs, VoiceSpec
 from v2.sampling_settings import HeadSampling
 
 
@@ -113,14 +113,16 @@ class CsmFamily:
         self.calls = OnStream(self.frames, lambda work: self._launch(work))
         self.codec_spec = CodecSpec(codec.sample_rate, codec.hop, codec.cfg.codebook_size, encoder is not None)
         self.enc_loop = EncodeLoop() if encoder is not None else None
-        loops: dict[str, tuple[Any, tuple[str, ...]]] = {BACKBONE: (self.backbone_loop, ("kv",)),
-                                                         CODEC: (self.codec_loop, ("codec",))}
-        self.graph = LoopGraph(tuple(LoopSpec(name, loops[name][0], tuple(decl.feeds), pools=loops[name][1])
-                                     for name, decl in card.loops.driven()),
-                               paged=BACKBONE, audio=CODEC if cd is not None else None, front=self.enc_loop,
-                               front_pool="encode")
+        # the graph the card declares: its loops and edges (backbone -> codec, or the backbone alone: no audio)
+        loops: dict[Hashable, AnyLoop] = {BACKBONE: self.backbone_loop}
+        if self.codec_loop is not None:
+            loops[CODEC] = self.codec_loop
+        self.graph = LoopGraph.declared(
+            [(name, decl.feeds) for name, decl in card.loops.driven()], loops, {BACKBONE: ("kv",), CODEC: ("codec",)},
+            paged=BACKBONE, audio=CODEC if self.codec_loop is not None else None, front=self.enc_loop,
+            front_pool="encode")
         f = self.frames
-        self.executors: dict[Hashable, Any] = {}
+        self.executors: dict[Hashable, AnyExecutor] = {}
         if encoder is not None:  # without the encoder context audio is refused at submit (codes still work)
             e = EncodeExecutor(encoder)
             self.executors[WorkUnitKind.ENCODE] = _Half(e.prepare, e.launch, e.read)
@@ -272,5 +274,5 @@ class _Factory:
                                field="text")
 
 
-FAMILY = _Factory()
+FAMILY: Factory[CsmCard] = _Factory()  # the checker holds `bind`'s family to the runtime's protocols (`Family`)
 __all__ = ["FAMILY", "CsmFamily", "pool_blocks"]
