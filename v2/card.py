@@ -2,8 +2,9 @@
 
 Owns: the common part of the card schema (name, `family`, seeded weight sources, sampling defaults'
 schema, a loop's declaration `LoopDecl` with the loops it feeds, a family's loop section `LoopTable` and
-the checks of the graph it declares, runtime settings such as the engine's CPU threads), finding a card by name (the shipped cards are package data, `v2/cards/` in an installed
-package, the top-level `cards/` in a checkout) or path, validating it with its family's card class
+the checks of the graph it declares, runtime settings such as the engine's CPU threads), finding a card by
+name (the shipped cards are package data, `v2/cards/` in an installed package, the top-level `cards/` in a
+checkout) or path, validating it with its family's card class
 (its family found by name in the registry, v2/registry.py; each family's section: its experts and loops),
 finding a card's family
 (`family_of`), refusing a bad card with the field named,

@@ -122,6 +122,8 @@ class ChainFamily:
     name, device, weights, weight_names = "chain", torch.device("cpu"), torch.nn.Linear(1, 1), None
     sample_rate, channels, frame_rate, code_width, codebook_size = 8000, 1, 2000.0, 1, 1
     kv, kv_ops, prefill_budget, max_waiting, max_buffered_chunks = None, None, 0, 64, 64
+    speakers: tuple[str, ...] = ()
+    request_fields, sampling_keys = frozenset({"seed", "words", "stream", "timeout", "voice"}), ()
 
     def __init__(self, words: int) -> None:
         self.calls: list[tuple[Kind, int]] = []

@@ -100,7 +100,7 @@ class Runtime:
     @property
     def sampling_keys(self) -> tuple[str, ...]:
         """The keys the family's nested `sampling` takes (none where it declares none)."""
-        return tuple(getattr(self.family, "sampling_keys", ()))
+        return tuple(self.family.sampling_keys)
 
     @property
     def frame_rate(self) -> float:
