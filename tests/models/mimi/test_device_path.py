@@ -9,7 +9,7 @@ import torch
 
 import v2.models.exact as exact
 import v2.models.mimi.transformer as mimi_transformer
-import v2.models.qwen3_codec.ops as qwen3_ops
+import v2.models.conv_ops as qwen3_ops
 from v2.models.window_attention import banded_window_attention
 
 from .conftest import TOL, random_codes

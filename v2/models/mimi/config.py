@@ -36,7 +36,7 @@ class _Reader:
             raise ConfigError(f"{self.file}: missing field '{self.where}{key}'")
         return self.d[key]
 
-    def int(self, key: str, minimum: int = 1) -> int:
+    def integer(self, key: str, minimum: int = 1) -> int:
         v = self.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
             raise self.fail(key, f"must be an integer >= {minimum}, got {v!r}")
@@ -145,19 +145,19 @@ class MimiConfig:
         trim = d.get("trim_right_ratio", 1.0)
         if isinstance(trim, bool) or trim != 1.0:
             raise r.fail("trim_right_ratio", f"must be 1.0 (causal transposed convs trim on the right), got {trim!r}")
-        channels = r.int("audio_channels")
+        channels = r.integer("audio_channels")
         if channels != 1:
             raise r.fail("audio_channels", f"must be 1 (mono), got {channels}")
-        hidden = r.int("hidden_size")
-        heads = r.int("num_attention_heads")
-        kv_heads = r.int("num_key_value_heads") if "num_key_value_heads" in d else heads
+        hidden = r.integer("hidden_size")
+        heads = r.integer("num_attention_heads")
+        kv_heads = r.integer("num_key_value_heads") if "num_key_value_heads" in d else heads
         if heads % kv_heads:
             raise r.fail("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads})")
-        head_dim = r.int("head_dim") if d.get("head_dim") is not None else hidden // heads
+        head_dim = r.integer("head_dim") if d.get("head_dim") is not None else hidden // heads
         if head_dim < 2 or head_dim % 2:
             raise r.fail("head_dim", f"must be even (rotary halves), got {head_dim}")
         ratios = r.ints("upsampling_ratios")
-        rate = r.int("sampling_rate")
+        rate = r.integer("sampling_rate")
         seanet_rate = math.ceil(rate / math.prod(ratios))
         given = next((d[k] for k in ("_frame_rate", "frame_rate") if d.get(k) is not None), None)
         frame_rate = r.number("_frame_rate", rate / (math.prod(ratios) * 2) if given is None else given)
@@ -165,27 +165,27 @@ class MimiConfig:
         if frame_rate >= seanet_rate or factor < 1:
             raise r.fail("_frame_rate", f"({frame_rate}) must be below the SEANet rate {seanet_rate} "
                                         f"(a codec without a down-sampler is not supported)")
-        quantizers = r.int("num_quantizers", minimum=2)
-        semantic = r.int("num_semantic_quantizers")
+        quantizers = r.integer("num_quantizers", minimum=2)
+        semantic = r.integer("num_semantic_quantizers")
         if semantic >= quantizers:
             raise r.fail("num_semantic_quantizers", f"({semantic}) must be < num_quantizers ({quantizers})")
-        codebook_dim = r.int("codebook_dim")
-        vq_hidden = r.int("vector_quantization_hidden_dimension")
+        codebook_dim = r.integer("codebook_dim")
+        vq_hidden = r.integer("vector_quantization_hidden_dimension")
         if codebook_dim != vq_hidden:
             raise r.fail("codebook_dim", f"({codebook_dim}) must equal vector_quantization_hidden_dimension ({vq_hidden})")
-        groups = r.int("upsample_groups")
+        groups = r.integer("upsample_groups")
         if hidden % groups:
             raise r.fail("upsample_groups", f"({groups}) must divide hidden_size ({hidden})")
-        filters, compress = r.int("num_filters"), r.int("compress")
+        filters, compress = r.integer("num_filters"), r.integer("compress")
         if filters < compress:
             raise r.fail("compress", f"({compress}) must be <= num_filters ({filters}) (residual width filters / compress)")
         return cls(sample_rate=rate, audio_channels=channels, num_filters=filters, ratios=ratios,
-                   kernel_size=r.int("kernel_size"), residual_kernel_size=r.int("residual_kernel_size"),
-                   last_kernel_size=r.int("last_kernel_size"), compress=compress,
-                   num_residual_layers=r.int("num_residual_layers"), dilation_growth_rate=r.int("dilation_growth_rate"),
-                   hidden_size=hidden, num_layers=r.int("num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
-                   head_dim=head_dim, intermediate_size=r.int("intermediate_size"), norm_eps=r.number("norm_eps"),
+                   kernel_size=r.integer("kernel_size"), residual_kernel_size=r.integer("residual_kernel_size"),
+                   last_kernel_size=r.integer("last_kernel_size"), compress=compress,
+                   num_residual_layers=r.integer("num_residual_layers"), dilation_growth_rate=r.integer("dilation_growth_rate"),
+                   hidden_size=hidden, num_layers=r.integer("num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
+                   head_dim=head_dim, intermediate_size=r.integer("intermediate_size"), norm_eps=r.number("norm_eps"),
                    rope_theta=_rope_theta(r), attention_bias=r.flag("attention_bias", False),
-                   sliding_window=r.int("sliding_window"), num_quantizers=quantizers,
-                   num_semantic_quantizers=semantic, codebook_size=r.int("codebook_size"), codebook_dim=codebook_dim,
+                   sliding_window=r.integer("sliding_window"), num_quantizers=quantizers,
+                   num_semantic_quantizers=semantic, codebook_size=r.integer("codebook_size"), codebook_dim=codebook_dim,
                    vq_hidden=vq_hidden, downsample_kernel=2 * factor, upsample_groups=groups)

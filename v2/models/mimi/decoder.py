@@ -21,8 +21,8 @@ from torch import Tensor, nn
 from v2.models.mimi.config import MimiConfig
 from v2.models.mimi.encoder import ELU
 from v2.models.mimi.ops import elu
-from v2.models.qwen3_codec.layers import CausalConvNet, CausalTransConvNet, Stream, _Cached
-from v2.models.qwen3_codec.ops import causal_conv, last_rows, tile_rows
+from v2.models.conv_ops import causal_conv, last_rows, tile_rows
+from v2.models.stream_conv import Cached, CausalConvNet, CausalTransConvNet, Stream
 
 
 @dataclass
@@ -90,7 +90,7 @@ class GroupedTransConv(nn.Module):
         self.context, self.channels = self.taps - 1, cin
         self.tile = tile_rows(rows_per_frame)
         self.state_index = -1  # set by the owner when context > 0
-        self._w = _Cached()
+        self._w = Cached()
 
     def _weight(self, w: Tensor) -> Tensor:
         cin, cout_g, _ = w.shape

@@ -24,7 +24,7 @@ from v2.models.mimi.decoder import GroupedTransConv, MimiState, SEANetDecoder, S
 from v2.models.mimi.encoder import MimiEncoder
 from v2.models.mimi.loader import checkpoint_files, load, read_mimi_config, seeded
 from v2.models.mimi.transformer import MimiTransformer
-from v2.models.qwen3_codec.layers import Stream
+from v2.models.stream_conv import CausalConvNet, CausalTransConvNet, Stream, number_stateful
 
 
 class CodesError(ValueError):
@@ -43,10 +43,8 @@ class MimiModel(MimiEncoder):
                                          cfg.upsample_groups, rows_per_frame=1)
         self.decoder_transformer = MimiTransformer(cfg, cfg.sliding_window)
         self.decoder = SEANetDecoder(cfg, self.steps)
-        self._stateful = [m for part in (self.upsample, self.decoder) for m in part.modules()
-                          if getattr(m, "context", 0) > 0]
-        for i, m in enumerate(self._stateful):
-            m.state_index = i
+        kinds = (GroupedTransConv, CausalConvNet, CausalTransConvNet)  # the modules with history
+        self._stateful = number_stateful([*self.upsample.modules(), *self.decoder.modules()], kinds)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, prefix: str = "", config_key: str | None = None,

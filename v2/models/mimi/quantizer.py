@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from v2.models import exact
 from v2.models.mimi.config import MimiConfig
 from v2.models.mimi.ops import nearest
+from v2.models.module_list import module_list_of
 
 TILE = 64  # rows per matmul call (one row per frame)
 
@@ -55,7 +56,7 @@ class _RVQ(nn.Module):
             self.input_proj = nn.Conv1d(cfg.hidden_size, cfg.vq_hidden, 1, bias=False)
             if decodes:
                 self.output_proj = nn.Conv1d(cfg.vq_hidden, cfg.hidden_size, 1, bias=False)
-        self.layers = nn.ModuleList(_VQ(cfg) for _ in range(count))
+        self.layers = module_list_of(_VQ(cfg) for _ in range(count))
 
     def encode(self, latent: Tensor, count: int) -> Tensor:
         """latent [B, F, hidden] -> codes [B, F, count] of the first `count` codebooks."""

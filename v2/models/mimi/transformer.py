@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from v2.models import exact
 from v2.models.mimi.config import MimiConfig
+from v2.models.module_list import module_list_of
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
 from v2.models.window_attention import window_attention
 
@@ -119,7 +120,7 @@ class MimiTransformer(nn.Module):
     def __init__(self, cfg: MimiConfig, window: int | None) -> None:
         super().__init__()
         self.window = window
-        self.layers = nn.ModuleList(_Layer(cfg) for _ in range(cfg.num_layers))
+        self.layers = module_list_of(_Layer(cfg) for _ in range(cfg.num_layers))
 
     def forward(self, x: Tensor, first: Tensor, kv: KVWindow | None = None) -> Tensor:
         """x [B, n, hidden] time-major; row i of batch row b sits at step first[b] + i ([B] int64, 0 for a

@@ -20,10 +20,9 @@ from torch import Tensor, nn
 
 from v2.models.module_list import module_list_of
 from v2.models.qwen3_codec.config import DecoderConfig, Qwen3CodecConfig
-from v2.models.qwen3_codec.layers import (
-    CausalConvNet, CausalTransConvNet, ConvNeXtBlock, DecoderBlock, SnakeBeta, Stream, _Cached,
-)
-from v2.models.qwen3_codec.ops import tile_rows, tiled_linear
+from v2.models.conv_ops import tile_rows, tiled_linear
+from v2.models.qwen3_codec.layers import ConvNeXtBlock, DecoderBlock, SnakeBeta
+from v2.models.stream_conv import Cached, CausalConvNet, CausalTransConvNet, Stream, number_stateful
 from v2.models.qwen3_codec.transformer import PreTransformer
 
 
@@ -68,7 +67,7 @@ class _Codebook(nn.Module):
         super().__init__()
         self.cluster_usage = nn.Parameter(torch.ones(size))
         self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
-        self._table = _Cached()
+        self._table = Cached()
 
     def table(self) -> Tensor:
         """[size, dim] codewords embedding_sum / max(cluster_usage, 1e-5)."""
@@ -140,9 +139,7 @@ class Qwen3CodecDecoder(nn.Module):
         blocks += [SnakeBeta(out_dim), CausalConvNet(out_dim, 1, 7, rows)]
         self.decoder = nn.ModuleList(blocks)
         stateful = (CausalConvNet, CausalTransConvNet, ConvNeXtBlock)  # the modules with a `context`
-        self._stateful = [m for m in self.modules() if isinstance(m, stateful) and m.context > 0]
-        for i, m in enumerate(self._stateful):
-            m.state_index = i
+        self._stateful = number_stateful(self.modules(), stateful)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,

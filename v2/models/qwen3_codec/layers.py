@@ -1,122 +1,20 @@
 """The Qwen3 codec decoder's modules under the release's names, each a causal streaming step.
 
-Owns: `CausalConvNet` (`.conv`, history = the last (k - 1) * dilation input rows), `CausalTransConvNet`
-(`.conv`, a transposed conv with kernel = taps x stride computed as a causal conv over `taps` input frames:
-history = the last taps - 1 input rows, the "overlap" of the reference's overlap-add), `ConvNeXtBlock`,
-`SnakeBeta`, `ResidualUnit`, `DecoderBlock`, and `Stream`: one call's view of the per-slot state (each
-stateful op takes its history rows for the call's slots and writes back the rows ending at each row's
-last real step). All modules are time-major [B, L, C].
+Owns: `ConvNeXtBlock`, `SnakeBeta`, `ResidualUnit`, `DecoderBlock`, built on the shared streaming convs
+(v2/models/stream_conv.py: `Stream`, `CausalConvNet`, `CausalTransConvNet`, re-exported here for the
+decoder). All modules are time-major [B, L, C].
 Must not know: checkpoints, the quantizer, the transformer, how slots are allocated, the runtime.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from v2.models.qwen3_codec.ops import (
-    causal_conv, conv_weight, depthwise_causal_conv, last_rows, snake_beta, tile_rows, tiled_linear,
-)
-
-
-@dataclass
-class Stream:
-    """A decode call over `slots` [B]: conv histories `convs[i]` [slots + 1, ctx_i, C_i] are read for and
-    written back to those slots; `frames` [B] real frames of each row (None: all n)."""
-
-    convs: list[Tensor]
-    slots: Tensor
-    frames: Tensor | None
-    trace: dict[str, Tensor] | None = None
-
-    def valid(self, rows_per_frame: int) -> Tensor | None:
-        return None if self.frames is None else self.frames * rows_per_frame
-
-    def with_history(self, index: int, x: Tensor) -> Tensor:
-        """history + x along time: [B, ctx + n, C]."""
-        return torch.cat([self.convs[index][self.slots].to(x.dtype), x], dim=1)
-
-    def keep(self, index: int, xp: Tensor, rows_per_frame: int) -> None:
-        store = self.convs[index]
-        store[self.slots] = last_rows(xp, store.shape[1], self.valid(rows_per_frame)).to(store.dtype)
-
-    def record(self, name: str, x: Tensor) -> None:
-        if self.trace is not None:
-            self.trace[name] = x.detach().clone()
-
-
-class _Cached:
-    """A derived tensor (a matmul layout, exp of a log-scale parameter) computed once per parameter value."""
-
-    def __init__(self) -> None:
-        self.source: Any = None
-        self.value: Tensor | None = None
-
-    def get(self, source: Tensor, make: Any) -> Tensor:
-        if self.source is not source or self.value is None:
-            self.source, self.value = source, make(source)
-        return self.value
-
-
-class CausalConvNet(nn.Module):
-    """Conv1d (bias) left-padded with its own (k - 1) * dilation history rows; stride 1."""
-
-    def __init__(self, cin: int, cout: int, kernel: int, rows_per_frame: int, dilation: int = 1) -> None:
-        super().__init__()
-        self.conv = nn.Conv1d(cin, cout, kernel, dilation=dilation)
-        self.kernel, self.dilation, self.rows_per_frame = kernel, dilation, rows_per_frame
-        self.context, self.channels = (kernel - 1) * dilation, cin
-        self.tile = tile_rows(rows_per_frame)
-        self.state_index = -1  # set by the decoder when context > 0
-        self._w = _Cached()
-
-    def forward(self, x: Tensor, io: Stream) -> Tensor:
-        n = x.shape[1]
-        xp = io.with_history(self.state_index, x) if self.context else x
-        w = self._w.get(self.conv.weight, conv_weight)
-        y = causal_conv(xp, n, w, self.conv.bias, self.kernel, self.dilation, self.tile)
-        if self.context:
-            io.keep(self.state_index, xp, self.rows_per_frame)
-        return y
-
-
-class CausalTransConvNet(nn.Module):
-    """ConvTranspose1d (bias, kernel = taps x stride) with the last kernel - stride samples dropped: output
-    block j (stride samples) = sum_m W[:, :, q + m * stride] . x[j - m] + bias, a causal conv over `taps`
-    input frames into stride x C_out outputs. rows_per_frame counts INPUT rows."""
-
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int, rows_per_frame: int) -> None:
-        super().__init__()
-        if kernel % stride:
-            raise ValueError(f"transposed conv kernel {kernel} is not a multiple of its stride {stride}")
-        self.conv = nn.ConvTranspose1d(cin, cout, kernel, stride=stride)
-        self.stride, self.taps, self.rows_per_frame = stride, kernel // stride, rows_per_frame
-        self.context, self.channels = self.taps - 1, cin
-        self.tile = tile_rows(rows_per_frame)
-        self.state_index = -1
-        self._w, self._b = _Cached(), _Cached()
-
-    def _weight(self, w: Tensor) -> Tensor:
-        cin, cout, _ = w.shape
-        # [Cin, Cout, taps (m), stride (q)] -> [q, Cout, a = taps - 1 - m (oldest first), Cin]
-        w4 = w.reshape(cin, cout, self.taps, self.stride).flip(2).permute(3, 1, 2, 0)
-        return w4.reshape(self.stride * cout, self.taps * cin)
-
-    def forward(self, x: Tensor, io: Stream) -> Tensor:
-        b, n, _ = x.shape
-        xp = io.with_history(self.state_index, x) if self.context else x
-        w = self._w.get(self.conv.weight, self._weight)
-        conv_bias = self.conv.bias
-        assert conv_bias is not None  # built with a bias
-        bias = self._b.get(conv_bias, lambda t: t.repeat(self.stride))  # [stride * Cout]
-        y = causal_conv(xp, n, w, bias, self.taps, 1, self.tile)  # [B, n, stride * Cout]
-        if self.context:
-            io.keep(self.state_index, xp, self.rows_per_frame)
-        return y.reshape(b, n * self.stride, -1)  # [B, n * stride, Cout]
+from v2.models.conv_ops import depthwise_causal_conv, last_rows, snake_beta, tile_rows, tiled_linear
+from v2.models.stream_conv import Cached, CausalConvNet, CausalTransConvNet, Stream
 
 
 class SnakeBeta(nn.Module):
@@ -124,7 +22,7 @@ class SnakeBeta(nn.Module):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
-        self._a, self._b = _Cached(), _Cached()
+        self._a, self._b = Cached(), Cached()
 
     def forward(self, x: Tensor) -> Tensor:
         alpha = self._a.get(self.alpha, torch.exp)
@@ -193,3 +91,7 @@ class DecoderBlock(nn.Module):
         for module in self.block[1:]:
             x = module(x, io)
         return x
+
+
+__all__ = ["CausalConvNet", "CausalTransConvNet", "ConvNeXtBlock", "DecoderBlock", "ResidualUnit", "SnakeBeta",
+           "Stream"]
