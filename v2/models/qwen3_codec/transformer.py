@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from v2.models.module_list import module_list_of
 from v2.models.window_attention import window_attention
 from v2.models.qwen3_codec.config import DecoderConfig
-from v2.models.qwen3_codec.ops import last_rows, rms_norm, silu, tile_rows, tiled_linear
+from v2.models.conv_ops import last_rows, rms_norm, silu, tile_rows, tiled_linear
 from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
 
 TILE = tile_rows(1)  # one row per frame
