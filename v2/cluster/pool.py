@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import ray
 import torch
 
-from v2.card import DEFAULT_CARD, CardError, ModelCard, load_card
+from v2.card import DEFAULT_CARD, CardError, LoopTable, ModelCard, load_card
 from v2.cluster.batch import PoolBatch
 from v2.cluster.dispatch import Dispatcher, GroupTask
 from v2.cluster.replica import remote_class
@@ -40,12 +40,15 @@ class DecodeLimits(Protocol):
 
 
 def decode_limits(card: ModelCard) -> DecodeLimits:
-    """The card's `loops.ar_decode` (a family's card class declares its `loops`; the common part does not)."""
-    loop = getattr(getattr(card, "loops", None), "ar_decode", None)
-    if not isinstance(loop, DecodeLimits):
-        raise CardError(f"card {card.name}: loops.ar_decode: missing (the pool is sized by its max_running, "
-                        "max_waiting and max_frames)")
-    return loop
+    """The first loop the card's graph drives that carries the decode limits (its AR loop, whatever the
+    family names it; a family's card class declares its `loops`, the common part does not)."""
+    loops = getattr(card, "loops", None)
+    if isinstance(loops, LoopTable):
+        for _, decl in loops.driven():
+            if isinstance(decl, DecodeLimits):
+                return decl
+    raise CardError(f"card {card.name}: loops: no driven loop has max_running, max_waiting and max_frames "
+                    "(the pool is sized by them)")
 
 
 def default_resources() -> dict[str, Any]:
