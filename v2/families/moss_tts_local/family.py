@@ -2,9 +2,10 @@
 
 Owns: building the experts a card names (`experts`), what the checkpoint's config.json alone decides
 (`voice_spec`: what its stored voices carry), and `MossFamily`: the loop graph its card declares
-(`ar_decode` -> `vocoder`, `encode` in front; `ar_decode` holds the paged KV), the executors registered
-per work kind (ENCODE, PREFILL, AR_FRAME, AUDIO_CHUNK: thin halves over `ARExecutor`, `CodecExecutor`,
-`EncodeExecutor`), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the family's side
+(`ar_decode` -> `vocoder`, or `ar_decode` alone: no audio; `encode` in front; `ar_decode` holds the paged
+KV), the executors registered per work kind (ENCODE, PREFILL, AR_FRAME, AUDIO_CHUNK: thin halves over
+`ARExecutor`, `CodecExecutor`, `EncodeExecutor`; no codec work without the vocoder loop), the slot pools
+(`kv`, `codec`, `encode`), the KV pool's geometry, and the family's side
 of a request's life: parsing and preparing it, its loops' states at admission (each made by its loop, with
 its slot), device state at admission, the prompt laid out again once references are encoded, the next
 segment's carried prompt, the rows a preempted request recomputes, and the result; open requests (text fed

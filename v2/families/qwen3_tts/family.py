@@ -3,9 +3,10 @@
 Owns: building the experts a card names (`experts`: the talker checkpoint, its codec from `speech_tokenizer/`
 unless given, the tokenizer from its files, the sampling defaults from its generation_config.json), what the
 checkpoint's config.json alone decides (`voice_spec`: what its stored voices carry; `precheck`: an unknown
-speaker or language refused before any weights load), and `Qwen3Family`: the loop graph (`talker` -> `codec`,
-`encode` in front; `talker` holds the paged KV), the executors per work kind (SPEAKER and ENCODE in front,
-PREFILL, AR_FRAME, AUDIO_CHUNK), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the
+speaker or language refused before any weights load), and `Qwen3Family`: the loop graph its card declares
+(`talker` -> `codec`, or `talker` alone: no audio; `encode` in front; `talker` holds the paged KV), the
+executors per work kind (SPEAKER and ENCODE in front, PREFILL, AR_FRAME, AUDIO_CHUNK: no codec work without
+the codec loop), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the
 family's side of a request's life: parsing it (`language` resolved onto the checkpoint's names, languages.py)
 and preparing it (a stored voice: its codes and `x_vector`, `voice_arrays`), its loops' states at admission,
 device state at admission (sampling, seed, x-vector, fresh codec state), the prompt laid out again once the
