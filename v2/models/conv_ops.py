@@ -1,12 +1,12 @@
-"""Arithmetic of the streaming codecs (Qwen3-TTS's codec, Mimi) whose result for one time step never depends on
-the call it is computed in.
+"""Arithmetic of the streaming codecs' convolutions whose result for one time step never depends on the call it
+is computed in.
 
 Owns: `tiled_linear` (a matmul in fixed-shape row tiles), the causal convolution as one such matmul over
 gathered taps (time-major, with its history rows), the depthwise causal convolution as a fixed sequence of
 elementwise products, SnakeBeta, SiLU and RMSNorm from operations that are exact per element, and
 `last_rows` (the history a stream keeps after a chunk).
 
-Why (measured on this CPU, torch 2.13, MKL, AVX-512; designs/qwen3_codec.md, designs/mimi.md): a matmul's last bits for
+Why (measured on this CPU, torch 2.13, MKL, AVX-512; designs/model.md, "Exact on every CPU"): a matmul's last bits for
 one row change with the number of rows in the call (MKL picks other kernels and blockings; a row of a
 1999-row call differed from the same row in a 5000-row call, for [14 -> 1] and [4608 -> 1536]), and
 `F.conv1d` switches between oneDNN and im2col paths by batch and input size. A call of a FIXED shape

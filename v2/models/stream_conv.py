@@ -6,7 +6,7 @@ made once per parameter value), `CausalConvNet` (`.conv`, history = the last (k 
 `CausalTransConvNet` (`.conv`, a transposed conv with kernel = taps x stride computed as a causal conv over
 `taps` input frames: history = the last taps - 1 input rows, the "overlap" of an overlap-add), and
 `number_stateful` (give each stateful module of a decoder its state index). All modules are time-major
-[B, L, C]. Used by v2/models/qwen3_codec and v2/models/mimi.
+[B, L, C].
 Must not know: any codec's checkpoints or layout, how slots are allocated, the runtime.
 """
 
