@@ -31,6 +31,7 @@ outside and reads `stats()`), any family.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -65,7 +66,7 @@ def log(message: str) -> None:
 # ----- 1. overhead --------------------------------------------------------------------------------
 def overhead(runtime: Runtime, repeat: int, frames: int) -> dict[str, Any]:
     run_overhead(runtime, 64, frames=5)  # warm up: static outputs per bucket, first-call costs
-    rows_out = []
+    rows_out: list[dict[str, Any]] = []
     for rows in OVERHEAD_ROWS:
         runs = [run_overhead(runtime, rows, frames=frames) for _ in range(repeat)]
         best = min(runs, key=lambda r: r["engine_us_per_row"])
@@ -164,8 +165,9 @@ def serving_vs_generate_batch(runtimes: dict[str, Runtime], n: int, frames: int,
     equal = {c: True for c in cases}
     for i in range(repeat):
         for j, (name, audio) in enumerate(cases):
-            sides = [("generate_batch", lambda a=audio: reference(a)),
-                     ("runtime", lambda rt=runtimes[name], a=audio: serve(rt, a))]
+            sides: list[tuple[str, Callable[[], Any]]] = [
+                ("generate_batch", functools.partial(reference, audio)),
+                ("runtime", functools.partial(serve, runtimes[name], audio))]
             if (i + j) % 2:
                 sides.reverse()  # alternate which side goes first: spread the machine's noise
             got = {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -33,7 +34,7 @@ def timed(engine: Any, args: argparse.Namespace) -> dict[str, float]:
     prompts = [PROMPT.format(i=i) for i in range(args.prompts)]
     options = dict(n=args.n, max_frames=args.frames, min_frames=args.frames)
     engine.rollout(prompts[: max(1, len(prompts) // 4)], seed=99, **options).trajectories(600)
-    best: dict[str, float] | None = None
+    best: dict[str, Any] | None = None
     for r in range(args.repeat):
         start = time.perf_counter()
         got = engine.rollout(prompts, seed=r, **options).trajectories(600)
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from v2.cluster import RolloutPool
 
     if not ray.is_initialized():
-        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     gpus = ray.cluster_resources().get("GPU", 0) > 0
     resources = {"num_gpus": 1} if gpus else {"num_cpus": args.cpus_per_replica}
     for n in args.replicas:

@@ -80,7 +80,11 @@ def run_serving(runtime: Runtime, requests: list[dict[str, Any]], *, concurrency
         traces.append(trace)
         handle = runtime.submit({**req, "stream": stream})
         handle.subscribe(lambda c, t=trace: t.chunks.append(ChunkArrival(time.perf_counter(), c.audio.shape[1] / c.sample_rate)))
-        handle.on_done(lambda r, t=trace: (on_done(t, r), tick()))
+        def done(r: Any, t: _Trace = trace) -> None:
+            on_done(t, r)
+            tick()
+
+        handle.on_done(done)
     with cond:
         cond.wait_for(lambda: in_flight == 0)
     wall = time.perf_counter() - start
