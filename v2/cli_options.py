@@ -163,16 +163,20 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_family_arguments(p: argparse.ArgumentParser) -> None:
-    """Every installed family's own options (`v2.registry.family_options`), each saying whose it is."""
-    takers: dict[str, list[str]] = {}
-    first: dict[str, FamilyOption] = {}
+    """Every installed family's own options (`v2.registry.family_options`), each saying whose it is; an option
+    two families take says what it means for each (`family: help; other: help`)."""
+    takers: dict[str, list[tuple[str, FamilyOption]]] = {}
     for family, options in family_options().items():
         for o in options:
-            takers.setdefault(o.flag, []).append(family)
-            first.setdefault(o.flag, o)
-    for flag, o in first.items():
-        p.add_argument(flag, dest=family_dest(flag), default=None, choices=list(o.choices) if o.choices else None,
-                       help=f"{o.help} (the {', '.join(takers[flag])} family's)")
+            takers.setdefault(o.flag, []).append((family, o))
+    for flag, owners in takers.items():
+        choices = sorted({c for _, o in owners for c in o.choices}) if all(o.choices for _, o in owners) else None
+        if len(owners) == 1:
+            family, o = owners[0]
+            text = f"{o.help} (the {family} family's)"
+        else:
+            text = "; ".join(f"{family}: {o.help}" for family, o in owners)
+        p.add_argument(flag, dest=family_dest(flag), default=None, choices=choices, help=text)
 
 
 def family_dest(flag: str) -> str:
