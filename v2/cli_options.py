@@ -170,7 +170,8 @@ def add_family_arguments(p: argparse.ArgumentParser) -> None:
         for o in options:
             takers.setdefault(o.flag, []).append((family, o))
     for flag, owners in takers.items():
-        choices = sorted({c for _, o in owners for c in o.choices}) if all(o.choices for _, o in owners) else None
+        lists = [o.choices for _, o in owners if o.choices is not None]
+        choices = sorted({c for cs in lists for c in cs}) if len(lists) == len(owners) else None
         if len(owners) == 1:
             family, o = owners[0]
             text = f"{o.help} (the {family} family's)"
