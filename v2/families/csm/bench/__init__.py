@@ -7,8 +7,8 @@ card), the request a workload text becomes (one turn in the card's default speak
 request through the simple sequential path on the runtime's own weights: the family's prompt layout,
 `v2.models.csm.generate.generate` (the reference loop, eager), then the codec's whole `decode` of the frames
 the reference decodes, which the runtime's codes must equal. No engine-overhead stand-ins for this family's
-executors (`overhead` None), no fixed-batch reference for the engine bench, no reference-implementation
-comparison.
+executors (`overhead` None), no fixed-batch reference for the engine bench. The comparison with transformers'
+`generate` is `reference.py` (`python -m v2.bench.reference --family csm`), the launch count `launches.py`.
 Must not know: the engine's internals, scheduling.
 """
 

@@ -1,0 +1,364 @@
+"""CSM's frame step against transformers' `CsmForConditionalGeneration.generate` (`python -m v2.bench.reference
+--family csm --reference CHECKPOINT`, or `python -m v2.families.csm.bench.reference`, the tiny fixture's
+checkpoint by default).
+
+Owns: the side-by-side scenario on one checkpoint in the release layout, float32 on the CPU, one intra-op thread
+on every side, in two modes: greedy (`temperature: 0`; the reference's `do_sample=False,
+depth_decoder_do_sample=False`) and sampled (the checkpoint's generation_config.json settings, the same for
+both sides; codes cannot be equal there: the draws differ). Per mode:
+- batch 1: v2's `generate` (the model's eager loop) and a one-request runtime against the reference's
+  `generate` of one prompt (goal: <= 0.9x);
+- batch N (16): v2's `generate_batch` and the runtime with N requests against the reference's batched
+  `generate` of the same N prompts, left-padded (goal: the runtime <= 0.8x per row-frame);
+timed in interleaved repetitions (the order rotates each repetition), each v2 side divided by the reference's
+run of the same batch and mode in the same repetition (paired ratios: this shared machine's speed drifts);
+medians reported, with the load average before and after. Every row makes exactly `frames` frames: both sides
+run a copy of the checkpoint whose config.json names a spare id (`vocab_size - 2`, never drawn) as
+`codebook_eos_token_id`, so the stop rule never fires and nothing else changes for text-only prompts (that id
+is read only by the stop rule, the audio cut and `<|audio_eos|>` rows). Greedy codes are compared and
+asserted: the runtime's equal `generate_batch`'s row for row, row 0 of the batch equals the batch-1 run, and
+v2's equal the reference's (batch 1 and batch N); with the fixture, the reference's greedy codes of its s0, s1
+and ctx prompts equal the stored ones (the fixture was made with transformers 5.0.0).
+The reference runs in a child process (`reference_worker.py`) under its own python, so transformers never
+enters this environment (transformers 5.0.0 pins tokenizers and huggingface_hub below the versions v2 uses):
+`--reference-python` or `$V2_CSM_REFERENCE_PYTHON` (`PYTHON_ENV`; default: this one). The checkpoint:
+`--reference DIR` or `$V2_CSM_REFERENCE` (`ENV`). `check(path)` says why the scenario cannot run (no
+checkpoint there, or transformers' CSM not importable by the reference's python): the command prints that
+line and skips. The command, the skip and the table are `v2.bench.reference`'s.
+Must not know: model or engine internals (it calls `generate`, `generate_batch`, `Runtime.submit_many`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+FIXTURE = Path(__file__).resolve().parents[4] / "tests" / "fixtures" / "csm_tiny"
+CHECKPOINT = FIXTURE / "checkpoint"
+WORKER = Path(__file__).resolve().parent / "reference_worker.py"
+ENV, PYTHON_ENV = "V2_CSM_REFERENCE", "V2_CSM_REFERENCE_PYTHON"
+MODES = ("greedy", "sampled")
+GOALS = {"batch_1": 0.9, "batch_n": 0.8}  # x the reference's time per row-frame (issue 33)
+
+
+def reference_python() -> str:
+    """The reference's python when no flag names one: `$V2_CSM_REFERENCE_PYTHON`, else this one."""
+    return os.environ.get(PYTHON_ENV) or sys.executable
+
+
+def transformers_missing(python: str) -> str:
+    """Why `python` cannot run the reference ("" when transformers' CSM imports there)."""
+    probe = "import transformers; from transformers import CsmForConditionalGeneration"
+    try:
+        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
+    except OSError as e:
+        return f"{python}: {e.strerror}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["failed"])[-1]
+        return (f"transformers' CSM is not importable by {python} ({last}): install transformers there (5.0.0 "
+                f"made the fixture) or name a python that has it with ${PYTHON_ENV}")
+    return ""
+
+
+def not_a_checkpoint(path: Path) -> str:
+    """Why `path` is not a CSM checkpoint in the transformers layout ("" when it is)."""
+    config = path / "config.json"
+    if not config.is_file():
+        return f"{path} has no config.json (a CSM checkpoint in the transformers layout, e.g. {CHECKPOINT})"
+    if json.loads(config.read_text()).get("model_type") != "csm":
+        return f"{config}: model_type is not 'csm'"
+    return ""
+
+
+def check(path: Path) -> str:
+    """Why the scenario cannot run on checkpoint `path` with the reference's python named by the environment
+    ("" when it can)."""
+    return not_a_checkpoint(path) or transformers_missing(reference_python())
+
+
+def prompts(n: int) -> list[list[int]]:
+    """n text-only prompts (full ids, `<|begin_of_text|>` .. `<|end_of_text|>`) cycling the fixture's four
+    turns: s0, s1 and ctx's two turns alone (11, 14, 13 and 11 rows)."""
+    ref = np.load(FIXTURE / "reference.npz")
+    ctx = ref["ctx_input_ids"].tolist()
+    first_end = ctx.index(128001) + 1
+    second = ctx.index(128000, first_end)
+    four = [ref["s0_input_ids"].tolist(), ref["s1_input_ids"].tolist(), ctx[:first_end], ctx[second:]]
+    return [four[i % 4] for i in range(n)]
+
+
+def sampled_settings(checkpoint: Path) -> dict[str, Any]:
+    """The sampled mode's settings for both sides: the checkpoint's generation_config.json (the reference's
+    `generate` keywords; the same names are v2's flat request fields)."""
+    gen = json.loads((checkpoint / "generation_config.json").read_text())
+    keys = ("temperature", "top_k", "top_p")
+    out = {k: gen[k] for k in keys if k in gen}
+    out.update({f"depth_decoder_{k}": gen[f"depth_decoder_{k}"] for k in keys if f"depth_decoder_{k}" in gen})
+    return out
+
+
+def without_stop(checkpoint: Path, into: Path) -> Path:
+    """A copy of `checkpoint` in `into` (weights linked) whose `codebook_eos_token_id` is a spare id that is
+    never drawn, so every row makes its whole frame budget."""
+    into.mkdir(parents=True, exist_ok=True)
+    for f in checkpoint.iterdir():
+        if f.name != "config.json":
+            (into / f.name).symlink_to(f.resolve())
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["codebook_eos_token_id"] = int(config["vocab_size"]) - 2
+    (into / "config.json").write_text(json.dumps(config, indent=1))
+    return into
+
+
+class ReferenceProcess:
+    """transformers' `generate` in a child process: `run(batch, frames, seed, greedy)` -> (wall s, codes)."""
+
+    def __init__(self, python: str, checkpoint: Path, ids: list[list[int]], sampling: dict[str, Any],
+                 fixture: Path | None, threads: int = 1) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="v2_csm_reference_")
+        file = Path(self._dir.name) / "prompts.json"
+        file.write_text(json.dumps(ids))
+        cmd = [python, str(WORKER), "--checkpoint", str(checkpoint), "--prompts", str(file), "--threads",
+               str(threads), "--sampling", json.dumps(sampling)]
+        if fixture is not None:
+            cmd += ["--fixture", str(fixture / "reference.npz"), "--fixture-checkpoint", str(fixture / "checkpoint")]
+        self._err = open(Path(self._dir.name) / "stderr.txt", "w+")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True)
+        self.ready = self._reply()
+
+    def _reply(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                self._err.seek(0)
+                tail = self._err.read()[-1500:]
+                raise RuntimeError(f"the reference worker exited ({self.proc.wait()}): {tail}")
+            if line.startswith("{"):
+                return json.loads(line)  # type: ignore[no-any-return]
+
+    def run(self, batch: int, frames: int, seed: int, greedy: bool) -> tuple[float, list[np.ndarray]]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"batch": batch, "frames": frames, "seed": seed, "greedy": greedy}) + "\n")
+        self.proc.stdin.flush()
+        reply = self._reply()
+        if reply["frames"] != [frames] * batch:
+            raise RuntimeError(f"the reference made {reply['frames']} frames, asked {frames} for each of {batch}")
+        return float(reply["wall_s"]), [np.asarray(c, dtype=np.int64) for c in reply["codes"]]
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._err.close()
+        self._dir.cleanup()
+
+
+def fixture_card(batch: int, frames: int) -> Any:
+    """The release card (`csm_1b`) sized for this CPU run: `batch` requests, `frames` frames, one thread."""
+    from v2.card import load_card
+
+    card = load_card("csm_1b")
+    buckets = sorted({1, 2, 4, 8, batch} | {b for b in (16,) if b <= batch})
+    data = card.model_dump(by_alias=True)
+    data["loops"]["backbone"].update(max_running=batch, max_prompt_rows=256, max_frames=max(frames, 8),
+                                     kv_memory_fraction=None, kv_blocks=None, batch_buckets=buckets,
+                                     prefill_chunk_rows=64)
+    data["loops"]["codec"].update(max_streams=batch, batch_buckets=buckets)
+    data["runtime"] = dict(data.get("runtime") or {}, cpu_threads=1)
+    return type(card).model_validate(data)
+
+
+def _request(ids: list[int], seed: int, frames: int, sampling: dict[str, Any] | None) -> dict[str, Any]:
+    """One v2 request of a prompt's ids (the turn's ids: without `<|begin_of_text|>` / `<|end_of_text|>`)."""
+    return {"text_ids": ids[1:-1], "seed": seed, "max_frames": frames, "decode_audio": False,
+            **(sampling if sampling is not None else {"temperature": 0.0})}
+
+
+def _side_rows(name: str) -> int:
+    return int(name.rsplit("_", 1)[1])
+
+
+def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, repeat: int = 5,
+            log: Callable[[str], None] = lambda s: None, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+    """The scenario on checkpoint `reference`; per side: ms per row-frame (median, min) and the median paired
+    ratio to the reference's run of the same batch and mode. Raises AssertionError (after logging the
+    report) when greedy codes that must be equal are not."""
+    from v2.families.csm.rows import embed_rows
+    from v2.models.csm.generate import generate, generate_batch
+    from v2.runtime import Runtime
+
+    if batch < 2 or frames < 1 or repeat < 1:
+        raise ValueError(f"batch must be >= 2, frames and repeat >= 1 (got {batch}, {frames}, {repeat})")
+    torch.set_num_threads(1)
+    tmp = tempfile.TemporaryDirectory(prefix="v2_csm_bench_")
+    ck = without_stop(reference, Path(tmp.name) / "checkpoint")
+    sampling = sampled_settings(reference)
+    ids = prompts(batch)
+    is_fixture = reference.resolve() == CHECKPOINT.resolve()
+    load_before = os.getloadavg()
+    rt = Runtime.from_card(fixture_card(batch, frames), checkpoint=str(ck), device="cpu", dtype=torch.float32)
+    ref: ReferenceProcess | None = None
+    try:
+        ref = ReferenceProcess(python, ck, ids, sampling, FIXTURE if is_fixture else None)
+        family, model = rt.family, rt.model
+        work = {m: [family.prepare(family.parse(_request(p, i, frames, None if m == "greedy" else sampling)))
+                    for i, p in enumerate(ids)] for m in modes}
+        with torch.no_grad():
+            rows = [embed_rows(model, w.rows.to(model.device)) for w in work[modes[0]]]
+
+        def serve(mode: str, n: int) -> list[np.ndarray]:
+            handles = rt.submit_many([_request(p, i, frames, None if mode == "greedy" else sampling)
+                                      for i, p in enumerate(ids[:n])])
+            return [np.asarray(h.result().codes) for h in handles]
+
+        def one(mode: str) -> list[np.ndarray]:
+            w = work[mode][0]
+            return [generate(model, rows[0], max_new_tokens=frames, sampling=w.sampling, seed=0).codes.numpy()]
+
+        def many(mode: str) -> list[np.ndarray]:
+            gens = generate_batch(model, rows, [w.sampling for w in work[mode]], list(range(batch)),
+                                  max_new_tokens=frames)
+            return [g.codes.numpy() for g in gens]
+
+        sides: dict[str, Callable[[str], list[np.ndarray]]] = {
+            "generate_1": one, "runtime_1": lambda m: serve(m, 1),
+            f"generate_batch_{batch}": many, f"runtime_{batch}": lambda m: serve(m, batch)}
+        order = [f"{m}/{s}" for m in modes for s in ("reference_1", "generate_1", "runtime_1", f"reference_{batch}",
+                                                     f"generate_batch_{batch}", f"runtime_{batch}")]
+        codes: dict[str, list[np.ndarray]] = {}
+
+        def timed(key: str, seed: int) -> float:
+            mode, side = key.split("/")
+            if side.startswith("reference_"):
+                wall, codes[key] = ref.run(_side_rows(side), frames, seed, mode == "greedy")  # type: ignore[union-attr]
+                return wall
+            start = time.perf_counter()
+            codes[key] = sides[side](mode)
+            wall = time.perf_counter() - start
+            if any(c.shape[0] != frames for c in codes[key]):
+                raise RuntimeError(f"{key} made {[c.shape[0] for c in codes[key]]} frames, asked {frames}")
+            return wall
+
+        for key in order:  # warm-up: every side once (a few frames for the reference)
+            mode, side = key.split("/")
+            if side.startswith("reference_"):
+                ref.run(_side_rows(side), min(frames, 4), 0, mode == "greedy")
+            else:
+                sides[side](mode)
+        walls: dict[str, list[float]] = {k: [] for k in order}
+        for i in range(repeat):
+            shift = i % len(order)
+            for key in order[shift:] + order[:shift]:
+                walls[key].append(timed(key, i))
+            log(f"  repetition {i + 1}/{repeat}: " + ", ".join(
+                f"{k} {walls[k][-1] / frames / _side_rows(k) * 1e3:.2f}" for k in order) + " ms per row-frame")
+    finally:
+        if ref is not None:
+            ref.close()
+        rt.close()
+        tmp.cleanup()
+    report = _report(order, walls, codes, frames, batch, modes)
+    report.update({"repeat": repeat, "checkpoint": str(reference), "sampled_settings": sampling,
+                   "stop": "disabled: codebook_eos_token_id = vocab_size - 2 in a copy of config.json",
+                   "reference_python": python, "reference_torch": ref.ready.get("torch") if ref else None,
+                   "reference_transformers": ref.ready.get("transformers") if ref else None,
+                   "reference_fixture_codes_equal": ref.ready.get("fixture_codes_equal") if ref else None,
+                   "load_average_before": list(load_before), "load_average_after": list(os.getloadavg())})
+    failed = [k for k, v in report["codes"].items() if v is False]
+    fixture_ok = report["reference_fixture_codes_equal"]
+    if failed or (fixture_ok is not None and not all(fixture_ok.values())):
+        log(json.dumps(report))
+        raise AssertionError(f"greedy codes differ: {failed or fixture_ok}")
+    return report
+
+
+def _report(order: list[str], walls: dict[str, list[float]], codes: dict[str, list[np.ndarray]], frames: int,
+            batch: int, modes: tuple[str, ...]) -> dict[str, Any]:
+    rows = []
+    for key in order:
+        mode, side = key.split("/")
+        n = _side_rows(side)
+        row: dict[str, Any] = {"side": key, "rows": n, "frames": frames,
+                               "ms_per_row_frame_median": statistics.median(walls[key]) / frames / n * 1e3,
+                               "ms_per_row_frame_min": min(walls[key]) / frames / n * 1e3}
+        if not side.startswith("reference_"):
+            paired = [a / b for a, b in zip(walls[key], walls[f"{mode}/reference_{n}"])]
+            row["x_reference_median"] = statistics.median(paired)
+            row["x_reference_each"] = paired
+        rows.append(row)
+
+    def same(a: str, b: str) -> bool:
+        return len(codes[a]) == len(codes[b]) and all(np.array_equal(x, y) for x, y in zip(codes[a], codes[b]))
+
+    equal: dict[str, Any] = {}
+    if "greedy" in modes:
+        g = "greedy/"
+        equal.update({
+            "greedy_generate_equals_reference_1": same(g + "generate_1", g + "reference_1"),
+            "greedy_generate_batch_equals_reference_batch": same(g + f"generate_batch_{batch}", g + f"reference_{batch}"),
+            "greedy_runtime_equals_generate_batch": same(g + f"runtime_{batch}", g + f"generate_batch_{batch}"),
+            "greedy_runtime_1_equals_generate_1": same(g + "runtime_1", g + "generate_1"),
+            "greedy_batch_row0_equals_alone": bool(np.array_equal(codes[g + f"generate_batch_{batch}"][0],
+                                                                  codes[g + "generate_1"][0]))})
+    if "sampled" in modes:
+        s = "sampled/"
+        equal["sampled_runtime_equals_generate_batch"] = same(s + f"runtime_{batch}", s + f"generate_batch_{batch}")
+        equal["sampled_batch_row0_equals_alone"] = bool(np.array_equal(codes[s + f"generate_batch_{batch}"][0],
+                                                                       codes[s + "generate_1"][0]))
+    x = {r["side"]: float(r["x_reference_median"]) for r in rows if "x_reference_median" in r}
+    goals = {f"{m}/{side}": {"x": x[f"{m}/{side}"], "goal": GOALS[goal], "met": x[f"{m}/{side}"] <= GOALS[goal]}
+             for m in modes for side, goal in (("generate_1", "batch_1"), ("runtime_1", "batch_1"),
+                                               (f"runtime_{batch}", "batch_n"))}
+    return {"frames": frames, "batch": batch, "modes": list(modes), "sides": rows, "codes": equal, "goals": goals}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m v2.families.csm.bench.reference`: the scenario on `--checkpoint` (default: the tiny fixture's);
+    the table, then one JSON line (`v2.bench.reference`'s), or the skip and its reason."""
+    import argparse
+
+    from v2.bench.__main__ import machine
+    from v2.bench.reference import table
+
+    p = argparse.ArgumentParser(prog="python -m v2.families.csm.bench.reference", description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", default=os.environ.get(ENV) or str(CHECKPOINT))
+    p.add_argument("--reference-python", default=None, help=f"python with transformers (default: ${PYTHON_ENV}, "
+                   "else this one)")
+    p.add_argument("--frames", type=int, default=64)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    args = p.parse_args(argv)
+    python = args.reference_python or reference_python()
+    checkpoint = Path(args.checkpoint)
+    why = not_a_checkpoint(checkpoint) or transformers_missing(python)
+    line: dict[str, Any] = {"bench": "v2.reference", "family": "csm"}
+    if why:
+        print(f"{why}: skipped", file=sys.stderr)
+        print(json.dumps({**line, "skipped": f"{why}: skipped"}))
+        return 0
+    report = compare(checkpoint, python, frames=args.frames, batch=args.batch, repeat=args.repeat,
+                     log=lambda s: print(s, file=sys.stderr), modes=tuple(args.modes))
+    print(table(report))
+    print(json.dumps({**line, "machine": machine("cpu"), **report}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
