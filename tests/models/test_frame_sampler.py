@@ -6,14 +6,15 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from v2.models.moss_tts_local import frame_sampler
-from v2.models.moss_tts_local.frame_sampler import FrameSampler
+from v2.models import frame_sampler
+from v2.models.frame_sampler import FrameSampler
 from v2.models.sampling import SamplingTensors, frame_noise, sample
 from v2.sampling_settings import SORT_WIDTH, HeadSampling, SamplingSettings
 
 pytestmark = pytest.mark.exact
 
 V = 1024
+VOCABS = [2] + [V] * 12  # MOSS-TTS-Local's frame: the stop decision, then 12 codebooks
 
 
 def torch_draws(s: SamplingTensors, steps: torch.Tensor, logits: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -23,7 +24,7 @@ def torch_draws(s: SamplingTensors, steps: torch.Tensor, logits: list[torch.Tens
 
 
 def assert_same(s: SamplingTensors, steps: torch.Tensor, logits: list[torch.Tensor]) -> None:
-    sampler = FrameSampler(s, steps, V)
+    sampler = FrameSampler(s, steps, VOCABS)
     for ch, (ids, lp) in enumerate(torch_draws(s, steps, logits)):
         got_ids, got_lp = sampler.draw(ch, logits[ch])
         assert torch.equal(got_ids, ids), ch
@@ -62,10 +63,10 @@ def test_the_whole_frame_noise_and_the_noise_at_the_candidates_agree(b, monkeypa
     g = torch.Generator().manual_seed(b)
     logits = [torch.randn(b, 2 if ch == 0 else V, generator=g) for ch in range(13)]
     monkeypatch.setattr(frame_sampler, "FRAME_NOISE_MAX", 0)  # hashed at the candidates
-    assert FrameSampler(s, steps, V).noise is None
+    assert FrameSampler(s, steps, VOCABS).noise is None
     assert_same(s, steps, logits)
     monkeypatch.setattr(frame_sampler, "FRAME_NOISE_MAX", 10**9)  # gathered from the frame's noise
-    assert FrameSampler(s, steps, V).noise is not None
+    assert FrameSampler(s, steps, VOCABS).noise is not None
     assert_same(s, steps, logits)
 
 
@@ -75,10 +76,10 @@ def test_a_row_draws_the_same_alone_and_in_a_batch_that_falls_back():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(4, V, generator=g)
     logits[3] = 0.0  # row 3's tie at its k-th value runs past the candidates: the batch falls back
-    batch = FrameSampler(s, steps, V).draw(5, logits)
+    batch = FrameSampler(s, steps, VOCABS).draw(5, logits)
     for i in range(3):
         idx = torch.tensor([i])
-        alone = FrameSampler(s.rows(idx), steps[idx], V).draw(5, logits[idx])
+        alone = FrameSampler(s.rows(idx), steps[idx], VOCABS).draw(5, logits[idx])
         assert int(alone[0]) == int(batch[0][i])
         torch.testing.assert_close(alone[1], batch[1][i:i + 1], atol=1e-6, rtol=0)
 
@@ -87,7 +88,7 @@ def test_a_row_draws_the_same_alone_and_in_a_batch_that_falls_back():
 def test_the_host_hash_gives_the_torch_noise_bit_for_bit(seeds):
     s = SamplingTensors.build([SamplingSettings()] * 3, seeds)
     steps = torch.tensor([0, 77, 2**28])
-    sampler = FrameSampler(s, steps, V)
+    sampler = FrameSampler(s, steps, VOCABS)
     assert torch.equal(sampler.noise, frame_noise(s.seed, steps, V))
     ids = torch.tensor([[0, 5, 1023], [1, 2, 3], [1000, 999, 7]])
     for ch in (0, 6, 12):

@@ -17,10 +17,18 @@ from v2.sampling_settings import CHANNELS
 pytestmark = pytest.mark.skipif(sk.triton is None, reason="needs triton")
 
 
-def _reference(logits, temp, top_k, top_p, seed, steps, channel, presence, penalty):
+def _reference(logits, temp, top_k, top_p, seed, steps, channel, presence, penalty, groups=CHANNELS, banned=None,
+               stop=None):
+    """The plain torch path: penalty, the masks, then `sample` with the noise of counter steps * groups + channel."""
     if presence is not None:
         logits = apply_repetition_penalty(logits, presence, penalty)
-    return sample(logits, temp, top_k, top_p, gumbel_noise(seed, steps * CHANNELS + channel, logits.shape[1]))
+    if banned is not None:
+        logits = logits.masked_fill(banned[None], float("-inf"))
+    if stop is not None:
+        blocked = torch.zeros_like(logits, dtype=torch.bool)
+        blocked[:, stop[0]] = ~stop[1]
+        logits = logits.masked_fill(blocked, float("-inf"))
+    return sample(logits, temp, top_k, top_p, gumbel_noise(seed, steps * groups + channel, logits.shape[1]))
 
 
 @settings(max_examples=15, deadline=None)
@@ -40,13 +48,20 @@ def test_fused_draw_equals_the_torch_sampler(data):
     top_p = torch.tensor(data.draw(st.lists(st.sampled_from([0.05, 0.3, 0.8, 0.95, 1.0]), min_size=b, max_size=b)))
     seed = torch.tensor(data.draw(st.lists(st.integers(-2**62, 2**62), min_size=b, max_size=b)))
     steps = torch.tensor(data.draw(st.lists(st.integers(0, 10**6), min_size=b, max_size=b)))
-    channel = data.draw(st.integers(0, CHANNELS - 1), label="channel")
-    presence = penalty = None
+    groups = data.draw(st.sampled_from([1, 5, CHANNELS, 16, 32]), label="groups")  # any family's group count
+    channel = data.draw(st.integers(0, groups - 1), label="channel")
+    presence = penalty = banned = stop = None
     if data.draw(st.booleans(), label="penalty"):
         presence = torch.rand(b, vocab, generator=g) < 0.2
         penalty = torch.tensor(data.draw(st.lists(st.sampled_from([1.0, 1.3, 0.8]), min_size=b, max_size=b)))
-    ids, lp = sk.sample_fused(logits, temp, top_k, top_p, seed, steps, channel, presence, penalty)
-    want_ids, want_lp = _reference(logits, temp, top_k, top_p, seed, steps, channel, presence, penalty)
+    if vocab > 2 and data.draw(st.booleans(), label="masks"):  # ids never drawn, and a stop id not always allowed
+        banned = torch.zeros(vocab, dtype=torch.bool)
+        banned[vocab // 2:: 5] = True
+        stop = (vocab // 2 + 1, torch.tensor(data.draw(st.lists(st.booleans(), min_size=b, max_size=b))))
+    ids, lp = sk.sample_fused(logits, temp, top_k, top_p, seed, steps, channel, presence, penalty, groups=groups,
+                              banned=banned, stop=stop)
+    want_ids, want_lp = _reference(logits, temp, top_k, top_p, seed, steps, channel, presence, penalty, groups,
+                                   banned, stop)
     assert ids.tolist() == want_ids.tolist()
     torch.testing.assert_close(lp, want_lp, atol=1e-5, rtol=1e-5)
 
@@ -58,7 +73,7 @@ def test_fused_draw_at_the_codebook_size():
     settings = torch.tensor([[1.7, 25, 0.8, 1.2, 11], [0.0, 0, 1.0, 1.2, 12]]).T  # columns of a [5, 2] table: strided
     args = (settings[0], settings[1].long(), settings[2], torch.tensor([11, 12]), torch.tensor([40, 41]), 5,
             torch.rand(2, 1025, generator=g) < 0.3, settings[3])
-    ids, lp = sk.sample_fused(logits, *args)
+    ids, lp = sk.sample_fused(logits, *args, groups=CHANNELS)
     want_ids, want_lp = _reference(logits, *args)
     assert ids.tolist() == want_ids.tolist()
     torch.testing.assert_close(lp, want_lp, atol=1e-5, rtol=1e-5)
@@ -67,7 +82,10 @@ def test_fused_draw_at_the_codebook_size():
 def test_fused_draw_refuses_an_oversized_vocabulary():
     with pytest.raises(ValueError, match="4096"):
         sk.sample_fused(torch.zeros(1, 70000), *(torch.ones(1),) * 3, torch.zeros(1, dtype=torch.long),
-                        torch.zeros(1, dtype=torch.long), 0)
+                        torch.zeros(1, dtype=torch.long), 0, groups=1)
+    with pytest.raises(ValueError, match="group 16 outside the frame's 16 groups"):
+        sk.sample_fused(torch.zeros(1, 8), *(torch.ones(1),) * 3, torch.zeros(1, dtype=torch.long),
+                        torch.zeros(1, dtype=torch.long), 16, groups=16)
 
 
 COMPILE_FOR_HOPPER = """
@@ -75,20 +93,22 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 from v2.models.kernels import sample as sk
 
-sig = {"logits_ptr": "*bf16", "seen_ptr": "*u8", "penalty_ptr": "*fp32", "temp_ptr": "*fp32", "top_k_ptr": "*i64",
-       "top_p_ptr": "*fp32", "seed_ptr": "*i64", "steps_ptr": "*i64", "ids_ptr": "*i64", "logprobs_ptr": "*fp32",
-       **{s: "i32" for s in ("s_logits", "s_seen", "s_pen", "s_temp", "s_k", "s_p", "s_seed", "s_steps")},
-       "vocab": "i32", "channel": "i32", "min_temperature": "fp32", "CHANNELS": "constexpr",
-       "HAS_PRESENCE": "constexpr", "BLOCK_V": "constexpr"}
-for presence, block in ((True, 2048), (False, 16)):  # a codebook (1025 tokens) and the stop head (2)
-    consts = {"CHANNELS": 13, "HAS_PRESENCE": presence, "BLOCK_V": block}
+sig = {"logits_ptr": "*bf16", "seen_ptr": "*u8", "penalty_ptr": "*fp32", "banned_ptr": "*u8", "allowed_ptr": "*u8",
+       "temp_ptr": "*fp32", "top_k_ptr": "*i64", "top_p_ptr": "*fp32", "seed_ptr": "*i64", "steps_ptr": "*i64",
+       "ids_ptr": "*i64", "logprobs_ptr": "*fp32",
+       **{s: "i32" for s in ("s_logits", "s_seen", "s_pen", "s_allowed", "s_temp", "s_k", "s_p", "s_seed", "s_steps")},
+       "vocab": "i32", "groups": "i32", "group": "i32", "stop_id": "i32", "min_temperature": "fp32",
+       "HAS_PRESENCE": "constexpr", "HAS_BANNED": "constexpr", "HAS_STOP": "constexpr", "BLOCK_V": "constexpr"}
+# a MOSS codebook (1025 tokens), its stop head (2), Qwen3-TTS's group 0 (3072: penalty, masks) and code group (2048)
+for presence, masks, block in ((True, False, 2048), (False, False, 16), (True, True, 4096), (False, False, 2048)):
+    consts = {"HAS_PRESENCE": presence, "HAS_BANNED": masks, "HAS_STOP": masks, "BLOCK_V": block}
     src = ASTSource(fn=sk._sample_kernel, signature=sig, constexprs=consts)
     print(len(compile(src, target=GPUTarget("cuda", 90, 32)).asm["cubin"]))
 """
 
 
 def test_kernel_compiles_for_hopper_without_a_gpu(hopper_compile):
-    assert [n > 0 for n in hopper_compile(COMPILE_FOR_HOPPER)] == [True, True]
+    assert [n > 0 for n in hopper_compile(COMPILE_FOR_HOPPER)] == [True] * 4
 
 
 @torch.no_grad()

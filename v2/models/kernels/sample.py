@@ -1,19 +1,21 @@
-"""Fused sampling kernel: one Triton program per row does a channel's whole draw.
+"""Fused sampling kernel: one Triton program per row does a code group's whole draw.
 
-Owns: `sample_fused`, the GPU form of `sampling.sample` with the repetition penalty and the Gumbel noise
-folded in: penalty -> temperature (or greedy) -> one stable descending sort of the row -> top-k (ties at
-the k-th value kept) -> top-p over the top-k distribution (the most likely token always kept) ->
-Gumbel-max with noise hash(seed, counter, token) -> the token and its logprob under the processed
-distribution. The eager path spends about two hundred small kernels on this per channel; a frame has
-thirteen channels, so on a GPU this is most of a frame step's launches.
+Owns: `sample_fused`, the GPU form of `sampling.sample` with the repetition penalty, the family's masks and
+the Gumbel noise folded in: penalty -> ids never drawn (`banned`) and a stop id only where allowed (`stop`)
+set to -inf -> temperature (or greedy) -> one stable descending sort of the row -> top-k (ties at the k-th
+value kept) -> top-p over the top-k distribution (the most likely token always kept) -> Gumbel-max with
+noise hash(seed, counter, token), counter = steps * groups + group -> the token and its logprob under the
+processed distribution. The eager path spends about two hundred small kernels on this per draw; a frame
+has one draw per code group (13 in MOSS-TTS-Local, 16 in Qwen3-TTS), so on a GPU this is most of a frame
+step's launches.
 
 The sort is one `tl.sort` of 48-bit keys (order-preserving float bits << 16 | (65535 - token)), which
 is a stable descending sort by value with ties in token order, as `torch.sort(stable=True)` gives. The
 draw happens in sorted order: the noise of a token is computed from its id, and ties of the noisy score
 go to the lowest id, as `argmax` does. Divisions are exact (`div_rn`) and the logarithms are libdevice's,
 so results equal `sampling.sample` up to the rounding of the top-p mass sums and of the exponentials.
-Must not know: the model, requests, the runtime. Vocabularies up to 4096 tokens: one program holds a
-row, and the compiler's time grows fast with the block (the codebooks have 1025).
+Must not know: the model, which family's groups these are, requests, the runtime. Vocabularies up to
+4096 tokens: one program holds a row, and the compiler's time grows fast with the block.
 """
 
 from __future__ import annotations
@@ -21,37 +23,50 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from v2.sampling_settings import MIN_TEMPERATURE
 from v2.models.kernels import tl, triton
-from v2.sampling_settings import CHANNELS, MIN_TEMPERATURE
 
 MAX_VOCAB = 4096
 
 
+def _unit_stride(x: Tensor) -> Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
 def sample_fused(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, seed: Tensor, steps: Tensor,
-                 channel: int, presence: Tensor | None = None, penalty: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                 group: int, presence: Tensor | None = None, penalty: Tensor | None = None, *, groups: int,
+                 banned: Tensor | None = None, stop: tuple[int, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """Draw one token per row: logits [B, V] (any float dtype; -inf = never), temperature/top_p [B] float32,
-    top_k [B] int64, seed/steps [B] int64 and the channel (the noise key: counter = steps * 13 + channel),
-    presence [B, V] bool and penalty [B] float32 (optional, the repetition penalty). Every [B] or [B, V]
-    argument may be a strided view (columns of the per-slot settings): nothing is copied.
-    Returns ids [B] int64 and logprobs [B] float32."""
+    top_k [B] int64, seed/steps [B] int64, the group and the frame's group count (the noise key: counter =
+    steps * groups + group), presence [B, V] bool and penalty [B] float32 (optional, the repetition penalty),
+    banned [V] bool (optional: ids never drawn), stop = (id, allowed [B] bool) (optional: the id is drawn only
+    where allowed). Every [B] or [B, V] argument may be a strided view (columns of the per-slot settings):
+    nothing is copied. Returns ids [B] int64 and logprobs [B] float32."""
     b, v = logits.shape
     if v > MAX_VOCAB:
         raise ValueError(f"sample_fused handles vocabularies up to {MAX_VOCAB} tokens, got {v}")
-    if logits.stride(-1) != 1:
-        logits = logits.contiguous()
+    if not 0 <= group < groups:
+        raise ValueError(f"sample_fused: group {group} outside the frame's {groups} groups")
+    if banned is not None and banned.shape != (v,):
+        raise ValueError(f"sample_fused: banned must be [{v}], got {tuple(banned.shape)}")
+    if stop is not None and not 0 <= stop[0] < v:
+        raise ValueError(f"sample_fused: stop id {stop[0]} outside the vocabulary of {v}")
+    logits = _unit_stride(logits)
     ids = torch.empty(b, dtype=torch.int64, device=logits.device)
     logprobs = torch.empty(b, dtype=torch.float32, device=logits.device)
     seen, pen = logits, temperature  # unused pointers without a penalty
     has_presence = presence is not None and penalty is not None
     if presence is not None and penalty is not None:
-        seen = (presence if presence.stride(-1) == 1 else presence.contiguous()).view(torch.uint8)
+        seen = _unit_stride(presence).view(torch.uint8)
         pen = penalty
+    never = logits if banned is None else _unit_stride(banned).view(torch.uint8)
+    stop_id, allowed = (0, logits) if stop is None else (stop[0], stop[1].view(torch.uint8))
     block = max(16, triton.next_power_of_2(v))
-    _sample_kernel[(b,)](logits, seen, pen, temperature, top_k, top_p, seed, steps, ids, logprobs,
-                         logits.stride(0), seen.stride(0), pen.stride(0), temperature.stride(0), top_k.stride(0),
-                         top_p.stride(0), seed.stride(0), steps.stride(0), v, channel, MIN_TEMPERATURE,
-                         CHANNELS=CHANNELS, HAS_PRESENCE=has_presence, BLOCK_V=block,
-                         num_warps=4 if block <= 2048 else 8)
+    _sample_kernel[(b,)](logits, seen, pen, never, allowed, temperature, top_k, top_p, seed, steps, ids, logprobs,
+                         logits.stride(0), seen.stride(0), pen.stride(0), allowed.stride(0), temperature.stride(0),
+                         top_k.stride(0), top_p.stride(0), seed.stride(0), steps.stride(0), v, groups, group,
+                         stop_id, MIN_TEMPERATURE, HAS_PRESENCE=has_presence, HAS_BANNED=banned is not None,
+                         HAS_STOP=stop is not None, BLOCK_V=block, num_warps=4 if block <= 2048 else 8)
     return ids, logprobs
 
 
@@ -75,9 +90,10 @@ if triton is not None:
         return h ^ (h >> 16)
 
     @triton.jit
-    def _sample_kernel(logits_ptr, seen_ptr, penalty_ptr, temp_ptr, top_k_ptr, top_p_ptr, seed_ptr, steps_ptr,
-                       ids_ptr, logprobs_ptr, s_logits, s_seen, s_pen, s_temp, s_k, s_p, s_seed, s_steps,
-                       vocab, channel, min_temperature, CHANNELS: tl.constexpr, HAS_PRESENCE: tl.constexpr,
+    def _sample_kernel(logits_ptr, seen_ptr, penalty_ptr, banned_ptr, allowed_ptr, temp_ptr, top_k_ptr, top_p_ptr,
+                       seed_ptr, steps_ptr, ids_ptr, logprobs_ptr, s_logits, s_seen, s_pen, s_allowed, s_temp, s_k,
+                       s_p, s_seed, s_steps, vocab, groups, group, stop_id, min_temperature,
+                       HAS_PRESENCE: tl.constexpr, HAS_BANNED: tl.constexpr, HAS_STOP: tl.constexpr,
                        BLOCK_V: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         tok = tl.arange(0, BLOCK_V)
@@ -87,6 +103,11 @@ if triton is not None:
             seen = tl.load(seen_ptr + row * s_seen + tok, mask=real, other=0) != 0
             p = tl.load(penalty_ptr + row * s_pen).to(tl.float32)
             x = tl.where(seen, tl.where(x < 0, x * p, tl.div_rn(x, p)), x)  # exact division, as torch's
+        if HAS_BANNED:
+            x = tl.where(tl.load(banned_ptr + tok, mask=real, other=0) != 0, float("-inf"), x)
+        if HAS_STOP:
+            blocked = tl.load(allowed_ptr + row * s_allowed) == 0
+            x = tl.where((tok == stop_id) & blocked, float("-inf"), x)
         temp = tl.load(temp_ptr + row * s_temp).to(tl.float32)
         greedy = temp < min_temperature
         z = tl.div_rn(x, tl.where(greedy, 1.0, temp))
@@ -117,7 +138,7 @@ if triton is not None:
 
         # Gumbel noise of each sorted token: MurmurHash3(seed lo, seed hi, counter, token)
         seed = tl.load(seed_ptr + row * s_seed)
-        counter = tl.load(steps_ptr + row * s_steps) * CHANNELS + channel  # as frame_noise keys it
+        counter = tl.load(steps_ptr + row * s_steps) * groups + group  # as sampling.gumbel_noise is keyed
         h = tl.zeros([1], tl.uint32)
         h = _mix(h, (seed & 0xFFFFFFFF).to(tl.uint32))
         h = _mix(h, ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32))

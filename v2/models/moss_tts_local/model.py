@@ -27,8 +27,9 @@ from v2.models.qwen3 import Qwen3Backbone
 from v2.models.kernels import inference_kernels, kernels_on
 from v2.models.kernels.layer_norm import embed_layer_norm_fused
 from v2.models.kernels.sample import sample_fused
-from v2.models.moss_tts_local.frame_sampler import FrameSampler
+from v2.models.frame_sampler import FrameSampler
 from v2.models.sampling import SamplingTensors, apply_repetition_penalty, frame_noise, sample
+from v2.sampling_settings import CHANNELS
 
 # one channel's draw: (settings, steps, channel, logits [B, V], presence [B, V] | None, full sort) -> ids, logprobs
 Draw = Callable[[SamplingTensors, Tensor, int, Tensor, "Tensor | None", bool], tuple[Tensor, Tensor]]
@@ -214,7 +215,7 @@ class MossTTSLocal(nn.Module):
 
     def _host_draw(self, s: SamplingTensors, steps: Tensor) -> Draw:
         """Channel draws through `FrameSampler` (the same draws as `_torch_draw`, at the top candidates)."""
-        sampler = FrameSampler(s, steps, self.cfg.codebook_size)
+        sampler = FrameSampler(s, steps, [2] + [self.cfg.codebook_size] * self.cfg.n_vq)
         penalized = bool((s.penalty != 1).any())  # a penalty of 1 changes no logit: skipped when every row has it
 
         def draw(s: SamplingTensors, steps: Tensor, ch: int, logits: Tensor, presence: Tensor | None,
@@ -229,4 +230,4 @@ class MossTTSLocal(nn.Module):
                     full: bool) -> tuple[Tensor, Tensor]:
         """One channel's draw in one kernel (penalty, processing, noise, Gumbel-max, logprob)."""
         return sample_fused(logits, s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch], s.seed, steps, ch,
-                            presence, None if presence is None else s.penalty[:, ch])
+                            presence, None if presence is None else s.penalty[:, ch], groups=CHANNELS)

@@ -25,7 +25,7 @@ from v2.models.kv_cache import Cache, KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.qwen3_tts.code_predictor import CodePredictor
 from v2.models.qwen3_tts.config import Qwen3TTSConfig
-from v2.models.qwen3_tts.sampling import Qwen3TTSSamplingTensors, choose_group0, draw_code, group0_mask
+from v2.models.qwen3_tts.sampling import FrameDraws, Qwen3TTSSamplingTensors, group0_mask
 from v2.models.qwen3_tts.speaker_encoder import SpeakerEncoder
 
 
@@ -172,13 +172,20 @@ class Qwen3TTS(nn.Module):
         h = out[torch.arange(out.shape[0], device=out.device), last]  # [B, H]
         return h, self.group0_logits(h)
 
+    def draws(self, s: Qwen3TTSSamplingTensors, frame: Tensor, *, groups: list[int] | None = None) -> FrameDraws:
+        """How frame `frame` [B]'s draws are made (`sampling.FrameDraws`); `groups`: the ones that will be drawn."""
+        return FrameDraws(s, frame, self.num_code_groups,
+                          (self.cfg.talker.vocab_size, self.cfg.code_predictor.codebook_size), groups=groups)
+
     def predict_codes(self, hidden: Tensor, c0: Tensor, s: Qwen3TTSSamplingTensors, frame: Tensor, *,
-                      valid: Tensor | None = None, cache: KVCache | None = None) -> CodeFrame:
+                      valid: Tensor | None = None, cache: KVCache | None = None,
+                      draws: FrameDraws | None = None) -> CodeFrame:
         """Complete frames: hidden [B, H] (the state group 0 was chosen from), c0 [B] group 0, frame [B] the
-        frame index (keys the noise). Codes for groups 1..G-1 come one after another."""
-        g = self.num_code_groups
-        sub, logits, logprobs = self.talker.code_predictor.predict(
-            hidden, self.embed_codec(c0), lambda grp, lg: draw_code(lg, s, frame, grp, g), cache=cache, valid=valid)
+        frame index (keys the noise). Codes for groups 1..G-1 come one after another (`draws`: made here
+        when not given)."""
+        d = draws or self.draws(s, frame, groups=list(range(1, self.num_code_groups)))
+        sub, logits, logprobs = self.talker.code_predictor.predict(hidden, self.embed_codec(c0), d.code, cache=cache,
+                                                                   valid=valid)
         return CodeFrame(torch.cat([c0[:, None].to(sub.dtype), sub], dim=1), logits, logprobs)
 
     def frame_step(self, hidden: Tensor, c0: Tensor, text_rows: Tensor, s: Qwen3TTSSamplingTensors,
@@ -198,11 +205,12 @@ class Qwen3TTS(nn.Module):
         return FrameStep(done, row, h, self.group0_logits(h))
 
     def choose(self, logits: Tensor, s: Qwen3TTSSamplingTensors, frame: Tensor, *, seen: Tensor | None,
-               allow_eos: Tensor) -> tuple[Tensor, Tensor]:
+               allow_eos: Tensor, draws: FrameDraws | None = None) -> tuple[Tensor, Tensor]:
         """Group 0 of frame `frame` [B]: the reference's rule (penalty over `seen` [B, V], EOS only where
         `allow_eos` [B], control ids suppressed) then the row's sampling. -> ids [B], logprobs [B]."""
-        return choose_group0(logits, s, frame, self.num_code_groups, seen=seen, allow_eos=allow_eos,
-                             eos=self.cfg.codec.eos, suppress=self.suppress_mask(logits.device))
+        d = draws or self.draws(s, frame, groups=[0])
+        return d.group0(logits, seen=seen, allow_eos=allow_eos, eos=self.cfg.codec.eos,
+                        suppress=self.suppress_mask(logits.device))
 
     # ----- teacher forcing -----------------------------------------------------------------------
     def code_predictor_teacher(self, hidden: Tensor, codes: Tensor) -> tuple[Tensor, Tensor]:

@@ -7,6 +7,9 @@ noise counters: group g of frame t is keyed by `t * G + g` (group 0 = the talker
 a row's draw depends only on its own logits, seed and frame, never on its batch. The distribution and
 Gumbel-max draw are v2/models/sampling.py's (`sample`), so a logprob is exact under the processed
 distribution the id was drawn from; temperature 0 is a point mass on the argmax (logprob 0).
+`FrameDraws` picks how a frame's draws are made (the shared frame samplers: the fused kernel where the
+kernels run, `FrameSampler` on a CPU batch whose rows all take the top-candidate path, `sample` otherwise):
+the same ids everywhere, and on a CPU the same logprobs bit for bit.
 Must not know: the model, requests, the runtime.
 """
 
@@ -18,6 +21,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from v2.models.frame_sampler import FrameSampler
+from v2.models.kernels import kernels_on
+from v2.models.kernels.sample import sample_fused
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.sampling import apply_repetition_penalty, gumbel_noise, sample
 from v2.sampling_settings import MIN_TEMPERATURE, SORT_WIDTH, HeadSampling
@@ -94,3 +100,60 @@ def draw_code(logits: Tensor, s: Qwen3TTSSamplingTensors, frame: Tensor, group: 
     """Group `group` (1..G-1) of frame `frame` [B] from the code predictor's raw logits [B, V]."""
     noise = gumbel_noise(s.seed, frame * num_groups + group, logits.shape[-1])
     return sample(logits, s.temperature[:, 1], s.top_k[:, 1], s.top_p[:, 1], noise, full=s.full_sort)
+
+
+@dataclass
+class GroupColumns:
+    """The settings of every group of a frame: temperature / top_k / top_p [B, G] (group 0: the talker's
+    column, groups 1..G-1: the code predictor's), seed [B] (`frame_sampler.GroupSettings`)."""
+
+    temperature: Tensor
+    top_k: Tensor
+    top_p: Tensor
+    seed: Tensor
+
+    @classmethod
+    def of(cls, s: Qwen3TTSSamplingTensors, num_groups: int) -> "GroupColumns":
+        cols = torch.tensor([0] + [1] * (num_groups - 1), device=s.seed.device)  # [G] group -> settings column
+        return cls(s.temperature[:, cols], s.top_k[:, cols], s.top_p[:, cols], s.seed)
+
+
+class FrameDraws:
+    """The draws of frame `frame` [B] for B rows: group 0 (`group0`) and groups 1..G-1 (`code`).
+
+    vocabs: group 0's vocabulary (the talker's) and the code predictor's; groups: the groups these draws
+    make (default all; the host sampler makes the frame's noise for those). Where the Triton kernels run each
+    draw is one fused launch (the rule's penalty and masks folded in); on a CPU batch whose rows need no
+    full sort, the host `FrameSampler`; elsewhere `sample` (the functions above)."""
+
+    def __init__(self, s: Qwen3TTSSamplingTensors, frame: Tensor, num_groups: int, vocabs: tuple[int, int], *,
+                 groups: list[int] | None = None) -> None:
+        self.s, self.frame, self.num_groups = s, frame, num_groups
+        self.fused = kernels_on(frame.device)
+        self.host: FrameSampler | None = None
+        if not self.fused and frame.device.type == "cpu" and not s.full_sort:
+            self.host = FrameSampler(GroupColumns.of(s, num_groups), frame, [vocabs[0]] + [vocabs[1]] * (num_groups - 1),
+                                     groups=groups, exact_logprobs=True)
+
+    def group0(self, logits: Tensor, *, seen: Tensor | None, allow_eos: Tensor, eos: int,
+               suppress: Tensor) -> tuple[Tensor, Tensor]:
+        """Group 0 from the talker's raw logits [B, V] (any float dtype): `choose_group0`'s rule and draw."""
+        s = self.s
+        if self.fused:
+            return sample_fused(logits, s.temperature[:, 0], s.top_k[:, 0], s.top_p[:, 0], s.seed, self.frame, 0,
+                                seen, None if seen is None else s.penalty, groups=self.num_groups, banned=suppress,
+                                stop=(eos, allow_eos))
+        if self.host is None:
+            return choose_group0(logits, s, self.frame, self.num_groups, seen=seen, allow_eos=allow_eos, eos=eos,
+                                 suppress=suppress)
+        return self.host.draw(0, group0_logits(logits, s, seen, allow_eos, eos, suppress))
+
+    def code(self, group: int, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """Group `group` (1..G-1) from the code predictor's raw logits [B, V] (any float dtype)."""
+        s = self.s
+        if self.fused:
+            return sample_fused(logits, s.temperature[:, 1], s.top_k[:, 1], s.top_p[:, 1], s.seed, self.frame, group,
+                                groups=self.num_groups)
+        if self.host is None:
+            return draw_code(logits.float(), s, self.frame, group, self.num_groups)
+        return self.host.draw(group, logits)

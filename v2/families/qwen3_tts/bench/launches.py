@@ -25,7 +25,7 @@ from v2.bench.launches import counted
 from v2.families.qwen3_tts.shapes import SHAPES
 from v2.models.qwen3_tts.config import Qwen3TTSConfig, Qwen3TTSSampling
 from v2.models.qwen3_tts.model import Qwen3TTS
-from v2.models.qwen3_tts.sampling import Qwen3TTSSamplingTensors, draw_code
+from v2.models.qwen3_tts.sampling import Qwen3TTSSamplingTensors
 from v2.models.weights import empty_model
 
 SIZES = {"1.7b": "qwen3_tts_12hz_1_7b.json", "0.6b": "qwen3_tts_12hz_0_6b.json"}
@@ -64,7 +64,7 @@ def _counted(fn: Callable[[], Any], use_kernels: bool) -> Counter[str]:
 def count(model: Qwen3TTS, bucket: int, context: int, use_kernels: bool) -> dict[str, Counter[str]]:
     """Launches of one frame step and of its pieces, each the model layer's own call: "step" (`frame_step` +
     `choose`), "predictor" (`predict_codes`: the code predictor with its G-1 draws), "draws" (those G-1
-    draws alone, `draw_code`), "choose" (group 0's rule and draw)."""
+    draws alone, `FrameDraws.code`), "choose" (group 0's rule and draw)."""
     x = _inputs(model, bucket, context)
     s, g = x["s"], model.num_code_groups
 
@@ -74,8 +74,9 @@ def count(model: Qwen3TTS, bucket: int, context: int, use_kernels: bool) -> dict
         model.choose(out.logits, s, x["after"], seen=x["seen"], allow_eos=x["valid"])
 
     def draws() -> None:
+        d = model.draws(s, x["frame"], groups=list(range(1, g)))
         for group in range(1, g):
-            draw_code(x["cp_logits"], s, x["frame"], group, g)
+            d.code(group, x["cp_logits"])
 
     return {"step": _counted(step, use_kernels), "draws": _counted(draws, use_kernels),
             "predictor": _counted(lambda: model.predict_codes(x["hidden"], x["c0"], s, x["frame"], valid=x["valid"],
