@@ -4,15 +4,17 @@ Owns: `SpeechParams`, what the server parses a body (or a WebSocket's config) in
 `POST /v1/audio/speech` fields (`model`, `input`, `voice`, `instructions`, `response_format`, `speed`,
 `stream_format`) and v2's documented extensions (designs/request_fields.md: `stream`, `seed`, the sampling
 knobs under their flat names, frame limits under ours and the peers' names, `language`, `ref_audio`,
-`ref_text`, `x_vector_only_mode`, `sample_rate`), strictly typed (a bool is not a number, `"7"` is not an
-int, unknown fields are refused); which of a value's two names the client used (`named`) and the value
-(`frame_limits`, refusing two different ones); `Resolved`, what the server made of the parts only it can
-resolve (the recording's bytes, which voice a name means, whether the answer streams, whether the text
-comes later); and `FamilyParams`, which each family gives as its bound family's `speech_params`:
-`request(params, resolved)` (its request's fields, which `Runtime.parse` / `Runtime.open` make typed),
-`fields` (its request fields, as a `RequestError.field` names them, -> the `SpeechParams` field each comes
-from: how a refusal names the client's parameter) and `takes` (the optional inputs it honours).
-`common_fields` / `COMMON_FIELDS`: those fields under v2's Python names, which a family may start from.
+`ref_text`, `x_vector_only_mode`, `sample_rate`, and `context`: earlier turns of a conversation, each a
+`ContextTurn`), strictly typed (a bool is not a number, `"7"` is not an int, unknown fields are refused);
+which of a value's two names the client used (`named`) and the value (`frame_limits`, refusing two
+different ones); `Resolved`, what the server made of the parts only it can resolve (the recording's bytes,
+which voice a name means, whether the answer streams, whether the text comes later, the context's turns
+with their audio read and their stored voices looked up: `ResolvedTurn`); and `FamilyParams`, which each
+family gives as its bound family's `speech_params`: `request(params, resolved)` (its request's fields, which
+`Runtime.parse` / `Runtime.open` make typed), `fields` (its request fields, as a `RequestError.field` names
+them, -> the `SpeechParams` field each comes from: how a refusal names the client's parameter) and `takes`
+(the optional inputs it honours). `common_fields` / `COMMON_FIELDS`: those fields under v2's Python names,
+which a family may start from.
 Must not know: HTTP status codes and routes, the runtime, any family.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from v2.errors import FieldError
 
@@ -32,6 +34,21 @@ TWO_NAMES = (("max_frames", "max_new_tokens"), ("min_frames", "min_new_tokens"))
 class VoiceId(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
     id: str
+
+
+class ContextTurn(BaseModel):
+    """An earlier turn of the conversation (`context`): who spoke, what, and how it sounded. What a turn must
+    hold (text or its ids, a speaker of the family's) is the family's to check; the server reads `audio` and
+    looks up `voice`."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    speaker: int | str | None = Field(None, description="who spoke it: one of the model's speakers (an id or a name)")
+    text: str | None = Field(None, description="what was said")
+    text_ids: list[int] | None = Field(None, description="what was said as the model's token ids (instead of text)")
+    audio: str | None = Field(None, description="how it sounded: an audio file as ref_audio takes it (base64, a "
+                              "base64 data URL, or file:// inside the allowed folder)")
+    voice: str | None = Field(None, description="a stored voice: its transcript and recording are the turn's text "
+                              "and audio (with speaker only)")
 
 
 class SpeechParams(BaseModel):
@@ -60,6 +77,9 @@ class SpeechParams(BaseModel):
     ref_text: str | None = None
     x_vector_only_mode: bool | None = None  # vllm-omni's name: clone from the speaker embedding alone
     sample_rate: int | None = None
+    context: list[ContextTurn] | None = Field(None, description=(
+        "earlier turns of the conversation, oldest first, before the turn `input` speaks (a model that takes no "
+        "context refuses it naming `context`)"))
 
     def voice_name(self) -> str | None:
         """`voice` as a name (`{"id": name}` is OpenAI's other spelling)."""
@@ -87,6 +107,19 @@ class SpeechParams(BaseModel):
 
 
 @dataclass(frozen=True)
+class ResolvedTurn:
+    """A context turn as the server resolved it: `audio` the recording's file bytes (read as `ref_audio` is),
+    or `codes` its frames (a stored voice's, or an utterance the same WebSocket session spoke); a stored
+    voice's transcript as `text`."""
+
+    speaker: int | str | None = None
+    text: str | None = None
+    text_ids: tuple[int, ...] | None = None
+    audio: bytes | None = None
+    codes: Any = None                     # int [frames, codebooks] (numpy), when known
+
+
+@dataclass(frozen=True)
 class Resolved:
     """What the server resolved of a request for its family: what only it can (files, its voice book, the
     transport)."""
@@ -96,6 +129,7 @@ class Resolved:
     voice: str | None = None              # `voice` names a stored voice
     speaker: str | None = None            # `voice` names a built-in speaker of the checkpoint (as it spells it)
     text_later: bool = False              # an open request: the text arrives in pieces, none now
+    context: tuple[ResolvedTurn, ...] | None = None  # earlier turns, oldest first (None: no context given)
 
 
 @dataclass(frozen=True)
@@ -104,7 +138,8 @@ class FamilyParams:
 
     request: Callable[[SpeechParams, Resolved], dict[str, Any]]  # -> the fields of its request
     fields: Mapping[str, str]  # its request fields (a RequestError's `field`) -> the SpeechParams field
-    takes: frozenset[str]      # of `ref_audio`, `x_vector_only_mode`, `voice` (a stored voice or a speaker): those it honours
+    takes: frozenset[str]      # of `ref_audio`, `x_vector_only_mode`, `voice` (a stored voice or a speaker),
+                               # `context` (earlier turns, each with file bytes or codes): those it honours
 
 
 COMMON_FIELDS: dict[str, str] = {

@@ -118,6 +118,9 @@ BAD: dict[str, st.SearchStrategy] = {
                                     st.booleans().map(lambda b: {"x_vector_only_mode": b, "ref_audio": _wav()})),
     "sample_rate": _one("sample_rate", _bad(st.integers(-2**40, 2**40).filter(lambda r: r not in RATES["mp3"]),
                                             _int)),
+    # MOSS-TTS-Local takes no context: any value is refused naming it (a well-formed one as unsupported)
+    "context": _one("context", st.one_of(JSON, st.lists(st.fixed_dictionaries({"text": st.text(max_size=8)}, optional={
+        "speaker": st.integers(0, 3), "audio": st.just(_wav())}), max_size=2))),
 }
 
 

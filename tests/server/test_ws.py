@@ -215,3 +215,31 @@ def test_a_client_that_leaves_mid_sentence_frees_everything(live):
 
     asyncio.run(go())
     wait_idle(shared_runtime(), timeout=30)
+
+
+def test_a_family_without_a_conversation_refuses_context_and_behaves_as_before(live):
+    """MOSS-TTS-Local takes no `context`: a config with it and `context.append` are refused naming them; after
+    an utterance, the next one speaks exactly as alone (nothing of the first becomes context)."""
+    async def go():
+        async with connect(ws_url(live)) as ws:
+            answers = []
+            await ws.send(json.dumps({**CONFIG, "response_format": "pcm", "context": [{"text": "Hi."}]}))
+            answers.append(await recv_json(ws))
+            await ws.send(json.dumps({**CONFIG, "response_format": "pcm", "stream_audio": True}))
+            assert (await recv_json(ws))["type"] == "session.ready"
+            await ws.send(json.dumps({"type": "context.append", "text": "Hi."}))
+            answers.append(await recv_json(ws))
+            spoken = []
+            for text in ("First one.", "Second one."):
+                await ws.send(json.dumps({"type": "input.text", "text": text}))
+                await ws.send(json.dumps({"type": "input.done"}))
+                spoken.append(b"".join((await utterance(ws))[1]))
+            return answers, spoken
+
+    answers, spoken = asyncio.run(go())
+    assert [(a["type"], a["param"], a["code"]) for a in answers] == [("error", "context", "unsupported"),
+                                                                      ("error", "type", "unsupported")], answers
+    ref = reference("Second one.")
+    want = soxr.resample(ref.audio.mean(axis=0), ref.sample_rate, 24000, "HQ")
+    assert np.array_equal(np.frombuffer(spoken[1], "<i2"), to_s16(want))
+    wait_idle(shared_runtime())

@@ -1,7 +1,8 @@
 """`/v1/audio/speech/stream` with one Qwen3-TTS session on the tiny card: `voice` names the checkpoint's
 speaker, the text is fed as it arrives (this family's trailing text rows: one segment, so one sentence
 message for the utterance), and the pcm is the runtime's own open request for the same text and seed,
-sample for sample (24 kHz mono, no resampling); a second utterance on the same connection too."""
+sample for sample (24 kHz mono, no resampling); a second utterance on the same connection too. It takes no
+conversation context: `context` and `context.append` are refused naming them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import random
 from typing import Any, Iterator
 
+import httpx
 import numpy as np
 import pytest
 from websockets.asyncio.client import connect
@@ -96,3 +98,26 @@ def test_a_refused_config_names_the_http_parameter(qlive):
 
     err = asyncio.run(go())
     assert err["type"] == "error" and err["param"] == "temperature", err
+
+
+def test_qwen3_takes_no_context_and_says_so_naming_it(qlive):
+    """Over HTTP and over the WebSocket (its config and `context.append`): refused naming `context` / `type`,
+    and the session goes on."""
+    _, url = qlive
+    turn = {"speaker": 0, "text": "Hi."}
+    r = httpx.post(url.replace("ws://", "http://").replace("/v1/audio/speech/stream", "/v1/audio/speech"),
+                   json={"input": "Hello.", "context": [turn], "response_format": "pcm"}, timeout=60)
+    assert r.status_code == 400 and (r.json()["error"]["param"], r.json()["error"]["code"]) == ("context", "unsupported")
+
+    async def go() -> list[dict]:
+        async with connect(url) as ws:
+            await ws.send(json.dumps({**CONFIG, "context": [turn]}))
+            refused = json.loads(await asyncio.wait_for(ws.recv(), 60))
+            await ws.send(json.dumps(CONFIG))
+            assert json.loads(await asyncio.wait_for(ws.recv(), 60))["type"] == "session.ready"
+            await ws.send(json.dumps({"type": "context.append", **turn}))
+            return [refused, json.loads(await asyncio.wait_for(ws.recv(), 60))]
+
+    answers = asyncio.run(go())
+    assert [(a["type"], a["param"], a["code"]) for a in answers] == [("error", "context", "unsupported"),
+                                                                      ("error", "type", "unsupported")], answers

@@ -15,9 +15,9 @@ from hypothesis import given, settings, strategies as st
 
 import v2
 from v2.errors import FieldError, RequestError
-from v2.params import FamilyParams, Resolved, SpeechParams
+from v2.params import FamilyParams, Resolved, ResolvedTurn, SpeechParams
 from v2.server.errors import ApiError, runtime_field_error
-from v2.server.schema import Limits, param_names, plan
+from v2.server.schema import Limits, param_names, parse_body, plan, resolved
 
 FAMILIES = ("moss_tts_local", "qwen3_tts")
 V2 = Path(v2.__file__).parent
@@ -102,7 +102,7 @@ def test_the_family_object_gives_its_mapping(family):
     classes = [c for c in vars(module).values() if isinstance(c, type) and getattr(c, "speech_params", None)]
     assert [c.speech_params for c in classes] == [mapping(family)]
     assert set(mapping(family).fields.values()) <= set(SpeechParams.model_fields)
-    assert mapping(family).takes <= {"ref_audio", "x_vector_only_mode", "voice"}
+    assert mapping(family).takes <= {"ref_audio", "x_vector_only_mode", "voice", "context"}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -167,9 +167,55 @@ def test_an_input_a_family_does_not_take_is_refused_before_it_maps():
     assert fields["x_vector_only"] is True and fields["reference_audio"] == b"RIFF"
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_without_a_conversation_refuses_context_naming_it(family):
+    assert "context" not in mapping(family).takes
+    for context in ([], [{"text": "Hi."}], [{"speaker": 0, "text": "Hi.", "audio": "UklGRg=="}]):
+        body = SpeechParams.model_validate({"input": "hi", "context": context})
+        with pytest.raises(ApiError) as e:
+            plan(body, Limits(("tts-1",)), native_rate=24000, native_channels=1, takes=mapping(family).takes)
+        assert (e.value.param, e.value.code) == ("context", "unsupported")
+        assert e.value.message.startswith("context: ")
+
+
+def test_context_turns_are_planned_resolved_and_named_in_the_client_s_terms():
+    body = SpeechParams.model_validate({"input": "hi", "context": [
+        {"speaker": 1, "text": "Hi.", "audio": "data:audio/wav;base64,UklGRg=="}, {"speaker": "0", "voice": "host"},
+        {"text_ids": [5, 6]}]})
+    p = plan(body, Limits(("tts-1",)), native_rate=24000, native_channels=1, takes={"context"})
+    looked: list[tuple[str, str]] = []
+    given = resolved(p, {}, stored=lambda name, where: looked.append((name, where)) or ([[1, 2]], "Welcome."))
+    assert looked == [("host", "context[1].voice")]
+    assert given.context == (ResolvedTurn(1, "Hi.", None, b"RIFF"), ResolvedTurn("0", "Welcome.", None, None, [[1, 2]]),
+                             ResolvedTurn(None, None, (5, 6)))
+    with pytest.raises(ApiError) as e:
+        resolved(p, {})  # a stored voice needs a lookup
+    assert (e.value.param, e.value.message.split(":")[0]) == ("context", "context[1].voice")
+    for bad, where in (({"voice": "host", "text": "x"}, "context[0].voice"), ({"audio": "%%"}, "context[0].audio"),
+                       ({"audio": "file:///etc/passwd"}, "context[0].audio")):
+        with pytest.raises(ApiError) as e:
+            plan(SpeechParams.model_validate({"input": "hi", "context": [bad]}), Limits(("tts-1",)),
+                 native_rate=24000, native_channels=1, takes={"context"})
+        assert (e.value.param, e.value.message.split(":")[0]) == ("context", where)
+    with pytest.raises(ApiError) as e:
+        parse_body({"input": "hi", "context": [{"text": "Hi."}, {"speaker": 1.5}]})
+    assert (e.value.param, e.value.message.split(":")[0]) == ("context", "context[1].speaker")
+
+
+def test_a_refusal_inside_a_turn_keeps_its_path():
+    names = {"context.audio": "context", "context.speaker": "context", "sampling.audio.temperature": "temperature"}
+    err = runtime_field_error(RequestError("context.0.speaker: must be >= 0", field="context.speaker"), names)
+    assert (err.param, err.message) == ("context", "context.0.speaker: must be >= 0")
+    err = runtime_field_error(RequestError("context.audio: too short", field="context.audio"), names)
+    assert (err.param, err.message) == ("context", "context.audio: too short")
+    err = runtime_field_error(RequestError("sampling.audio.temperature: too hot", field="sampling.audio.temperature"),
+                              names)
+    assert (err.param, err.message) == ("temperature", "temperature: too hot")  # a field under another name
+
+
 # ----- no family outside its package ----------------------------------------------------------------------
 def test_the_server_and_the_shared_request_layer_name_no_family():
     shared = [V2 / "params.py", V2 / "errors.py", V2 / "recording.py", V2 / "fields.py", *sorted((V2 / "server").glob("*.py"))]
-    named = [f.name for f in shared if re.search(r"moss|qwen|families\.", f.read_text(), re.IGNORECASE)]
+    named = [f.name for f in shared if re.search(r"moss|qwen|csm|families\.", f.read_text(), re.IGNORECASE)]
     assert named == []
     assert not (V2 / "request.py").exists()  # a family's request lives in its package

@@ -3,8 +3,9 @@
 Owns: `ApiError` (what a route raises), the JSON body and response, and mapping a family's field errors onto
 the parameter a client sent: by the error's `field` (`RequestError.field`, a request field's dotted name)
 through the table the family gives (`FamilyParams.fields`, in the client's names: schema.py `param_names`);
-the message's leading field name is put in the client's terms too. A field the table does not hold (or
-None) names no parameter.
+the message's leading field name is put in the client's terms too, except a field inside the parameter
+(`context.audio` under `context`, or `context.0.speaker` with its index), whose path already is. A field the
+table does not hold (or None) names no parameter.
 Must not know: FastAPI routes, the runtime object, audio, any family's fields.
 """
 
@@ -47,7 +48,9 @@ def runtime_field_error(error: RequestError, names: Mapping[str, str] | None = N
     names = {**(names or {}), **(aliases or {})}
     param = None if field is None else names.get(field)
     message = str(error)
-    if param is not None and field is not None:
+    # a field inside the parameter (`context.audio`, or `context.0.speaker` with its index): the path says more
+    inside = field is not None and param is not None and field.startswith(param + ".")
+    if param is not None and field is not None and not (inside and message.startswith(param + ".")):
         message = param + message[len(field):] if message.startswith(field) else f"{param}: {message}"
     return ApiError(400, _client_names(message, names), param=param, code="invalid_value")
 

@@ -4,13 +4,15 @@ Owns: `SpeechBody` (the body of `POST /v1/audio/speech`: `v2.params.SpeechParams
 peers' extensions, strictly typed), the checks that belong to HTTP (model name, input length, speed, format
 and rate, streaming mode: every format streams unless `stream: false`, one value under two names, reference
 audio sources, an input the family does not take), and `plan()`: a `SpeechPlan` holding the parsed params,
-the reference recording's bytes, the output spec and how to answer; `resolved()` (what the server resolved,
-for the family's mapping), `family_params(runtime)` (how the runtime's family takes `SpeechParams`: it maps
+the reference recording's bytes, the context turns' recordings (`context`: each turn's `audio` read as
+`ref_audio` is; a turn with a stored `voice` takes nothing else but its speaker), the output spec and how to
+answer; `resolved()` (what the server resolved, for the family's mapping: a context turn's stored voice
+becomes its transcript and codes through the caller's lookup), `family_params(runtime)` (how the runtime's family takes `SpeechParams`: it maps
 them onto its request and names its fields' parameters) and `param_names` (its field table in the names the
 client sent). The server never builds a family's request itself.
 Reference audio is read from base64 or a data URL; a `file://` path only inside the allow-listed folder, a
 regular file read only up to the cap (every path that cannot be one, NUL bytes, overlong names and symlink
-loops included, is a 400 naming `ref_audio`); never a URL on the network.
+loops included, is a 400 naming `ref_audio`, or `context` for a turn's audio); never a URL on the network.
 Must not know: FastAPI, the engine, handles, encoders beyond their spec, any family or its request fields.
 """
 
@@ -22,13 +24,13 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
 
 from v2.errors import FieldError
-from v2.params import FamilyParams, Resolved, SpeechParams
+from v2.params import ContextTurn, FamilyParams, Resolved, ResolvedTurn, SpeechParams
 from v2.server.audio import OutputSpec, output_spec
 from v2.server.errors import ApiError
 
@@ -56,6 +58,12 @@ class SpeechPlan:
     spec: OutputSpec
     streaming: bool
     sse: bool
+    context: tuple[tuple[ContextTurn, bytes | None], ...] | None = None  # each turn, with its recording's bytes
+
+
+StoredTurn = Callable[[str, str], tuple[Any, str]]
+"""A context turn's stored voice (name, where in the body) -> (its codes, its transcript); refuses an
+ApiError naming `context` (voices.py `VoiceBook.turn_voice`)."""
 
 
 def parse_body(raw: dict[str, Any]) -> SpeechParams:
@@ -65,7 +73,19 @@ def parse_body(raw: dict[str, Any]) -> SpeechParams:
         err = e.errors()[0]
         param = ".".join(str(x) for x in err["loc"]) or None
         param = param.split(".")[0] if param else None
-        raise ApiError(400, f"{param or 'body'}: {err['msg']}", param=param, code="invalid_value") from None
+        where = _turn_path(err["loc"]) if param == "context" else param
+        raise ApiError(400, f"{where or 'body'}: {err['msg']}", param=param, code="invalid_value") from None
+
+
+def _turn_path(loc: tuple[Any, ...]) -> str:
+    """A pydantic location inside `context` as the client writes it: `context[1].speaker` (union tags left out)."""
+    path = "context"
+    for x in loc[1:]:
+        if isinstance(x, int):
+            path += f"[{x}]"
+        elif x in ContextTurn.model_fields:
+            path += f".{x}"
+    return path
 
 
 def runtime_supports(field: str) -> bool:
@@ -89,12 +109,33 @@ def param_names(family: FamilyParams, params: SpeechParams) -> dict[str, str]:
     return {field: params.named(param) for field, param in family.fields.items()}
 
 
-def resolved(p: SpeechPlan, voice: Mapping[str, str], *, stream: bool | None = None,
-             text_later: bool = False) -> Resolved:
+def resolved(p: SpeechPlan, voice: Mapping[str, str], *, stream: bool | None = None, text_later: bool = False,
+             stored: StoredTurn | None = None) -> Resolved:
     """What the family's mapping takes besides the params. `voice`: the voice book's answer for the plan's
-    voice ({"speaker": name}, {"voice": name} or {}); `stream`: whether the audio streams (default: as planned)."""
+    voice ({"speaker": name}, {"voice": name} or {}); `stream`: whether the audio streams (default: as planned);
+    `stored`: how a context turn's stored voice is looked up (needed when a turn names one)."""
     return Resolved(stream=p.streaming if stream is None else stream, reference_audio=p.reference,
-                    voice=voice.get("voice"), speaker=voice.get("speaker"), text_later=text_later)
+                    voice=voice.get("voice"), speaker=voice.get("speaker"), text_later=text_later,
+                    context=context_turns(p.context, stored))
+
+
+def context_turns(turns: tuple[tuple[ContextTurn, bytes | None], ...] | None,
+                  stored: StoredTurn | None) -> tuple[ResolvedTurn, ...] | None:
+    """The planned context turns as the family takes them: a stored voice's transcript and codes in place of
+    its name (looked up through `stored`)."""
+    if turns is None:
+        return None
+    out = []
+    for i, (turn, audio) in enumerate(turns):
+        text, codes = turn.text, None
+        if turn.voice is not None:
+            if stored is None:
+                raise ApiError(400, f"context[{i}].voice: this server looks up no stored voices", param="context",
+                               code="unsupported")
+            codes, text = stored(turn.voice, f"context[{i}].voice")
+        ids = None if turn.text_ids is None else tuple(turn.text_ids)
+        out.append(ResolvedTurn(turn.speaker, text, ids, audio, codes))
+    return tuple(out)
 
 
 def plan(body: SpeechParams, limits: Limits, *, native_rate: int, native_channels: int,
@@ -120,7 +161,8 @@ def plan(body: SpeechParams, limits: Limits, *, native_rate: int, native_channel
         body.frame_limits()  # ours and the peers' name for one value: two different values are refused
     except FieldError as e:
         raise ApiError(400, str(e), param=e.field, code="invalid_value") from None
-    return SpeechPlan(body, _reference(body, limits, takes), body.voice_name(), spec, streaming, sse)
+    return SpeechPlan(body, _reference(body, limits, takes), body.voice_name(), spec, streaming, sse,
+                      _context(body, limits, takes))
 
 
 def _takes(takes: Collection[str] | None, name: str) -> bool:
@@ -142,63 +184,89 @@ def _reference(body: SpeechParams, limits: Limits, takes: Collection[str] | None
     return data
 
 
-def read_reference(value: str, allowed: Path | None, max_bytes: int = 16 * 2**20) -> bytes:
+def _context(body: SpeechParams, limits: Limits,
+             takes: Collection[str] | None) -> tuple[tuple[ContextTurn, bytes | None], ...] | None:
+    """Each context turn with its recording read (as `ref_audio` is); a stored voice is the turn's text and
+    audio, so it goes with nothing but the speaker. Refusals name `context` (the message: which turn)."""
+    if body.context is None:
+        return None
+    if not _takes(takes, "context"):
+        raise ApiError(400, "context: this model takes no conversation context (earlier turns); omit it",
+                       param="context", code="unsupported")
+    return tuple((turn, read_turn(turn, limits, where=f"context[{i}].", param="context"))
+                 for i, turn in enumerate(body.context))
+
+
+def read_turn(turn: ContextTurn, limits: Limits, *, where: str = "", param: str | None = None) -> bytes | None:
+    """A context turn's recording, read as `ref_audio` is; a stored voice is the turn's text and audio, so it
+    goes with nothing but the speaker. Refusals name `param` (default: the turn's field), the message the
+    field at `where` (e.g. `context[1].audio`)."""
+    if turn.voice is not None and (turn.text is not None or turn.text_ids is not None or turn.audio is not None):
+        raise ApiError(400, f"{where}voice: a stored voice is the turn's text and audio; give voice alone (with its "
+                       "speaker), or text with audio", param=param or "voice", code="invalid_value")
+    if turn.audio is None:
+        return None
+    return read_reference(turn.audio, limits.allowed_media_path, limits.max_reference_bytes, name=f"{where}audio",
+                          param=param or "audio")
+
+
+def read_reference(value: str, allowed: Path | None, max_bytes: int = 16 * 2**20, *, name: str = "ref_audio",
+                   param: str = "ref_audio") -> bytes:
     """The bytes of a reference audio file from base64, a base64 data URL, or an allow-listed `file://` path
-    (a regular file of at most `max_bytes`; every path that cannot be one is a 400 naming `ref_audio`)."""
+    (a regular file of at most `max_bytes`; every path that cannot be one is a 400 naming `param`, its message
+    starting with `name`)."""
     if value.startswith("data:"):
         head, sep, data = value.partition(",")
         if not sep or not head.endswith(";base64"):
-            raise ApiError(400, "ref_audio: a data URL must be base64 (data:audio/wav;base64,...)", param="ref_audio",
-                           code="invalid_value")
-        return _b64(data)
+            raise _bad(name, "a data URL must be base64 (data:audio/wav;base64,...)", param)
+        return _b64(data, name, param)
     if value.startswith("file://"):
-        return _local(value, allowed, max_bytes)
+        return _local(value, allowed, max_bytes, name, param)
     if "://" in value[:16]:
-        raise ApiError(400, "ref_audio: URLs are not fetched; send base64 or a data URL", param="ref_audio",
-                       code="invalid_value")
-    return _b64(value)
+        raise _bad(name, "URLs are not fetched; send base64 or a data URL", param)
+    return _b64(value, name, param)
 
 
-def _b64(data: str) -> bytes:
+def _bad(name: str, why: str, param: str, code: str = "invalid_value") -> ApiError:
+    return ApiError(400, f"{name}: {why}", param=param, code=code)
+
+
+def _b64(data: str, name: str, param: str) -> bytes:
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raise ApiError(400, "ref_audio: not valid base64", param="ref_audio", code="invalid_value") from None
+        raise _bad(name, "not valid base64", param) from None
     if not raw:
-        raise ApiError(400, "ref_audio: empty", param="ref_audio", code="invalid_value")
+        raise _bad(name, "empty", param)
     return raw
 
 
-def _local(url: str, allowed: Path | None, max_bytes: int) -> bytes:
+def _local(url: str, allowed: Path | None, max_bytes: int, name: str, param: str) -> bytes:
     if allowed is None:
-        raise ApiError(400, "ref_audio: file:// is off on this server (see --allowed-local-media-path)",
-                       param="ref_audio", code="invalid_value")
+        raise _bad(name, "file:// is off on this server (see --allowed-local-media-path)", param)
     try:  # a NUL byte (ValueError), a name too long (OSError), a symlink loop (RuntimeError)
         path = Path(unquote(urlparse(url).path)).resolve()
         inside = path.is_relative_to(allowed.resolve()) and path.is_file()
     except (OSError, ValueError, RuntimeError) as e:
-        raise ApiError(400, f"ref_audio: not a usable file path ({_reason(e)})", param="ref_audio",
-                       code="invalid_value") from None
+        raise _bad(name, f"not a usable file path ({_reason(e)})", param) from None
     if not inside:
-        raise ApiError(400, "ref_audio: not a file inside the allowed folder", param="ref_audio", code="invalid_value")
+        raise _bad(name, "not a file inside the allowed folder", param)
     try:  # no blocking on a FIFO swapped in since the check, no symlink swapped in as the last part
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
-        raise ApiError(400, f"ref_audio: cannot open the file ({_reason(e)})", param="ref_audio",
-                       code="invalid_value") from None
+        raise _bad(name, f"cannot open the file ({_reason(e)})", param) from None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         if not stat.S_ISREG(info.st_mode):
-            raise ApiError(400, "ref_audio: not a regular file", param="ref_audio", code="invalid_value")
+            raise _bad(name, "not a regular file", param)
         if info.st_size > max_bytes:
-            raise ApiError(400, f"ref_audio: the file is {info.st_size} bytes, over the limit of {max_bytes}",
-                           param="ref_audio", code="reference_too_large")
+            raise _bad(name, f"the file is {info.st_size} bytes, over the limit of {max_bytes}", param,
+                       "reference_too_large")
         data = f.read(max_bytes + 1)  # the file may have grown since fstat
     if len(data) > max_bytes:
-        raise ApiError(400, f"ref_audio: the file is over the limit of {max_bytes} bytes", param="ref_audio",
-                       code="reference_too_large")
+        raise _bad(name, f"the file is over the limit of {max_bytes} bytes", param, "reference_too_large")
     if not data:
-        raise ApiError(400, "ref_audio: the file is empty", param="ref_audio", code="invalid_value")
+        raise _bad(name, "the file is empty", param)
     return data
 
 

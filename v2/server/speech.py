@@ -3,12 +3,12 @@
 Owns: reading the body (JSON only: 415 otherwise; 400 for malformed JSON, or JSON too deep or with too many
 members, refused before it is parsed: jsonbody.py), then in a worker thread (the event loop never waits on
 parsing, reference audio or the runtime) planning it (schema.py), resolving the voice (a speaker of the
-checkpoint, a stored voice, or an OpenAI name: voices.py), having the family map the params onto its
-request's fields (`FamilyParams.request`), the runtime parse them into its typed request and submitting that,
-mapping refusals (a `RequestError` -> 400 naming the OpenAI param by its `field` through the family's
-table, overload -> 429 with Retry-After, a closed runtime -> 503), recording every request's result in the metrics, and choosing the response: a watched stream (every
-format, unless `stream: false`) or the whole file with its Content-Length, rate, channels and timings in
-headers.
+checkpoint, a stored voice, or an OpenAI name; a context turn's stored voice: voices.py), having the family
+map the params onto its request's fields (`FamilyParams.request`), the runtime parse them into its typed
+request and submitting that, mapping refusals (a `RequestError` -> 400 naming the OpenAI param by its
+`field` through the family's table, overload -> 429 with Retry-After, a closed runtime -> 503), recording
+every request's result in the metrics, and choosing the response: a watched stream (every format, unless
+`stream: false`) or the whole file with its Content-Length, rate, channels and timings in headers.
 Must not know: the engine's internals, how formats are encoded (audio.py), how bodies stream (streaming.py).
 """
 
@@ -46,7 +46,8 @@ def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan,
     p = plan(parse_body(_read_json(raw, content_type)), st.config.limits(), native_rate=st.native_rate,
              native_channels=st.native_channels, takes=family.takes)
     encoder = audio.make_encoder(p.spec, st.native_rate, st.native_channels, streaming=True) if p.streaming else None
-    given = resolved(p, st.voices.voice_fields(p.voice))  # + a speaker, a stored voice, or neither
+    # + a speaker, a stored voice, or neither; a context turn's stored voice as its codes and transcript
+    given = resolved(p, st.voices.voice_fields(p.voice), stored=st.voices.turn_voice)
     try:
         handle = st.runtime.submit(st.runtime.parse(family.request(p.params, given)))  # the family's typed request
     except RequestError as e:

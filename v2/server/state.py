@@ -2,9 +2,9 @@
 
 Owns: the served model names (the card's name, `--served-model-name`, OpenAI's model names as aliases), the
 API key, the origins allowed besides the server's own, body and input limits, the reference-audio folder
-allow-list, Retry-After, whether the weights are seeded noise (`seeded_noise`: from the card's `seeded`
-weight sources unless told), and the state object routes reach through `request.app.state.server`: the
-runtime, metrics, voice book, draining flag.
+allow-list, Retry-After, a WebSocket conversation's caps (turns, seconds of audio), whether the weights are
+seeded noise (`seeded_noise`: from the card's `seeded` weight sources unless told), and the state object
+routes reach through `request.app.state.server`: the runtime, metrics, voice book, draining flag.
 Must not know: routes, encoders, the engine's internals.
 """
 
@@ -31,6 +31,8 @@ class ServerConfig:
     retry_after_s: int = 1                       # Retry-After on a 429
     allowed_origins: tuple[str, ...] = ()        # origins besides the server's own that may POST/DELETE ("*": any)
     seeded_noise: bool | None = None             # the weights are seeded (noise); None: as the card says
+    conversation_turns: int = 16                 # a WebSocket conversation's context: at most this many turns
+    conversation_seconds: float = 120.0          # and this much of their audio (the oldest turns are dropped)
 
     @classmethod
     def for_card(cls, card_name: str, *, served_names: list[str] | None = None, openai_aliases: bool = True,

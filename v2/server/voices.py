@@ -6,8 +6,9 @@ checkpoint's built-in speakers (`rt.speakers`, empty for a family without them);
 /v1/audio/voices` (speakers, stored ones, then OpenAI's built-in names, which speak with the card's default
 voice unless a stored voice has that name); resolving a request's `voice` (a speaker's name, any case, is
 the `speaker` field; else a stored voice; else an OpenAI name; else a 400 whose message lists the stored
-voices and the speakers apart); adding (a taken name, or a speaker's, is a
-409 unless replacing a stored one) and removing. Every call may touch disk: run them off the event loop.
+voices and the speakers apart); a context turn's stored voice (`turn_voice`: its codes and transcript, the
+turn's audio and text); adding (a taken name, or a speaker's, is a 409 unless replacing a stored one) and
+removing. Every call may touch disk: run them off the event loop.
 Must not know: HTTP, FastAPI, audio encoding.
 """
 
@@ -81,6 +82,29 @@ class VoiceBook:
         if voice in OPENAI_VOICES:
             return None
         raise ApiError(400, self.unknown_voice_message(voice), param="voice", code="voice_not_found")
+
+    def turn_voice(self, name: str, where: str) -> tuple[Any, str]:
+        """A context turn's stored voice (`where`: the turn's place in the request, e.g. `context[1].voice`) ->
+        (its codes, its transcript): the turn's audio and text. Refused naming `context`: no store, no such
+        voice (the stored names listed), a voice stored without its transcript."""
+        store = self.store
+        if store is None:
+            raise ApiError(400, f"{where}: {name!r} is not a voice here; this runtime has no voice store",
+                           param="context", code="voice_not_found")
+        try:
+            voice = store.get(name)
+        except (KeyError, LookupError, ValueError):
+            voice = None
+        if voice is None:
+            stored = self.stored_names()
+            raise ApiError(400, f"{where}: no stored voice named {name!r} "
+                           f"({'stored: ' + ', '.join(stored) if stored else 'none stored'})", param="context",
+                           code="voice_not_found")
+        if not voice.text:
+            raise ApiError(400, f"{where}: the stored voice {name!r} has no transcript, and a turn is what was said "
+                           "as well as how it sounded (store it with its text, or give text with audio)",
+                           param="context", code="invalid_value")
+        return voice.codes, voice.text
 
     def unknown_voice_message(self, voice: str) -> str:
         """Why `voice` names nothing, each kind of name apart: the stored voices (or that there is no store),

@@ -14,6 +14,15 @@ Each utterance is one open request (`Runtime.open`): pieces are fed as they come
 handle's marks split the audio at their frames), and it is opened as soon as the config is taken, so its
 reference audio encodes while the text is still being written. The API key, the Origin rule and draining
 apply at the handshake (middleware.py); `max_input_chars` caps an utterance's text, `max_body_bytes` a message.
+A conversation, for a family that takes `context` (`FamilyParams.takes`): the session holds earlier turns
+(the config's `context`, turns a `context.append {speaker, text | text_ids, audio | voice}` adds, answered
+`context.appended {context_turns}`, and each utterance it spoke: its text in the config's speaker with its
+codes), and each utterance is opened with them as its context; recordings are encoded once
+(`rt.encode_audio`), stored voices looked up once; at most `conversation_turns` turns and
+`conversation_seconds` of their audio are kept, the oldest dropped, and more of the oldest while the family
+refuses the context (as too long) when an utterance opens. A config with `context` replaces the
+conversation; one without keeps it (a new `voice` changes who speaks next). Turns are made ready by
+conversation.py.
 Must not know: the engine's internals, how formats are encoded (audio.py), how the text is cut (the family).
 """
 
@@ -21,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -29,25 +38,39 @@ import numpy as np
 from fastapi import APIRouter, WebSocket
 
 from v2.errors import OverloadedError, RequestError
+from v2.params import FamilyParams, Resolved, ResolvedTurn, SpeechParams
 from v2.server import audio
 from v2.server.audio import OutputSpec
 from v2.server.errors import ApiError, runtime_field_error
+from v2.server.conversation import appended_turn, bounded, config_turns
 from v2.server.schema import family_params, param_names, parse_body, plan, resolved
 from v2.server.state import ServerState
 from v2.server.streaming import GOOD_ENDINGS
 
 router = APIRouter()
 SPLITS = ("none", "sentence", "clause")
+KINDS = ("session.config", "input.text", "input.done", "session.close", "context.append")
 
 
 @dataclass(frozen=True)
 class Config:
-    request: dict[str, Any]   # the family's request fields, less its text
+    params: SpeechParams      # the config, as REST parses it
+    given: Resolved           # what the server resolved of it, less the context (the session's, per utterance)
+    family: FamilyParams
     spec: OutputSpec
     stream_audio: bool
     split: str                # the runtime's split ("sentence" / "clause")
     incremental: bool         # pieces are fed as they come (False: held until input.done)
     names: dict[str, str]     # the family's request fields -> the parameters the client sent
+    context: tuple[ResolvedTurn, ...] | None = None  # the config's `context`, its audio encoded (None: not given)
+
+    @property
+    def takes_context(self) -> bool:
+        return "context" in self.family.takes
+
+    def request(self, context: tuple[ResolvedTurn, ...] | None) -> dict[str, Any]:
+        """The family's request fields, less its text, with `context` (None: none)."""
+        return self.family.request(self.params, replace(self.given, context=context))
 
 
 def configure(st: ServerState, msg: dict[str, Any]) -> Config:
@@ -72,9 +95,9 @@ def configure(st: ServerState, msg: dict[str, Any]) -> Config:
         raise ApiError(400, "type: this server's runtime does not take text as it is written", param="type",
                        code="unsupported")
     # a speaker of the checkpoint, a stored voice, or neither; the text comes in input.text messages
-    given = resolved(p, st.voices.voice_fields(p.voice), stream=True, text_later=True)
-    return Config(family.request(p.params, given), p.spec, stream_audio, "sentence" if split == "none" else split,
-                  split != "none", param_names(family, p.params))
+    given = resolved(replace(p, context=None), st.voices.voice_fields(p.voice), stream=True, text_later=True)
+    return Config(p.params, given, family, p.spec, stream_audio, "sentence" if split == "none" else split,
+                  split != "none", param_names(family, p.params), config_turns(st, p))
 
 
 @dataclass
@@ -93,6 +116,7 @@ class Session:
         self.config: Config | None = None
         self.utterance: Utterance | None = None
         self.count = 0  # utterances begun
+        self.history: list[ResolvedTurn] = []  # the conversation so far (a family that takes context)
         self.lock = asyncio.Lock()
         self.hop = int(round(st.runtime.sample_rate / st.runtime.frame_rate))  # samples per frame
 
@@ -144,10 +168,7 @@ class Session:
             if u is not None and (u.text or u.held):
                 await self.error("session.config: an utterance is under way; send input.done first", "type")
                 return False
-            if u is not None:  # opened at the last config, nothing said yet: the new config replaces it
-                u.silent = True
-                u.handle.cancel()
-                self.utterance = None
+            self.withdraw()  # opened at the last config, nothing said yet: the new config replaces it
             try:
                 self.config = await anyio.to_thread.run_sync(configure, self.st, msg)
             except ApiError as e:
@@ -157,7 +178,10 @@ class Session:
             await self.send({"type": "session.ready", "incremental": c.incremental, "stream_audio": c.stream_audio,
                              "format": c.spec.format, "sample_rate": c.spec.sample_rate, "channels": c.spec.channels,
                              "split_granularity": msg.get("split_granularity", "sentence")})
-            await self.begin()
+            # a config's context replaces the conversation (kept as it was if the family refuses it)
+            await self.begin(None if c.context is None else self.bounded(list(c.context)))
+        elif kind == "context.append":
+            await self.append(msg)
         elif kind in ("input.text", "input.done", "session.close"):
             if self.config is None:
                 await self.error(f"type: send session.config before {kind}", "type")
@@ -170,27 +194,71 @@ class Session:
                     await self.ws.close(1000)
                     return True
         else:
-            await self.error(f"type: {kind!r} is not one of session.config, input.text, input.done, session.close",
-                             "type")
+            await self.error(f"type: {kind!r} is not one of {', '.join(KINDS)}", "type")
         return False
 
-    async def begin(self) -> bool:
-        """Open the next utterance's request (at once: references encode while its text is written)."""
+    async def append(self, msg: dict[str, Any]) -> None:
+        """context.append: one more turn of the conversation (the other party's), between utterances; the
+        utterance opened already is opened again with it, which is how the family checks it."""
+        if self.config is None:
+            await self.error("type: send session.config before context.append", "type")
+            return
+        if not self.config.takes_context:
+            await self.error("type: this model takes no conversation context (context.append)", "type", "unsupported")
+            return
+        u = self.utterance
+        if u is not None and (u.text or u.held):
+            await self.error("context.append: an utterance is under way; send input.done first", "type")
+            return
+        try:
+            turn = await anyio.to_thread.run_sync(appended_turn, self.st, msg)
+        except ApiError as e:
+            await self.error(e.message, e.param, e.code or "invalid_value")
+            return
+        self.withdraw()
+        if await self.begin(self.bounded([*self.history, turn])):
+            await self.send({"type": "context.appended", "context_turns": len(self.history)})
+
+    def withdraw(self) -> None:
+        """The utterance opened for text that has not come: cancelled, nothing sent for it."""
+        u = self.utterance
+        if u is not None:
+            u.silent = True
+            u.handle.cancel()
+            self.utterance = None
+
+    def bounded(self, turns: list[ResolvedTurn]) -> list[ResolvedTurn]:
+        return bounded(turns, self.st.config.conversation_turns, self.st.config.conversation_seconds,
+                       float(self.st.runtime.frame_rate))
+
+    async def begin(self, history: list[ResolvedTurn] | None = None) -> bool:
+        """Open the next utterance's request (at once: references encode while its text is written), with the
+        conversation as its context where the family takes one. `history`: a new conversation to open it with,
+        kept only if the family takes it; without, the session's, less its oldest turns while the family refuses
+        it as context (a conversation grown past the family's own caps)."""
         config = self.config
         assert config is not None
-        try:
-            handle = await anyio.to_thread.run_sync(lambda: self.st.runtime.open(dict(config.request),
-                                                                                split=config.split))
-        except RequestError as e:
-            err = runtime_field_error(e, config.names)
-            await self.error(err.message, err.param)
-            return False
-        except OverloadedError as e:
-            await self.error(f"the server is busy: {e}", None, "overloaded")
-            return False
-        except RuntimeError as e:
-            await self.error(f"the runtime is not taking requests: {e}", None, "shutting_down")
-            return False
+        strict = history is not None
+        turns = list(self.history if history is None else history) if config.takes_context else []
+        while True:
+            fields = config.request(tuple(turns) if turns else None)
+            try:
+                handle = await anyio.to_thread.run_sync(lambda: self.st.runtime.open(fields, split=config.split))
+                break
+            except RequestError as e:
+                err = runtime_field_error(e, config.names)
+                if turns and not strict and err.param == "context":
+                    turns = turns[1:]
+                    continue
+                await self.error(err.message, err.param)
+                return False
+            except OverloadedError as e:
+                await self.error(f"the server is busy: {e}", None, "overloaded")
+                return False
+            except RuntimeError as e:
+                await self.error(f"the runtime is not taking requests: {e}", None, "shutting_down")
+                return False
+        self.history = turns
         handle.on_done(self.st.metrics.observe)
         u = self.utterance = Utterance(self.count, handle)
         self.count += 1
@@ -255,6 +323,10 @@ class Session:
             if u.silent:
                 return
             failed = result.finish_reason not in GOOD_ENDINGS
+            if not failed and self.config.takes_context and u.text.strip():  # the next utterance's context
+                codes = result.codes if len(result.codes) else None
+                self.history = self.bounded([*self.history, ResolvedTurn(self.config.given.speaker, u.text,
+                                                                         codes=codes)])
             await out.close(failed)
             if failed:
                 await self.error(f"the utterance ended with {result.finish_reason}" +
