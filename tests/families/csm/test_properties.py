@@ -147,7 +147,7 @@ BAD = [
     ({"text_ids": [5], "context": [{"text_ids": [5], "audio": 7}]}, "context.audio"),
     ({"text_ids": [5], "context": [{"text_ids": [5], "audio": WAV, "codes": [[0] * 32]}]}, "context.audio"),
     ({"text_ids": [5], "context": [{"text_ids": [5], "codes": [[0] * 31]}]}, "context.codes"),
-    ({"text_ids": [5], "context": [{"text_ids": [5], "codes": [[2048] * 32]}]}, "context.codes"),
+    ({"text_ids": [5], "context": [{"text_ids": [5], "codes": [[2051] * 32]}]}, "context.codes"),  # past the model's ids
     ({"text_ids": [5], "context": [{"text_ids": [5], "mood": "calm"}]}, "context.mood"),
     ({"text_ids": [5], "context": [{"text_ids": [5]}] * 40}, "context"),
     ({"text_ids": [5], "reference_audio": WAV}, "reference_text"),

@@ -9,7 +9,8 @@ on a checkpoint without a tokenizer refused before any weights load), and `CsmFa
 geometry, and the family's side of a request's life: parsing it, preparing it (its turns laid out; a
 stored voice: its codes and transcript as a context turn), the prompt laid out again once its context
 audio is encoded, its loops' states at admission, device state at admission (sampling, seed, fresh codec
-state), the rows a preempted request recomputes, and the result.
+state), the rows a preempted request recomputes, and the result; open requests (the spoken turn's text in
+pieces, spoken once complete: open_text.py) with their one segment's marks.
 Must not know: the engine's queues, scheduling policy, threads.
 """
 
@@ -31,6 +32,7 @@ from v2.families.csm.codec_executor import CodecExecutor
 from v2.families.csm.encode import EncodeLoop
 from v2.families.csm.encode_executor import EncodeExecutor
 from v2.families.csm.frame_executor import FrameExecutor, OnStream
+from v2.families.csm.open_text import OpenText, OpenWork, spoken_text
 from v2.families.csm.params import SPEECH_PARAMS
 from v2.families.csm.prepare import CodecSpec, EncodeInput, Prepared, prepare, with_encoded
 from v2.families.csm.request import CsmRequest, parse
@@ -39,6 +41,7 @@ from v2.families.csm.weights import NAMES
 from v2.models.csm.config import CsmConfig, CsmSampling, GenerationDefaults
 from v2.models.kv_cache import PagedKVCache
 from v2.runtime.family import AnyExecutor, AnyLoop, Factory, KVSpec, LaunchState, LoopGraph, Needs, VoiceSpec
+from v2.runtime.handles import SegmentMark
 from v2.sampling_settings import HeadSampling
 
 
@@ -147,6 +150,7 @@ class CsmFamily:
         self.kv_ops = self.calls
         self.prefill_budget, self.max_waiting = bb.prefill_chunk_rows, bb.max_waiting
         self.max_group, self.max_buffered_chunks = bb.max_running, bb.max_buffered_chunks
+        self.opened = OpenText(card, cfg, tokenizer, self.prepare)
 
     def bind(self, launch: LaunchState) -> None:
         self._launch = launch
@@ -165,6 +169,15 @@ class CsmFamily:
     def prepare(self, request: Any, *, voice: Any = None) -> Prepared:
         return prepare(request, self.card, self.cfg, self.tokenizer, self.sampling, self.default_frames,
                        self.codec_spec, voice=voice)
+
+    def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[CsmRequest, OpenWork]:
+        """An open request checked; its spoken turn's text comes through `feed` (open_text.py). `split` is
+        another family's segment rule: a CSM turn is one prompt, spoken whole."""
+        return self.opened.open_text(request, voice=voice)
+
+    def feed(self, request: Any, work: Any, text: str, *, end: bool = False) -> bool:
+        assert isinstance(work, OpenWork)  # what `open_text` prepared
+        return self.opened.feed(work, text, end=end)
 
     def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
         prepared = [p for _, p in group]
@@ -195,6 +208,8 @@ class CsmFamily:
         pass  # the encoder runs a whole recording per call: no state to reset
 
     def encoded(self, record: Any) -> Any:
+        if isinstance(record.work, OpenWork):
+            return self.opened.encoded(record.work, record.front.codes)
         return with_encoded(record.work, self.cfg, record.front.codes)
 
     # ----- admission and after -------------------------------------------------------------------
@@ -207,6 +222,8 @@ class CsmFamily:
         state = self.backbone_loop.init(record.id, record.rows, max_frames=record.work.max_frames, slot=slots["kv"])
         if share_from is not None:
             self.backbone_loop.share(state, share_from)
+        if isinstance(record.work, OpenWork):  # its one segment begins (a mark on the handle)
+            record.handle.mark(SegmentMark(0, 0, len(record.work.text), 0))
         if self.codec_loop is None:
             return {BACKBONE: state}
         codec = self.codec_loop.init(record.id, sample_rate=self.sample_rate, enabled=record.request.decode_audio,
@@ -225,12 +242,21 @@ class CsmFamily:
         return recompute_rows(state, self.cfg.ids.audio)
 
     def more_input(self, record: Any, loop: Hashable | None) -> Any:
-        return None  # one prompt per request: the backbone loop never waits for input
+        """An open request waiting for admission: its prompt once its text has ended (one prompt per request:
+        the backbone loop never waits for input)."""
+        if loop is None and isinstance(record.work, OpenWork):
+            return self.opened.first_prompt(record.work)
+        return None
 
     def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
-        return results.build_result(record, outputs.get(BACKBONE), outputs.get(CODEC), reason, now,
-                                    sample_rate=self.sample_rate, width=self.code_width,
-                                    eos=self.cfg.ids.codebook_eos, family=self.name)
+        out = results.build_result(record, outputs.get(BACKBONE), outputs.get(CODEC), reason, now,
+                                   sample_rate=self.sample_rate, width=self.code_width,
+                                   eos=self.cfg.ids.codebook_eos, family=self.name,
+                                   text=spoken_text(record.work, record.request))
+        if isinstance(record.work, OpenWork) and out.segments:  # its one segment's mark, ended
+            seg = out.segments[0]
+            record.handle.mark(SegmentMark(0, 0, seg.text_end, 0, seg.frame_end, seg.finish_reason))
+        return out
 
     def stats(self) -> dict[str, Any]:
         graphs = {"ar_frame": self.frames.graphs.stats()}

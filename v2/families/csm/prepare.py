@@ -29,7 +29,7 @@ from v2.models.csm.config import CsmConfig, CsmSampling
 from v2.models.csm.prompt import PromptError, Turn, layout
 from v2.sampling_settings import HeadSampling
 
-__all__ = ["CodecSpec", "EncodeInput", "Prepared", "TurnPlan", "prepare", "rows_of"]
+__all__ = ["CodecSpec", "EncodeInput", "Prepared", "TurnPlan", "check_rows", "prepare", "rows_of", "turn_ids", "with_encoded"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class CodecSpec:
 
     sample_rate: int
     hop: int
-    codebook_size: int   # codes of a context frame lie in [0, codebook_size)
+    codebook_size: int   # the codes its encoder gives lie in [0, codebook_size)
     has_encoder: bool
 
 
@@ -76,7 +76,9 @@ class Prepared:
         return (EncodeInput(self.recordings),) if self.recordings else ()
 
 
-def _text_ids(tokenizer: Any, speaker: int, text: str | None, ids: list[int] | None, name: str) -> tuple[int, ...]:
+def turn_ids(tokenizer: Any, speaker: int, text: str | None, ids: list[int] | None, name: str) -> tuple[int, ...]:
+    """A turn's ids between `<|begin_of_text|>` and `<|end_of_text|>`: its `ids`, or `[{speaker}]{text}`
+    tokenised (refused naming `name` without a tokenizer, or when it gives no ids)."""
     if ids is not None:
         return tuple(ids)
     assert text is not None
@@ -91,12 +93,15 @@ def _text_ids(tokenizer: Any, speaker: int, text: str | None, ids: list[int] | N
     return out
 
 
-def _codes(codes: Any, cfg: CsmConfig, codec: CodecSpec, name: str) -> np.ndarray:
+def _codes(codes: Any, cfg: CsmConfig, name: str) -> np.ndarray:
+    """A turn's frames [F, N]: each code one of the model's ids of its codebook, [0, V) (the codec's codes
+    and the spare ids a sampled frame may hold: an earlier result's codes are taken as the model made them;
+    context frames are only embedded, never decoded)."""
     a = np.asarray(codes, dtype=np.int64)
     if a.ndim != 2 or a.shape[1] != cfg.num_codebooks or not len(a):
         raise RequestError(f"{name}: expected codes [frames >= 1, {cfg.num_codebooks}], got {list(a.shape)}", field=name)
-    if a.min() < 0 or a.max() >= codec.codebook_size:
-        raise RequestError(f"{name}: codes must lie in [0, {codec.codebook_size})", field=name)
+    if a.min() < 0 or a.max() >= cfg.vocab_size:
+        raise RequestError(f"{name}: codes must lie in [0, {cfg.vocab_size})", field=name)
     return a
 
 
@@ -168,18 +173,18 @@ def _turns(request: CsmRequest, card: Any, cfg: CsmConfig, tokenizer: Any, codec
         if voice.text is None:
             raise RequestError(f"voice: {voice.name!r} has no transcript; a CSM voice is a context turn, its text "
                                "and audio (store it with its text)", field="voice")
-        ids = _text_ids(tokenizer, speaker, voice.text, None, "voice")
-        turns.append(TurnPlan(ids, len(voice.codes), "voice", _codes(voice.codes, cfg, _spec(codec), "voice")))
+        ids = turn_ids(tokenizer, speaker, voice.text, None, "voice")
+        turns.append(TurnPlan(ids, len(voice.codes), "voice", _codes(voice.codes, cfg, "voice")))
     if request.reference_audio is not None:
-        ids = _text_ids(tokenizer, speaker, request.reference_text, request.reference_text_ids, "reference_text")
+        ids = turn_ids(tokenizer, speaker, request.reference_text, request.reference_text_ids, "reference_text")
         turns.append(audio_turn(ids, request.reference_audio, "reference_audio"))
     for turn in request.context or ():
         who = limits.default_speaker if turn.speaker is None else turn.speaker
-        ids = _text_ids(tokenizer, who, turn.text, turn.text_ids, "context.text")
+        ids = turn_ids(tokenizer, who, turn.text, turn.text_ids, "context.text")
         if turn.audio is not None:
             turns.append(audio_turn(ids, turn.audio, "context.audio"))
         elif turn.codes is not None:
-            codes = _codes(turn.codes, cfg, _spec(codec), "context.codes")
+            codes = _codes(turn.codes, cfg, "context.codes")
             turns.append(TurnPlan(ids, len(codes), "context.codes", codes))
         else:
             turns.append(TurnPlan(ids, 0, "context.text"))
@@ -187,12 +192,20 @@ def _turns(request: CsmRequest, card: Any, cfg: CsmConfig, tokenizer: Any, codec
         raise RequestError(f"context: {len(turns)} turns, over the card's max_context_turns ({enc.max_context_turns})",
                            field="context")
     name = "text" if request.text is not None else "text_ids"
-    turns.append(TurnPlan(_text_ids(tokenizer, speaker, request.text, request.text_ids, "text"), 0, name))
+    turns.append(TurnPlan(turn_ids(tokenizer, speaker, request.text, request.text_ids, "text"), 0, name))
     return turns, recordings
 
 
-def _spec(codec: CodecSpec | None) -> CodecSpec:
-    return codec if codec is not None else CodecSpec(24_000, 1920, 2048, False)
+def check_rows(turns: tuple[TurnPlan, ...], max_rows: int) -> None:
+    """The prompt's rows within the card's cap, from the turns alone (per turn its ids between
+    `<|begin_of_text|>` and `<|end_of_text|>`; an audio turn its frames' `<|AUDIO|>` rows and `<|audio_eos|>`);
+    over it, refused naming the spoken turn's field when its own rows are too many, else `context`."""
+    count = sum(len(t.ids) + 2 + (t.frames + 1 if t.frames else 0) for t in turns)
+    if count > max_rows:
+        spoken = len(turns[-1].ids) + 2  # the spoken turn's own rows
+        name = turns[-1].field if spoken > max_rows else "context"
+        raise RequestError(f"{name}: the prompt is {count} rows, over the card's max_prompt_rows ({max_rows})",
+                           field=name)
 
 
 def prepare(request: CsmRequest, card: Any, cfg: CsmConfig, tokenizer: Any, defaults: CsmSampling,
@@ -207,12 +220,8 @@ def prepare(request: CsmRequest, card: Any, cfg: CsmConfig, tokenizer: Any, defa
             raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars "
                                f"({limits.max_text_chars})", field=name)
     turns, recordings = _turns(request, card, cfg, tokenizer, codec, voice)
+    check_rows(tuple(turns), limits.max_prompt_rows)
     rows = rows_of(cfg, tuple(turns))
-    if len(rows) > limits.max_prompt_rows:
-        spoken = len(turns[-1].ids) + 2  # the spoken turn's own rows
-        name = turns[-1].field if spoken > limits.max_prompt_rows else "context"
-        raise RequestError(f"{name}: the prompt is {len(rows)} rows, over the card's max_prompt_rows "
-                           f"({limits.max_prompt_rows})", field=name)
     max_frames = request.max_frames if request.max_frames is not None else min(default_frames, limits.max_frames)
     if max_frames > limits.max_frames:
         raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})", field="max_frames")

@@ -106,7 +106,7 @@ def codes_array(v: Any, field: str) -> Any:
     return a.astype(np.int64)
 
 
-Speaker = Annotated[StrictInt | None, BeforeValidator(_speaker), Field(ge=0, le=MAX_SPEAKER)]
+Speaker = Annotated[Annotated[StrictInt, Field(ge=0, le=MAX_SPEAKER)] | None, BeforeValidator(_speaker)]  # None: unchecked
 Ids = Annotated[list[Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]] | None, BeforeValidator(_ids)]
 Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
 

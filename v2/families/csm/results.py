@@ -28,13 +28,13 @@ def spoken(frames: list[tuple[int, ...]], eos: int) -> list[tuple[int, ...]]:
 
 
 def build_result(req: Any, backbone: CsmResult | None, codec: CodecResult | None, reason: FinishReason, now: float,
-                 *, sample_rate: int, width: int, eos: int, family: str) -> SpeechResult:
+                 *, sample_rate: int, width: int, eos: int, family: str, text: str) -> SpeechResult:
+    """`text`: what the request spoke (its one segment's span)."""
     chunks = codec.chunks if codec else []
     audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((1, 0), np.float32)
     frames = list(backbone.codes) if backbone else []
     codes = np.array(spoken(frames, eos), dtype=np.int64).reshape(-1, width)
     prompt_rows = 0 if req.rows is None else int(req.rows.shape[0])
-    text = req.request.text or ""
     segments = (SpeechSegment(0, len(text), 0, len(codes), backbone.finish.value, prompt_rows),) if backbone else ()
     metrics = Metrics(
         prompt_rows=prompt_rows, frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
