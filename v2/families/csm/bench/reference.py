@@ -8,11 +8,12 @@ depth_decoder_do_sample=False`) and sampled (the checkpoint's generation_config.
 both sides; codes cannot be equal there: the draws differ). Per mode:
 - batch 1: v2's `generate` (the model's eager loop) and a one-request runtime against the reference's
   `generate` of one prompt (goal: <= 0.9x);
-- batch N (16): v2's `generate_batch` and the runtime with N requests against the reference's batched
+- batch N (16): v2's `generate_batch` (side `generate_N`) and the runtime with N requests against the reference's batched
   `generate` of the same N prompts, left-padded (goal: the runtime <= 0.8x per row-frame);
 timed in interleaved repetitions (the order rotates each repetition), each v2 side divided by the reference's
 run of the same batch and mode in the same repetition (paired ratios: this shared machine's speed drifts);
-medians reported, with the load average before and after. Every row makes exactly `frames` frames: both sides
+medians reported, with the load average before and after, and per mode the aten operations of one frame step
+at batch 1 and N on both sides (load-independent: where the time goes). Every row makes exactly `frames` frames: both sides
 run a copy of the checkpoint whose config.json names a spare id (`vocab_size - 2`, never drawn) as
 `codebook_eos_token_id`, so the stop rule never fires and nothing else changes for text-only prompts (that id
 is read only by the stop rule, the audio cut and `<|audio_eos|>` rows). Greedy codes are compared and
@@ -24,7 +25,8 @@ enters this environment (transformers 5.0.0 pins tokenizers and huggingface_hub 
 `--reference-python` or `$V2_CSM_REFERENCE_PYTHON` (`PYTHON_ENV`; default: this one). The checkpoint:
 `--reference DIR` or `$V2_CSM_REFERENCE` (`ENV`). `check(path)` says why the scenario cannot run (no
 checkpoint there, or transformers' CSM not importable by the reference's python): the command prints that
-line and skips. The command, the skip and the table are `v2.bench.reference`'s.
+line and skips. The command, the skip and the table are `v2.bench.reference`'s; the prompts, the checkpoint
+copy, the card and the child process are reference_setup.py's.
 Must not know: model or engine internals (it calls `generate`, `generate_batch`, `Runtime.submit_many`).
 """
 
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -44,9 +45,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-FIXTURE = Path(__file__).resolve().parents[4] / "tests" / "fixtures" / "csm_tiny"
-CHECKPOINT = FIXTURE / "checkpoint"
-WORKER = Path(__file__).resolve().parent / "reference_worker.py"
+from v2.families.csm.bench.reference_setup import (CHECKPOINT, FIXTURE, ReferenceProcess, fixture_card,
+                                                   ops_per_frame, prompts, sampled_settings, without_stop)
+
 ENV, PYTHON_ENV = "V2_CSM_REFERENCE", "V2_CSM_REFERENCE_PYTHON"
 MODES = ("greedy", "sampled")
 GOALS = {"batch_1": 0.9, "batch_n": 0.8}  # x the reference's time per row-frame (issue 33)
@@ -87,103 +88,6 @@ def check(path: Path) -> str:
     return not_a_checkpoint(path) or transformers_missing(reference_python())
 
 
-def prompts(n: int) -> list[list[int]]:
-    """n text-only prompts (full ids, `<|begin_of_text|>` .. `<|end_of_text|>`) cycling the fixture's four
-    turns: s0, s1 and ctx's two turns alone (11, 14, 13 and 11 rows)."""
-    ref = np.load(FIXTURE / "reference.npz")
-    ctx = ref["ctx_input_ids"].tolist()
-    first_end = ctx.index(128001) + 1
-    second = ctx.index(128000, first_end)
-    four = [ref["s0_input_ids"].tolist(), ref["s1_input_ids"].tolist(), ctx[:first_end], ctx[second:]]
-    return [four[i % 4] for i in range(n)]
-
-
-def sampled_settings(checkpoint: Path) -> dict[str, Any]:
-    """The sampled mode's settings for both sides: the checkpoint's generation_config.json (the reference's
-    `generate` keywords; the same names are v2's flat request fields)."""
-    gen = json.loads((checkpoint / "generation_config.json").read_text())
-    keys = ("temperature", "top_k", "top_p")
-    out = {k: gen[k] for k in keys if k in gen}
-    out.update({f"depth_decoder_{k}": gen[f"depth_decoder_{k}"] for k in keys if f"depth_decoder_{k}" in gen})
-    return out
-
-
-def without_stop(checkpoint: Path, into: Path) -> Path:
-    """A copy of `checkpoint` in `into` (weights linked) whose `codebook_eos_token_id` is a spare id that is
-    never drawn, so every row makes its whole frame budget."""
-    into.mkdir(parents=True, exist_ok=True)
-    for f in checkpoint.iterdir():
-        if f.name != "config.json":
-            (into / f.name).symlink_to(f.resolve())
-    config = json.loads((checkpoint / "config.json").read_text())
-    config["codebook_eos_token_id"] = int(config["vocab_size"]) - 2
-    (into / "config.json").write_text(json.dumps(config, indent=1))
-    return into
-
-
-class ReferenceProcess:
-    """transformers' `generate` in a child process: `run(batch, frames, seed, greedy)` -> (wall s, codes)."""
-
-    def __init__(self, python: str, checkpoint: Path, ids: list[list[int]], sampling: dict[str, Any],
-                 fixture: Path | None, threads: int = 1) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="v2_csm_reference_")
-        file = Path(self._dir.name) / "prompts.json"
-        file.write_text(json.dumps(ids))
-        cmd = [python, str(WORKER), "--checkpoint", str(checkpoint), "--prompts", str(file), "--threads",
-               str(threads), "--sampling", json.dumps(sampling)]
-        if fixture is not None:
-            cmd += ["--fixture", str(fixture / "reference.npz"), "--fixture-checkpoint", str(fixture / "checkpoint")]
-        self._err = open(Path(self._dir.name) / "stderr.txt", "w+")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True)
-        self.ready = self._reply()
-
-    def _reply(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                self._err.seek(0)
-                tail = self._err.read()[-1500:]
-                raise RuntimeError(f"the reference worker exited ({self.proc.wait()}): {tail}")
-            if line.startswith("{"):
-                return json.loads(line)  # type: ignore[no-any-return]
-
-    def run(self, batch: int, frames: int, seed: int, greedy: bool) -> tuple[float, list[np.ndarray]]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"batch": batch, "frames": frames, "seed": seed, "greedy": greedy}) + "\n")
-        self.proc.stdin.flush()
-        reply = self._reply()
-        if reply["frames"] != [frames] * batch:
-            raise RuntimeError(f"the reference made {reply['frames']} frames, asked {frames} for each of {batch}")
-        return float(reply["wall_s"]), [np.asarray(c, dtype=np.int64) for c in reply["codes"]]
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._err.close()
-        self._dir.cleanup()
-
-
-def fixture_card(batch: int, frames: int) -> Any:
-    """The release card (`csm_1b`) sized for this CPU run: `batch` requests, `frames` frames, one thread."""
-    from v2.card import load_card
-
-    card = load_card("csm_1b")
-    buckets = sorted({1, 2, 4, 8, batch} | {b for b in (16,) if b <= batch})
-    data = card.model_dump(by_alias=True)
-    data["loops"]["backbone"].update(max_running=batch, max_prompt_rows=256, max_frames=max(frames, 8),
-                                     kv_memory_fraction=None, kv_blocks=None, batch_buckets=buckets,
-                                     prefill_chunk_rows=64)
-    data["loops"]["codec"].update(max_streams=batch, batch_buckets=buckets)
-    data["runtime"] = dict(data.get("runtime") or {}, cpu_threads=1)
-    return type(card).model_validate(data)
-
-
 def _request(ids: list[int], seed: int, frames: int, sampling: dict[str, Any] | None) -> dict[str, Any]:
     """One v2 request of a prompt's ids (the turn's ids: without `<|begin_of_text|>` / `<|end_of_text|>`)."""
     return {"text_ids": ids[1:-1], "seed": seed, "max_frames": frames, "decode_audio": False,
@@ -195,9 +99,11 @@ def _side_rows(name: str) -> int:
 
 
 def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, repeat: int = 5,
-            log: Callable[[str], None] = lambda s: None, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+            log: Callable[[str], None] = lambda s: None, modes: tuple[str, ...] = MODES,
+            count_ops: bool = True) -> dict[str, Any]:
     """The scenario on checkpoint `reference`; per side: ms per row-frame (median, min) and the median paired
-    ratio to the reference's run of the same batch and mode. Raises AssertionError (after logging the
+    ratio to the reference's run of the same batch and mode; `count_ops`: also the operations per frame step
+    (`ops_per_frame_step`, None without; counting runs every op through Python: seconds). Raises AssertionError (after logging the
     report) when greedy codes that must be equal are not."""
     from v2.families.csm.rows import embed_rows
     from v2.models.csm.generate import generate, generate_batch
@@ -238,9 +144,9 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
 
         sides: dict[str, Callable[[str], list[np.ndarray]]] = {
             "generate_1": one, "runtime_1": lambda m: serve(m, 1),
-            f"generate_batch_{batch}": many, f"runtime_{batch}": lambda m: serve(m, batch)}
+            f"generate_{batch}": many, f"runtime_{batch}": lambda m: serve(m, batch)}
         order = [f"{m}/{s}" for m in modes for s in ("reference_1", "generate_1", "runtime_1", f"reference_{batch}",
-                                                     f"generate_batch_{batch}", f"runtime_{batch}")]
+                                                     f"generate_{batch}", f"runtime_{batch}")]
         codes: dict[str, list[np.ndarray]] = {}
 
         def timed(key: str, seed: int) -> float:
@@ -268,13 +174,17 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
                 walls[key].append(timed(key, i))
             log(f"  repetition {i + 1}/{repeat}: " + ", ".join(
                 f"{k} {walls[k][-1] / frames / _side_rows(k) * 1e3:.2f}" for k in order) + " ms per row-frame")
+        ops = {f"{m}/{side}_{n}": ops_per_frame(lambda f: generate_batch(
+                   model, rows[:n], [w.sampling for w in work[m][:n]], list(range(n)), max_new_tokens=f))
+               if side == "generate" else ref.ops_per_frame(n, m == "greedy")
+               for m in modes for n in (1, batch) for side in ("reference", "generate")} if count_ops else None
     finally:
         if ref is not None:
             ref.close()
         rt.close()
         tmp.cleanup()
     report = _report(order, walls, codes, frames, batch, modes)
-    report.update({"repeat": repeat, "checkpoint": str(reference), "sampled_settings": sampling,
+    report.update({"ops_per_frame_step": ops, "repeat": repeat, "checkpoint": str(reference), "sampled_settings": sampling,
                    "stop": "disabled: codebook_eos_token_id = vocab_size - 2 in a copy of config.json",
                    "reference_python": python, "reference_torch": ref.ready.get("torch") if ref else None,
                    "reference_transformers": ref.ready.get("transformers") if ref else None,
@@ -311,15 +221,15 @@ def _report(order: list[str], walls: dict[str, list[float]], codes: dict[str, li
         g = "greedy/"
         equal.update({
             "greedy_generate_equals_reference_1": same(g + "generate_1", g + "reference_1"),
-            "greedy_generate_batch_equals_reference_batch": same(g + f"generate_batch_{batch}", g + f"reference_{batch}"),
-            "greedy_runtime_equals_generate_batch": same(g + f"runtime_{batch}", g + f"generate_batch_{batch}"),
+            "greedy_generate_batch_equals_reference_batch": same(g + f"generate_{batch}", g + f"reference_{batch}"),
+            "greedy_runtime_equals_generate_batch": same(g + f"runtime_{batch}", g + f"generate_{batch}"),
             "greedy_runtime_1_equals_generate_1": same(g + "runtime_1", g + "generate_1"),
-            "greedy_batch_row0_equals_alone": bool(np.array_equal(codes[g + f"generate_batch_{batch}"][0],
+            "greedy_batch_row0_equals_alone": bool(np.array_equal(codes[g + f"generate_{batch}"][0],
                                                                   codes[g + "generate_1"][0]))})
     if "sampled" in modes:
         s = "sampled/"
-        equal["sampled_runtime_equals_generate_batch"] = same(s + f"runtime_{batch}", s + f"generate_batch_{batch}")
-        equal["sampled_batch_row0_equals_alone"] = bool(np.array_equal(codes[s + f"generate_batch_{batch}"][0],
+        equal["sampled_runtime_equals_generate_batch"] = same(s + f"runtime_{batch}", s + f"generate_{batch}")
+        equal["sampled_batch_row0_equals_alone"] = bool(np.array_equal(codes[s + f"generate_{batch}"][0],
                                                                        codes[s + "generate_1"][0]))
     x = {r["side"]: float(r["x_reference_median"]) for r in rows if "x_reference_median" in r}
     goals = {f"{m}/{side}": {"x": x[f"{m}/{side}"], "goal": GOALS[goal], "met": x[f"{m}/{side}"] <= GOALS[goal]}

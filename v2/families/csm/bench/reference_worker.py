@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,6 +42,19 @@ def made(codes: torch.Tensor, codebook_eos: int) -> list[int]:
     `codebook_eos`) included, else F (a stopped row gets pad frames while the others go on)."""
     stop = (codes[:, :, :-1] == codebook_eos).all(-1)  # [B, F]
     return [int(s.nonzero()[0, 0]) + 1 if bool(s.any()) else int(codes.shape[1]) for s in stop]
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts aten operations that are not in `skip` (views, allocations)."""
+
+    def __init__(self, skip: set[str]) -> None:
+        super().__init__()
+        self.skip, self.count = skip, 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func.overloadpacket.__name__ not in self.skip:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
 
 
 def modes(sampling: dict[str, Any]) -> dict[bool, dict[str, Any]]:
@@ -74,6 +88,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--fixture", default=None, help="reference.npz of the checkpoint's fixture, to check codes")
     p.add_argument("--fixture-checkpoint", default=None, help="the fixture's own checkpoint (for --fixture)")
+    p.add_argument("--no-launch", default="[]", help="aten operations not counted (JSON list)")
+    p.add_argument("--count-frames", default="[2, 4]", help="the two frame budgets operations are counted at")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     import transformers
@@ -96,9 +112,20 @@ def main() -> int:
         model = load(args.checkpoint)
         pad_id, eos = int(model.config.pad_token_id), int(model.config.codebook_eos_token_id)
         print(json.dumps(ready), flush=True)
+        skip, (f0, f1) = set(json.loads(args.no_launch)), json.loads(args.count_frames)
         for line in sys.stdin:
             ask = json.loads(line)
             ids, mask = left_padded(prompts[: ask["batch"]], pad_id)
+            if ask.get("count"):
+                counts = []
+                for frames in (f0, f1):
+                    counter = OpCounter(skip)
+                    with counter:
+                        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=frames,
+                                       **kwargs[bool(ask["greedy"])])
+                    counts.append(counter.count)
+                print(json.dumps({"ops_per_frame": (counts[1] - counts[0]) / (f1 - f0)}), flush=True)
+                continue
             torch.manual_seed(int(ask["seed"]))
             start = time.perf_counter()
             codes = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=int(ask["frames"]),

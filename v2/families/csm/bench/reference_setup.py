@@ -1,0 +1,145 @@
+"""What both sides of CSM's comparison with transformers run (v2/families/csm/bench/reference.py): the prompts,
+the sampled settings, the stop-free checkpoint copy, the card sized for the run, operations per frame step,
+and transformers' side in a child process (`ReferenceProcess` driving `reference_worker.py`).
+
+Owns: the fixture's paths, the four text-only prompts, `without_stop` (a spare id as `codebook_eos_token_id`),
+`fixture_card` (the `csm_1b` card with a CPU-sized pool, one intra-op thread), `ops_per_frame` (aten operations
+that launch work, counted as `v2.bench.launches` counts them: the same set of view and allocation operations
+left out on both sides), and the child process's protocol.
+Must not know: model or engine internals; timing and ratios (the scenario's).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from v2.bench.launches import NO_LAUNCH, LaunchCounter
+
+FIXTURE = Path(__file__).resolve().parents[4] / "tests" / "fixtures" / "csm_tiny"
+CHECKPOINT = FIXTURE / "checkpoint"
+WORKER = Path(__file__).resolve().parent / "reference_worker.py"
+COUNT_FRAMES = (2, 4)  # ops per frame step = the difference of two runs' counts / 2 (the prefill cancels)
+
+
+def prompts(n: int) -> list[list[int]]:
+    """n text-only prompts (full ids, `<|begin_of_text|>` .. `<|end_of_text|>`) cycling the fixture's four
+    turns: s0, s1 and ctx's two turns alone (11, 14, 13 and 11 rows)."""
+    ref = np.load(FIXTURE / "reference.npz")
+    ctx = ref["ctx_input_ids"].tolist()
+    first_end = ctx.index(128001) + 1
+    second = ctx.index(128000, first_end)
+    four = [ref["s0_input_ids"].tolist(), ref["s1_input_ids"].tolist(), ctx[:first_end], ctx[second:]]
+    return [four[i % 4] for i in range(n)]
+
+
+def sampled_settings(checkpoint: Path) -> dict[str, Any]:
+    """The sampled mode's settings for both sides: the checkpoint's generation_config.json (the reference's
+    `generate` keywords; the same names are v2's flat request fields)."""
+    gen = json.loads((checkpoint / "generation_config.json").read_text())
+    keys = ("temperature", "top_k", "top_p")
+    out = {k: gen[k] for k in keys if k in gen}
+    out.update({f"depth_decoder_{k}": gen[f"depth_decoder_{k}"] for k in keys if f"depth_decoder_{k}" in gen})
+    return out
+
+
+def without_stop(checkpoint: Path, into: Path) -> Path:
+    """A copy of `checkpoint` in `into` (weights linked) whose `codebook_eos_token_id` is a spare id that is
+    never drawn, so every row makes its whole frame budget."""
+    into.mkdir(parents=True, exist_ok=True)
+    for f in checkpoint.iterdir():
+        if f.name != "config.json":
+            (into / f.name).symlink_to(f.resolve())
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["codebook_eos_token_id"] = int(config["vocab_size"]) - 2
+    (into / "config.json").write_text(json.dumps(config, indent=1))
+    return into
+
+
+class ReferenceProcess:
+    """transformers' `generate` in a child process: `run(batch, frames, seed, greedy)` -> (wall s, codes)."""
+
+    def __init__(self, python: str, checkpoint: Path, ids: list[list[int]], sampling: dict[str, Any],
+                 fixture: Path | None, threads: int = 1) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="v2_csm_reference_")
+        file = Path(self._dir.name) / "prompts.json"
+        file.write_text(json.dumps(ids))
+        cmd = [python, str(WORKER), "--checkpoint", str(checkpoint), "--prompts", str(file), "--threads",
+               str(threads), "--sampling", json.dumps(sampling), "--no-launch", json.dumps(sorted(NO_LAUNCH)),
+               "--count-frames", json.dumps(list(COUNT_FRAMES))]
+        if fixture is not None:
+            cmd += ["--fixture", str(fixture / "reference.npz"), "--fixture-checkpoint", str(fixture / "checkpoint")]
+        self._err = open(Path(self._dir.name) / "stderr.txt", "w+")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True)
+        self.ready = self._reply()
+
+    def _reply(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                self._err.seek(0)
+                tail = self._err.read()[-1500:]
+                raise RuntimeError(f"the reference worker exited ({self.proc.wait()}): {tail}")
+            if line.startswith("{"):
+                return json.loads(line)  # type: ignore[no-any-return]
+
+    def run(self, batch: int, frames: int, seed: int, greedy: bool) -> tuple[float, list[np.ndarray]]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"batch": batch, "frames": frames, "seed": seed, "greedy": greedy}) + "\n")
+        self.proc.stdin.flush()
+        reply = self._reply()
+        if reply["frames"] != [frames] * batch:
+            raise RuntimeError(f"the reference made {reply['frames']} frames, asked {frames} for each of {batch}")
+        return float(reply["wall_s"]), [np.asarray(c, dtype=np.int64) for c in reply["codes"]]
+
+    def ops_per_frame(self, batch: int, greedy: bool) -> float:
+        """The reference's aten operations per frame step (counted as `ops_per_frame` counts v2's)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"count": True, "batch": batch, "greedy": greedy}) + "\n")
+        self.proc.stdin.flush()
+        return float(self._reply()["ops_per_frame"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._err.close()
+        self._dir.cleanup()
+
+
+def fixture_card(batch: int, frames: int) -> Any:
+    """The release card (`csm_1b`) sized for this CPU run: `batch` requests, `frames` frames, one thread."""
+    from v2.card import load_card
+
+    card = load_card("csm_1b")
+    buckets = sorted({1, 2, 4, 8, batch} | {b for b in (16,) if b <= batch})
+    data = card.model_dump(by_alias=True)
+    data["loops"]["backbone"].update(max_running=batch, max_prompt_rows=256, max_frames=max(frames, 8),
+                                     kv_memory_fraction=None, kv_blocks=None, batch_buckets=buckets,
+                                     prefill_chunk_rows=64)
+    data["loops"]["codec"].update(max_streams=batch, batch_buckets=buckets)
+    data["runtime"] = dict(data.get("runtime") or {}, cpu_threads=1)
+    return type(card).model_validate(data)
+
+
+def ops_per_frame(run: Callable[[int], Any]) -> float:
+    """aten operations per frame step of `run(frames)` (a loop over `frames` frames), no-grad."""
+    counts = []
+    with torch.no_grad():
+        for frames in COUNT_FRAMES:
+            counter = LaunchCounter()
+            with counter:
+                run(frames)
+            counts.append(sum(counter.ops.values()))
+    return (counts[1] - counts[0]) / (COUNT_FRAMES[1] - COUNT_FRAMES[0])
