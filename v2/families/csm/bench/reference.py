@@ -8,24 +8,24 @@ depth_decoder_do_sample=False`) and sampled (the checkpoint's generation_config.
 both sides; codes cannot be equal there: the draws differ). Per mode:
 - batch 1: v2's `generate` (the model's eager loop) and a one-request runtime against the reference's
   `generate` of one prompt (goal: <= 0.9x);
-- batch N (16): v2's `generate_batch` (side `generate_N`) and the runtime with N requests against the reference's batched
-  `generate` of the same N prompts, left-padded (goal: the runtime <= 0.8x per row-frame);
+- batch N (16): v2's `generate_batch` (side `generate_N`) and the runtime with N requests against the
+  reference's batched `generate` of the same N prompts, left-padded (goal: the runtime <= 0.8x per row-frame);
 timed in interleaved repetitions (the order rotates each repetition), each v2 side divided by the reference's
 run of the same batch and mode in the same repetition (paired ratios: this shared machine's speed drifts);
 medians reported, with the load average before and after, and per mode the aten operations of one frame step
-at batch 1 and N on both sides (load-independent: where the time goes). Every row makes exactly `frames` frames: both sides
-run a copy of the checkpoint whose config.json names a spare id (`vocab_size - 2`, never drawn) as
-`codebook_eos_token_id`, so the stop rule never fires and nothing else changes for text-only prompts (that id
-is read only by the stop rule, the audio cut and `<|audio_eos|>` rows). Greedy codes are compared and
+at batch 1 and N on both sides (load-independent: where the time goes). Every row makes exactly `frames`
+frames: both sides run a copy of the checkpoint whose config.json names a spare id (`vocab_size - 2`, never
+drawn) as `codebook_eos_token_id`, so the stop rule never fires and nothing else changes for text-only
+prompts (that id is read only by the stop rule, the audio cut and `<|audio_eos|>` rows). Greedy codes are compared and
 asserted: the runtime's equal `generate_batch`'s row for row, row 0 of the batch equals the batch-1 run, and
 v2's equal the reference's (batch 1 and batch N); with the fixture, the reference's greedy codes of its s0, s1
 and ctx prompts equal the stored ones (the fixture was made with transformers 5.0.0).
 The reference runs in a child process (`reference_worker.py`) under its own python, so transformers never
 enters this environment (transformers 5.0.0 pins tokenizers and huggingface_hub below the versions v2 uses):
-`--reference-python` or `$V2_CSM_REFERENCE_PYTHON` (`PYTHON_ENV`; default: this one). The checkpoint:
-`--reference DIR` or `$V2_CSM_REFERENCE` (`ENV`). `check(path)` says why the scenario cannot run (no
-checkpoint there, or transformers' CSM not importable by the reference's python): the command prints that
-line and skips. The command, the skip and the table are `v2.bench.reference`'s; the prompts, the checkpoint
+`--reference-python` or `$V2_CSM_REFERENCE_PYTHON` (`PYTHON_ENV`; default: this one; `v2.bench.reference`'s
+skip check sees only the variable). The checkpoint: `--reference DIR` or `$V2_CSM_REFERENCE` (`ENV`).
+`check(path)` says why the scenario cannot run (no checkpoint there, or transformers' CSM not importable by the
+reference's python): the command prints that line and skips. The command, the skip and the table are `v2.bench.reference`'s; the prompts, the checkpoint
 copy, the card and the child process are reference_setup.py's.
 Must not know: model or engine internals (it calls `generate`, `generate_batch`, `Runtime.submit_many`).
 """
@@ -103,8 +103,8 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
             count_ops: bool = True) -> dict[str, Any]:
     """The scenario on checkpoint `reference`; per side: ms per row-frame (median, min) and the median paired
     ratio to the reference's run of the same batch and mode; `count_ops`: also the operations per frame step
-    (`ops_per_frame_step`, None without; counting runs every op through Python: seconds). Raises AssertionError (after logging the
-    report) when greedy codes that must be equal are not."""
+    (`ops_per_frame_step`, None without: counting runs every operation through Python, seconds). Raises
+    AssertionError (after logging the report) when greedy codes that must be equal are not."""
     from v2.families.csm.rows import embed_rows
     from v2.models.csm.generate import generate, generate_batch
     from v2.runtime import Runtime
@@ -184,7 +184,8 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
         rt.close()
         tmp.cleanup()
     report = _report(order, walls, codes, frames, batch, modes)
-    report.update({"ops_per_frame_step": ops, "repeat": repeat, "checkpoint": str(reference), "sampled_settings": sampling,
+    report.update({"ops_per_frame_step": ops, "repeat": repeat, "checkpoint": str(reference),
+                   "sampled_settings": sampling,
                    "stop": "disabled: codebook_eos_token_id = vocab_size - 2 in a copy of config.json",
                    "reference_python": python, "reference_torch": ref.ready.get("torch") if ref else None,
                    "reference_transformers": ref.ready.get("transformers") if ref else None,
