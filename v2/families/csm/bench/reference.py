@@ -25,8 +25,9 @@ enters this environment (transformers 5.0.0 pins tokenizers and huggingface_hub 
 `--reference-python` or `$V2_CSM_REFERENCE_PYTHON` (`PYTHON_ENV`; default: this one; `v2.bench.reference`'s
 skip check sees only the variable). The checkpoint: `--reference DIR` or `$V2_CSM_REFERENCE` (`ENV`).
 `check(path)` says why the scenario cannot run (no checkpoint there, or transformers' CSM not importable by the
-reference's python): the command prints that line and skips. The command, the skip and the table are `v2.bench.reference`'s; the prompts, the checkpoint
-copy, the card and the child process are reference_setup.py's.
+reference's python): the command prints that line and skips. The command, the skip and the table are
+`v2.bench.reference`'s; the prompts, the checkpoint copy, the card and the child process are
+reference_setup.py's.
 Must not know: model or engine internals (it calls `generate`, `generate_batch`, `Runtime.submit_many`).
 """
 
