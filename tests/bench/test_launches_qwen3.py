@@ -35,19 +35,34 @@ def test_one_frame_step_routes_every_layer_to_its_kernel_and_splits_into_parts(c
     assert launches(["--family", "qwen3_tts", "--size", "0.6b", "--buckets", "2", "--context", "200"]) == 0
     captured = capsys.readouterr()
     out = json.loads(captured.out.strip().splitlines()[-1])
-    assert out["family"] == "qwen3_tts" and out["size"] == "0.6b" and out["dims"] == "release"
+    assert out["family"] == "qwen3_tts" and out["sizes"] == ["0.6b"] and out["dims"] == "release"
     row = out["buckets"][0]
+    assert row["size"] == "0.6b" and row["bucket"] == 2
     talker, predictor, steps = 28, 5, 15  # layers, layers, code-predictor steps (the first one takes two rows)
-    assert row["triton"] == {"rms_norm": 2 * talker + 1 + steps * (2 * predictor + 1),
-                             "qk_rope": talker + steps * predictor, "silu_mul": talker + steps * predictor,
-                             "split": talker + (steps - 1) * predictor}  # decode attention: one launch, merged in it
+    assert row["triton"] == {
+        "rms_norm": 2 * talker + 1 + steps * 2 * predictor + 1,  # the talker's; each residual add's; the first input
+        "embed_rms_norm": steps + 1,  # each code's row (the next input's norm: 0.6B has no projection) and the sum
+        "frame_attention": steps * predictor, "gate_up": steps * predictor,  # the code predictor's attention, MLP
+        "qk_rope": talker, "silu_mul": talker, "split": talker,  # the talker's decode row
+        "sample": steps + 1}  # one launch a draw
     for label in ("torch", "kernels"):
         assert sum(row[f"{label}_parts"].values()) == row[f"{label}_launches"] == sum(row[f"{label}_ops"].values())
         assert all(n > 0 for n in row[f"{label}_parts"].values())
-    assert row["kernels_parts"]["code_predictor"] < row["torch_parts"]["code_predictor"] / 3
+    assert row["kernels_parts"]["code_predictor"] < row["torch_parts"]["code_predictor"] / 8
     assert row["kernels_parts"]["talker"] < row["torch_parts"]["talker"] / 3
-    assert row["kernels_ops"]["mm"] == row["torch_ops"]["mm"]  # the same matmuls either way
-    assert "triton:rms_norm" in captured.err  # the per-kernel table
+    assert row["kernels_parts"]["sampling"] == steps + 1
+    assert row["kernels_ops"]["mm"] + row["triton"]["gate_up"] == row["torch_ops"]["mm"]  # gate/up inside its kernel
+    assert "triton:frame_attention" in captured.err  # the per-kernel table
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+def test_a_frame_step_launches_at_most_900_kernels_at_every_bucket(size, capsys):
+    if kernels.triton is None:
+        pytest.skip("needs triton")
+    assert launches(["--family", "qwen3_tts", "--size", size, "--buckets", "1", "16", "64"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["buckets"]
+    assert [r["bucket"] for r in rows] == [1, 16, 64]
+    assert all(r["kernels_launches"] <= 900 for r in rows), [(r["bucket"], r["kernels_launches"]) for r in rows]
 
 
 def test_a_card_picks_its_family_and_an_unknown_family_is_refused(capsys):
@@ -55,7 +70,7 @@ def test_a_card_picks_its_family_and_an_unknown_family_is_refused(capsys):
         pytest.skip("needs triton")
     assert launches(["--card", "qwen3_tts_tiny", "--size", "0.6b", "--buckets", "1", "--context", "100"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["family"] == "qwen3_tts" and out["size"] == "0.6b" and out["buckets"][0]["kernels_launches"] > 0
+    assert out["family"] == "qwen3_tts" and out["sizes"] == ["0.6b"] and out["buckets"][0]["kernels_launches"] > 0
     with pytest.raises(SystemExit) as e:
         launches(["--family", "no_such_family"])
     assert e.value.code == 2 and "unknown family 'no_such_family'" in capsys.readouterr().err

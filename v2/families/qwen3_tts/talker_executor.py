@@ -107,8 +107,8 @@ class TalkerExecutor(PagedFrames):
         draws = m.draws(s, steps)  # group 0 and groups 1..G-1 of frame `steps`: one sampler for the frame
         c0, lp0 = m.choose(m.group0_logits(h), s, steps, seen=self.seen[slots], allow_eos=allow, draws=draws)
         self.seen[slots, c0] = True  # padding rows mark only the dummy slot's
-        frame = m.predict_codes(h, c0, s, steps, valid=valid, cache=self.cp_cache, draws=draws)
-        row = m.embed_frame(frame.codes) + m.embed_text(x.feed[:b]).to(m.dtype)  # [b, H]
+        frame = m.predict_codes(h, c0, s, steps, valid=valid, cache=self.cp_cache, draws=draws, return_logits=False)
+        row = m.frame_row(frame) + m.embed_text(x.feed[:b]).to(m.dtype)  # [b, H]
         out = m.talker.model.forward_cached(row[:, None], self.kv, self.tables[slots], positions[:, None],
                                             valid[:, None], context)  # [b, 1, H]
         self.hidden[slots] = out[:, 0]

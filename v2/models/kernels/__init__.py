@@ -4,8 +4,8 @@ Owns: the one switch. They run on CUDA when Triton imports; `FORCE` runs them on
 set it on the CPU, where Triton's interpreter executes them). Everywhere else the torch paths serve. The
 layers' kernels (norms, RoPE, SwiGLU, the local attention) also need autograd off (`inference_kernels`);
 decode attention and sampling are never differentiated. The kernels live in this package's modules
-(`decode_attention`, `rms_norm`, `layer_norm`, `swiglu`, `qk_rope`, `local_attention`, `sample`; they take
-`triton` and `tl` from here); importing this package loads none of them.
+(`decode_attention`, `rms_norm`, `layer_norm`, `swiglu`, `qk_rope`, `local_attention`, `frame_attention`,
+`sample`; they take `triton` and `tl` from here); importing this package loads none of them.
 Must not know: what the kernels compute, the model, requests.
 """
 

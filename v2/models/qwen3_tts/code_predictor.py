@@ -3,12 +3,18 @@
 Owns: the module tree under the release's names (`talker.code_predictor.model.{layers, norm,
 codec_embedding.(g-1)}`, `lm_head.(g-1)`, `small_to_mtp_projection`, an identity with no tensors when the
 widths match), the batched per-frame pass over B rows with its own per-frame KV cache (positions 0..G-1),
-and the teacher-forced pass (one causal pass over given codes).
+and the teacher-forced pass (one causal pass over given codes). Where the layers' kernels run
+(`kernels.inference_kernels`), the per-frame pass is `predict_fused`: per layer step one launch each for the
+q/k projection's attention (`frame_attention`: norms, RoPE, the K/V write, attention), the gate/up projection
+with its activation (`gate_up_swiglu`) and each residual add with the norm after it, besides the three other
+matmuls; per group one launch for the drawn code's row (the next input, its norm when there is no input
+projection, and the frame's running sum, `frame(codes)`); RoPE tables made once per device; no dtype copies.
 Must not know: how a code is chosen (the caller's `draw`), the talker's cache, prompts, requests.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -16,9 +22,14 @@ from torch import Tensor, nn
 
 from v2.models import exact
 
+from v2.models.kernels.frame_attention import frame_attention
+from v2.models.kernels.rms_norm import add_rms_norm_fused, embed_rms_norm_fused, rms_norm_fused
+from v2.models.kernels.swiglu import gate_up_swiglu
 from v2.models.kv_cache import KVCache
+from v2.models.module_list import module_list_of
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.qwen3_tts.config import CodePredictorConfig
+from v2.models.rope import rotate_half_cos_sin
 
 # (group g in 1..G-1, logits [B, V] float32) -> (codes [B], logprobs [B])
 Draw = Callable[[int, Tensor], tuple[Tensor, Tensor]]
@@ -29,7 +40,7 @@ class CodePredictorModel(Qwen3Backbone):
 
     def __init__(self, cfg: CodePredictorConfig, talker_hidden: int) -> None:
         super().__init__(cfg.decoder, embed_tokens=False)
-        self.codec_embedding = nn.ModuleList(
+        self.codec_embedding = module_list_of(
             nn.Embedding(cfg.codebook_size, talker_hidden) for _ in range(cfg.num_code_groups - 1))
 
 
@@ -82,6 +93,45 @@ class CodePredictor(nn.Module):
                 out = self.model.forward_cached(x, cache, slots, pos, ok, g + 2)[:, 0]
         return torch.stack(codes, 1), torch.stack(logits, 1), torch.stack(logprobs, 1)
 
+    def predict_fused(self, hidden: Tensor, c0: Tensor, table0: Tensor, draw: Draw, *, cache: KVCache | None = None,
+                      return_logits: bool = True) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+        """`predict` through the kernels (inference only). hidden [B, H_talker]; c0 [B] group 0 and table0 its table
+        (E_0). Row b uses slot b of `cache` (a padding row's writes stay in its own slot). Returns codes [B, G-1],
+        raw logits [B, G-1, V] float32 (None unless `return_logits`), logprobs [B, G-1] and frame(codes) =
+        sum_g E_g[c_g] [B, H_talker]."""
+        b, g_total = hidden.shape[0], self.cfg.num_code_groups
+        if cache is None:
+            cache = self.allocate_kv(b, dtype=hidden.dtype, device=hidden.device)
+        dec, model = self.cfg.decoder, self.model
+        cos, sin = _frame_rope(dec.head_dim, dec.rope_theta, g_total, hidden.device)
+        first = model.layers[0].input_layernorm
+        direct = isinstance(self.small_to_mtp_projection, nn.Identity)  # the code rows are the decoder's inputs
+        acc = torch.empty_like(hidden)  # frame(codes) so far
+        e0, _ = embed_rms_norm_fused(c0, table0, acc, None, 0.0, first=True)
+        x = self.small_to_mtp_projection(torch.stack([hidden, e0], dim=1))  # [B, 2, Hc]
+        out = _layers(model, x, rms_norm_fused(x, first.weight, first.eps), 0, cache, cos, sin)  # [B, Hc]
+        codes, logits, logprobs = [], [], []
+        for g in range(1, g_total):
+            lg = self.lm_head[g - 1](out)  # [B, V]; the draw reads any float dtype
+            code, lp = draw(g, lg)
+            codes.append(code)
+            logprobs.append(lp)
+            if return_logits:
+                logits.append(lg.float())
+            table = model.codec_embedding[g - 1].weight
+            if g + 1 == g_total:  # the last code feeds nothing: only the frame's sum
+                embed_rms_norm_fused(code, table, acc, None, 0.0, first=False)
+                continue
+            e, y = embed_rms_norm_fused(code, table, acc, first.weight if direct else None, first.eps, first=False)
+            if direct and y is not None:
+                x, h = e[:, None], y[:, None]  # [B, 1, Hc]
+            else:
+                x = self.small_to_mtp_projection(e)[:, None]  # [B, 1, Hc]
+                h = rms_norm_fused(x, first.weight, first.eps)
+            out = _layers(model, x, h, g + 1, cache, cos, sin)
+        return (torch.stack(codes, 1), torch.stack(logits, 1) if return_logits else None, torch.stack(logprobs, 1),
+                acc)
+
     def teacher_inputs(self, hidden: Tensor, first: Tensor, codes: Tensor) -> Tensor:
         """[h, E_0[c_0], E_1[c_1], ..., E_{G-2}[c_{G-2}]]: [B, G, H_talker] (before the projection).
         hidden [B, H], first = E_0[c_0] [B, H], codes [B, G] (group G-1 unused)."""
@@ -93,3 +143,26 @@ class CodePredictor(nn.Module):
         the hidden at position g (differentiable)."""
         out = self.model(self.small_to_mtp_projection(inputs))  # [B, G, Hc]
         return torch.stack([self.lm_head[g - 1](out[:, g]) for g in range(1, self.cfg.num_code_groups)], 1).float()
+
+
+@functools.lru_cache(maxsize=16)
+def _frame_rope(head_dim: int, theta: float, positions: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """cos, sin [positions, head_dim] float32 of a frame's positions 0 .. positions - 1 (made once, read-only)."""
+    cos, sin = rotate_half_cos_sin(torch.arange(positions, device=device)[None], head_dim, theta)
+    return cos[0], sin[0]
+
+
+def _layers(model: CodePredictorModel, x: Tensor, h: Tensor, position: int, cache: KVCache, cos: Tensor,
+            sin: Tensor) -> Tensor:
+    """The decoder over x [B, T, Hc] (the residual stream at positions position .. position + T - 1; h its first
+    norm) through the kernels: seven launches a layer. Returns the final norm's output at the last position [B, Hc]."""
+    layers = list(model.layers)
+    for i, layer in enumerate(layers):
+        att, mlp, cfg = layer.self_attn, layer.mlp, model.cfg
+        heads = frame_attention(att.qkv_proj(h), cfg.num_heads, cfg.num_kv_heads, att.q_norm.weight, att.k_norm.weight,
+                                att.q_norm.eps, cos, sin, cache.k[i], cache.v[i], position)  # [B, T, Hq D]
+        post = layer.post_attention_layernorm
+        x, h = add_rms_norm_fused(x, att.o_proj(heads), post.weight, post.eps)
+        after = layers[i + 1].input_layernorm if i + 1 < len(layers) else model.norm
+        x, h = add_rms_norm_fused(x, mlp.down_proj(gate_up_swiglu(h, mlp.gate_up_proj.weight)), after.weight, after.eps)
+    return h[:, -1]

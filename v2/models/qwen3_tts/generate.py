@@ -104,6 +104,7 @@ def generate_batch(model: Qwen3TTS, prompts: list[Tensor], trailing: list[Tensor
             hidden, logits = out.hidden, out.logits
             rec["codes"].append(out.frame.codes)
             rec["rows"].append(out.row)
+            assert out.frame.logits is not None  # asked for (the default)
             rec["cp"].append(out.frame.logits)
             rec["cplp"].append(out.frame.logprobs)
         allow = torch.full((b,), step >= min_new_tokens, dtype=torch.bool, device=dev)

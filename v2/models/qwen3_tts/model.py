@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from v2.models import exact
 
+from v2.models.kernels import inference_kernels
 from v2.models.kv_cache import Cache, KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.qwen3_tts.code_predictor import CodePredictor
@@ -66,8 +67,9 @@ class CodeFrame:
     """Groups 1..G-1 of one frame for B rows."""
 
     codes: Tensor     # [B, G] int64, group 0 included
-    logits: Tensor    # [B, G-1, V] float32 raw code-predictor logits
+    logits: Tensor | None  # [B, G-1, V] float32 raw code-predictor logits (None when not asked for)
     logprobs: Tensor  # [B, G-1] under the processed distributions
+    embedded: Tensor | None = None  # [B, H] frame(codes), when the pass made it on the way
 
 
 @dataclass
@@ -153,6 +155,10 @@ class Qwen3TTS(nn.Module):
         parts = [self.embed_codec(codes[..., 0])] + [cp.embed(g, codes[..., g]) for g in range(1, self.num_code_groups)]
         return torch.stack(parts, dim=-2).sum(-2)  # [..., G, H] -> [..., H]
 
+    def frame_row(self, frame: "CodeFrame") -> Tensor:
+        """frame(codes) [B, H] of a completed frame (the pass's own sum when it made one)."""
+        return frame.embedded if frame.embedded is not None else self.embed_frame(frame.codes)
+
     def speaker_embedding(self, wav: Tensor) -> Tensor:
         """x-vector(s) of 24 kHz waveform(s) [N] or [B, N] -> [H] or [B, H] (a "base" model only)."""
         if self.speaker_encoder is None:
@@ -179,27 +185,33 @@ class Qwen3TTS(nn.Module):
 
     def predict_codes(self, hidden: Tensor, c0: Tensor, s: Qwen3TTSSamplingTensors, frame: Tensor, *,
                       valid: Tensor | None = None, cache: KVCache | None = None,
-                      draws: FrameDraws | None = None) -> CodeFrame:
+                      draws: FrameDraws | None = None, return_logits: bool = True) -> CodeFrame:
         """Complete frames: hidden [B, H] (the state group 0 was chosen from), c0 [B] group 0, frame [B] the
         frame index (keys the noise). Codes for groups 1..G-1 come one after another (`draws`: made here
-        when not given)."""
+        when not given); with the layers' kernels in one fused pass (`CodePredictor.predict_fused`), whose raw
+        logits are kept only when `return_logits`."""
         d = draws or self.draws(s, frame, groups=list(range(1, self.num_code_groups)))
-        sub, logits, logprobs = self.talker.code_predictor.predict(hidden, self.embed_codec(c0), d.code, cache=cache,
-                                                                   valid=valid)
+        cp = self.talker.code_predictor
+        if inference_kernels(hidden.device):
+            sub, lg, logprobs, embedded = cp.predict_fused(hidden, c0, self.talker.model.codec_embedding.weight, d.code,
+                                                           cache=cache, return_logits=return_logits)
+            return CodeFrame(torch.cat([c0[:, None], sub], dim=1), lg, logprobs, embedded)
+        sub, logits, logprobs = cp.predict(hidden, self.embed_codec(c0), d.code, cache=cache, valid=valid)
         return CodeFrame(torch.cat([c0[:, None].to(sub.dtype), sub], dim=1), logits, logprobs)
 
     def frame_step(self, hidden: Tensor, c0: Tensor, text_rows: Tensor, s: Qwen3TTSSamplingTensors,
                    frame: Tensor, cache: Cache, index: Tensor, positions: Tensor, *,
                    valid: Tensor | None = None, context_len: int | None = None,
-                   cp_cache: KVCache | None = None) -> FrameStep:
+                   cp_cache: KVCache | None = None, return_logits: bool = True) -> FrameStep:
         """Frame t-1 -> talker state of frame t, for B rows.
 
         hidden [B, H] = h_(t-1); c0 [B] = group 0 of frame t-1; text_rows [B, H] = the trailing text row
         (or P(tts_pad)) fed with it; frame [B] = t-1; positions [B] = where each row's new talker row sits;
-        valid [B] False = bucket padding (writes the dummy slot / block).
+        valid [B] False = bucket padding (writes the dummy slot / block); return_logits: keep the code
+        predictor's raw logits (`CodeFrame.logits`; without them the kernels' pass makes no float copies).
         """
-        done = self.predict_codes(hidden, c0, s, frame, valid=valid, cache=cp_cache)
-        row = self.embed_frame(done.codes) + text_rows.to(self.dtype)  # [B, H]
+        done = self.predict_codes(hidden, c0, s, frame, valid=valid, cache=cp_cache, return_logits=return_logits)
+        row = self.frame_row(done) + text_rows.to(self.dtype)  # [B, H]
         ok = None if valid is None else valid[:, None]
         h = self.talker.model.forward_cached(row[:, None], cache, index, positions[:, None], ok, context_len)[:, 0]
         return FrameStep(done, row, h, self.group0_logits(h))

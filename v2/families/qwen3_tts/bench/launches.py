@@ -1,12 +1,13 @@
 """Device kernels one Qwen3-TTS frame step launches at the release's dimensions (`python -m v2.bench.launches
---family qwen3_tts [--size 1.7b|0.6b]`).
+--family qwen3_tts [--size 1.7b 0.6b]`, both sizes by default).
 
 Owns: building the model layer's `Qwen3TTS` from a release-shaped config on the meta device (no memory, no
 GPU; `--size`: its `options`) and counting, with `v2.bench.launches`' counter, one frame step for a batch as a runtime runs it: the model
 layer's `frame_step` (the code predictor's G-1 = 15 steps over a per-frame cache and their 15 draws, the
 frame embedding plus the text row, one talker decode row through a paged KV at mixed positions) and `choose`
-(group 0: repetition penalty, EOS and control-id masks, its draw). Inputs are made before counting, as an
-executor's staged buffers are.
+(group 0: repetition penalty, EOS and control-id masks, its draw), as the family's executor calls them (no
+raw code-predictor logits kept). Inputs are made before counting, as an executor's staged buffers are; each
+count follows one warm-up call (what a step makes once per device, e.g. RoPE tables, is made there).
 Must not know: timing, requests, the runtime's executors (the family's AR executor calls the same two
 functions).
 """
@@ -58,7 +59,7 @@ def _inputs(model: Qwen3TTS, bucket: int, context: int) -> dict[str, Any]:
 
 
 def _counted(fn: Callable[[], Any], use_kernels: bool) -> Counter[str]:
-    return counted(fn, use_kernels, warm_up=False)  # the inputs are staged already; nothing is made once
+    return counted(fn, use_kernels)  # after one warm-up call: what a step makes once per device is made there
 
 
 def count(model: Qwen3TTS, bucket: int, context: int, use_kernels: bool) -> dict[str, Counter[str]]:
@@ -70,7 +71,7 @@ def count(model: Qwen3TTS, bucket: int, context: int, use_kernels: bool) -> dict
 
     def step() -> None:
         out = model.frame_step(x["hidden"], x["c0"], x["text"], s, x["frame"], x["cache"], x["tables"], x["positions"],
-                               valid=x["valid"], context_len=context, cp_cache=x["cp_cache"])
+                               valid=x["valid"], context_len=context, cp_cache=x["cp_cache"], return_logits=False)
         model.choose(out.logits, s, x["after"], seen=x["seen"], allow_eos=x["valid"])
 
     def draws() -> None:
@@ -80,7 +81,7 @@ def count(model: Qwen3TTS, bucket: int, context: int, use_kernels: bool) -> dict
 
     return {"step": _counted(step, use_kernels), "draws": _counted(draws, use_kernels),
             "predictor": _counted(lambda: model.predict_codes(x["hidden"], x["c0"], s, x["frame"], valid=x["valid"],
-                                                              cache=x["cp_cache"]), use_kernels),
+                                                              cache=x["cp_cache"], return_logits=False), use_kernels),
             "choose": _counted(lambda: model.choose(x["logits"], s, x["after"], seen=x["seen"], allow_eos=x["valid"]),
                                use_kernels)}
 
@@ -103,18 +104,21 @@ def bucket_row(model: Qwen3TTS, bucket: int, context: int) -> dict[str, Any]:
 
 
 def options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--size", choices=sorted(SIZES, reverse=True), default="1.7b", help="the release size")
+    parser.add_argument("--size", choices=sorted(SIZES, reverse=True), nargs="+", default=sorted(SIZES, reverse=True),
+                        help="the release sizes (default: both)")
 
 
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Each of `args.buckets` (`bucket_row`); the per-kernel table goes to stderr."""
-    model = release_model(args.size)
+    """Each of `args.buckets` at each of `args.size` (`bucket_row`, with its size); the per-kernel table goes to
+    stderr."""
     rows = []
-    for bucket in args.buckets:
-        row = bucket_row(model, bucket, args.context)
-        rows.append(row)
-        print(f"bucket={bucket} torch={row['torch_launches']} {row['torch_parts']} "
-              f"kernels={row['kernels_launches']} {row['kernels_parts']}", file=sys.stderr)
-        for name, n in row["kernels_ops"].items():
-            print(f"  {name:<28} {n:>6}", file=sys.stderr)
-    return {"size": args.size}, rows
+    for size in args.size:
+        model = release_model(size)
+        for bucket in args.buckets:
+            row = {"size": size, **bucket_row(model, bucket, args.context)}
+            rows.append(row)
+            print(f"size={size} bucket={bucket} torch={row['torch_launches']} {row['torch_parts']} "
+                  f"kernels={row['kernels_launches']} {row['kernels_parts']}", file=sys.stderr)
+            for name, n in row["kernels_ops"].items():
+                print(f"  {name:<28} {n:>6}", file=sys.stderr)
+    return {"sizes": list(args.size)}, rows
