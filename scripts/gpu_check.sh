@@ -9,10 +9,11 @@
 #     -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions soundfile cffi pycparser
 # Output lands in $OUT (or ./out when unset): gpu_tests.log, launches.json, framestep.json, compile.json,
 # serving.json, kv.json, engine.json, qwen_gpu_tests.log, qwen_launches.json, qwen_frames.json, qwen_family_tests.log,
-# qwen_engine.json.
-# Parts: scripts/gpu_check.sh [tests] [launches] [framestep] [compile] [serving] [kv] [engine] [qwen] (default: all
-# eight, about 25 minutes at most by their timeouts; a device call runs at most 10, so split them over calls when
-# needed). A short first call for the frame step: scripts/gpu_check.sh tests launches framestep (~6 minutes).
+# qwen_engine.json, qwenstep_tests.log, qwenstep_launches.json, qwen_framestep_1.7b.json, qwen_framestep_0.6b.json.
+# Parts: scripts/gpu_check.sh [tests] [launches] [framestep] [compile] [serving] [kv] [engine] [qwen] [qwenstep]
+# (default: all nine, about 31 minutes at most by their timeouts; a device call runs at most 10, so split them over
+# calls when needed). A short first call for the frame step: scripts/gpu_check.sh tests launches framestep (~6
+# minutes); for Qwen3-TTS's fast path: scripts/gpu_check.sh qwenstep (~6 minutes at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"
@@ -24,13 +25,16 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-parts="${*:-tests launches framestep compile serving kv engine qwen}"
+parts="${*:-tests launches framestep compile serving kv engine qwen qwenstep}"
 QWEN_GPU_TESTS="tests/gpu/test_qwen3_tts_gpu.py tests/gpu/test_qwen3_tts_family_gpu.py"
+# the qwenstep part's: the fused sampler at 16 groups (in `tests` too), the code predictor's kernels in bf16, graph == eager
+QWENSTEP_GPU_TESTS="tests/gpu/test_sample_kernel_gpu.py tests/models/test_frame_kernels.py tests/gpu/test_qwen3_tts_frame_graph_gpu.py"
 status=0
 for part in $parts; do
     case "$part" in
     tests)  # every GPU test but the Qwen3-TTS ones (the qwen part runs those)
-        timeout 200 python3 -m pytest -q -m gpu tests $(printf -- '--ignore=%s ' $QWEN_GPU_TESTS) 2>&1 \
+        timeout 200 python3 -m pytest -q -m gpu tests $(printf -- '--ignore=%s ' $QWEN_GPU_TESTS \
+            tests/gpu/test_qwen3_tts_frame_graph_gpu.py) 2>&1 \
             | tee "$OUT/gpu_tests.log" || status=1 ;;
     launches)  # kernels per frame step at the release's dims (meta device), by kind: the graph's node count
         timeout 60 python3 -m v2.bench.launches --buckets 1 64 2>&1 | tee "$OUT/launches.log"
@@ -75,7 +79,21 @@ for part in $parts; do
             echo "qwen: no v2/families/qwen3_tts package or qwen3_tts_tiny card yet: the family's tests and bench skipped" \
                 | tee "$OUT/qwen_family_skipped.txt"
         fi ;;
-    *) echo "unknown part: $part (tests, launches, framestep, compile, serving, kv, engine, qwen)"; exit 2 ;;
+    qwenstep)  # Qwen3-TTS's frame step on the fast path: the fused sampler's bits for G = 16 against the torch path,
+               # the code predictor's kernels (frame attention, gate/up + SwiGLU) in bf16 at the release's layout,
+               # graph == eager for the talker executor's frame step (fp32 and bf16, every bucket, state carried),
+               # the launch counts (both sizes, buckets 1/16/64: <= 900), and the frame step's milliseconds per
+               # bucket 1/16/64 at both release sizes (random weights, bf16), eager and replayed, with graph == eager
+        timeout 200 python3 -m pytest -q -m gpu $QWENSTEP_GPU_TESTS 2>&1 | tee "$OUT/qwenstep_tests.log" || status=1
+        timeout 90 python3 -m v2.bench.launches --family qwen3_tts --buckets 1 16 64 2>"$OUT/qwenstep_launches.log" \
+            | tail -n 1 > "$OUT/qwenstep_launches.json"
+        for size in 1.7b 0.6b; do
+            timeout 120 python3 -m v2.families.qwen3_tts.bench.framestep --size "$size" --buckets 1 16 64 2>&1 \
+                | tee "$OUT/qwen_framestep_$size.log"
+            tail -n 1 "$OUT/qwen_framestep_$size.log" > "$OUT/qwen_framestep_$size.json"
+            grep -q '"graph_equals_eager": false' "$OUT/qwen_framestep_$size.json" && status=1
+        done ;;
+    *) echo "unknown part: $part (tests, launches, framestep, compile, serving, kv, engine, qwen, qwenstep)"; exit 2 ;;
     esac
 done
 exit $status

@@ -1,0 +1,142 @@
+"""`python -m v2.families.qwen3_tts.bench.framestep`: the Qwen3-TTS talker executor's frame step per batch bucket,
+eager and replayed from a CUDA graph, and whether the two agree.
+
+Owns: timing the runtime's own frame step (`TalkerExecutor.frame_step`: group 0's draw, the code predictor's
+G-1 steps and draws, the frame row, one talker decode row through the paged KV) on static inputs, rows at
+mixed positions with the release's sampling, each slot's blocks scattered over the pool: eager, and on CUDA
+replayed from one graph per bucket, with `graph_equals_eager` (one step from the same state both ways gives
+the same packed result, bit for bit); one JSON line last. Default on CUDA: the release's dimensions (`--size`)
+with random weights in bf16; elsewhere the tiny card's seeded model (eager only).
+Must not know: requests, scheduling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+from v2.bench.__main__ import machine
+from v2.card import load_card
+from v2.families.qwen3_tts.bench.launches import SIZES
+from v2.families.qwen3_tts.card import Qwen3Card
+from v2.families.qwen3_tts.shapes import SHAPES
+from v2.families.qwen3_tts.talker_executor import TalkerExecutor
+from v2.models.qwen3_tts.config import Qwen3TTSSampling
+from v2.models.qwen3_tts.model import Qwen3TTS
+from v2.runtime.graphs import StepGraphs
+from v2.runtime.sequence import FramePlan
+
+BLOCK_SIZE = 16
+
+
+def timed(fn: Callable[[], Any], iters: int, device: torch.device) -> float:
+    """Mean milliseconds per call after two warm-up calls."""
+    for _ in range(2):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) / iters * 1e3
+
+
+def model_for(size: str | None, device: torch.device) -> Qwen3TTS:
+    """The release's dimensions (random weights, bf16), or the tiny card's seeded model when `size` is None."""
+    if size is None:
+        card = load_card("qwen3_tts_tiny")
+        assert isinstance(card, Qwen3Card)
+        seeded = card.seeded["tts"]
+        return Qwen3TTS.from_seed(seeded.config, seeded.seed, device=device)
+    config = json.loads(SHAPES.joinpath(SIZES[size]).read_text())
+    return Qwen3TTS.from_seed(config, 0, dtype=torch.bfloat16, device=device, init_device=device)
+
+
+def executor(model: Qwen3TTS, slots: int, context: int, buckets: list[int], *, graphs: bool = False,
+             settings: list[Qwen3TTSSampling] | None = None) -> TalkerExecutor:
+    """A bare executor whose slots hold admitted requests (`settings` in turn, default the release sampling), a
+    random talker state and a full table of blocks of their own, scattered over the pool (as a long-running
+    pool's are; written after any graph capture, as the runtime writes tables between replays)."""
+    width = -(-context // BLOCK_SIZE)
+    ex = TalkerExecutor(model, num_slots=slots, max_len=context, batch_buckets=buckets, num_blocks=slots * width,
+                        block_size=BLOCK_SIZE, graphs=graphs)
+    order = torch.randperm(slots * width, generator=torch.Generator().manual_seed(0)).tolist()
+    ex.apply([], [(s, i, order[s * width + i]) for s in range(slots) for i in range(width)])
+    g = torch.Generator().manual_seed(1)
+    settings = settings or [Qwen3TTSSampling()]
+    for slot in range(slots):
+        ex.admit_host(slot, settings[slot % len(settings)])
+        ex.admit_device(slot, settings[slot % len(settings)], 11 + slot, None)
+        ex.hidden[slot] = torch.randn(model.cfg.talker.hidden_size, generator=g).to(ex.hidden)
+    return ex
+
+
+def state(ex: TalkerExecutor) -> list[torch.Tensor]:
+    """What a frame step writes: the talker's state, the penalty sets, the KV pool."""
+    return [ex.hidden, ex.seen, ex.kv.k, ex.kv.v]
+
+
+def bucket_row(ex: TalkerExecutor, bucket: int, context: int, iters: int, device: torch.device) -> dict[str, Any]:
+    """One bucket: eager ms, and on CUDA graph ms and whether a replay equals an eager step from the same state."""
+    pad = ex.model.cfg.text.tts_pad
+    plans = [FramePlan(i, (37 * i) % (context - 64) + 32, 5, True, feed=pad) for i in range(bucket)]  # mixed positions
+    key = ex.graph_key(bucket, ex.stage(plans, bucket))
+    row: dict[str, Any] = {"bucket": bucket, "eager_ms": timed(lambda: ex.frame_step(key), iters, device)}
+    if device.type == "cuda":
+        graphs = StepGraphs("bench", ex.frame_step, [key], device=device, enabled=True)
+        graphs.capture()
+        saved = [t.clone() for t in state(ex)]
+        replayed = graphs.run(key)
+        after = [t.clone() for t in state(ex)]
+        for t, s in zip(state(ex), saved):
+            t.copy_(s)
+        direct = ex.frame_step(key)
+        row["graph_equals_eager"] = bool(torch.equal(replayed[:bucket], direct[:bucket])
+                                         and all(torch.equal(a, t) for a, t in zip(after, state(ex))))
+        row["graph_ms"] = timed(lambda: graphs.run(key), iters, device)
+        row["frames_per_s"] = bucket / row["graph_ms"] * 1e3
+    else:
+        row["frames_per_s"] = bucket / row["eager_ms"] * 1e3
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m v2.families.qwen3_tts.bench.framestep",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--size", choices=sorted(SIZES, reverse=True), default="1.7b",
+                   help="the release size (on CUDA; elsewhere the tiny card)")
+    p.add_argument("--buckets", type=int, nargs="+", default=[1, 16, 64])
+    p.add_argument("--context", type=int, default=512, help="KV length per slot; rows sit at mixed positions below it")
+    p.add_argument("--iters", type=int, default=20)
+    args = p.parse_args(argv)
+    if args.context <= 64:
+        p.error("--context must exceed 64 (rows sit at mixed positions from 32 up)")
+    device = torch.device(args.device)
+    size = args.size if device.type == "cuda" else None
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    model = model_for(size, device)
+    buckets = sorted(args.buckets)
+    ex = executor(model, buckets[-1], args.context, buckets)
+    rows = []
+    with torch.no_grad():
+        for bucket in buckets:
+            rows.append(bucket_row(ex, bucket, args.context, args.iters, device))
+            print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in rows[-1].items()),
+                  file=sys.stderr)
+    print(json.dumps({"bench": "v2.qwen3_tts.framestep", "dims": f"release {size} (random weights, bf16)" if size
+                      else "tiny card (seeded, float32)", "context": args.context, "machine": machine(args.device),
+                      "buckets": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
