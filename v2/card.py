@@ -2,7 +2,9 @@
 
 Owns: the common part of the card schema (name, `family`, seeded weight sources, sampling defaults'
 schema, a loop's declaration `LoopDecl` with the loops it feeds, a family's loop section `LoopTable` and
-the checks of the graph it declares, runtime settings such as the engine's CPU threads), finding a card by
+the checks of the graph it declares, the settings every paged AR loop and every codec chunk loop declares
+(`PagedLoopDecl`, `ChunkLoopDecl`: a family subclasses them), that a seeded expert names a seeded table,
+runtime settings such as the engine's CPU threads), finding a card by
 name (the shipped cards are package data, `v2/cards/` in an installed package, the top-level `cards/` in a
 checkout) or path, validating it with its family's card class
 (its family found by name in the registry, v2/registry.py; each family's section: its experts and loops),
@@ -194,6 +196,70 @@ def _cycle(loops: dict[str, LoopDecl], start: str, path: list[str]) -> list[str]
     return None
 
 
+class PagedLoopDecl(LoopDecl):
+    """The settings every family's AR loop declares (the loop that holds the paged KV and gives frames to the
+    loops it `feeds`): request caps, slots, the queue, prefill chunking, batch buckets and the paged KV pool.
+    A family's subclass names its class (`class_: Literal[...]`) and adds its own settings (sampling, text
+    segmentation, ...)."""
+
+    gives: ClassVar[str | None] = "frames"  # to the loops it `feeds` (the card's edges: a codec loop, or none)
+    max_frames: int = Field(ge=1)          # cap on a request's frames
+    max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
+    max_text_chars: int = Field(default=20_000, ge=1)  # cap on each text field (checked first)
+    max_running: int = Field(ge=1)         # KV slots: requests decoding at once
+    max_waiting: int = Field(ge=1)         # requests queued for a slot; past it submit() refuses (overload)
+    max_buffered_chunks: int = Field(ge=1)  # chunks a subscriber may fall behind before its request is aborted
+    prefill_chunk_rows: int = Field(ge=1)  # prompt rows prefilled per engine step, all requests together
+    batch_buckets: list[int]               # AR_FRAME batches are padded up to one of these
+    # paged KV: rows per block; the pool as a number of blocks, or as a fraction of the device memory free
+    # when the runtime starts (weights loaded; codec streams, graphs and activations live in the rest).
+    # Neither: max_running requests at full length (the memory a contiguous cache would take).
+    block_size: int = Field(default=16, ge=1)
+    kv_blocks: int | None = Field(default=None, ge=1)
+    kv_memory_fraction: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+    prefix_cache: bool = True              # full prompt blocks stay cached for later requests until evicted
+
+    _buckets = field_validator("batch_buckets")(check_buckets)
+
+    @property
+    def max_blocks(self) -> int:
+        """Blocks one request holds at its longest (max_prompt_rows + max_frames rows)."""
+        return -(-(self.max_prompt_rows + self.max_frames) // self.block_size)
+
+    @model_validator(mode="after")
+    def _fits(self) -> "PagedLoopDecl":
+        if self.max_running > self.batch_buckets[-1]:
+            raise ValueError(f"max_running ({self.max_running}) exceeds the largest batch bucket")
+        if self.kv_blocks is not None and self.kv_memory_fraction is not None:
+            raise ValueError("kv_blocks and kv_memory_fraction: give one KV budget, not both")
+        if self.kv_blocks is not None and self.kv_blocks < self.max_blocks:
+            raise ValueError(f"kv_blocks ({self.kv_blocks}) cannot hold one request at full length "
+                             f"({self.max_blocks} blocks of {self.block_size} rows)")
+        return self
+
+
+class ChunkLoopDecl(LoopDecl):
+    """The settings of a codec loop that takes frames and streams them as audio chunks (the runtime's chunk
+    stream, v2/runtime/chunks.py). A family's subclass names its class."""
+
+    takes: ClassVar[str | None] = "frames"  # its chunks are the audio that streams to the caller
+    first_chunk_frames: int = Field(ge=1)  # frames in a stream's first audio chunk
+    chunk_frames: int = Field(ge=1)        # frames in every later chunk (the last may be shorter)
+    max_streams: int = Field(ge=1)         # codec state slots
+    batch_buckets: list[int]               # AUDIO_CHUNK batches are padded up to one of these
+    frame_buckets: list[int]               # a batch's chunk length is padded up to one of these
+
+    _buckets = field_validator("batch_buckets", "frame_buckets")(check_buckets)
+
+    @model_validator(mode="after")
+    def _fits(self) -> "ChunkLoopDecl":
+        if max(self.first_chunk_frames, self.chunk_frames) > self.frame_buckets[-1]:
+            raise ValueError("chunk frames exceed the largest frame bucket")
+        if self.max_streams > self.batch_buckets[-1]:
+            raise ValueError(f"max_streams ({self.max_streams}) exceeds the largest batch bucket")
+        return self
+
+
 class RuntimeSettings(_Frozen):
     # intra-op threads of the engine thread when the experts run on a CPU (None: torch's default)
     cpu_threads: int | None = Field(default=None, ge=1)
@@ -222,6 +288,17 @@ class ModelCard(_Frozen):
         loops = self.__dict__.get("loops")
         if isinstance(loops, LoopTable):
             loops.check()
+        return self
+
+    @model_validator(mode="after")
+    def _seeded_sources(self) -> "ModelCard":
+        """Every expert whose `checkpoint` is `seed:NAME` (a family's `experts` section, in its order) names a
+        `[seeded.NAME]` table of this card."""
+        experts = self.__dict__.get("experts")
+        for name in type(experts).model_fields if isinstance(experts, BaseModel) else ():
+            ckpt = getattr(getattr(experts, name), "checkpoint", None)
+            if isinstance(ckpt, str) and ckpt.startswith(SEED_PREFIX) and ckpt[len(SEED_PREFIX):] not in self.seeded:
+                raise ValueError(f"experts.{name}.checkpoint: {ckpt!r} names no [seeded.{ckpt[len(SEED_PREFIX):]}] table")
         return self
 
 

@@ -19,11 +19,12 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from v2.card import SEED_PREFIX, DType, LoopDecl, LoopTable, ModelCard, _Frozen, check_buckets
+from v2.card import (
+    SEED_PREFIX, ChunkLoopDecl, DType, HeadDefaults, LoopDecl, LoopTable, ModelCard, PagedLoopDecl, _Frozen,
+)
 from v2.checkpoints import resolve_checkpoint
-from v2.fields import TOP_K_MAX, check_temperature
 
 MAX_SPEAKER = 2**31 - 1  # a speaker id is rendered as decimal text: bounded like any request integer
 
@@ -54,12 +55,8 @@ class Experts(_Frozen):
     codec: CodecExpert
 
 
-class StageSampling(_Frozen):
-    temperature: float = Field(ge=0, allow_inf_nan=False)  # 0 = greedy
-    top_k: int = Field(ge=0, le=TOP_K_MAX)
-    top_p: float = Field(gt=0, le=1)
-
-    _temperature = field_validator("temperature")(check_temperature)
+class StageSampling(HeadDefaults):
+    """One stage's sampling: temperature (0 = greedy), top_k, top_p."""
 
 
 class SamplingSection(_Frozen):
@@ -69,63 +66,24 @@ class SamplingSection(_Frozen):
     depth_decoder: StageSampling  # codebooks 1..N-1
 
 
-class BackboneSettings(LoopDecl):
-    gives: ClassVar[str | None] = "frames"  # to the loops it `feeds` (the card's edges: the codec, or none)
+class BackboneSettings(PagedLoopDecl):
+    """The backbone loop (v2.card.PagedLoopDecl's settings; `max_frames`' default per request is
+    generation_config's max_new_tokens, `max_prompt_rows` counts every turn, context audio included)."""
+
     class_: Literal["CsmBackboneLoop"] = Field(alias="class")
-    max_frames: int = Field(ge=1)          # cap on a request's frames (its default: generation_config's max_new_tokens)
-    max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows (every turn, context audio included)
-    max_text_chars: int = Field(default=20_000, ge=1)  # cap on each turn's text (checked first)
-    max_running: int = Field(ge=1)         # backbone slots: requests decoding at once
-    max_waiting: int = Field(ge=1)
-    max_buffered_chunks: int = Field(ge=1)
-    prefill_chunk_rows: int = Field(ge=1)
-    batch_buckets: list[int]
     sampling: SamplingSection | None = None
     speakers: list[int] = Field(default=[0, 1])  # speaker ids offered as voices (`voice: "0"` -> speaker 0)
     default_speaker: int = Field(default=0, ge=0, le=MAX_SPEAKER)  # a turn's speaker when none is given
-    block_size: int = Field(default=16, ge=1)
-    kv_blocks: int | None = Field(default=None, ge=1)
-    kv_memory_fraction: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
-    prefix_cache: bool = True
-
-    _buckets = field_validator("batch_buckets")(check_buckets)
-
-    @property
-    def max_blocks(self) -> int:
-        return -(-(self.max_prompt_rows + self.max_frames) // self.block_size)
 
     @model_validator(mode="after")
-    def _fits(self) -> "BackboneSettings":
-        if self.max_running > self.batch_buckets[-1]:
-            raise ValueError(f"max_running ({self.max_running}) exceeds the largest batch bucket")
-        if self.kv_blocks is not None and self.kv_memory_fraction is not None:
-            raise ValueError("kv_blocks and kv_memory_fraction: give one KV budget, not both")
-        if self.kv_blocks is not None and self.kv_blocks < self.max_blocks:
-            raise ValueError(f"kv_blocks ({self.kv_blocks}) cannot hold one request at full length "
-                             f"({self.max_blocks} blocks of {self.block_size} rows)")
+    def _speakers(self) -> "BackboneSettings":
         if any(not 0 <= s <= MAX_SPEAKER for s in self.speakers) or len(set(self.speakers)) != len(self.speakers):
             raise ValueError(f"speakers: distinct ids in [0, {MAX_SPEAKER}] expected, got {self.speakers}")
         return self
 
 
-class CodecSettings(LoopDecl):
-    takes: ClassVar[str | None] = "frames"  # its chunks are the audio that streams to the caller
+class CodecSettings(ChunkLoopDecl):
     class_: Literal["CsmCodecLoop"] = Field(alias="class")
-    first_chunk_frames: int = Field(ge=1)
-    chunk_frames: int = Field(ge=1)
-    max_streams: int = Field(ge=1)
-    batch_buckets: list[int]
-    frame_buckets: list[int]
-
-    _buckets = field_validator("batch_buckets", "frame_buckets")(check_buckets)
-
-    @model_validator(mode="after")
-    def _fits(self) -> "CodecSettings":
-        if max(self.first_chunk_frames, self.chunk_frames) > self.frame_buckets[-1]:
-            raise ValueError("chunk frames exceed the largest frame bucket")
-        if self.max_streams > self.batch_buckets[-1]:
-            raise ValueError(f"max_streams ({self.max_streams}) exceeds the largest batch bucket")
-        return self
 
 
 class EncodeSettings(LoopDecl):
@@ -153,10 +111,6 @@ class CsmCard(ModelCard):
 
     @model_validator(mode="after")
     def _consistent(self) -> "CsmCard":
-        for name in ("model", "codec"):
-            ckpt = getattr(self.experts, name).checkpoint
-            if ckpt and ckpt.startswith(SEED_PREFIX) and ckpt[len(SEED_PREFIX):] not in self.seeded:
-                raise ValueError(f"experts.{name}.checkpoint: {ckpt!r} names no [seeded.{ckpt[len(SEED_PREFIX):]}] table")
         model = self.experts.model
         if model.tokenizer == "bytes" and not model.checkpoint.startswith(SEED_PREFIX):
             raise ValueError("experts.model.tokenizer: 'bytes' is for seeded weights; a release uses 'release'")

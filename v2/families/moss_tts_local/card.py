@@ -14,9 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from v2.card import SEED_PREFIX, DType, LoopDecl, LoopTable, ModelCard, SamplingDefaults, _Frozen, check_buckets
+from v2.card import (
+    SEED_PREFIX, ChunkLoopDecl, DType, LoopDecl, LoopTable, ModelCard, PagedLoopDecl, SamplingDefaults, _Frozen,
+)
 from v2.checkpoints import resolve_checkpoint
 
 
@@ -48,65 +50,18 @@ class Experts(_Frozen):
     vocoder: VocoderExpert
 
 
-class ARDecodeSettings(LoopDecl):
-    gives: ClassVar[str | None] = "frames"  # to the loops it `feeds` (the card's edges: the vocoder, or none)
+class ARDecodeSettings(PagedLoopDecl):
+    """The AR loop (v2.card.PagedLoopDecl's settings; `max_text_chars` caps text, instruction and language,
+    each)."""
+
     class_: Literal["ARDecodeLoop"] = Field(alias="class")
-    max_frames: int = Field(ge=1)          # cap on a request's frames
-    max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
-    max_text_chars: int = Field(default=20_000, ge=1)  # cap on text, instruction and language, each (checked first)
     max_segment_chars: int = Field(default=300, ge=1)  # longer text is spoken as segments of whole sentences
     open_segment_chars: int = Field(default=200, ge=1)  # open text: a longer sentence is cut at a clause or word
-    max_running: int = Field(ge=1)         # KV slots: requests decoding at once
-    max_waiting: int = Field(ge=1)         # requests queued for a slot; past it submit() refuses (overload)
-    max_buffered_chunks: int = Field(ge=1)  # chunks a subscriber may fall behind before its request is aborted
-    prefill_chunk_rows: int = Field(ge=1)  # prompt rows prefilled per engine step, all requests together
-    batch_buckets: list[int]               # AR_FRAME batches are padded up to one of these
     sampling: SamplingDefaults
-    # paged KV: rows per block; the pool as a number of blocks, or as a fraction of the device memory free
-    # when the runtime starts (weights loaded; codec streams, graphs and activations live in the rest).
-    # Neither: max_running requests at full length (the memory a contiguous cache would take).
-    block_size: int = Field(default=16, ge=1)
-    kv_blocks: int | None = Field(default=None, ge=1)
-    kv_memory_fraction: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
-    prefix_cache: bool = True              # full prompt blocks stay cached for later requests until evicted
-
-    _buckets = field_validator("batch_buckets")(check_buckets)
-
-    @property
-    def max_blocks(self) -> int:
-        """Blocks one request holds at its longest (max_prompt_rows + max_frames rows)."""
-        return -(-(self.max_prompt_rows + self.max_frames) // self.block_size)
-
-    @model_validator(mode="after")
-    def _fits(self) -> "ARDecodeSettings":
-        if self.max_running > self.batch_buckets[-1]:
-            raise ValueError(f"max_running ({self.max_running}) exceeds the largest batch bucket")
-        if self.kv_blocks is not None and self.kv_memory_fraction is not None:
-            raise ValueError("kv_blocks and kv_memory_fraction: give one KV budget, not both")
-        if self.kv_blocks is not None and self.kv_blocks < self.max_blocks:
-            raise ValueError(f"kv_blocks ({self.kv_blocks}) cannot hold one request at full length "
-                             f"({self.max_blocks} blocks of {self.block_size} rows)")
-        return self
 
 
-class VocoderSettings(LoopDecl):
-    takes: ClassVar[str | None] = "frames"  # its chunks are the audio that streams to the caller
+class VocoderSettings(ChunkLoopDecl):
     class_: Literal["VocoderLoop"] = Field(alias="class")
-    first_chunk_frames: int = Field(ge=1)  # frames in a stream's first audio chunk
-    chunk_frames: int = Field(ge=1)        # frames in every later chunk (the last may be shorter)
-    max_streams: int = Field(ge=1)         # codec state slots
-    batch_buckets: list[int]               # AUDIO_CHUNK batches are padded up to one of these
-    frame_buckets: list[int]               # a batch's chunk length is padded up to one of these
-
-    _buckets = field_validator("batch_buckets", "frame_buckets")(check_buckets)
-
-    @model_validator(mode="after")
-    def _fits(self) -> "VocoderSettings":
-        if max(self.first_chunk_frames, self.chunk_frames) > self.frame_buckets[-1]:
-            raise ValueError("chunk frames exceed the largest frame bucket")
-        if self.max_streams > self.batch_buckets[-1]:
-            raise ValueError(f"max_streams ({self.max_streams}) exceeds the largest batch bucket")
-        return self
 
 
 class EncodeSettings(LoopDecl):
@@ -142,10 +97,6 @@ class MossCard(ModelCard):
     @model_validator(mode="after")
     def _consistent(self) -> "MossCard":
         e = self.experts
-        for name in ("backbone", "local_transformer", "vocoder"):
-            ckpt = getattr(e, name).checkpoint
-            if ckpt.startswith(SEED_PREFIX) and ckpt[len(SEED_PREFIX):] not in self.seeded:
-                raise ValueError(f"experts.{name}.checkpoint: {ckpt!r} names no [seeded.{ckpt[len(SEED_PREFIX):]}] table")
         if (e.local_transformer.checkpoint, e.local_transformer.dtype) != (e.backbone.checkpoint, e.backbone.dtype):
             raise ValueError("experts.local_transformer: checkpoint and dtype must equal the backbone's "
                              "(one release checkpoint holds both)")

@@ -20,9 +20,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from v2.card import SEED_PREFIX, DType, LoopDecl, LoopTable, ModelCard, _Frozen, check_buckets
+from v2.card import (
+    SEED_PREFIX, ChunkLoopDecl, DType, HeadDefaults, LoopDecl, LoopTable, ModelCard, PagedLoopDecl, _Frozen,
+)
 from v2.checkpoints import resolve_checkpoint
-from v2.fields import TOP_K_MAX, check_penalty, check_temperature
+from v2.fields import check_penalty
 
 SPEECH_TOKENIZER = "speech_tokenizer"  # the codec's folder inside a release checkpoint
 
@@ -52,12 +54,8 @@ class Experts(_Frozen):
     codec: CodecExpert
 
 
-class StageSampling(_Frozen):
-    temperature: float = Field(ge=0, allow_inf_nan=False)  # 0 = greedy
-    top_k: int = Field(ge=0, le=TOP_K_MAX)
-    top_p: float = Field(gt=0, le=1)
-
-    _temperature = field_validator("temperature")(check_temperature)
+class StageSampling(HeadDefaults):
+    """One stage's sampling: temperature (0 = greedy), top_k, top_p."""
 
 
 class SamplingSection(_Frozen):
@@ -70,60 +68,17 @@ class SamplingSection(_Frozen):
     _penalty = field_validator("repetition_penalty")(check_penalty)
 
 
-class TalkerSettings(LoopDecl):
-    gives: ClassVar[str | None] = "frames"  # to the loops it `feeds` (the card's edges: the codec, or none)
+class TalkerSettings(PagedLoopDecl):
+    """The talker loop (v2.card.PagedLoopDecl's settings; `max_text_chars` caps text, instruction and
+    reference_text)."""
+
     class_: Literal["TalkerLoop"] = Field(alias="class")
-    max_frames: int = Field(ge=1)          # cap on a request's frames
-    max_prompt_rows: int = Field(ge=1)     # cap on a request's prompt rows
-    max_text_chars: int = Field(default=20_000, ge=1)  # cap on text, instruction, reference_text (checked first)
     max_segment_chars: int = Field(default=300, ge=1)  # longer text is spoken as segments of whole sentences
-    max_running: int = Field(ge=1)         # talker slots: requests decoding at once
-    max_waiting: int = Field(ge=1)
-    max_buffered_chunks: int = Field(ge=1)
-    prefill_chunk_rows: int = Field(ge=1)
-    batch_buckets: list[int]
     sampling: SamplingSection | None = None
-    block_size: int = Field(default=16, ge=1)
-    kv_blocks: int | None = Field(default=None, ge=1)
-    kv_memory_fraction: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
-    prefix_cache: bool = True
-
-    _buckets = field_validator("batch_buckets")(check_buckets)
-
-    @property
-    def max_blocks(self) -> int:
-        return -(-(self.max_prompt_rows + self.max_frames) // self.block_size)
-
-    @model_validator(mode="after")
-    def _fits(self) -> "TalkerSettings":
-        if self.max_running > self.batch_buckets[-1]:
-            raise ValueError(f"max_running ({self.max_running}) exceeds the largest batch bucket")
-        if self.kv_blocks is not None and self.kv_memory_fraction is not None:
-            raise ValueError("kv_blocks and kv_memory_fraction: give one KV budget, not both")
-        if self.kv_blocks is not None and self.kv_blocks < self.max_blocks:
-            raise ValueError(f"kv_blocks ({self.kv_blocks}) cannot hold one request at full length "
-                             f"({self.max_blocks} blocks of {self.block_size} rows)")
-        return self
 
 
-class CodecSettings(LoopDecl):
-    takes: ClassVar[str | None] = "frames"  # its chunks are the audio that streams to the caller
+class CodecSettings(ChunkLoopDecl):
     class_: Literal["CodecLoop"] = Field(alias="class")
-    first_chunk_frames: int = Field(ge=1)
-    chunk_frames: int = Field(ge=1)
-    max_streams: int = Field(ge=1)
-    batch_buckets: list[int]
-    frame_buckets: list[int]
-
-    _buckets = field_validator("batch_buckets", "frame_buckets")(check_buckets)
-
-    @model_validator(mode="after")
-    def _fits(self) -> "CodecSettings":
-        if max(self.first_chunk_frames, self.chunk_frames) > self.frame_buckets[-1]:
-            raise ValueError("chunk frames exceed the largest frame bucket")
-        if self.max_streams > self.batch_buckets[-1]:
-            raise ValueError(f"max_streams ({self.max_streams}) exceeds the largest batch bucket")
-        return self
 
 
 class EncodeSettings(LoopDecl):
@@ -150,10 +105,6 @@ class Qwen3Card(ModelCard):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Qwen3Card":
-        for name in ("talker", "codec"):
-            ckpt = getattr(self.experts, name).checkpoint
-            if ckpt and ckpt.startswith(SEED_PREFIX) and ckpt[len(SEED_PREFIX):] not in self.seeded:
-                raise ValueError(f"experts.{name}.checkpoint: {ckpt!r} names no [seeded.{ckpt[len(SEED_PREFIX):]}] table")
         talker = self.experts.talker
         if talker.tokenizer == "bytes" and not talker.checkpoint.startswith(SEED_PREFIX):
             raise ValueError("experts.talker.tokenizer: 'bytes' is for seeded weights; a release uses 'release'")
