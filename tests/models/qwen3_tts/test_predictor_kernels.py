@@ -80,3 +80,19 @@ def test_a_frame_step_through_the_kernels_equals_the_torch_step(monkeypatch):
     for a, w in ((got.row, want.row), (got.hidden, want.hidden), (got.logits, want.logits)):
         torch.testing.assert_close(a[:2], w[:2], atol=1e-4, rtol=1e-4)
     assert torch.equal(cache.k[:, 1], k[:, 1]) and torch.equal(cache.v[:, 1], v[:, 1])  # padding wrote no real slot
+
+
+@torch.no_grad()
+def test_a_predictor_the_kernels_cannot_run_takes_the_torch_pass(monkeypatch):
+    """A frame of more positions than the frame attention holds (17 groups): the per-layer kernels' pass is taken."""
+    config = copy.deepcopy(json.loads((CHECKPOINT / "config.json").read_text()))
+    config["talker_config"]["num_code_groups"] = 17
+    config["talker_config"]["code_predictor_config"].update(vocab_size=CODES, num_hidden_layers=1, num_code_groups=17)
+    model = Qwen3TTS.from_seed(config, 5)
+    assert not model.talker.code_predictor.fits_kernels
+    args = (torch.randn(2, model.cfg.talker.hidden_size), torch.tensor([3, 4]),
+            Qwen3TTSSamplingTensors.build([Qwen3TTSSampling.greedy()] * 2, [1, 2]), torch.tensor([0, 1]))
+    want = model.predict_codes(*args)
+    monkeypatch.setattr(kernels, "FORCE", True)
+    got = model.predict_codes(*args)
+    assert got.embedded is None and torch.equal(got.codes, want.codes)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from v2.models import exact
 
-from v2.models.kernels.frame_attention import frame_attention
+from v2.models.kernels.frame_attention import MAX_POSITIONS, frame_attention
 from v2.models.kernels.rms_norm import add_rms_norm_fused, embed_rms_norm_fused, rms_norm_fused
 from v2.models.kernels.swiglu import gate_up_swiglu
 from v2.models.kv_cache import KVCache
@@ -92,6 +92,12 @@ class CodePredictor(nn.Module):
                 pos = torch.full((b, 1), g + 1, dtype=torch.long, device=dev)
                 out = self.model.forward_cached(x, cache, slots, pos, ok, g + 2)[:, 0]
         return torch.stack(codes, 1), torch.stack(logits, 1), torch.stack(logprobs, 1)
+
+    @property
+    def fits_kernels(self) -> bool:
+        """Whether `predict_fused` can run this predictor (a power-of-two head_dim, a frame of at most 16 positions)."""
+        d = self.cfg.decoder.head_dim
+        return d & (d - 1) == 0 and self.cfg.num_code_groups <= MAX_POSITIONS
 
     def predict_fused(self, hidden: Tensor, c0: Tensor, table0: Tensor, draw: Draw, *, cache: KVCache | None = None,
                       return_logits: bool = True) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:

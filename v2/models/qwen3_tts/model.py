@@ -192,7 +192,7 @@ class Qwen3TTS(nn.Module):
         logits are kept only when `return_logits`."""
         d = draws or self.draws(s, frame, groups=list(range(1, self.num_code_groups)))
         cp = self.talker.code_predictor
-        if inference_kernels(hidden.device):
+        if inference_kernels(hidden.device) and cp.fits_kernels:
             sub, lg, logprobs, embedded = cp.predict_fused(hidden, c0, self.talker.model.codec_embedding.weight, d.code,
                                                            cache=cache, return_logits=return_logits)
             return CodeFrame(torch.cat([c0[:, None], sub], dim=1), lg, logprobs, embedded)

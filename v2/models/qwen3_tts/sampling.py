@@ -23,7 +23,7 @@ from torch import Tensor
 
 from v2.models.frame_sampler import FrameSampler
 from v2.models.kernels import kernels_on
-from v2.models.kernels.sample import sample_fused
+from v2.models.kernels.sample import MAX_VOCAB, sample_fused
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.sampling import apply_repetition_penalty, gumbel_noise, sample
 from v2.sampling_settings import MIN_TEMPERATURE, SORT_WIDTH, HeadSampling
@@ -123,13 +123,13 @@ class FrameDraws:
 
     vocabs: group 0's vocabulary (the talker's) and the code predictor's; groups: the groups these draws
     make (default all; the host sampler makes the frame's noise for those). Where the Triton kernels run each
-    draw is one fused launch (the rule's penalty and masks folded in); on a CPU batch whose rows need no
+    draw is one fused launch (the rule's penalty and masks folded in; vocabularies up to its 4096); on a CPU batch whose rows need no
     full sort, the host `FrameSampler`; elsewhere `sample` (the functions above)."""
 
     def __init__(self, s: Qwen3TTSSamplingTensors, frame: Tensor, num_groups: int, vocabs: tuple[int, int], *,
                  groups: list[int] | None = None) -> None:
         self.s, self.frame, self.num_groups = s, frame, num_groups
-        self.fused = kernels_on(frame.device)
+        self.fused = kernels_on(frame.device) and max(vocabs) <= MAX_VOCAB
         self.host: FrameSampler | None = None
         if not self.fused and frame.device.type == "cpu" and not s.full_sort:
             self.host = FrameSampler(GroupColumns.of(s, num_groups), frame, [vocabs[0]] + [vocabs[1]] * (num_groups - 1),
