@@ -1,6 +1,7 @@
 """The seam between the runtime and a model family: what a family gives the runtime, as small protocols. No torch.
 
-Owns: the parts a family hands the engine thread: `Executor` (the device work of one work kind), the driven
+Owns: the parts a family hands the engine thread: `Executor` (the device work of one work kind; `Halves`, one
+made of three calls), the driven
 loops (`Loop`; `FedLoop`: one that takes what another loop makes; `PagedLoop`: the one whose plans write the
 paged KV), `FrontLoop` (work done before admission, e.g. encoding reference recordings), `LoopSpec` /
 `LoopGraph` (the loops a card declares and the edges between them, which loop feeds which, and which loop's
@@ -70,6 +71,15 @@ class Executor(Protocol[P, H]):
     def prepare(self, batch: Batch) -> P: ...
     def launch(self, prepared: P) -> object: ...
     def read(self, host: H, batch: Batch) -> Iterable[object]: ...
+
+
+class Halves:
+    """An `Executor` made of three calls: `prepare(batch)`, `launch(prepared)`, `read(host, batch)` (a family
+    registers one under a work kind when its device work is plain functions or bound methods)."""
+
+    def __init__(self, prepare: Callable[[Batch], Any], launch: Callable[[Any], object],
+                 read: Callable[[Any, Batch], Iterable[object]]) -> None:
+        self.prepare, self.launch, self.read = prepare, launch, read
 
 
 class Loop(Protocol[S, R]):

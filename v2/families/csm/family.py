@@ -141,9 +141,7 @@ class CsmFamily:
         if cd is not None:
             c = self.codec_exec = CodecExecutor(codec, num_slots=cd.max_streams, batch_buckets=cd.batch_buckets,
                                                 frame_buckets=cd.frame_buckets, graphs=graphs)
-            self.executors[WorkUnitKind.AUDIO_CHUNK] = _Half(
-                lambda b: c.prepare([p.payload for p in b.plans], b.bucket, b.plans[0].signature.bucket), c.launch,
-                lambda host, b: c.read(host, [p.payload for p in b.plans]))
+            self.executors[WorkUnitKind.AUDIO_CHUNK] = c.executor()
             self.buckets[WorkUnitKind.AUDIO_CHUNK] = cd.batch_buckets
             self.pools["codec"] = cd.max_streams
         self.kv = KVSpec(self.frames.kv.num_blocks, bb.block_size, bb.max_blocks, bb.prefix_cache)

@@ -17,8 +17,8 @@ import numpy as np
 
 from v2.contracts import ExecutionProfile, FinishReason
 from v2.families.csm.backbone import CsmResult, decoded
-from v2.families.csm.codec import CodecResult
 from v2.rl.trajectory import Trajectory
+from v2.runtime.chunks import ChunkResult
 from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
 
 
@@ -27,7 +27,7 @@ def spoken(frames: list[tuple[int, ...]], eos: int) -> list[tuple[int, ...]]:
     return frames[:-1] if frames and not decoded(frames[-1], eos) else frames
 
 
-def build_result(req: Any, backbone: CsmResult | None, codec: CodecResult | None, reason: FinishReason, now: float,
+def build_result(req: Any, backbone: CsmResult | None, codec: ChunkResult | None, reason: FinishReason, now: float,
                  *, sample_rate: int, width: int, eos: int, family: str, text: str) -> SpeechResult:
     """`text`: what the request spoke (its one segment's span)."""
     chunks = codec.chunks if codec else []

@@ -1,86 +1,21 @@
-"""The codec executor: a batch of AUDIO_CHUNK plans -> static buffers -> one streaming decode call -> audio rows.
+"""The codec executor: the runtime's streaming chunk executor (v2/runtime/chunk_executor.py) over the 12 Hz
+decoder.
 
-Owns: the 12 Hz decoder's per-slot streaming state (`Qwen3CodecState`; a dummy slot for padding rows), fresh
-state for an admitted stream, the static inputs (slot and real frames per row, the codes frame-major
-[bucket, frames, G]; allocated once at the largest buckets), an AUDIO_CHUNK batch in two halves (`prepare`
-host tensors, `launch` upload and run through `StepGraphs`), and reading a batch's audio back as
-`ChunkBatch` (each row's real frames' samples, mono).
+Owns: what the decoder gives it: its per-slot streaming state (`Qwen3CodecState`), the codes frame-major
+[bucket, frames, G], 24 kHz mono audio rows of `hop` samples a frame, the step graphs' name.
 Must not know: requests, loops' state, scheduling policy, threads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
-
-import numpy as np
-import torch
-from torch import Tensor
-
-from v2.families.qwen3_tts.codec import ChunkPlan
 from v2.models.qwen3_codec.decoder import Qwen3CodecDecoder
-from v2.runtime.device import to_device, upload
-from v2.runtime.graphs import StepGraphs
+from v2.runtime.chunk_executor import ChunkBatch, ChunkExecutor
+
+__all__ = ["ChunkBatch", "CodecExecutor"]
 
 
-@dataclass(slots=True)
-class ChunkBatch:
-    """An AUDIO_CHUNK batch's result on the host: row i's audio is its first `samples[i]` samples."""
-
-    host: np.ndarray    # [bucket, frames * hop] float32
-    samples: list[int]
-    copy: bool = False
-
-    def audio(self, i: int) -> np.ndarray:
-        """Row i's chunk, float32 [1, n]."""
-        view = self.host[i : i + 1, : self.samples[i]]
-        return np.array(view) if self.copy else view
-
-    __getitem__ = audio
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-
-class CodecExecutor:
+class CodecExecutor(ChunkExecutor):
     def __init__(self, codec: Qwen3CodecDecoder, *, num_slots: int, batch_buckets: list[int],
                  frame_buckets: list[int], graphs: bool = True) -> None:
-        self.codec = codec
-        self.state = codec.allocate_state(num_slots)
-        dev, groups = codec.device, codec.cfg.groups
-        self.rows = torch.zeros(2, batch_buckets[-1], dtype=torch.long, device=dev)
-        self.rows[0] = self.state.dummy_slot
-        self.codes = torch.zeros(batch_buckets[-1], frame_buckets[-1], groups, dtype=torch.long, device=dev)
-        keys = [(b, f) for b in batch_buckets for f in frame_buckets]
-        self.graphs = StepGraphs("qwen3_audio_chunk", self._chunk_step, keys, device=dev, enabled=graphs)
-        self.graphs.capture()
-        self.state.reset([self.state.dummy_slot])
-
-    def admit(self, slot: int) -> None:
-        self.state.reset(to_device(torch.tensor([slot]), self.codec.device))
-
-    def prepare(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> tuple[Tensor, Tensor]:
-        """Host half: (slot and real frames per row [2, bucket], codes [bucket, frames, G]), padded."""
-        n = len(plans)
-        codes = torch.zeros(bucket, frames, self.codec.cfg.groups, dtype=torch.long)
-        for i, p in enumerate(plans):
-            codes[i, : len(p.codes)] = torch.tensor(p.codes, dtype=torch.long)
-        rows = torch.tensor([[p.slot for p in plans] + [self.state.dummy_slot] * (bucket - n),
-                             [len(p.codes) for p in plans] + [0] * (bucket - n)])  # [2, bucket]
-        return rows, codes
-
-    def launch(self, batch: tuple[Tensor, Tensor]) -> Tensor:
-        """Device half -> audio [bucket, frames * hop] on the device."""
-        rows, codes = batch
-        bucket, frames = codes.shape[0], codes.shape[1]
-        upload(rows, self.rows[:, :bucket])
-        upload(codes, self.codes[:bucket, :frames])
-        return self.graphs.run((bucket, frames))
-
-    def read(self, host: np.ndarray, plans: Sequence[ChunkPlan]) -> ChunkBatch:
-        samples = [len(p.codes) * self.codec.hop for p in plans]
-        return ChunkBatch(host, samples, copy=self.codec.device.type == "cuda")
-
-    def _chunk_step(self, key: tuple[int, ...]) -> Tensor:
-        b, f = key
-        return self.codec.decode_chunk(self.rows[0, :b], self.codes[:b, :f], state=self.state, lengths=self.rows[1, :b])
+        super().__init__(codec, "qwen3_audio_chunk", width=codec.cfg.groups, hop=codec.hop, num_slots=num_slots,
+                         batch_buckets=batch_buckets, frame_buckets=frame_buckets, graphs=graphs)

@@ -151,9 +151,7 @@ class Qwen3Family:
         self.pools = {"kv": tk.max_running, **({"codec": cd.max_streams} if cd is not None else {}),
                       "encode": enc.max_streams}
         if c is not None and cd is not None:  # audio work only where the card declares the codec loop
-            self.executors[WorkUnitKind.AUDIO_CHUNK] = _Half(
-                lambda b: c.prepare([p.payload for p in b.plans], b.bucket, b.plans[0].signature.bucket), c.launch,
-                lambda host, b: c.read(host, [p.payload for p in b.plans]))
+            self.executors[WorkUnitKind.AUDIO_CHUNK] = c.executor()
             self.buckets[WorkUnitKind.AUDIO_CHUNK] = cd.batch_buckets
         self.kv = KVSpec(self.talker_exec.kv.num_blocks, tk.block_size, tk.max_blocks, tk.prefix_cache)
         self.kv_ops = self.calls

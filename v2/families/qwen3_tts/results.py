@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from v2.contracts import ExecutionProfile, FinishReason
-from v2.families.qwen3_tts.codec import CodecResult
 from v2.families.qwen3_tts.talker import TalkerResult
 from v2.rl.trajectory import Trajectory
+from v2.runtime.chunks import ChunkResult
 from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
 
 
@@ -41,7 +41,7 @@ def _segments(req: Any, talker: TalkerResult | None) -> tuple[SpeechSegment, ...
     return tuple(out)
 
 
-def build_result(req: Any, talker: TalkerResult | None, codec: CodecResult | None, reason: FinishReason, now: float,
+def build_result(req: Any, talker: TalkerResult | None, codec: ChunkResult | None, reason: FinishReason, now: float,
                  *, sample_rate: int, groups: int, family: str, decoded: bool = True) -> SpeechResult:
     """`decoded`: the card declares the codec loop (else a trajectory carries no audio, as with decode_audio false)."""
     chunks = codec.chunks if codec else []
