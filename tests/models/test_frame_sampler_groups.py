@@ -65,3 +65,15 @@ def test_logits_of_another_vocabulary_are_refused_naming_the_group():
         sampler.draw(1, torch.zeros(1, 30))
     with pytest.raises(ValueError, match="settings \\(1, 3\\) for 1 rows of 2 groups"):
         FrameSampler(s, torch.zeros(1, dtype=torch.long), [10, 20])
+
+
+def test_raw_greedy_logprobs_take_one_flag_per_group():
+    s = Columns(torch.zeros(2, 2), torch.ones(2, 2, dtype=torch.long), torch.ones(2, 2), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(ValueError, match="raw_greedy_logprobs has 1 flags for 2 groups"):
+        FrameSampler(s, torch.zeros(2, dtype=torch.long), [10, 10], raw_greedy_logprobs=[True])
+    x = torch.randn(2, 10, generator=torch.Generator().manual_seed(1))
+    sampler = FrameSampler(s, torch.zeros(2, dtype=torch.long), [10, 10], raw_greedy_logprobs=[True, False])
+    ids, lp = sampler.draw(0, x)
+    assert torch.equal(ids, x.argmax(-1))
+    assert torch.equal(lp, torch.log_softmax(x, dim=-1).gather(1, ids[:, None])[:, 0])
+    assert torch.equal(sampler.draw(1, x)[1], torch.zeros(2))  # the point mass's 0 where not asked

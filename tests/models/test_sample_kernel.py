@@ -79,6 +79,24 @@ def test_fused_draw_at_the_codebook_size():
     torch.testing.assert_close(lp, want_lp, atol=1e-5, rtol=1e-5)
 
 
+def test_raw_greedy_logprobs_score_greedy_rows_under_their_logits():
+    """With `raw_greedy_logprobs` a greedy row reports log_softmax(logits)[id] (after the masks), a sampled row
+    the processed distribution's logprob as without it; the ids do not change."""
+    g = torch.Generator().manual_seed(9)
+    logits = torch.randn(4, 200, generator=g) * 4
+    temp, top_k, top_p = torch.tensor([0.0, 0.9, 0.0, 1.3]), torch.tensor([0, 50, 3, 0]), torch.tensor([1.0, 1.0, 0.5, 0.8])
+    seed, steps = torch.tensor([3, 4, 5, 6]), torch.tensor([0, 1, 2, 3])
+    banned = torch.zeros(200, dtype=torch.bool)
+    banned[7::9] = True
+    ids, lp = sk.sample_fused(logits, temp, top_k, top_p, seed, steps, 4, groups=32, banned=banned,
+                              raw_greedy_logprobs=True)
+    want_ids, want_lp = _reference(logits, temp, top_k, top_p, seed, steps, 4, None, None, 32, banned)
+    raw = torch.log_softmax(logits.masked_fill(banned[None], float("-inf")), dim=-1).gather(1, want_ids[:, None])[:, 0]
+    assert ids.tolist() == want_ids.tolist()
+    torch.testing.assert_close(lp, torch.where(temp < 1e-4, raw, want_lp), atol=1e-5, rtol=1e-5)
+    assert (lp[[0, 2]] < 0).all()  # not the point mass's 0
+
+
 def test_fused_draw_refuses_an_oversized_vocabulary():
     with pytest.raises(ValueError, match="4096"):
         sk.sample_fused(torch.zeros(1, 70000), *(torch.ones(1),) * 3, torch.zeros(1, dtype=torch.long),
@@ -98,17 +116,20 @@ sig = {"logits_ptr": "*bf16", "seen_ptr": "*u8", "penalty_ptr": "*fp32", "banned
        "ids_ptr": "*i64", "logprobs_ptr": "*fp32",
        **{s: "i32" for s in ("s_logits", "s_seen", "s_pen", "s_allowed", "s_temp", "s_k", "s_p", "s_seed", "s_steps")},
        "vocab": "i32", "groups": "i32", "group": "i32", "stop_id": "i32", "min_temperature": "fp32",
-       "HAS_PRESENCE": "constexpr", "HAS_BANNED": "constexpr", "HAS_STOP": "constexpr", "BLOCK_V": "constexpr"}
-# a MOSS codebook (1025 tokens), its stop head (2), Qwen3-TTS's group 0 (3072: penalty, masks) and code group (2048)
-for presence, masks, block in ((True, False, 2048), (False, False, 16), (True, True, 4096), (False, False, 2048)):
-    consts = {"HAS_PRESENCE": presence, "HAS_BANNED": masks, "HAS_STOP": masks, "BLOCK_V": block}
+       "HAS_PRESENCE": "constexpr", "HAS_BANNED": "constexpr", "HAS_STOP": "constexpr", "RAW_GREEDY": "constexpr",
+       "BLOCK_V": "constexpr"}
+# a MOSS codebook (1025 tokens), its stop head (2), Qwen3-TTS's group 0 (3072: penalty, masks) and code group (2048),
+# CSM's codebooks (2051, greedy rows scored under the raw logits)
+for presence, masks, raw, block in ((True, False, False, 2048), (False, False, False, 16), (True, True, False, 4096),
+                                    (False, False, False, 2048), (False, False, True, 4096)):
+    consts = {"HAS_PRESENCE": presence, "HAS_BANNED": masks, "HAS_STOP": masks, "RAW_GREEDY": raw, "BLOCK_V": block}
     src = ASTSource(fn=sk._sample_kernel, signature=sig, constexprs=consts)
     print(len(compile(src, target=GPUTarget("cuda", 90, 32)).asm["cubin"]))
 """
 
 
 def test_kernel_compiles_for_hopper_without_a_gpu(hopper_compile):
-    assert [n > 0 for n in hopper_compile(COMPILE_FOR_HOPPER)] == [True] * 4
+    assert [n > 0 for n in hopper_compile(COMPILE_FOR_HOPPER)] == [True] * 5
 
 
 @torch.no_grad()

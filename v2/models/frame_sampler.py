@@ -14,7 +14,9 @@ log-softmax over the same kept set, summed over the candidates (float rounding, 
 `exact_logprobs`, over the whole vocabulary as `sample` sums it (the same bits).
 A row whose ties at its k-th value (a greedy row: at its maximum) run past the W candidates makes the
 group fall back to `sample` for the whole batch (the host sees it: one read per group), so every row's
-draw stays its own whatever the batch.
+draw stays its own whatever the batch. A group whose rows are all greedy is the first argmax alone (no
+candidates, no noise). Per group, `raw_greedy_logprobs` makes a greedy row report the log-softmax of the
+logits it was given (temperature 1: what a greedy reference's scores give) instead of the point mass's 0.
 Must not know: the model, which family's groups these are, requests, the runtime; where a kernel would serve
 (the caller picks this on CPU).
 """
@@ -81,15 +83,22 @@ class FrameSampler:
     sampling: the batch's settings [B, G]; steps [B] int64: each row's frame index (counter = step * G + g);
     vocabs: each group's vocabulary (G of them; the logits of group g have vocabs[g] columns); groups: the
     groups this sampler draws (default all: the frame's noise is made for these); exact_logprobs: each
-    logprob is `sample`'s log-softmax over the whole vocabulary, bit for bit (costs one [B, V] pass per draw)."""
+    logprob is `sample`'s log-softmax over the whole vocabulary, bit for bit (costs one [B, V] pass per draw);
+    raw_greedy_logprobs: per group (G flags, default none), a greedy row's logprob is
+    `log_softmax(logits)[id]` of the logits given to `draw` instead of 0."""
 
     def __init__(self, sampling: GroupSettings, steps: Tensor, vocabs: Sequence[int], *,
-                 groups: Sequence[int] | None = None, exact_logprobs: bool = False) -> None:
+                 groups: Sequence[int] | None = None, exact_logprobs: bool = False,
+                 raw_greedy_logprobs: Sequence[bool] | None = None) -> None:
         s, g = sampling, len(vocabs)
         if s.temperature.shape != (steps.shape[0], g):
             raise ValueError(f"FrameSampler: settings {tuple(s.temperature.shape)} for {steps.shape[0]} rows "
                              f"of {g} groups")
+        raw = [False] * g if raw_greedy_logprobs is None else list(raw_greedy_logprobs)
+        if len(raw) != g:
+            raise ValueError(f"FrameSampler: raw_greedy_logprobs has {len(raw)} flags for {g} groups")
         self.sampling, self.steps, self.vocabs, self.exact_logprobs = s, steps, list(vocabs), exact_logprobs
+        self.raw_greedy = raw
         drawn = list(range(g)) if groups is None else list(groups)
         self.greedy = s.temperature < MIN_TEMPERATURE                                     # [B, G]
         self.divisor = torch.where(self.greedy, torch.ones_like(s.temperature), s.temperature)
@@ -102,13 +111,14 @@ class FrameSampler:
         h = _fold(_fold(np.zeros(seed.shape, np.uint32), _word(seed.astype(np.uint32))),
                   _word((seed >> 32).astype(np.uint32)))                                  # [B]
         self.state = _fold(h[:, None], _word(self.counters.numpy().astype(np.uint32)))   # [B, G] uint32
-        # which groups have any greedy row, any row without top-k, any row with top-p (one host read)
-        self.any_greedy, self.any_no_k, self.any_p = torch.stack(
-            [self.greedy.any(0), self.no_k.any(0), (~self.p_off).any(0)]).tolist()
+        # which groups have any greedy row, only greedy rows, any row without top-k, any row with top-p (one read)
+        self.any_greedy, self.all_greedy, self.any_no_k, self.any_p = torch.stack(
+            [self.greedy.any(0), self.greedy.all(0), self.no_k.any(0), (~self.p_off).any(0)]).tolist()
         self.noise: Tensor | None = None
+        drawn = [grp for grp in drawn if not self.all_greedy[grp]]  # the groups that need noise
         self._noise_index = {grp: i for i, grp in enumerate(drawn)}
-        width = max(self.vocabs[grp] for grp in drawn)
-        if steps.shape[0] * len(drawn) * width <= FRAME_NOISE_MAX:  # small batch: the frame's noise at once
+        width = max((self.vocabs[grp] for grp in drawn), default=0)
+        if drawn and steps.shape[0] * len(drawn) * width <= FRAME_NOISE_MAX:  # small batch: the frame's noise at once
             self.noise = _gumbel(_finish(_fold(self.state[:, drawn, None], _token_words(width)), 4))  # [B, D, V]
 
     def _noise_at(self, grp: int, ids: Tensor) -> Tensor:
@@ -124,6 +134,11 @@ class FrameSampler:
         v = logits.shape[-1]
         if v != self.vocabs[grp]:
             raise ValueError(f"FrameSampler.draw: group {grp} has {self.vocabs[grp]} ids, got logits of {v}")
+        if self.all_greedy[grp]:  # the first argmax (as `sample`'s point mass picks it), logprob 0 or raw
+            picked = logits.argmax(dim=-1, keepdim=True)                                   # [B, 1]
+            if self.raw_greedy[grp]:
+                return picked[:, 0], torch.log_softmax(logits, dim=-1).gather(1, picked)[:, 0]
+            return picked[:, 0], torch.zeros(picked.shape[0], device=logits.device)
         width = min(SORT_WIDTH, v)
         z = logits / self.divisor[:, grp, None]                                            # [B, V]
         top = torch.topk(z, width + 1 if width < v else width, dim=-1)
@@ -153,13 +168,23 @@ class FrameSampler:
         picked = order.gather(1, first)                                                    # [B, 1]
         if self.exact_logprobs:  # the processed logits over the whole vocabulary, as `sample` normalises them
             whole = torch.full_like(z, -math.inf).scatter_(1, order, zc)                   # [B, V]
-            return picked[:, 0], torch.log_softmax(whole, dim=-1).gather(1, picked)[:, 0]
-        return picked[:, 0], torch.log_softmax(zc, dim=-1).gather(1, first)[:, 0]
+            lp = torch.log_softmax(whole, dim=-1).gather(1, picked)[:, 0]
+        else:
+            lp = torch.log_softmax(zc, dim=-1).gather(1, first)[:, 0]
+        return picked[:, 0], self._greedy_raw(grp, logits, picked[:, 0], lp)
+
+    def _greedy_raw(self, grp: int, logits: Tensor, ids: Tensor, lp: Tensor) -> Tensor:
+        """lp [B], with the greedy rows' logprobs under the raw logits where the group asks for them."""
+        if not (self.raw_greedy[grp] and self.any_greedy[grp]):
+            return lp
+        raw = torch.log_softmax(logits, dim=-1).gather(1, ids[:, None])[:, 0]
+        return torch.where(self.greedy[:, grp], raw, lp)
 
     def _fallback(self, grp: int, logits: Tensor) -> tuple[Tensor, Tensor]:
         s = self.sampling
         noise = gumbel_noise(s.seed, self.counters[:, grp], logits.shape[-1])
-        return sample(logits, s.temperature[:, grp], s.top_k[:, grp], s.top_p[:, grp], noise, full=False)
+        ids, lp = sample(logits, s.temperature[:, grp], s.top_k[:, grp], s.top_p[:, grp], noise, full=False)
+        return ids, self._greedy_raw(grp, logits, ids, lp)
 
 
 @functools.lru_cache(maxsize=8)

@@ -5,7 +5,8 @@ the Gumbel noise folded in: penalty -> ids never drawn (`banned`) and a stop id 
 set to -inf -> temperature (or greedy) -> one stable descending sort of the row -> top-k (ties at the k-th
 value kept) -> top-p over the top-k distribution (the most likely token always kept) -> Gumbel-max with
 noise hash(seed, counter, token), counter = steps * groups + group -> the token and its logprob under the
-processed distribution. The eager path spends about two hundred small kernels on this per draw; a frame
+processed distribution (a greedy row's: 0, or with `raw_greedy_logprobs` its log-softmax under the logits after
+the penalty and masks, temperature 1). The eager path spends about two hundred small kernels on this per draw; a frame
 has one draw per code group (13 in MOSS-TTS-Local, 16 in Qwen3-TTS), so on a GPU this is most of a frame
 step's launches.
 
@@ -35,13 +36,15 @@ def _unit_stride(x: Tensor) -> Tensor:
 
 def sample_fused(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, seed: Tensor, steps: Tensor,
                  group: int, presence: Tensor | None = None, penalty: Tensor | None = None, *, groups: int,
-                 banned: Tensor | None = None, stop: tuple[int, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+                 banned: Tensor | None = None, stop: tuple[int, Tensor] | None = None,
+                 raw_greedy_logprobs: bool = False) -> tuple[Tensor, Tensor]:
     """Draw one token per row: logits [B, V] (any float dtype; -inf = never), temperature/top_p [B] float32,
     top_k [B] int64, seed/steps [B] int64, the group and the frame's group count (the noise key: counter =
     steps * groups + group), presence [B, V] bool and penalty [B] float32 (optional, the repetition penalty),
     banned [V] bool (optional: ids never drawn), stop = (id, allowed [B] bool) (optional: the id is drawn only
-    where allowed). Every [B] or [B, V] argument may be a strided view (columns of the per-slot settings):
-    nothing is copied. Returns ids [B] int64 and logprobs [B] float32."""
+    where allowed), raw_greedy_logprobs (a greedy row's logprob is the log-softmax of its logits after the
+    penalty and masks, instead of the point mass's 0). Every [B] or [B, V] argument may be a strided view
+    (columns of the per-slot settings): nothing is copied. Returns ids [B] int64 and logprobs [B] float32."""
     b, v = logits.shape
     if v > MAX_VOCAB:
         raise ValueError(f"sample_fused handles vocabularies up to {MAX_VOCAB} tokens, got {v}")
@@ -66,7 +69,8 @@ def sample_fused(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tens
                          logits.stride(0), seen.stride(0), pen.stride(0), allowed.stride(0), temperature.stride(0),
                          top_k.stride(0), top_p.stride(0), seed.stride(0), steps.stride(0), v, groups, group,
                          stop_id, MIN_TEMPERATURE, HAS_PRESENCE=has_presence, HAS_BANNED=banned is not None,
-                         HAS_STOP=stop is not None, BLOCK_V=block, num_warps=4 if block <= 2048 else 8)
+                         HAS_STOP=stop is not None, RAW_GREEDY=raw_greedy_logprobs, BLOCK_V=block,
+                         num_warps=4 if block <= 2048 else 8)
     return ids, logprobs
 
 
@@ -94,7 +98,7 @@ if triton is not None:
                        seed_ptr, steps_ptr, ids_ptr, logprobs_ptr, s_logits, s_seen, s_pen, s_allowed, s_temp, s_k,
                        s_p, s_seed, s_steps, vocab, groups, group, stop_id, min_temperature,
                        HAS_PRESENCE: tl.constexpr, HAS_BANNED: tl.constexpr, HAS_STOP: tl.constexpr,
-                       BLOCK_V: tl.constexpr):
+                       RAW_GREEDY: tl.constexpr, BLOCK_V: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         tok = tl.arange(0, BLOCK_V)
         real = tok < vocab
@@ -150,5 +154,8 @@ if triton is not None:
         pick = tl.min(tl.where(score == best, ids_s, 1 << 30), 0)  # ties go to the lowest token id
         z_pick = tl.max(tl.where(ids_s == pick, z_s, float("-inf")), 0)
         lse = top + tl.log(tl.sum(tl.where(keep, tl.exp(z_s - top), 0.0), 0))
+        greedy_lp = 0.0
+        if RAW_GREEDY:  # a greedy row's z is its logits (divided by 1): their log-softmax over every id
+            greedy_lp = z_pick - (top + tl.log(tl.sum(tl.exp(z_s - top), 0)))
         tl.store(ids_ptr + row, pick)
-        tl.store(logprobs_ptr + row, tl.where(greedy, 0.0, z_pick - lse))
+        tl.store(logprobs_ptr + row, tl.where(greedy, greedy_lp, z_pick - lse))
