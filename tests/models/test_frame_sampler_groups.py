@@ -68,7 +68,8 @@ def test_logits_of_another_vocabulary_are_refused_naming_the_group():
 
 
 def test_raw_greedy_logprobs_take_one_flag_per_group():
-    s = Columns(torch.zeros(2, 2), torch.ones(2, 2, dtype=torch.long), torch.ones(2, 2), torch.zeros(2, dtype=torch.long))
+    s = Columns(torch.zeros(2, 2), torch.ones(2, 2, dtype=torch.long), torch.ones(2, 2),
+                torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="raw_greedy_logprobs has 1 flags for 2 groups"):
         FrameSampler(s, torch.zeros(2, dtype=torch.long), [10, 10], raw_greedy_logprobs=[True])
     x = torch.randn(2, 10, generator=torch.Generator().manual_seed(1))

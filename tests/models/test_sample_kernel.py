@@ -84,7 +84,8 @@ def test_raw_greedy_logprobs_score_greedy_rows_under_their_logits():
     the processed distribution's logprob as without it; the ids do not change."""
     g = torch.Generator().manual_seed(9)
     logits = torch.randn(4, 200, generator=g) * 4
-    temp, top_k, top_p = torch.tensor([0.0, 0.9, 0.0, 1.3]), torch.tensor([0, 50, 3, 0]), torch.tensor([1.0, 1.0, 0.5, 0.8])
+    temp, top_k = torch.tensor([0.0, 0.9, 0.0, 1.3]), torch.tensor([0, 50, 3, 0])
+    top_p = torch.tensor([1.0, 1.0, 0.5, 0.8])
     seed, steps = torch.tensor([3, 4, 5, 6]), torch.tensor([0, 1, 2, 3])
     banned = torch.zeros(200, dtype=torch.bool)
     banned[7::9] = True
