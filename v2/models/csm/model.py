@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from v2.models import exact
 from v2.models.csm.config import CsmConfig
 from v2.models.csm.depth import DepthDecoder
-from v2.models.csm.sampling import BACKBONE, DEPTH, CsmSamplingTensors, draw
+from v2.models.csm.sampling import CsmSamplingTensors, FrameDraws
 from v2.models.kv_cache import Cache, KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 
@@ -160,25 +160,31 @@ class Csm(nn.Module):
         return row, h, self.c0_logits(h)
 
     # ----- choices -------------------------------------------------------------------------------
-    def choose_c0(self, logits: Tensor, s: CsmSamplingTensors, frame: Tensor) -> tuple[Tensor, Tensor]:
+    def draws(self, s: CsmSamplingTensors, frame: Tensor, *, groups: list[int] | None = None) -> FrameDraws:
+        """How frame `frame` [B]'s draws are made (`sampling.FrameDraws`); `groups`: the codebooks drawn."""
+        return FrameDraws(s, frame, self.num_codebooks, self.cfg.vocab_size, groups=groups)
+
+    def choose_c0(self, logits: Tensor, s: CsmSamplingTensors, frame: Tensor, *,
+                  draws: FrameDraws | None = None) -> tuple[Tensor, Tensor]:
         """Codebook 0 of frame `frame` [B] from raw logits [B, V] -> ids [B], logprobs [B]."""
-        return draw(logits, s, BACKBONE, frame, 0, self.num_codebooks)
+        return (draws or self.draws(s, frame, groups=[0])).draw(0, logits)
 
     def predict_codes(self, hidden: Tensor, c0: Tensor, s: CsmSamplingTensors, frame: Tensor, *,
-                      valid: Tensor | None = None, cache: KVCache | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                      valid: Tensor | None = None, cache: KVCache | None = None,
+                      draws: FrameDraws | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Codebooks 1..N-1 of frame `frame` [B]: hidden [B, H] (the state c0 [B] was chosen from) ->
         codes [B, N-1], raw logits [B, N-1, V] float32, logprobs [B, N-1]. `cache`: a depth cache of >= B
         slots (`allocate_depth_kv`), allocated when not given."""
-        n = self.num_codebooks
-        return self.depth_decoder.predict(hidden, c0, lambda k, lg: draw(lg, s, DEPTH, frame, k, n),
-                                          cache=cache, valid=valid)
+        d = draws or self.draws(s, frame, groups=list(range(1, self.num_codebooks)))
+        return self.depth_decoder.predict(hidden, c0, d.draw, cache=cache, valid=valid)
 
     def complete_frame(self, hidden: Tensor, logits: Tensor, s: CsmSamplingTensors, frame: Tensor, *,
                        valid: Tensor | None = None, depth_cache: KVCache | None = None) -> FrameCodes:
         """Frame `frame` [B] from the backbone's h [B, H] and its raw logits [B, V]: codebook 0, then the
-        depth decoder, then the stop flag."""
-        c0, lp0 = self.choose_c0(logits, s, frame)
-        rest, depth_logits, lps = self.predict_codes(hidden, c0, s, frame, valid=valid, cache=depth_cache)
+        depth decoder, then the stop flag (the frame's N draws made one way: `draws`)."""
+        d = self.draws(s, frame)
+        c0, lp0 = self.choose_c0(logits, s, frame, draws=d)
+        rest, depth_logits, lps = self.predict_codes(hidden, c0, s, frame, valid=valid, cache=depth_cache, draws=d)
         codes = torch.cat([c0[:, None], rest], dim=1)  # [B, N]
         return FrameCodes(codes, torch.cat([lp0[:, None], lps], dim=1), depth_logits, self.is_stop(codes))
 

@@ -24,7 +24,7 @@ import torch
 from v2.bench.launches import counted
 from v2.models.csm.config import CsmConfig, CsmSampling
 from v2.models.csm.model import Csm
-from v2.models.csm.sampling import CsmSamplingTensors, draw
+from v2.models.csm.sampling import CsmSamplingTensors
 from v2.models.weights import empty_model
 from v2.sampling_settings import HeadSampling
 
@@ -81,8 +81,9 @@ def count(model: Csm, bucket: int, context: int, use_kernels: bool) -> dict[str,
                                             x["valid"][:, None], context)
 
     def draws() -> None:
+        d = model.draws(s, x["frame"])
         for k in range(n):
-            draw(x["logits"], s, 0 if k == 0 else 1, x["frame"], k, n)
+            d.draw(k, x["logits"])
 
     run: Callable[[Callable[[], Any]], Counter[str]] = lambda fn: counted(fn, use_kernels, warm_up=False)  # noqa: E731
     return {"step": run(step), "frame": run(frame), "draws": run(draws)}
