@@ -14,7 +14,8 @@ output is the caller's audio: checked when built), `KVSpec` (the paged KV pool's
   built-in voices, the request fields it takes;
 - optional capabilities, each checked with `isinstance`: `TextInput` (text fed while a request runs) and
   `VoiceArrays` (stored voices that carry more than codes);
-- `Family`: all three, what a family package's `Factory` binds.
+- `Family`: all three, what a family package's `Factory` binds (`FactoryBase`: a `Factory` whose `bind` is
+  the bound family's class).
 The runtime imports this module and never a family; a family implements it.
 Must not know: any family, tensors, models, threads (their types are named for the checker only).
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import (
-    TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar,
+    TYPE_CHECKING, Any, Callable, Generic, Hashable, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar,
     runtime_checkable,
 )
 
@@ -470,3 +471,15 @@ class Factory(Protocol[C]):
     def precheck(self, card: C, fields: Mapping[str, object], checkpoint: str | None = None) -> None:
         """Refuse (a `RequestError` naming the field) what the card and the checkpoint's config decide about
         request `fields`; what they cannot decide is left to `parse` and `prepare`."""
+
+
+class FactoryBase(Generic[C]):
+    """The base of a family package's `FAMILY` (a `Factory`): `bind` is the bound family's class (`bound`)
+    called with the card and its experts, so a subclass names the class and gives `name`, `experts`,
+    `voice_spec` and `precheck` (the checker holds `bound` to `Family`)."""
+
+    name: str
+    bound: Callable[..., Family]
+
+    def bind(self, *args: Any, **kwargs: Any) -> Family:
+        return self.bound(*args, **kwargs)

@@ -8,9 +8,11 @@ writes (`apply`), a group's shared prompt (`fork`), the batched prompt prefill (
 several requests in one call; a last chunk sets its slot's state), the frame step's packed static inputs
 and their one upload (`prepare` / `launch`), the context buckets and the step graphs' keys; `FrameBatch`
 (a frame batch's packed result read on the host, one `FrameRow` per real row); `OnStream` (the state
-changes a family's executor makes, queued on the device stream in order with the steps).
+changes a family's executor makes, queued on the device stream in order with the steps); its entries under
+PREFILL and AR_FRAME (`executors`).
 What a subclass gives: its model's prefill forward (`forward_prompt`), its frame step (`frame_step`), the
-pad values of its prompt rows (`pad_rows`), its other per-slot state (`reset_state`, `fork_state`) and
+pad values of its prompt rows (`pad_rows`), reading its packed result (`read`), its other per-slot state
+(`reset_state`, `fork_state`) and
 its sampling's host record (`admit_host` / `admit_device`).
 Must not know: any family's model, row layout or sampling settings.
 """
@@ -18,14 +20,15 @@ Must not know: any family's model, row layout or sampling settings.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from v2.contracts import bucket_for
+from v2.contracts import WorkUnitKind, bucket_for
 from v2.runtime.device import to_device, upload
+from v2.runtime.family import Batch, Halves
 from v2.runtime.graphs import StepGraphs
 from v2.runtime.sequence import FramePlan, FrameRow, PrefillPlan
 
@@ -134,6 +137,10 @@ class PagedFrames:
         """[batch, width, row width] int64 on the host, filled with the family's padding row."""
         raise NotImplementedError
 
+    def read(self, host: np.ndarray, n: int) -> FrameBatch:
+        """A frame batch's packed host result -> its `n` real rows (`FrameBatch.read` with the family's width)."""
+        raise NotImplementedError
+
     def reset_state(self, slot: int) -> None:
         """Clear the subclass's own per-slot state of `slot` (the dummy slot's, after padding rows)."""
 
@@ -224,6 +231,17 @@ class PagedFrames:
 
     def graph_key(self, bucket: int, context: int) -> tuple[int, int, int]:
         return (bucket, bucket_for(context, self.contexts), 1)
+
+    def executors(self) -> dict[Hashable, Halves]:
+        """This executor under PREFILL (a batch's prompt chunks, nothing read back) and AR_FRAME (a batch's frames
+        padded to its bucket, read back as a `FrameBatch`)."""
+        return {WorkUnitKind.PREFILL: Halves(_payloads, self.prefill, lambda host, b: [None] * len(b.plans)),
+                WorkUnitKind.AR_FRAME: Halves(lambda b: self.prepare(_payloads(b), b.bucket), self.launch,
+                                              lambda host, b: self.read(host, len(b.plans)))}
+
+
+def _payloads(batch: Batch) -> list[Any]:
+    return [p.payload for p in batch.plans]
 
 
 class OnStream:

@@ -16,7 +16,6 @@ Must not know: the engine's queues, scheduling policy, threads.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Hashable, Mapping, Sequence
 
 import torch
@@ -26,7 +25,7 @@ from v2.errors import RequestError
 from v2.families.csm import builders, results
 from v2.families.csm.audio import read_context
 from v2.families.csm.backbone import BACKBONE, CsmLoop, recompute_rows
-from v2.families.csm.card import BackboneSettings, CsmCard, codec_config, config_dict, generation_config, model_source
+from v2.families.csm.card import CsmCard, codec_config, config_dict, generation_config, model_source
 from v2.families.csm.codec import CODEC, CodecLoop
 from v2.families.csm.codec_executor import CodecExecutor
 from v2.families.csm.encode import EncodeLoop
@@ -40,27 +39,10 @@ from v2.families.csm.sampling_names import SAMPLING_KEYS
 from v2.families.csm.weights import NAMES
 from v2.models.csm.config import CsmConfig, CsmSampling, GenerationDefaults
 from v2.models.kv_cache import PagedKVCache
-from v2.runtime.family import AnyExecutor, AnyLoop, Factory, KVSpec, LaunchState, LoopGraph, Needs, VoiceSpec
+from v2.runtime.family import AnyExecutor, Factory, FactoryBase, Halves, LaunchState, VoiceSpec
 from v2.runtime.handles import SegmentMark
+from v2.runtime.paged_family import PagedFamily, pool_blocks
 from v2.sampling_settings import HeadSampling
-
-
-def pool_blocks(settings: BackboneSettings, model: Any) -> int:
-    """The KV pool in blocks: `kv_blocks`; or `kv_memory_fraction` of the memory free now; else max_running
-    requests at full length."""
-    if settings.kv_blocks is not None:
-        return settings.kv_blocks
-    if settings.kv_memory_fraction is None:
-        return settings.max_running * settings.max_blocks
-    device = model.device
-    free = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda"
-            else os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    per_block = PagedKVCache.block_bytes(model.cfg.backbone, settings.block_size, model.dtype)
-    blocks = int(free * settings.kv_memory_fraction) // per_block
-    if blocks < settings.max_blocks:
-        raise RuntimeError(f"kv_memory_fraction: {settings.kv_memory_fraction} of {free / 2**30:.1f} GiB free holds "
-                           f"{blocks} KV blocks, fewer than one request at full length ({settings.max_blocks})")
-    return blocks
 
 
 def defaults(card: CsmCard, generation: dict[str, Any] | None) -> tuple[CsmSampling, int]:
@@ -78,14 +60,7 @@ def defaults(card: CsmCard, generation: dict[str, Any] | None) -> tuple[CsmSampl
                                     s.depth_decoder.top_p)), gen.max_new_tokens
 
 
-class _Half:
-    """An executor registered under a work kind: its host half, device half and read."""
-
-    def __init__(self, prepare: Any, launch: Any, read: Any) -> None:
-        self.prepare, self.launch, self.read = prepare, launch, read
-
-
-class CsmFamily:
+class CsmFamily(PagedFamily):
     name = "csm"
     weight_names = NAMES
     request_fields = frozenset(CsmRequest.model_fields) | {"sampling"}  # `sampling` nested: sampling_names.py
@@ -110,31 +85,20 @@ class CsmFamily:
         self._launch: LaunchState = lambda work: work()
         self.backbone_loop = CsmLoop(bb, cfg.ids.codebook_eos)
         self.codec_loop = CodecLoop(cd) if cd is not None else None  # no codec loop: codes only, no audio
+        blocks = pool_blocks(bb, model.device, PagedKVCache.block_bytes(cfg.backbone, bb.block_size, model.dtype))
         self.frames = FrameExecutor(model, num_slots=bb.max_running, max_len=bb.max_prompt_rows + bb.max_frames,
-                                    batch_buckets=bb.batch_buckets, num_blocks=pool_blocks(bb, model),
-                                    block_size=bb.block_size, graphs=graphs)
+                                    batch_buckets=bb.batch_buckets, num_blocks=blocks, block_size=bb.block_size,
+                                    graphs=graphs)
         self.calls = OnStream(self.frames, lambda work: self._launch(work))
         self.codec_spec = CodecSpec(codec.sample_rate, codec.hop, codec.cfg.codebook_size, encoder is not None)
         self.enc_loop = EncodeLoop() if encoder is not None else None
         # the graph the card declares: its loops and edges (backbone -> codec, or the backbone alone: no audio)
-        loops: dict[Hashable, AnyLoop] = {BACKBONE: self.backbone_loop}
-        if self.codec_loop is not None:
-            loops[CODEC] = self.codec_loop
-        self.graph = LoopGraph.declared(
-            [(name, decl.feeds) for name, decl in card.loops.driven()], loops, {BACKBONE: ("kv",), CODEC: ("codec",)},
-            paged=BACKBONE, audio=CODEC if self.codec_loop is not None else None, front=self.enc_loop,
-            front_pool="encode")
-        f = self.frames
+        self.graph = self.declared_graph(BACKBONE, self.backbone_loop, self.enc_loop)
         self.executors: dict[Hashable, AnyExecutor] = {}
         if encoder is not None:  # without the encoder context audio is refused at submit (codes still work)
             e = EncodeExecutor(encoder)
-            self.executors[WorkUnitKind.ENCODE] = _Half(e.prepare, e.launch, e.read)
-        self.executors |= {
-            WorkUnitKind.PREFILL: _Half(lambda b: [p.payload for p in b.plans], f.prefill,
-                                        lambda host, b: [None] * len(b.plans)),
-            WorkUnitKind.AR_FRAME: _Half(lambda b: f.prepare([p.payload for p in b.plans], b.bucket), f.launch,
-                                         lambda host, b: f.read(host, len(b.plans))),
-        }
+            self.executors[WorkUnitKind.ENCODE] = Halves(e.prepare, e.launch, e.read)
+        self.executors |= self.frames.executors()
         self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: bb.batch_buckets}
         self.pools = {"kv": bb.max_running, "encode": enc.max_streams}
         self.codec_exec: CodecExecutor | None = None
@@ -144,21 +108,9 @@ class CsmFamily:
             self.executors[WorkUnitKind.AUDIO_CHUNK] = c.executor()
             self.buckets[WorkUnitKind.AUDIO_CHUNK] = cd.batch_buckets
             self.pools["codec"] = cd.max_streams
-        self.kv = KVSpec(self.frames.kv.num_blocks, bb.block_size, bb.max_blocks, bb.prefix_cache)
+        self.paged_limits(bb, self.frames.kv.num_blocks)
         self.kv_ops = self.calls
-        self.prefill_budget, self.max_waiting = bb.prefill_chunk_rows, bb.max_waiting
-        self.max_group, self.max_buffered_chunks = bb.max_running, bb.max_buffered_chunks
         self.opened = OpenText(card, cfg, tokenizer, self.prepare)
-
-    def bind(self, launch: LaunchState) -> None:
-        self._launch = launch
-
-    def thread_setup(self) -> None:
-        threads = self.card.runtime.cpu_threads
-        if threads is not None and self.device.type == "cpu":
-            torch.set_num_threads(threads)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
 
     # ----- submit --------------------------------------------------------------------------------
     def parse(self, request: Any) -> CsmRequest:
@@ -179,10 +131,7 @@ class CsmFamily:
 
     def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
         prepared = [p for _, p in group]
-        if len(group) > self.max_group:
-            raise ValueError(f"n: a group of {len(group)} exceeds the card's max_running")
-        if self.codec_loop is not None and sum(r.decode_audio for r, _ in group) > self.pools["codec"]:
-            raise ValueError("n: a group decoding audio needs a codec stream each")
+        self.check_group_size(group)
         if any(not torch.equal(p.rows, prepared[0].rows) for p in prepared):
             raise ValueError("prompts: a shared prompt must be the same for every request of the group")
         if prepared[0].recordings:
@@ -202,39 +151,24 @@ class CsmFamily:
         (one,) = inputs
         return self.enc_loop.init(request_id, one.audio)
 
-    def front_start(self, slots: list[int]) -> None:
-        pass  # the encoder runs a whole recording per call: no state to reset
-
     def encoded(self, record: Any) -> Any:
         if isinstance(record.work, OpenWork):
             return self.opened.encoded(record.work, record.front.codes)
         return with_encoded(record.work, self.cfg, record.front.codes)
 
     # ----- admission and after -------------------------------------------------------------------
-    def needs(self, record: Any) -> Needs:
-        audio = self.codec_loop is not None and record.request.decode_audio
-        return Needs({"kv": 1, "codec": int(audio)} if self.codec_loop is not None else {"kv": 1},
-                     kv_rows=int(record.rows.shape[0]) + record.work.max_frames)
-
     def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
         state = self.backbone_loop.init(record.id, record.rows, max_frames=record.work.max_frames, slot=slots["kv"])
         if share_from is not None:
             self.backbone_loop.share(state, share_from)
         if isinstance(record.work, OpenWork):  # its one segment begins (a mark on the handle)
             record.handle.mark(SegmentMark(0, 0, len(record.work.text), 0))
-        if self.codec_loop is None:
-            return {BACKBONE: state}
-        codec = self.codec_loop.init(record.id, sample_rate=self.sample_rate, enabled=record.request.decode_audio,
-                                     slot=slots.get("codec", -1))
-        return {BACKBONE: state, CODEC: codec}
+        return self.with_codec(record, slots, {BACKBONE: state})
 
     def admitted(self, record: Any) -> None:
         state = record.states[BACKBONE]
         self.calls.admit(state.slot, record.work.sampling, record.request.seed)
-        codec = self.codec_exec
-        if "codec" in record.slots and codec is not None:
-            slot = record.slots["codec"]
-            self._launch(lambda: codec.admit(slot))
+        self.admit_codec(record)
 
     def recompute_rows(self, state: Any) -> Any:
         return recompute_rows(state, self.cfg.ids.audio)
@@ -256,22 +190,13 @@ class CsmFamily:
             record.handle.mark(SegmentMark(0, 0, seg.text_end, 0, seg.frame_end, seg.finish_reason))
         return out
 
-    def stats(self) -> dict[str, Any]:
-        graphs = {"ar_frame": self.frames.graphs.stats()}
-        if self.codec_exec is not None:
-            graphs["audio_chunk"] = self.codec_exec.graphs.stats()
-        return {"graphs": graphs}
 
-
-class _Factory:
-    """`FAMILY` (a `v2.runtime.family.Factory`): binds a card and its experts (`bind`), builds the experts a
-    card names (`experts`), and reads the checkpoint's config without weights (`voice_spec`, `precheck`)."""
+class _Factory(FactoryBase[CsmCard]):
+    """`FAMILY`: `bind(card, model, codec, tokenizer=None, *, graphs=True, encoder=None, generation=None)` is
+    `CsmFamily`'s; the checkpoint's config read without weights: `voice_spec`, `precheck`."""
 
     name = "csm"
-
-    def bind(self, card: CsmCard, model: Any, codec: Any, tokenizer: Any = None, *, graphs: bool = True,
-             encoder: Any = None, generation: dict[str, Any] | None = None) -> CsmFamily:
-        return CsmFamily(card, model, codec, tokenizer, encoder=encoder, generation=generation, graphs=graphs)
+    bound = CsmFamily
 
     def experts(self, card: CsmCard, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
                 device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
@@ -299,4 +224,4 @@ class _Factory:
 
 
 FAMILY: Factory[CsmCard] = _Factory()  # the checker holds `bind`'s family to the runtime's protocols (`Family`)
-__all__ = ["FAMILY", "CsmFamily", "pool_blocks"]
+__all__ = ["FAMILY", "CsmFamily"]

@@ -16,7 +16,6 @@ the `launch` the engine binds).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 
 import torch
@@ -28,7 +27,7 @@ from v2.families.moss_tts_local import results, segments
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
 from v2.families.moss_tts_local.ar_executor import ARExecutor, FrameBatch, OnStream, read
 from v2.families.moss_tts_local.card import (
-    ARDecodeSettings, MossCard, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config,
+    MossCard, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config,
 )
 from v2.families.moss_tts_local.codec_executor import CodecExecutor
 from v2.families.moss_tts_local.encode import EncodeLoop
@@ -40,33 +39,10 @@ from v2.families.moss_tts_local.request import SamplingParams, SpeechRequest, pa
 from v2.families.moss_tts_local.vocoder import VocoderLoop
 from v2.families.moss_tts_local.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
-from v2.runtime.family import (
-    AnyExecutor, AnyLoop, Batch, Factory, KVSpec, LaunchState, LoopGraph, Needs, Prepared, TextInput, VoiceSpec,
-)
+from v2.runtime.family import AnyExecutor, Batch, Factory, FactoryBase, LaunchState, Prepared, TextInput, VoiceSpec
+from v2.runtime.paged_family import PagedFamily, graph_stats, pool_blocks
 
 AR, VOC = LoopKind.AR_DECODE, LoopKind.VOCODER
-
-
-def pool_blocks(settings: ARDecodeSettings, model: Any) -> int:
-    """The KV pool's size in blocks from the card: `kv_blocks`; or `kv_memory_fraction` of the memory free on
-    the model's device now (CUDA: `mem_get_info`; a CPU: the host's available memory); else max_running
-    requests at full length."""
-    if settings.kv_blocks is not None:
-        return settings.kv_blocks
-    if settings.kv_memory_fraction is None:
-        return settings.max_running * settings.max_blocks
-    device = model.device
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    per_block = PagedKVCache.block_bytes(model.cfg.backbone, settings.block_size, model.dtype)
-    blocks = int(free * settings.kv_memory_fraction) // per_block
-    if blocks < settings.max_blocks:
-        raise RuntimeError(f"kv_memory_fraction: {settings.kv_memory_fraction} of {free / 2**30:.1f} GiB free holds "
-                           f"{blocks} KV blocks, fewer than one request at full length ({settings.max_blocks}); "
-                           "raise it or lower max_prompt_rows / max_frames")
-    return blocks
 
 
 # ----- the executors, one per work kind (each looks its expert up at call time) ---------------------------
@@ -138,7 +114,7 @@ class _Chunks:
         return executor
 
 
-class MossFamily:
+class MossFamily(PagedFamily):
     name = "moss_tts_local"
     weight_names = NAMES
     speakers: tuple[str, ...] = ()  # no built-in voices: a voice is a reference or a stored voice
@@ -157,24 +133,22 @@ class MossFamily:
         self.frame_rate = codec.sample_rate / codec.cfg.hop  # 12.5 frames per second
         self._launch: LaunchState = lambda work: work()  # until the engine binds its stream
         self.ar_loop = ARDecodeLoop(ar)
-        self.voc_loop = VocoderLoop(voc) if voc is not None else None  # the card declares it (else: no audio)
+        self.codec_loop = VocoderLoop(voc) if voc is not None else None  # the card declares it (else: no audio)
         self.enc_loop = EncodeLoop(enc.chunk_frames)
+        per_block = PagedKVCache.block_bytes(model.cfg.backbone, ar.block_size, model.dtype)
+        blocks = pool_blocks(ar, model.device, per_block, advice="; raise it or lower max_prompt_rows / max_frames")
         self.ar_exec = ARExecutor(model, num_slots=ar.max_running, max_len=ar.max_prompt_rows + ar.max_frames,
-                                  batch_buckets=ar.batch_buckets, graphs=graphs, num_blocks=pool_blocks(ar, model),
+                                  batch_buckets=ar.batch_buckets, graphs=graphs, num_blocks=blocks,
                                   block_size=ar.block_size)
         self.ar_calls = OnStream(self.ar_exec, lambda work: self._launch(work))
-        self.codec_exec = (CodecExecutor(codec, num_slots=voc.max_streams, batch_buckets=voc.batch_buckets,
-                                         frame_buckets=voc.frame_buckets, graphs=graphs) if voc is not None else None)
+        self.codec_exec: CodecExecutor | None = (CodecExecutor(codec, num_slots=voc.max_streams, batch_buckets=voc.batch_buckets,
+                                                      frame_buckets=voc.frame_buckets, graphs=graphs)
+                                                      if voc is not None else None)
         self.encode_exec = EncodeExecutor(encoder, enc.max_streams) if encoder is not None else None
         self.codec_spec = CodecSpec(encoder.sample_rate, encoder.cfg.hop) if encoder is not None else None
         # the graph the card declares: its loops and edges (ar_decode -> vocoder, or ar_decode alone: no audio)
-        loops: dict[Hashable, AnyLoop] = {AR: self.ar_loop}
-        if self.voc_loop is not None:
-            loops[VOC] = self.voc_loop
-        self.graph = LoopGraph.declared(
-            [(LoopKind(name), [LoopKind(t) for t in decl.feeds]) for name, decl in card.loops.driven()], loops,
-            {AR: ("kv",), VOC: ("codec",)}, paged=AR, audio=VOC if self.voc_loop is not None else None,
-            front=self.enc_loop if encoder is not None else None, front_pool="encode")
+        self.graph = self.declared_graph(AR, self.ar_loop, self.enc_loop if encoder is not None else None,
+                                         names=LoopKind)
         self.executors: dict[Hashable, AnyExecutor] = {
             WorkUnitKind.ENCODE: _Encodes(self), WorkUnitKind.PREFILL: _Prefills(self), WorkUnitKind.AR_FRAME: _Frames(self)}
         self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: ar.batch_buckets}
@@ -183,21 +157,9 @@ class MossFamily:
         if voc is not None:  # audio work only where the card declares the vocoder loop
             self.executors[WorkUnitKind.AUDIO_CHUNK] = _Chunks(self)
             self.buckets[WorkUnitKind.AUDIO_CHUNK] = voc.batch_buckets
-        self.kv = KVSpec(self.ar_exec.kv.num_blocks, ar.block_size, ar.max_blocks, ar.prefix_cache)
+        self.paged_limits(ar, self.ar_exec.kv.num_blocks)
         self.kv_ops = self.ar_calls
-        self.prefill_budget, self.max_waiting = ar.prefill_chunk_rows, ar.max_waiting
-        self.max_group, self.max_buffered_chunks = ar.max_running, ar.max_buffered_chunks
-        self.opened = OpenText(card, model.cfg, tokenizer, self.codec_spec, self.ar_loop, self.voc_loop, self.ar_calls)
-
-    def bind(self, launch: LaunchState) -> None:
-        self._launch = launch
-
-    def thread_setup(self) -> None:
-        threads = self.card.runtime.cpu_threads
-        if threads is not None and self.device.type == "cpu":
-            torch.set_num_threads(threads)  # this thread's intra-op threads (OpenMP settings are per thread)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)  # the current device is per thread: kernels, copies, replays
+        self.opened = OpenText(card, model.cfg, tokenizer, self.codec_spec, self.ar_loop, self.codec_loop, self.ar_calls)
 
     # ----- submit --------------------------------------------------------------------------------
     def parse(self, request: Any) -> Any:
@@ -255,10 +217,6 @@ class MossFamily:
                           work.segments[0].text if work.segments else None)
 
     # ----- admission and after -------------------------------------------------------------------
-    def needs(self, record: Any) -> Needs:
-        slots = {"kv": 1, "codec": int(record.request.decode_audio)} if self.voc_loop is not None else {"kv": 1}
-        return Needs(slots, kv_rows=int(record.rows.shape[0]) + record.work.max_frames)
-
     def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
         work, request = record.work, record.request
         opened = isinstance(work, OpenWork)
@@ -269,20 +227,13 @@ class MossFamily:
             self.ar_loop.share(ar, share_from)
         if opened:
             self.opened.started(record)
-        if self.voc_loop is None:
-            return {AR: ar}
-        voc = self.voc_loop.init(record.id, sample_rate=self.codec.sample_rate, enabled=request.decode_audio,
-                                 slot=slots.get("codec", -1))
-        return {AR: ar, VOC: voc}
+        return self.with_codec(record, slots, {AR: ar})
 
     def admitted(self, record: Any) -> None:
         """The request's slot settings and seed; fresh codec state for its stream."""
         ar = record.states[AR]
         self.ar_calls.admit(ar.slot, record.work.sampling, record.request.seed)
-        codec = self.codec_exec
-        if "codec" in record.slots and codec is not None:
-            slot = record.slots["codec"]
-            self._launch(lambda: codec.admit(slot))
+        self.admit_codec(record)
 
     def recompute_rows(self, state: LoopState) -> torch.Tensor:
         assert isinstance(state, ARState)  # the paged loop's: the AR loop's own state
@@ -303,24 +254,18 @@ class MossFamily:
     def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
         return results.build_result(record, outputs.get(AR), outputs.get(VOC), reason, now,
                                     channels=self.codec.cfg.channels, sample_rate=self.codec.sample_rate,
-                                    groups=self.code_width, family=self.name, decoded=self.voc_loop is not None)
+                                    groups=self.code_width, family=self.name, decoded=self.codec_loop is not None)
 
     def stats(self) -> dict[str, Any]:
-        graphs = {"ar_frame": self.ar_exec.graphs.stats()}
-        if self.codec_exec is not None:
-            graphs["audio_chunk"] = self.codec_exec.graphs.stats()
-        return {"graphs": graphs}
+        return graph_stats(self.ar_exec, self.codec_exec)
 
 
-class _Factory:
-    """`FAMILY` (a `v2.runtime.family.Factory`): binds a card and its experts (`bind`), builds the experts a
-    card names (`experts`), and reads the checkpoint's config without weights (`voice_spec`, `precheck`)."""
+class _Factory(FactoryBase[MossCard]):
+    """`FAMILY`: `bind(card, model, codec, tokenizer, *, graphs=True, encoder=None)` is `MossFamily`'s;
+    building the experts a card names (`experts`), and what config.json alone decides (`voice_spec`)."""
 
     name = "moss_tts_local"
-
-    def bind(self, card: MossCard, model: Any, codec: Any, tokenizer: Any, *, graphs: bool = True,
-             encoder: Any = None) -> MossFamily:
-        return MossFamily(card, model, codec, tokenizer, encoder=encoder, graphs=graphs)
+    bound = MossFamily
 
     def experts(self, card: MossCard, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
                 device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
@@ -344,4 +289,4 @@ FAMILY: Factory[MossCard] = _Factory()  # the checker holds `bind`'s family to t
 if TYPE_CHECKING:
     def _takes_text(family: MossFamily) -> TextInput:  # the checker holds the optional part to its protocol
         return family
-__all__ = ["FAMILY", "MossFamily", "pool_blocks"]
+__all__ = ["FAMILY", "MossFamily"]

@@ -17,7 +17,6 @@ Must not know: the engine's queues, scheduling policy, threads.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 
 import torch
@@ -26,8 +25,7 @@ from v2.contracts import LoopState, WorkUnitKind
 from v2.errors import RequestError
 from v2.families.qwen3_tts import languages, results, segments
 from v2.families.qwen3_tts.card import (
-    Qwen3Card, TalkerSettings, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config,
-    generation_config,
+    Qwen3Card, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config, generation_config,
 )
 from v2.families.qwen3_tts.codec import CODEC, CodecLoop
 from v2.families.qwen3_tts.codec_executor import CodecExecutor
@@ -39,33 +37,15 @@ from v2.families.qwen3_tts.prepare import CodecSpec, check_speaker, prepare, rea
 from v2.families.qwen3_tts.request import Qwen3Request, parse
 from v2.families.qwen3_tts.sampling_names import SAMPLING_KEYS
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState, recompute_rows
-from v2.families.qwen3_tts.talker_executor import FrameBatch, OnStream, TalkerExecutor
+from v2.families.qwen3_tts.talker_executor import OnStream, TalkerExecutor
 from v2.families.qwen3_tts.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
 from v2.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig, Qwen3TTSSampling
 from v2.runtime.family import (
-    AnyExecutor, AnyLoop, Batch, Factory, KVSpec, LaunchState, LoopGraph, Needs, Prepared, TextInput, VoiceArrays,
-    VoiceSpec,
+    AnyExecutor, Factory, FactoryBase, Halves, LaunchState, Prepared, TextInput, VoiceArrays, VoiceSpec,
 )
+from v2.runtime.paged_family import PagedFamily, pool_blocks
 from v2.sampling_settings import HeadSampling
-
-
-def pool_blocks(settings: TalkerSettings, model: Any) -> int:
-    """The KV pool in blocks: `kv_blocks`; or `kv_memory_fraction` of the memory free now; else max_running
-    requests at full length."""
-    if settings.kv_blocks is not None:
-        return settings.kv_blocks
-    if settings.kv_memory_fraction is None:
-        return settings.max_running * settings.max_blocks
-    device = model.device
-    free = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda"
-            else os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    per_block = PagedKVCache.block_bytes(model.cfg.talker.decoder, settings.block_size, model.dtype)
-    blocks = int(free * settings.kv_memory_fraction) // per_block
-    if blocks < settings.max_blocks:
-        raise RuntimeError(f"kv_memory_fraction: {settings.kv_memory_fraction} of {free / 2**30:.1f} GiB free holds "
-                           f"{blocks} KV blocks, fewer than one request at full length ({settings.max_blocks})")
-    return blocks
 
 
 def sampling_defaults(card: Qwen3Card, generation: dict[str, Any] | None) -> Qwen3TTSSampling:
@@ -84,21 +64,14 @@ def voice_arrays(cfg: Qwen3TTSConfig) -> dict[str, tuple[int, ...]]:
     return {"x_vector": (cfg.talker.hidden_size,)} if cfg.speaker_encoder is not None else {}
 
 
-class _Half:
-    """An executor registered under a work kind: its host half, device half and read."""
-
-    def __init__(self, prepare: Any, launch: Any, read: Any) -> None:
-        self.prepare, self.launch, self.read = prepare, launch, read
-
-
-class Qwen3Family:
+class Qwen3Family(PagedFamily):
     name = "qwen3_tts"
     weight_names = NAMES
     request_fields = frozenset(Qwen3Request.model_fields) | {"sampling"}  # `sampling` nested: sampling_names.py
     sampling_keys = SAMPLING_KEYS  # a rollout's sampling options: its nested `sampling` (sampling_names.py)
     speech_params = SPEECH_PARAMS  # how a server's `SpeechParams` become this family's request (params.py)
 
-    def __init__(self, card: Qwen3Card, model: Any, codec: Any, tokenizer: Any, *, encoder: Any = None,
+    def __init__(self, card: Qwen3Card, model: Any, codec: Any, tokenizer: Any = None, *, encoder: Any = None,
                  generation: dict[str, Any] | None = None, graphs: bool = True) -> None:
         tk, cd, enc = card.loops.talker, card.loops.codec, card.loops.encode
         cfg = model.cfg
@@ -115,10 +88,12 @@ class Qwen3Family:
         self._launch: LaunchState = lambda work: work()
         self.talker_loop = TalkerLoop(tk)
         self.codec_loop = CodecLoop(cd) if cd is not None else None  # the card declares it (else: no audio)
-        self.talker_exec = TalkerExecutor(model, num_slots=tk.max_running, max_len=tk.max_prompt_rows + tk.max_frames,
-                                          batch_buckets=tk.batch_buckets, num_blocks=pool_blocks(tk, model),
-                                          block_size=tk.block_size, graphs=graphs)
-        self.calls = OnStream(self.talker_exec, lambda work: self._launch(work))
+        per_block = PagedKVCache.block_bytes(cfg.talker.decoder, tk.block_size, model.dtype)
+        blocks = pool_blocks(tk, model.device, per_block)
+        self.frames = TalkerExecutor(model, num_slots=tk.max_running, max_len=tk.max_prompt_rows + tk.max_frames,
+                                     batch_buckets=tk.batch_buckets, num_blocks=blocks, block_size=tk.block_size,
+                                     graphs=graphs)
+        self.calls = OnStream(self.frames, lambda work: self._launch(work))
         self.codec_exec = (CodecExecutor(codec, num_slots=cd.max_streams, batch_buckets=cd.batch_buckets,
                                          frame_buckets=cd.frame_buckets, graphs=graphs) if cd is not None else None)
         speaker = cfg.speaker_encoder
@@ -128,47 +103,24 @@ class Qwen3Family:
         # a stored voice: its reference codes and the x-vector (with a transcript: in-context clone; without: x-vector only)
         self.voice_arrays = voice_arrays(cfg)
         # the graph the card declares: its loops and edges (talker -> codec, or the talker alone: no audio)
-        loops: dict[Hashable, AnyLoop] = {TALKER: self.talker_loop}
-        if self.codec_loop is not None:
-            loops[CODEC] = self.codec_loop
-        self.graph = LoopGraph.declared(
-            [(name, decl.feeds) for name, decl in card.loops.driven()], loops, {TALKER: ("kv",), CODEC: ("codec",)},
-            paged=TALKER, audio=CODEC if self.codec_loop is not None else None, front=self.enc_loop,
-            front_pool="encode")
-        t, c = self.talker_exec, self.codec_exec
+        self.graph = self.declared_graph(TALKER, self.talker_loop, self.enc_loop)
+        c = self.codec_exec
         spk = SpeakerExecutor(model)
         codes = CodesExecutor(encoder, codec.hop) if encoder is not None else None
-        self.executors: dict[Hashable, AnyExecutor] = {Qwen3Work.SPEAKER: _Half(spk.prepare, spk.launch, spk.read)}
+        self.executors: dict[Hashable, AnyExecutor] = {Qwen3Work.SPEAKER: Halves(spk.prepare, spk.launch, spk.read)}
         if codes is not None:  # without the codec's encoder an in-context clone is refused at submit
-            self.executors[WorkUnitKind.ENCODE] = _Half(codes.prepare, codes.launch, codes.read)
-        self.executors |= {
-            WorkUnitKind.PREFILL: _Half(lambda b: [p.payload for p in b.plans], t.prefill,
-                                        lambda host, b: [None] * len(b.plans)),
-            WorkUnitKind.AR_FRAME: _Half(lambda b: t.prepare([p.payload for p in b.plans], b.bucket), t.launch,
-                                         lambda host, b: self.talker_exec.read(host, len(b.plans))),
-        }
+            self.executors[WorkUnitKind.ENCODE] = Halves(codes.prepare, codes.launch, codes.read)
+        self.executors |= self.frames.executors()
         self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: tk.batch_buckets}
         self.pools = {"kv": tk.max_running, **({"codec": cd.max_streams} if cd is not None else {}),
                       "encode": enc.max_streams}
         if c is not None and cd is not None:  # audio work only where the card declares the codec loop
             self.executors[WorkUnitKind.AUDIO_CHUNK] = c.executor()
             self.buckets[WorkUnitKind.AUDIO_CHUNK] = cd.batch_buckets
-        self.kv = KVSpec(self.talker_exec.kv.num_blocks, tk.block_size, tk.max_blocks, tk.prefix_cache)
+        self.paged_limits(tk, self.frames.kv.num_blocks)
         self.kv_ops = self.calls
-        self.prefill_budget, self.max_waiting = tk.prefill_chunk_rows, tk.max_waiting
-        self.max_group, self.max_buffered_chunks = tk.max_running, tk.max_buffered_chunks
         self.opened = OpenText(card, cfg, tokenizer, self.defaults, self.codec_spec if self.enc_loop else None,
                                self.talker_loop)
-
-    def bind(self, launch: LaunchState) -> None:
-        self._launch = launch
-
-    def thread_setup(self) -> None:
-        threads = self.card.runtime.cpu_threads
-        if threads is not None and self.device.type == "cpu":
-            torch.set_num_threads(threads)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
 
     # ----- submit --------------------------------------------------------------------------------
     def parse(self, request: Any) -> Any:
@@ -180,11 +132,7 @@ class Qwen3Family:
 
     def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
         prepared = [p for _, p in group]
-        if len(group) > self.max_group:
-            raise ValueError(f"n: a group of {len(group)} exceeds the card's max_running")
-        codec = self.card.loops.codec
-        if codec is not None and sum(r.decode_audio for r, _ in group) > codec.max_streams:
-            raise ValueError("n: a group decoding audio needs a codec stream each")
+        self.check_group_size(group)
         if any(not torch.equal(p.rows, prepared[0].rows) or p.trailing != prepared[0].trailing for p in prepared):
             raise ValueError("prompts: a shared prompt must be the same for every request of the group")
         if prepared[0].recording is not None:
@@ -218,9 +166,6 @@ class Qwen3Family:
         (one,) = inputs
         return self.enc_loop.init(request_id, speaker_audio=one.speaker_audio, codec_audio=one.codec_audio)
 
-    def front_start(self, slots: list[int]) -> None:
-        pass  # both encoders run a whole recording per call: no state to reset
-
     def encoded(self, record: Any) -> Any:
         front = record.front
         if isinstance(record.work, OpenWork):
@@ -228,10 +173,6 @@ class Qwen3Family:
         return with_encoded(record.work, self.code_width, front.xvector, front.codes)
 
     # ----- admission and after -------------------------------------------------------------------
-    def needs(self, record: Any) -> Needs:
-        slots = {"kv": 1, "codec": int(record.request.decode_audio)} if self.codec_loop is not None else {"kv": 1}
-        return Needs(slots, kv_rows=int(record.rows.shape[0]) + record.work.max_frames)
-
     def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
         work, request = record.work, record.request
         talker = self.talker_loop.init(record.id, record.rows, trailing=work.trailing, pad_text=self.cfg.text.tts_pad,
@@ -241,20 +182,13 @@ class Qwen3Family:
             self.talker_loop.share(talker, share_from)
         if isinstance(work, OpenWork):
             self.opened.started(record, talker)
-        if self.codec_loop is None:
-            return {TALKER: talker}
-        codec = self.codec_loop.init(record.id, sample_rate=self.sample_rate, enabled=request.decode_audio,
-                                     slot=slots.get("codec", -1), context=work.context)
-        return {TALKER: talker, CODEC: codec}
+        return self.with_codec(record, slots, {TALKER: talker}, context=work.context)
 
     def admitted(self, record: Any) -> None:
         state = record.states[TALKER]
         xvec = None if record.work.xvector is None else torch.from_numpy(record.work.xvector)
         self.calls.admit(state.slot, record.work.sampling, record.request.seed, xvec)
-        codec = self.codec_exec
-        if "codec" in record.slots and codec is not None:
-            slot = record.slots["codec"]
-            self._launch(lambda: codec.admit(slot))
+        self.admit_codec(record)
 
     def recompute_rows(self, state: LoopState) -> torch.Tensor:
         assert isinstance(state, TalkerState)  # the paged loop's: the AR loop's own state
@@ -275,22 +209,14 @@ class Qwen3Family:
                                     sample_rate=self.sample_rate, groups=self.code_width, family=self.name,
                                     decoded=self.codec_loop is not None)
 
-    def stats(self) -> dict[str, Any]:
-        graphs = {"ar_frame": self.talker_exec.graphs.stats()}
-        if self.codec_exec is not None:
-            graphs["audio_chunk"] = self.codec_exec.graphs.stats()
-        return {"graphs": graphs}
 
-
-class _Factory:
-    """`FAMILY` (a `v2.runtime.family.Factory`): binds a card and its experts (`bind`), builds the experts a
-    card names (`experts`), and reads the checkpoint's config without weights (`voice_spec`, `precheck`)."""
+class _Factory(FactoryBase[Qwen3Card]):
+    """`FAMILY`: `bind(card, model, codec, tokenizer=None, *, graphs=True, encoder=None, generation=None)` is
+    `Qwen3Family`'s; building the experts a card names (`experts`), and what config.json alone decides
+    (`voice_spec`, `precheck`)."""
 
     name = "qwen3_tts"
-
-    def bind(self, card: Qwen3Card, model: Any, codec: Any, tokenizer: Any = None, *, graphs: bool = True,
-             encoder: Any = None, generation: dict[str, Any] | None = None) -> Qwen3Family:
-        return Qwen3Family(card, model, codec, tokenizer, encoder=encoder, generation=generation, graphs=graphs)
+    bound = Qwen3Family
 
     def experts(self, card: Qwen3Card, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
                 device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
@@ -325,4 +251,4 @@ if TYPE_CHECKING:  # the checker holds the optional parts to their protocols
 
     def _voices_carry_arrays(family: Qwen3Family) -> VoiceArrays:
         return family
-__all__ = ["FAMILY", "Qwen3Family", "pool_blocks"]
+__all__ = ["FAMILY", "Qwen3Family"]
