@@ -4,7 +4,8 @@ Owns: finding safetensors files (`model.safetensors` or a sharded `model.safeten
 reading shapes from headers and tensors one at a time from memory-mapped files (never pickle), one
 error listing every missing / unexpected / mis-shaped key, building a module tree on the meta device
 with initialisation skipped, and seeded parameter values. With these a loader allocates each weight
-once, straight in its target dtype and device.
+once, straight in its target dtype and device; `SafetensorsFiles`, the file half of a family's weight names,
+and `ReleaseNames`, a family's weight names where they are the release checkpoint's keys.
 Must not know: any model's key names or layout.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -166,3 +167,35 @@ class SafetensorsFiles:
 
     def read(self, handle: Any, key: str, file: Any) -> Tensor:
         return read_tensor(handle, key, file)
+
+
+class ReleaseNames(SafetensorsFiles):
+    """A model's `WeightNames` where an update's names are the release checkpoint's keys as stored (no aliases,
+    no tied names): `layout` is the model's loader's (the parameter rows each key fills, fused parameters'
+    parts included); keys that start with `skip` are another expert's stored in the same files (e.g. a
+    codec's) and are neither read nor offered."""
+
+    def __init__(self, layout: Callable[[nn.Module], dict[str, Any]], *, skip: str | None = None) -> None:
+        self._layout, self.skip = layout, skip
+
+    def layout(self, model: nn.Module) -> dict[str, Any]:
+        return self._layout(model)
+
+    def canonical(self, name: str) -> str:
+        return name
+
+    def tied(self, name: str) -> str | None:
+        return None
+
+    def shapes(self, files: Any) -> dict[str, tuple[int, ...]]:
+        shapes = super().shapes(files)
+        return shapes if self.skip is None else {k: s for k, s in shapes.items() if not k.startswith(self.skip)}
+
+    def by_file(self, files: Any) -> Iterator[tuple[Path, list[str]]]:
+        return super().by_file(files) if self.skip is None else self._kept(files, self.skip)
+
+    def _kept(self, files: Any, skip: str) -> Iterator[tuple[Path, list[str]]]:
+        for file, keys in super().by_file(files):
+            keys = [k for k in keys if not k.startswith(skip)]
+            if keys:
+                yield file, keys
