@@ -1,6 +1,6 @@
 """A per-frame Qwen3 decoder's attention for its new positions, one launch: q/k norms, RoPE, the K/V writes, attention.
 
-Owns: `frame_attention(qkv, ...)`. A per-frame decoder (Qwen3-TTS's code predictor) runs every row of a batch
+Owns: `frame_attention(qkv, ...)`. A per-frame decoder (a code predictor over a frame's groups) runs every row of a batch
 at the same few positions of a small cache (at most 16 positions, one slot per row). From the fused q/k/v
 projection of T consecutive positions `position .. position + T - 1` of B rows it norms and rotates the
 queries and keys with the arithmetic and roundings of `qk_rope` (RMSNorm in float32, rounded to the

@@ -7,7 +7,7 @@ value kept) -> top-p over the top-k distribution (the most likely token always k
 noise hash(seed, counter, token), counter = steps * groups + group -> the token and its logprob under the
 processed distribution (a greedy row's: 0, or with `raw_greedy_logprobs` its log-softmax under the logits after
 the penalty and masks, temperature 1). The eager path spends about two hundred small kernels on this per draw; a frame
-has one draw per code group (13 in MOSS-TTS-Local, 16 in Qwen3-TTS), so on a GPU this is most of a frame
+has one draw per code group (13 or 16 in the shipped families), so on a GPU this is most of a frame
 step's launches.
 
 The sort is one `tl.sort` of 48-bit keys (order-preserving float bits << 16 | (65535 - token)), which

@@ -6,7 +6,7 @@ computed in float32 as x / (1 + exp(-x)); the exponential's last bit may differ 
 `gate_up_swiglu(x, weight)`: the gate/up projection and the activation in one launch (a small-row matmul:
 each program computes a tile of gate and the matching tile of up with `tl.dot`, float32 accumulation, rounds
 both to the activations' dtype as the matmul's output is, then the activation as above): for decoders whose
-steps are a few rows (Qwen3-TTS's code predictor), where launches, not arithmetic, bound the step.
+steps are a few rows (a per-frame code predictor), where launches, not arithmetic, bound the step.
 Must not know: the model.
 """
 
