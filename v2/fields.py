@@ -6,7 +6,9 @@ scalar rules (a bool is not a number, a numeric string is not a number, bytes ar
 encodable) as pydantic-ready annotated types; the accepted sampling ranges; the bounds on a reference
 recording's sample rate and decoded size (one rule, used by the request before it copies raw samples and by
 the audio reader before it decodes or converts anything); the sampling knobs as annotated types
-(`Temperature`, `TopK`, `TopP`, `Penalty`), which every family's request schema uses.
+(`Temperature`, `TopK`, `TopP`, `Penalty`), which every family's request schema uses; a field of token ids
+(`TokenIds`: a list, tuple, 1-D array or tensor of ids, at most `MAX_IDS`); a request schema's config
+(`StrictRequest`) and the fields every family's request ends with (`RequestTail`).
 Must not know: the model, cards, the engine.
 """
 
@@ -19,8 +21,9 @@ import sys
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from v2.contracts import ExecutionProfile
 from v2.errors import FieldError as FieldError  # raised here (re-exported); its home is v2/errors.py
 
 INT64_MAX = 2**63 - 1
@@ -247,3 +250,50 @@ Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
 TopK = Annotated[StrictInt | None, Field(ge=0, le=TOP_K_MAX)]
 TopP = Annotated[StrictFloat | None, Field(gt=0, le=1)]
 Penalty = Annotated[StrictFloat | None, AfterValidator(check_penalty)]
+
+
+# ----- token ids -------------------------------------------------------------------------------------
+MAX_IDS = 100_000  # token ids in one field (bounded before anything else reads them)
+
+
+def token_ids(v: Any) -> Any:
+    """A list, tuple, 1-D array or tensor of ids -> a list (bounded in length first); None stays None."""
+    if v is None or isinstance(v, list):
+        items = v
+    elif isinstance(v, tuple):
+        items = list(v)
+    elif hasattr(v, "tolist") and getattr(v, "ndim", 1) == 1:
+        items = v.tolist()
+    else:
+        raise ValueError(f"expected a list of token ids, got {type(v).__name__}")
+    if items is not None and len(items) > MAX_IDS:
+        raise ValueError(f"{len(items)} ids, over {MAX_IDS}")
+    return items
+
+
+TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]] | None, BeforeValidator(token_ids)]
+
+
+# ----- a request schema's common parts ---------------------------------------------------------------
+class StrictRequest(BaseModel):
+    """The config of a family's request schema and its parts: frozen, unknown fields refused, any value type
+    allowed (arrays, tensors), and an instance validated again when given (one made by
+    model_copy(update=...) or model_construct() is checked, its arrays copied again)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, revalidate_instances="always")
+
+
+class RequestTail(StrictRequest):
+    """The fields every family's request ends with: the seed, the frame limits (what a frame counts is the
+    family's), streaming, the profile, whether audio is decoded, the timeout. A family's request class is
+    `class XRequest(RequestTail, XFields)`, its own fields in `XFields` (a `StrictRequest`): pydantic orders
+    fields from the last base to the first, so these come after the family's own, and the first field a
+    refusal names is the first in the family's order."""
+
+    seed: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
+    max_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None  # frames at most
+    min_frames: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0  # frames before a stop may end it
+    stream: StrictBool = False
+    profile: ExecutionProfile = ExecutionProfile.SERVE
+    decode_audio: StrictBool = True  # False: codes (and, under ROLLOUT, the trajectory) only, no codec work
+    timeout: Annotated[StrictFloat | None, Field(gt=0, le=86400)] = None  # seconds from submit; then "abort"

@@ -22,17 +22,15 @@ import os
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
-from v2.contracts import ExecutionProfile
 from v2.errors import FieldError, RequestError, from_validation
-from v2.families.csm.sampling_names import TopK, TopP, unfold_sampling
+from v2.families.csm.sampling_names import unfold_sampling
 from v2.fields import (
-    INT64_MAX, StrictBool, StrictFloat, StrictInt, StrictText, check_reference_size, check_sample_rate,
-    check_temperature,
+    RequestTail, StrictInt, StrictRequest, StrictText, Temperature, TokenIds, TopK, TopP, check_reference_size,
+    check_sample_rate,
 )
 
-MAX_IDS = 100_000     # token ids in one field (bounded before anything else reads them)
 MAX_TURNS = 1_000     # context turns in one request (the card's own cap is checked at prepare)
 MAX_SPEAKER = 2**31 - 1
 UNTAKEN = ("language", "instruction")  # common request fields this family has no use for (None is fine)
@@ -43,21 +41,6 @@ def _speaker(v: Any) -> Any:
     if isinstance(v, str) and v.strip().isdigit():
         return int(v.strip())
     return v
-
-
-def _ids(v: Any) -> Any:
-    """A list, tuple, 1-D array or tensor of ids -> a list (bounded in length first)."""
-    if v is None or isinstance(v, list):
-        items = v
-    elif isinstance(v, tuple):
-        items = list(v)
-    elif hasattr(v, "tolist") and getattr(v, "ndim", 1) == 1:
-        items = v.tolist()
-    else:
-        raise ValueError(f"expected a list of token ids, got {type(v).__name__}")
-    if items is not None and len(items) > MAX_IDS:
-        raise ValueError(f"{len(items)} ids, over {MAX_IDS}")
-    return items
 
 
 def recording(x: Any, field: str) -> Any:
@@ -107,12 +90,7 @@ def codes_array(v: Any, field: str) -> Any:
 
 
 Speaker = Annotated[Annotated[StrictInt, Field(ge=0, le=MAX_SPEAKER)] | None, BeforeValidator(_speaker)]  # None: unchecked
-Ids = Annotated[list[Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]] | None, BeforeValidator(_ids)]
-Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, revalidate_instances="always")
+Ids = TokenIds
 
 
 def _one_text(text: str | None, ids: list[int] | None, speaker: int | None, where: str) -> None:
@@ -129,7 +107,7 @@ def _one_text(text: str | None, ids: list[int] | None, speaker: int | None, wher
                          "text_ids alone", field=f"{where}speaker")
 
 
-class Turn(_Strict):
+class Turn(StrictRequest):
     """One earlier turn of the conversation: who spoke (`speaker`) and what (`text`), or its ids
     (`text_ids`), with what it sounded like: `audio` (a recording, encoded with the codec before the request
     is admitted) or `codes` (its frames [F, N], e.g. an earlier result's codes), or neither."""
@@ -158,7 +136,10 @@ class Turn(_Strict):
         return self
 
 
-class CsmRequest(_Strict):
+class _CsmFields(StrictRequest):
+    """The fields of `CsmRequest` before the common tail (`v2.fields.RequestTail`: its `max_frames` counts the
+    stop frame; its `min_frames` is only 0, as the reference has no floor)."""
+
     text: StrictText | None = None
     text_ids: Ids = None                  # the turn's ids between <|begin_of_text|> and <|end_of_text|>
     speaker: Speaker = None               # None: the card's default speaker
@@ -173,13 +154,6 @@ class CsmRequest(_Strict):
     depth_decoder_temperature: Temperature = None  # codebooks 1..N-1
     depth_decoder_top_k: TopK = None
     depth_decoder_top_p: TopP = None
-    seed: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
-    max_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None  # frames, the stop frame included
-    min_frames: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0  # only 0: the reference has no floor
-    stream: StrictBool = False
-    profile: ExecutionProfile = ExecutionProfile.SERVE
-    decode_audio: StrictBool = True
-    timeout: Annotated[StrictFloat | None, Field(gt=0, le=86400)] = None
 
     @field_validator("reference_audio")
     @classmethod
@@ -188,6 +162,10 @@ class CsmRequest(_Strict):
             raise ValueError("give one recording (a path, file bytes, or (samples, sample_rate)); more turns go "
                              "in context")
         return recording(v, "reference_audio")
+
+
+class CsmRequest(RequestTail, _CsmFields):
+    """One turn to speak, in the context of earlier turns (the module's docstring)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "CsmRequest":

@@ -12,30 +12,17 @@ Must not know: the engine, cards, checkpoints.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from v2.errors import FieldError, from_validation
-from v2.fields import TOP_K_MAX, StrictFloat, StrictInt, check_temperature
-
-KNOBS = ("temperature", "top_k", "top_p")
-Temperature = Annotated[StrictFloat | None, AfterValidator(check_temperature)]
-TopK = Annotated[StrictInt | None, Field(ge=0, le=TOP_K_MAX)]
-TopP = Annotated[StrictFloat | None, Field(gt=0, le=1)]
+from v2.fields import Temperature, TopK, TopP
+from v2.sampling_names import KNOBS, Given, Head, unfold
 
 
-class _Strict(BaseModel):
+class Nested(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Head(_Strict):
-    temperature: Temperature = None
-    top_k: TopK = None
-    top_p: TopP = None
-
-
-class Nested(_Strict):
     audio: Head = Head()
     depth_decoder: Head = Head()
     stop: Any = None
@@ -54,14 +41,8 @@ def _empty(value: Any) -> bool:
     return value is None
 
 
-def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
-    """`fields` with `sampling` moved onto the flat names (a copy; the caller's dict is not changed)."""
-    if "sampling" not in fields:
-        return fields
-    out = {k: v for k, v in fields.items() if k != "sampling"}
-    raw = fields["sampling"]
-    if raw is None:
-        return out
+def _given(raw: Any) -> Given:
+    """The nested `sampling` checked: the flat field each knob it sets fills."""
     if hasattr(raw, "model_dump"):  # a typed sampling object: its fields as data
         raw = raw.model_dump(exclude_none=True)
     try:
@@ -72,7 +53,7 @@ def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
                        "speech"), ("repetition_penalty", "the reference applies no repetition penalty")):
         if not _empty(getattr(nested, name)):
             raise FieldError(f"sampling.{name}: this family has {why}", field=f"sampling.{name}")
-    given: dict[str, tuple[str, Any]] = {}
+    given: Given = {}
     for k in KNOBS:
         audio, top, depth = getattr(nested.audio, k), getattr(nested, k), getattr(nested.depth_decoder, k)
         if audio is not None and top is not None:
@@ -82,11 +63,12 @@ def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
             given[k] = (f"sampling.audio.{k}" if audio is not None else f"sampling.{k}", audio if audio is not None else top)
         if depth is not None:
             given[f"depth_decoder_{k}"] = (f"sampling.depth_decoder.{k}", depth)
-    for flat, (label, value) in given.items():
-        if out.get(flat) is not None:
-            raise FieldError(f"{label}: give {label} or {flat}, not both", field=label)
-        out[flat] = value
-    return out
+    return given
+
+
+def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with `sampling` moved onto the flat names (a copy; the caller's dict is not changed)."""
+    return unfold(fields, _given)
 
 
 SAMPLING_KEYS = ("audio", "depth_decoder", "temperature", "top_k", "top_p")  # what rollouts may set

@@ -18,27 +18,20 @@ from typing import Annotated, Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from v2.contracts import ExecutionProfile
 from v2.errors import FieldError, RequestError, from_validation, reason
 from v2.fields import (
-    INT64_MAX, Penalty, StrictBool, StrictFloat, StrictInt, StrictText, Temperature, TopK, TopP, int_tensor,
+    INT64_MAX, Penalty, RequestTail, StrictInt, StrictRequest, StrictText, Temperature, TopK, TopP, int_tensor,
 )
 from v2.recording import is_samples, recording
 from v2.sampling_settings import HeadSampling, SamplingSettings
 
 
-class _Strict(BaseModel):
-    # revalidate_instances: an instance made by model_copy(update=...) or model_construct() is checked again
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True,
-                              revalidate_instances="always")
-
-
 OptionalText = StrictText | None
 
 
-class HeadParams(_Strict):
+class HeadParams(StrictRequest):
     """Sampling of one head; a field left out takes the card's default."""
 
     temperature: Temperature = None
@@ -51,7 +44,7 @@ class HeadParams(_Strict):
                             base.top_p if self.top_p is None else self.top_p)
 
 
-class SamplingParams(_Strict):
+class SamplingParams(StrictRequest):
     """Per-head settings. A top-level temperature/top_k/top_p is the audio head's, as in the reference
     implementation's `generate()` (the stop head keeps the card's unless `stop` sets it; `audio` wins over
     the top level)."""
@@ -108,7 +101,9 @@ def fold_flat_sampling(fields: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in fields.items() if k not in FLAT_SAMPLING}, "sampling": sampling}
 
 
-class SpeechRequest(_Strict):
+class _SpeechFields(StrictRequest):
+    """The fields of `SpeechRequest` before the common tail (`v2.fields.RequestTail`)."""
+
     text: OptionalText = None
     prompt_rows: Any = None          # explicit rows [T, 13] (list, array or tensor) instead of text
     reference_codes: Any = None      # [N, 12] codes of a voice prompt (or a list of them)
@@ -119,18 +114,6 @@ class SpeechRequest(_Strict):
     language: OptionalText = None
     duration_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None  # the prompt's "Tokens" target
     sampling: SamplingParams = SamplingParams()
-    seed: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
-    max_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None
-    min_frames: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
-    stream: StrictBool = False
-    profile: ExecutionProfile = ExecutionProfile.SERVE
-    decode_audio: StrictBool = True  # False: codes (and, under ROLLOUT, the trajectory) only, no codec work
-    timeout: Annotated[StrictFloat | None, Field(gt=0, le=86400)] = None  # seconds from submit; then "abort"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flat_sampling(cls, data: Any) -> Any:
-        return fold_flat_sampling(data) if isinstance(data, dict) else data
 
     @field_validator("prompt_rows")
     @classmethod
@@ -163,6 +146,15 @@ class SpeechRequest(_Strict):
             raise FieldError("reference_audio: give at least one recording", field="reference_audio")
         return tuple(recording(x, f"reference_audio[{i}]" if len(items) > 1 else "reference_audio")
                      for i, x in enumerate(items))
+
+
+class SpeechRequest(RequestTail, _SpeechFields):
+    """What a MOSS-TTS-Local request may say (the module's docstring)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_sampling(cls, data: Any) -> Any:
+        return fold_flat_sampling(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _one_source(self) -> "SpeechRequest":

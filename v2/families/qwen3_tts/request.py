@@ -13,23 +13,22 @@ Must not know: the engine, slots, devices, cards.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Iterable, Literal
+from typing import Any, Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError, field_validator, model_validator
 
-from v2.contracts import ExecutionProfile
 from v2.errors import FieldError, RequestError, from_validation
 from v2.families.qwen3_tts import languages as language_names
 from v2.families.qwen3_tts.sampling_names import unfold_sampling
-from v2.fields import INT64_MAX, Penalty, StrictBool, StrictFloat, StrictInt, StrictText, Temperature, TopK, TopP
+from v2.fields import Penalty, RequestTail, StrictBool, StrictRequest, StrictText, Temperature, TokenIds, TopK, TopP
 from v2.recording import is_samples, recording
 
-Ids = list[Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]] | None
-MAX_IDS = 100_000  # token ids in one field (bounded before anything else reads them)
+Ids = TokenIds  # a list, tuple, 1-D array or tensor of ids (v2.fields)
 
 
-class Qwen3Request(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True, revalidate_instances="always")
+class _Qwen3Fields(StrictRequest):
+    """The fields of `Qwen3Request` before the common tail (`v2.fields.RequestTail`: its `max_frames` counts the
+    frames produced; the stop id is masked until `min_frames`)."""
 
     text: StrictText | None = None
     text_ids: Ids = None                 # the text's own token ids (no chat template)
@@ -50,29 +49,6 @@ class Qwen3Request(BaseModel):
     subtalker_temperature: Temperature = None  # the code predictor's (groups 1..G-1)
     subtalker_top_k: TopK = None
     subtalker_top_p: TopP = None
-    seed: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
-    max_frames: Annotated[StrictInt | None, Field(ge=1, le=INT64_MAX)] = None  # frames produced at most
-    min_frames: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0  # the stop id is masked until then
-    stream: StrictBool = False
-    profile: ExecutionProfile = ExecutionProfile.SERVE
-    decode_audio: StrictBool = True
-    timeout: Annotated[StrictFloat | None, Field(gt=0, le=86400)] = None
-
-    @field_validator("text_ids", "instruction_ids", "reference_text_ids", mode="before")
-    @classmethod
-    def _ids(cls, v: Any) -> Any:
-        """A list, tuple, 1-D array or tensor of ids -> a list (bounded in length first)."""
-        if v is None or isinstance(v, list):
-            items = v
-        elif isinstance(v, tuple):
-            items = list(v)
-        elif hasattr(v, "tolist") and getattr(v, "ndim", 1) == 1:
-            items = v.tolist()
-        else:
-            raise ValueError(f"expected a list of token ids, got {type(v).__name__}")
-        if items is not None and len(items) > MAX_IDS:
-            raise ValueError(f"{len(items)} ids, over {MAX_IDS}")
-        return items
 
     @field_validator("reference_audio")
     @classmethod
@@ -82,6 +58,10 @@ class Qwen3Request(BaseModel):
         if isinstance(v, list) or (isinstance(v, tuple) and not is_samples(v)):
             raise ValueError("give one recording (a path, file bytes, or (samples, sample_rate))")
         return recording(v, "reference_audio")
+
+
+class Qwen3Request(RequestTail, _Qwen3Fields):
+    """What a Qwen3-TTS request may say (the module's docstring)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "Qwen3Request":

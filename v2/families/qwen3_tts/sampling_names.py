@@ -20,18 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from v2.errors import RequestError, from_validation
 from v2.fields import Penalty, Temperature, TopK, TopP
-
-KNOBS = ("temperature", "top_k", "top_p")
-
-
-class Head(BaseModel):
-    """One head's knobs; a knob left out is the card's."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    temperature: Temperature = None
-    top_k: TopK = None
-    top_p: TopP = None
-
+from v2.sampling_names import KNOBS, Given, Head, unfold
 
 class Nested(BaseModel):
     """The nested `sampling`, less `subtalker` (unfolded apart, so its refusals name it)."""
@@ -57,14 +46,8 @@ def _parsed(model: Any, raw: Any, prefix: str) -> Any:
         raise from_validation(e, at=prefix.split(".")) from None
 
 
-def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
-    """`fields` with `sampling` moved onto the flat names (a copy; the caller's dict is not changed)."""
-    if "sampling" not in fields:
-        return fields
-    out = {k: v for k, v in fields.items() if k != "sampling"}
-    raw = fields["sampling"]
-    if raw is None:
-        return out
+def _given(raw: Any) -> Given:
+    """The nested `sampling` checked: the flat field each knob it sets fills."""
     subtalker: Any = None
     if isinstance(raw, dict) and "subtalker" in raw:
         raw = dict(raw)
@@ -73,7 +56,7 @@ def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
     if any(getattr(nested.stop, k) is not None for k in KNOBS):
         raise RequestError("sampling.stop: this family has no separate stop head (the stop is an id of the talker's "
                            "group-0 choice, drawn under temperature / top_k / top_p)", field='sampling.stop')
-    given: dict[str, tuple[str, Any]] = {}
+    given: Given = {}
     for k in KNOBS:
         audio, top = getattr(nested.audio, k), getattr(nested, k)
         if audio is not None or top is not None:
@@ -82,8 +65,9 @@ def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
             given[f"subtalker_{k}"] = (f"sampling.subtalker.{k}", getattr(subtalker, k))
     if nested.repetition_penalty is not None:
         given["repetition_penalty"] = ("sampling.repetition_penalty", nested.repetition_penalty)
-    for flat, (label, value) in given.items():
-        if out.get(flat) is not None:
-            raise RequestError(f"{label}: give {label} or {flat}, not both", field=label)
-        out[flat] = value
-    return out
+    return given
+
+
+def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with `sampling` moved onto the flat names (a copy; the caller's dict is not changed)."""
+    return unfold(fields, _given)
