@@ -9,9 +9,10 @@
 #     -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions soundfile cffi pycparser
 # Output lands in $OUT (or ./out when unset): gpu_tests.log, launches.json, framestep.json, compile.json,
 # serving.json, kv.json, engine.json, qwen_gpu_tests.log, qwen_launches.json, qwen_frames.json, qwen_family_tests.log,
-# qwen_engine.json, qwenstep_tests.log, qwenstep_launches.json, qwen_framestep_1.7b.json, qwen_framestep_0.6b.json.
-# Parts: scripts/gpu_check.sh [tests] [launches] [framestep] [compile] [serving] [kv] [engine] [qwen] [qwenstep]
-# (default: all nine, about 31 minutes at most by their timeouts; a device call runs at most 10, so split them over
+# qwen_engine.json, qwenstep_tests.log, qwenstep_launches.json, qwen_framestep_1.7b.json, qwen_framestep_0.6b.json,
+# csm_tests.log, csm_launches.json, csm_bench.json.
+# Parts: scripts/gpu_check.sh [tests] [launches] [framestep] [compile] [serving] [kv] [engine] [qwen] [qwenstep] [csm]
+# (default: all ten, about 31 minutes at most by their timeouts; a device call runs at most 10, so split them over
 # calls when needed). A short first call for the frame step: scripts/gpu_check.sh tests launches framestep (~6
 # minutes); for Qwen3-TTS's fast path: scripts/gpu_check.sh qwenstep (~6 minutes at most).
 set -uo pipefail
@@ -25,15 +26,17 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-parts="${*:-tests launches framestep compile serving kv engine qwen qwenstep}"
+parts="${*:-tests launches framestep compile serving kv engine qwen qwenstep csm}"
 QWEN_GPU_TESTS="tests/gpu/test_qwen3_tts_gpu.py tests/gpu/test_qwen3_tts_family_gpu.py"
 # the qwenstep part's: the fused sampler at 16 groups (in `tests` too), the code predictor's kernels in bf16, graph == eager
 QWENSTEP_GPU_TESTS="tests/gpu/test_sample_kernel_gpu.py tests/models/test_frame_kernels.py tests/gpu/test_qwen3_tts_frame_graph_gpu.py"
+# the csm part's: the fixture on CUDA, graphs == eager, batched == alone; Mimi's device path
+CSM_GPU_TESTS="tests/gpu/test_csm_gpu.py tests/models/mimi/test_device_path.py"
 status=0
 for part in $parts; do
     case "$part" in
     tests)  # every GPU test but the Qwen3-TTS ones (the qwen part runs those)
-        timeout 200 python3 -m pytest -q -m gpu tests $(printf -- '--ignore=%s ' $QWEN_GPU_TESTS \
+        timeout 200 python3 -m pytest -q -m gpu tests $(printf -- '--ignore=%s ' $QWEN_GPU_TESTS $CSM_GPU_TESTS \
             tests/gpu/test_qwen3_tts_frame_graph_gpu.py) 2>&1 \
             | tee "$OUT/gpu_tests.log" || status=1 ;;
     launches)  # kernels per frame step at the release's dims (meta device), by kind: the graph's node count
@@ -93,7 +96,14 @@ for part in $parts; do
             tail -n 1 "$OUT/qwen_framestep_$size.log" > "$OUT/qwen_framestep_$size.json"
             grep -q '"graph_equals_eager": false' "$OUT/qwen_framestep_$size.json" && status=1
         done ;;
-    *) echo "unknown part: $part (tests, launches, framestep, compile, serving, kv, engine, qwen, qwenstep)"; exit 2 ;;
+    csm)  # Sesame CSM-1B: the tiny fixture through the runtime on CUDA (greedy codes), graphs == eager, batched ==
+          # alone, Mimi's device path; launches per frame step at the release's dims; the serving bench on csm_tiny
+        timeout 240 python3 -m pytest -q -m gpu $CSM_GPU_TESTS 2>&1 | tee "$OUT/csm_tests.log" || status=1
+        timeout 90 python3 -m v2.bench.launches --family csm --buckets 1 16 64 2>"$OUT/csm_launches.log" \
+            | tail -n 1 > "$OUT/csm_launches.json"
+        timeout 150 python3 -m v2.bench --card csm_tiny --device cuda --quick 2>&1 | tee "$OUT/csm_bench.log" || status=1
+        tail -n 1 "$OUT/csm_bench.log" > "$OUT/csm_bench.json" ;;
+    *) echo "unknown part: $part (tests, launches, framestep, compile, serving, kv, engine, qwen, qwenstep, csm)"; exit 2 ;;
     esac
 done
 exit $status
