@@ -19,7 +19,8 @@ from v2.contracts import ExecutionProfile, FinishReason
 from v2.families.csm.backbone import CsmResult, decoded
 from v2.rl.trajectory import Trajectory
 from v2.runtime.chunks import ChunkResult
-from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
+from v2.runtime.handles import SpeechResult, SpeechSegment
+from v2.runtime.results import joined_audio, request_metrics, timings
 
 
 def spoken(frames: list[tuple[int, ...]], eos: int) -> list[tuple[int, ...]]:
@@ -30,16 +31,12 @@ def spoken(frames: list[tuple[int, ...]], eos: int) -> list[tuple[int, ...]]:
 def build_result(req: Any, backbone: CsmResult | None, codec: ChunkResult | None, reason: FinishReason, now: float,
                  *, sample_rate: int, width: int, eos: int, family: str, text: str) -> SpeechResult:
     """`text`: what the request spoke (its one segment's span)."""
-    chunks = codec.chunks if codec else []
-    audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((1, 0), np.float32)
+    audio = joined_audio(codec.chunks if codec else [], 1)
     frames = list(backbone.codes) if backbone else []
     codes = np.array(spoken(frames, eos), dtype=np.int64).reshape(-1, width)
     prompt_rows = 0 if req.rows is None else int(req.rows.shape[0])
     segments = (SpeechSegment(0, len(text), 0, len(codes), backbone.finish.value, prompt_rows),) if backbone else ()
-    metrics = Metrics(
-        prompt_rows=prompt_rows, frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
-        ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,
-        queue_s=(req.admitted or now) - req.submitted)
+    metrics = request_metrics(req, prompt_rows, len(codes), audio.shape[1] / sample_rate, now)
     trajectory = None
     if req.request.profile is ExecutionProfile.ROLLOUT:
         made = np.array(frames, dtype=np.int64).reshape(-1, width)
@@ -52,6 +49,6 @@ def build_result(req: Any, backbone: CsmResult | None, codec: ChunkResult | None
             weight_version=req.version, prompt_rows=req.rows.numpy(), codes=made, stop_decisions=stops,
             logprobs=logprobs, stop_logprob=None, sampling=req.work.sampling, min_frames=0,
             finish_reason=reason.value,
-            timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
+            timings=timings(metrics),
             audio=audio if req.request.decode_audio else None)
     return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error, segments)

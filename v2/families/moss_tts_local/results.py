@@ -16,19 +16,8 @@ from v2.contracts import ExecutionProfile, FinishReason
 from v2.families.moss_tts_local.ar_decode import ARResult
 from v2.families.moss_tts_local.vocoder import VocoderResult
 from v2.rl.trajectory import Trajectory
-from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
-
-
-def _segments(req: Any, ar: ARResult | None) -> tuple[SpeechSegment, ...]:
-    """Each segment's text span and frame range (the frame ranges tile the codes)."""
-    ended = ar.segments if ar else []
-    planned = req.work.segments or ()
-    out, frame = [], 0
-    for i, (prompt_rows, frames, finish) in enumerate(ended):
-        start, end = (planned[i].start, planned[i].end) if i < len(planned) else (0, len(req.request.text or ""))
-        out.append(SpeechSegment(start, end, frame, frame + frames, finish.value, prompt_rows))
-        frame += frames
-    return tuple(out)
+from v2.runtime.handles import SpeechResult
+from v2.runtime.results import joined_audio, request_metrics, segment_spans, timings
 
 
 def build_result(req: Any, ar: ARResult | None, voc: VocoderResult | None, reason: FinishReason, now: float, *,
@@ -36,15 +25,12 @@ def build_result(req: Any, ar: ARResult | None, voc: VocoderResult | None, reaso
     """`req` is the engine's record of a request; `ar` / `voc` its loops' `finalize()` (None if it never
     started); `groups`: codes per frame; `family`: the family's name, recorded in the trajectory; `decoded`:
     the card declares the vocoder loop (else a trajectory carries no audio, as with decode_audio false)."""
-    chunks = voc.chunks if voc else []
-    audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((channels, 0), np.float32)
+    audio = joined_audio(voc.chunks if voc else [], channels)
     codes = np.array(ar.codes if ar else [], dtype=np.int64).reshape(-1, groups)
-    segments = _segments(req, ar)
-    metrics = Metrics(
-        prompt_rows=sum(s.prompt_rows for s in segments) if segments else 0 if req.rows is None else int(req.rows.shape[0]),
-        frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
-        ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,
-        queue_s=(req.admitted or now) - req.submitted)
+    segments = segment_spans(req.work.segments or (), ar.segments if ar else [], len(req.request.text or ""))
+    rows = 0 if req.rows is None else int(req.rows.shape[0])  # ended before its prompt: none
+    prompt_rows = sum(s.prompt_rows for s in segments) if segments else rows
+    metrics = request_metrics(req, prompt_rows, len(codes), audio.shape[1] / sample_rate, now)
     trajectory = None
     if req.request.profile is ExecutionProfile.ROLLOUT:
         decisions = np.array(ar.logprobs if ar else [], dtype=np.float32).reshape(-1, 1 + groups)
@@ -56,6 +42,6 @@ def build_result(req: Any, ar: ARResult | None, voc: VocoderResult | None, reaso
             logprobs=np.ascontiguousarray(decisions[: len(codes)]),
             stop_logprob=float(decisions[len(codes), 0]) if stopped else None, sampling=req.work.sampling,
             min_frames=req.request.min_frames, finish_reason=reason.value, family=family,
-            timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
+            timings=timings(metrics),
             audio=audio if decoded and req.request.decode_audio else None)
     return SpeechResult(audio, sample_rate, codes, reason.value, metrics, trajectory, req.error, segments)

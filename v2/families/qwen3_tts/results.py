@@ -20,7 +20,8 @@ from v2.contracts import ExecutionProfile, FinishReason
 from v2.families.qwen3_tts.talker import TalkerResult
 from v2.rl.trajectory import Trajectory
 from v2.runtime.chunks import ChunkResult
-from v2.runtime.handles import Metrics, SpeechResult, SpeechSegment
+from v2.runtime.handles import SpeechResult, SpeechSegment
+from v2.runtime.results import joined_audio, request_metrics, segment_spans, timings
 
 
 @dataclass(frozen=True)
@@ -31,34 +32,20 @@ class TalkerTrajectory(Trajectory):
     speaker_vector: np.ndarray | None = None  # float [H] (the model's dtype): a voice clone's x-vector, or None
 
 
-def _segments(req: Any, talker: TalkerResult | None) -> tuple[SpeechSegment, ...]:
-    """Each segment's text span and frame range (the frame ranges tile the codes)."""
-    planned, out, frame = req.work.segments, [], 0
-    for i, (prompt_rows, frames, finish) in enumerate(talker.segments if talker else []):
-        start, end = (planned[i].start, planned[i].end) if i < len(planned) else (0, len(req.request.text or ""))
-        out.append(SpeechSegment(start, end, frame, frame + frames, finish.value, prompt_rows))
-        frame += frames
-    return tuple(out)
-
-
 def build_result(req: Any, talker: TalkerResult | None, codec: ChunkResult | None, reason: FinishReason, now: float,
                  *, sample_rate: int, groups: int, family: str, decoded: bool = True) -> SpeechResult:
     """`decoded`: the card declares the codec loop (else a trajectory carries no audio, as with decode_audio false)."""
-    chunks = codec.chunks if codec else []
-    audio = np.concatenate([c.audio for c in chunks], axis=1) if chunks else np.zeros((1, 0), np.float32)
+    audio = joined_audio(codec.chunks if codec else [], 1)
     codes = np.array(talker.codes if talker else [], dtype=np.int64).reshape(-1, groups)
     if getattr(req.work, "segments", ()):  # a long text: its segments, each with its own prompt
-        segments = _segments(req, talker)
+        segments = segment_spans(req.work.segments, talker.segments if talker else [], len(req.request.text or ""))
         prompt_rows = sum(s.prompt_rows for s in segments) if segments else int(req.rows.shape[0])
     else:  # one prompt (an open request's holds all the text it was fed)
         prompt_rows = 0 if req.rows is None else int(req.rows.shape[0])  # ended before its prompt: none
         text = getattr(req.work, "text", None) or req.request.text or ""
         segments = (SpeechSegment(0, len(text), 0, len(codes), (talker.finish if talker else reason).value,
                                   prompt_rows),) if talker else ()
-    metrics = Metrics(
-        prompt_rows=prompt_rows, frames=len(codes), audio_seconds=audio.shape[1] / sample_rate,
-        ttfa_s=None if req.first_audio is None else req.first_audio - req.submitted, total_s=now - req.submitted,
-        queue_s=(req.admitted or now) - req.submitted)
+    metrics = request_metrics(req, prompt_rows, len(codes), audio.shape[1] / sample_rate, now)
     trajectory = None
     if req.request.profile is ExecutionProfile.ROLLOUT:
         logprobs = np.array(talker.logprobs if talker else [], dtype=np.float32).reshape(-1, groups)
@@ -71,7 +58,7 @@ def build_result(req: Any, talker: TalkerResult | None, codec: ChunkResult | Non
             weight_version=req.version, prompt_rows=req.rows.numpy(), codes=codes, stop_decisions=decisions,
             logprobs=logprobs, stop_logprob=talker.stop_logprob if stopped and talker else None,
             sampling=req.work.sampling, min_frames=req.work.floor, finish_reason=reason.value,
-            timings={"queue_s": metrics.queue_s, "total_s": metrics.total_s, "ttfa_s": metrics.ttfa_s},
+            timings=timings(metrics),
             audio=audio if decoded and req.request.decode_audio else None,
             trailing=np.array(talker.trailing if talker else (), dtype=np.int64),
             speaker_vector=None if req.work.xvector is None else np.asarray(req.work.xvector))
