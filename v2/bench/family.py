@@ -2,10 +2,12 @@
 
 Owns: `family_bench(card)` / `bench_of(family)`: the family's bench module (`<its package>.bench`, a module or
 a package), and `choose(card, family)`: the family a command measures (`--family NAME`, else the family of
-`--card NAME|PATH`, else the default card's) with the card it was found from, and `part(family, name)`: one
-optional part (an attribute of the bench module, or its submodule `name`; None where it has none). What a
+`--card NAME|PATH`, else the default card's) with the card it was found from, `part(family, name)`: one
+optional part (an attribute of the bench module, or its submodule `name`; None where it has none), and
+`card_runtime`, the `runtime` part of a family whose card's own weights are what it benches. What a
 family's bench package provides (each part optional except the first three):
-- `runtime(card, *, device, random_weights) -> Runtime`, `request(family, text, *, seed, max_frames) -> dict`,
+- `runtime(card, *, device, random_weights) -> Runtime` (`card_runtime`: the card's own weights, for a family
+  with no release-dimension random build), `request(family, text, *, seed, max_frames) -> dict`,
   `sequential(runtime, request) -> (codes [F, G], audio seconds, {part: wall seconds})` (`python -m v2.bench`);
 - `overhead`: None, or what `v2.bench.overhead` needs to stand in for its experts (`instant_experts(runtime)`,
   a context manager; `one_row_requests(runtime, rows, *, frames)`);
@@ -55,6 +57,17 @@ def choose(card: str | None, family: str | None,
             raise
         parser.error(f"--family {family}: {e}" if family is not None else f"--card: {e}")
     return loaded.family, loaded
+
+
+def card_runtime(card: Any, *, device: str, random_weights: bool = False) -> Any:
+    """A family bench's `runtime` where the family has no release-dimension random build: the card's own
+    weights (`Runtime.from_card`; a tiny card's are seeded already); `random_weights` is refused."""
+    from v2.runtime import Runtime
+
+    if random_weights:
+        raise ValueError("--random-weights: this card's family has no release-dimension random build here; "
+                         "its tiny card is seeded already")
+    return Runtime.from_card(card, device=device)
 
 
 def part(family: str, name: str) -> Any:

@@ -4,7 +4,7 @@ For `python -m v2.bench`: its runtime for the bench, a request, the sequential b
 `launches.py` (`python -m v2.bench.launches --family qwen3_tts --size 1.7b|0.6b`), and its own benches, run
 as modules: `frames.py` (frames per second through the reference loop), `codec.py` (the codec's decode).
 
-Owns: building the runtime the bench measures (`Runtime.from_card`: the card's weights, seeded on the tiny
+Owns: the runtime the bench measures (`v2.bench.family.card_runtime`: the card's weights, seeded on the tiny
 card), the request a workload text becomes (voice design on a Base or VoiceDesign checkpoint; the first
 speaker of a CustomVoice one, which needs one), and one request through the simple sequential path on the
 runtime's own weights: the family's prompt layout, `v2.models.qwen3_tts.generate.generate` (the reference
@@ -21,16 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from v2.bench.family import card_runtime as runtime
+
+__all__ = ["overhead", "request", "runtime", "sequential"]
 overhead = None
-
-
-def runtime(card: Any, *, device: str, random_weights: bool = False) -> Any:
-    from v2.runtime import Runtime
-
-    if random_weights:
-        raise ValueError("--random-weights: this card's family has no release-dimension random build here; "
-                         "its tiny card is seeded already")
-    return Runtime.from_card(card, device=device)
 
 
 def request(family: Any, text: str, *, seed: int, max_frames: int) -> dict[str, Any]:
