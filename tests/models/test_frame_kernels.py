@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from v2.models.kernels import frame_attention as fak
 from v2.models.kernels import rms_norm as rnk
 from v2.models.kernels import swiglu as swk
-from v2.models.rope import apply_rotate_half, rotate_half_cos_sin
+from v2.models.rope import Llama3Scaling, apply_rotate_half, rotate_half_cos_sin
 
 pytestmark = pytest.mark.skipif(fak.triton is None, reason="needs triton")
 P = 16  # a frame's positions (Qwen3-TTS: the talker's state, then 15 groups)
@@ -29,8 +29,10 @@ def torch_attention(qkv, hq, hkv, qw, kw, eps, cos, sin, k_cache, v_cache, posit
     b, t, width = qkv.shape
     d = width // (hq + 2 * hkv)
     q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
-    q = rms(q.view(b, t, hq, d), qw, eps).transpose(1, 2)  # [B, Hq, T, D]
-    k = rms(k.view(b, t, hkv, d), kw, eps).transpose(1, 2)  # [B, Hkv, T, D]
+    q, k = q.view(b, t, hq, d), k.view(b, t, hkv, d)  # [B, T, Hq, D], [B, T, Hkv, D]
+    if qw is not None:
+        q, k = rms(q, qw, eps), rms(k, kw, eps)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, Hq, T, D], [B, Hkv, T, D]
     rows = slice(position, position + t)
     c, s = cos[rows][None].expand(b, t, d), sin[rows][None].expand(b, t, d)
     q, k = apply_rotate_half(q, c, s), apply_rotate_half(k, c, s)
@@ -62,6 +64,29 @@ def test_a_whole_frame_of_steps_equals_the_torch_form(hq, hkv, d):
         assert torch.equal(caches[3][:b, :, done], caches[1][:b, :, done])
         assert caches[2][:, :, position + t:].isnan().all() and caches[2][b:].isnan().all()  # nothing else written
         position += t
+
+
+@pytest.mark.parametrize("hq,hkv,d,positions", [(4, 2, 32, 32), (8, 2, 16, 17), (2, 2, 8, 5)])
+def test_without_q_k_norms_a_frame_of_up_to_32_positions_equals_the_torch_form(hq, hkv, d, positions):
+    """The neutral form (no q/k norm weights) with Llama-3 scaled RoPE tables, over frames longer than 16."""
+    b, eps = 2, 1e-5
+    g = torch.Generator().manual_seed(d + positions)
+    scaling = Llama3Scaling(32.0, 1.0, 4.0, 8192)
+    cos, sin = (z[0] for z in rotate_half_cos_sin(torch.arange(positions)[None], d, 500000.0, scaling))
+    caches = [torch.full((b + 1, hkv, positions, d), float("nan")) for _ in range(4)]
+    position = 0
+    for t in [2] + [1] * (positions - 2):
+        qkv = torch.randn(b, t, (hq + 2 * hkv) * d, generator=g) * 2
+        want = torch_attention(qkv, hq, hkv, None, None, eps, cos, sin, caches[0], caches[1], position)
+        got = fak.frame_attention(qkv, hq, hkv, None, None, eps, cos, sin, caches[2], caches[3], position)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        done = slice(0, position + t)
+        assert torch.equal(caches[2][:b, :, done], caches[0][:b, :, done])  # no norm: RoPE alone, rounded alike
+        assert torch.equal(caches[3][:b, :, done], caches[1][:b, :, done])
+        assert caches[2][:, :, position + t:].isnan().all() and caches[2][b:].isnan().all()
+        position += t
+    with pytest.raises(ValueError, match="q_weight True, k_weight False"):  # one norm weight without the other
+        fak.frame_attention(qkv, hq, hkv, torch.ones(d), None, eps, cos, sin, caches[2], caches[3], 0)
 
 
 def test_positions_outside_the_frame_and_odd_head_dims_are_refused():
@@ -115,9 +140,9 @@ target = GPUTarget("cuda", 90, 32)
 sig = {"qkv_ptr": "*bf16", "stride_tok": "i64", "qw_ptr": "*bf16", "kw_ptr": "*bf16", "cos_ptr": "*fp32",
        "sin_ptr": "*fp32", "k_ptr": "*bf16", "v_ptr": "*bf16", "out_ptr": "*bf16", "position": "i32", "eps": "fp32",
        "scale": "fp32", **{s: "i64" for s in ("sk_s", "sk_h", "sk_p", "sv_s", "sv_h", "sv_p")},
-       **{c: "constexpr" for c in ("T", "NUM_Q", "NUM_KV", "GROUP", "BLOCK_G", "HEAD_DIM", "BLOCK_P")}}
+       **{c: "constexpr" for c in ("T", "NUM_Q", "NUM_KV", "GROUP", "BLOCK_G", "HEAD_DIM", "BLOCK_P", "QK_NORM")}}
 for t in (2, 1):  # the release code predictor: 16 heads of 128 over 8 kv heads
-    consts = {"T": t, "NUM_Q": 16, "NUM_KV": 8, "GROUP": 2, "BLOCK_G": 2, "HEAD_DIM": 128, "BLOCK_P": 16}
+    consts = {"T": t, "NUM_Q": 16, "NUM_KV": 8, "GROUP": 2, "BLOCK_G": 2, "HEAD_DIM": 128, "BLOCK_P": 16, "QK_NORM": True}
     built = compile(ASTSource(fn=fak._frame_attention_kernel, signature=sig, constexprs=consts), target=target,
                     options={"enable_fp_fusion": False})
     print(len(built.asm["cubin"]), int("fma.rn.bf16" in built.asm["ptx"]))

@@ -6,12 +6,17 @@ layers, norm}`, `depth_decoder.codebooks_head.weight` [N-1, H, V]), the input ro
 `inputs_embeds_projector`; the table is at backbone width), the per-position heads (head p-1 reads
 position p and gives codebook p), the batched incremental pass over B rows with its own per-frame KV cache
 (positions 0..N-1, every row at the same position) and the teacher-forced pass (one causal pass over
-given codes).
+given codes). Where the layers' kernels run (`kernels.inference_kernels`), the per-frame pass is
+`predict_fused`: per layer step one launch each for the attention (`frame_attention` without q/k norms: RoPE,
+the K/V write, attention), the gate/up projection with its activation (`gate_up_swiglu`) and each residual add
+with the norm after it, besides the four matmuls; per codebook the table row, its projection and norm and the
+head's matmul; the Llama-3 RoPE tables made once per device; the raw logits made float32 once per frame.
 Must not know: how a code is chosen (the caller's `draw`), the backbone's cache, prompts, requests.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -20,8 +25,12 @@ from torch import Tensor, nn
 
 from v2.models import exact
 from v2.models.csm.config import CsmConfig
+from v2.models.kernels.frame_attention import MAX_FRAME_POSITIONS, frame_attention
+from v2.models.kernels.rms_norm import add_rms_norm_fused, rms_norm_fused
+from v2.models.kernels.swiglu import gate_up_swiglu
 from v2.models.kv_cache import KVCache
 from v2.models.qwen3 import Qwen3Backbone
+from v2.models.rope import Llama3Scaling, rotate_half_cos_sin
 
 # (codebook k in 1..N-1, logits [B, V] float32) -> (codes [B], logprobs [B])
 Draw = Callable[[int, Tensor], tuple[Tensor, Tensor]]
@@ -118,6 +127,38 @@ class DepthDecoder(nn.Module):
                 out = m.forward_cached(x, cache, slots, pos, ok, k + 2)[:, 0]
         return torch.stack(codes, 1), torch.stack(logits, 1), torch.stack(logprobs, 1)
 
+    @property
+    def fits_kernels(self) -> bool:
+        """Whether `predict_fused` can run this decoder (a power-of-two head_dim, a frame of at most 32 positions)."""
+        d = self.cfg.depth.head_dim
+        return d & (d - 1) == 0 and self.num_codebooks <= MAX_FRAME_POSITIONS
+
+    def predict_fused(self, hidden: Tensor, c0: Tensor, draw: Draw, *,
+                      cache: KVCache | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """`predict` through the kernels (inference only; `fits_kernels`). Row b uses slot b of `cache` (a padding
+        row's writes stay in its own slot, which the next frame overwrites). The draw reads the head's logits in
+        the activations' dtype. Returns codes [B, N-1], raw logits [B, N-1, V] float32, logprobs [B, N-1]."""
+        b, n, v = hidden.shape[0], self.num_codebooks, self.cfg.vocab_size
+        if cache is None:
+            cache = self.allocate_kv(b, dtype=hidden.dtype, device=hidden.device)
+        dec, m = self.cfg.depth, self.model
+        cos, sin = _frame_rope(dec.head_dim, dec.rope_theta, self.cfg.depth_rope, n, hidden.device)
+        first = m.layers[0].input_layernorm
+        table = m.embed_tokens.weight  # [N V, H]: codebook k's rows are k V .. (k + 1) V - 1
+        x = m.inputs_embeds_projector(torch.stack([hidden, F.embedding(c0, table[:v])], dim=1))  # [B, 2, Hd]
+        out = _layers(m, x, rms_norm_fused(x, first.weight, first.eps), 0, cache, cos, sin)  # [B, Hd]
+        codes, logits, logprobs = [], [], []
+        for k in range(1, n):
+            lg = self.codebooks_head(out, k)  # [B, V]
+            code, lp = draw(k, lg)
+            codes.append(code)
+            logits.append(lg)
+            logprobs.append(lp)
+            if k + 1 < n:
+                x = m.inputs_embeds_projector(F.embedding(code, table[k * v: (k + 1) * v]))[:, None]  # [B, 1, Hd]
+                out = _layers(m, x, rms_norm_fused(x, first.weight, first.eps), k + 1, cache, cos, sin)
+        return torch.stack(codes, 1), torch.stack(logits, 1).float(), torch.stack(logprobs, 1)
+
     def teacher_inputs(self, hidden: Tensor, codes: Tensor) -> Tensor:
         """[h, E[c_0], E[V + c_1], ..., E[(N-2) V + c_(N-2)]]: [B, N, H] before the projection.
         hidden [B, H], codes [B, N] (codebook N-1 unused)."""
@@ -132,3 +173,27 @@ class DepthDecoder(nn.Module):
         out = self.model(self.model.inputs_embeds_projector(inputs))  # [B, N, Hd]
         logits = torch.stack([self.codebooks_head(out[:, k], k) for k in range(1, self.num_codebooks)], 1)
         return out, logits.float()
+
+
+@functools.lru_cache(maxsize=16)
+def _frame_rope(head_dim: int, theta: float, scaling: Llama3Scaling | None, positions: int,
+                device: torch.device) -> tuple[Tensor, Tensor]:
+    """cos, sin [positions, head_dim] float32 of a frame's positions 0 .. positions - 1 (made once, read-only)."""
+    cos, sin = rotate_half_cos_sin(torch.arange(positions, device=device)[None], head_dim, theta, scaling)
+    return cos[0], sin[0]
+
+
+def _layers(model: DepthDecoderModel, x: Tensor, h: Tensor, position: int, cache: KVCache, cos: Tensor,
+            sin: Tensor) -> Tensor:
+    """The layers over x [B, T, Hd] (the residual stream at positions position .. position + T - 1; h its first
+    norm) through the kernels: seven launches a layer. Returns the final norm's output at the last position [B, Hd]."""
+    layers, cfg = list(model.layers), model.cfg
+    for i, layer in enumerate(layers):
+        att, mlp = layer.self_attn, layer.mlp
+        heads = frame_attention(att.qkv_proj(h), cfg.num_heads, cfg.num_kv_heads, None, None, 0.0, cos, sin,
+                                cache.k[i], cache.v[i], position)  # [B, T, Hq D]
+        post = layer.post_attention_layernorm
+        x, h = add_rms_norm_fused(x, att.o_proj(heads), post.weight, post.eps)
+        after = layers[i + 1].input_layernorm if i + 1 < len(layers) else model.norm
+        x, h = add_rms_norm_fused(x, mlp.down_proj(gate_up_swiglu(h, mlp.gate_up_proj.weight)), after.weight, after.eps)
+    return h[:, -1]

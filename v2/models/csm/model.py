@@ -23,6 +23,7 @@ from v2.models import exact
 from v2.models.csm.config import CsmConfig
 from v2.models.csm.depth import DepthDecoder
 from v2.models.csm.sampling import CsmSamplingTensors, FrameDraws
+from v2.models.kernels import inference_kernels
 from v2.models.kv_cache import Cache, KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 
@@ -174,8 +175,11 @@ class Csm(nn.Module):
                       draws: FrameDraws | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Codebooks 1..N-1 of frame `frame` [B]: hidden [B, H] (the state c0 [B] was chosen from) ->
         codes [B, N-1], raw logits [B, N-1, V] float32, logprobs [B, N-1]. `cache`: a depth cache of >= B
-        slots (`allocate_depth_kv`), allocated when not given."""
+        slots (`allocate_depth_kv`), allocated when not given. With the layers' kernels, one fused pass
+        (`DepthDecoder.predict_fused`)."""
         d = draws or self.draws(s, frame, groups=list(range(1, self.num_codebooks)))
+        if inference_kernels(hidden.device) and self.depth_decoder.fits_kernels:
+            return self.depth_decoder.predict_fused(hidden, c0, d.draw, cache=cache)
         return self.depth_decoder.predict(hidden, c0, d.draw, cache=cache, valid=valid)
 
     def complete_frame(self, hidden: Tensor, logits: Tensor, s: CsmSamplingTensors, frame: Tensor, *,
