@@ -81,6 +81,11 @@ class HeadDefaults(_Frozen):
     _temperature = field_validator("temperature")(check_temperature)
 
 
+class StageSampling(HeadDefaults):
+    """One stage's sampling defaults (a family whose card names its stages): temperature (0 = greedy), top_k,
+    top_p."""
+
+
 class SamplingDefaults(_Frozen):
     stop: HeadDefaults
     audio: HeadDefaults

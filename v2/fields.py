@@ -8,7 +8,8 @@ recording's sample rate and decoded size (one rule, used by the request before i
 the audio reader before it decodes or converts anything); the sampling knobs as annotated types
 (`Temperature`, `TopK`, `TopP`, `Penalty`), which every family's request schema uses; a field of token ids
 (`TokenIds`: a list, tuple, 1-D array or tensor of ids, at most `MAX_IDS`); a request schema's config
-(`StrictRequest`) and the fields every family's request ends with (`RequestTail`).
+(`StrictRequest`), the fields every family's request ends with (`RequestTail`) and a text's character cap
+(`check_text_chars`).
 Must not know: the model, cards, the engine.
 """
 
@@ -18,13 +19,14 @@ import functools
 import math
 import numbers
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, Iterable, Self
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from v2.contracts import ExecutionProfile
 from v2.errors import FieldError as FieldError  # raised here (re-exported); its home is v2/errors.py
+from v2.errors import RequestError
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -297,3 +299,18 @@ class RequestTail(StrictRequest):
     profile: ExecutionProfile = ExecutionProfile.SERVE
     decode_audio: StrictBool = True  # False: codes (and, under ROLLOUT, the trajectory) only, no codec work
     timeout: Annotated[StrictFloat | None, Field(gt=0, le=86400)] = None  # seconds from submit; then "abort"
+
+    def checked_stream(self) -> Self:
+        """This request, or refused naming `stream` when it streams without decoding audio (a family's model
+        validator ends with it, after its own checks)."""
+        if self.stream and not self.decode_audio:
+            raise FieldError("stream: a stream needs decode_audio", field="stream")
+        return self
+
+
+def check_text_chars(texts: Iterable[tuple[str, str | None]], cap: int) -> None:
+    """Cheap bounds first: a text (field name, text or None) over the card's character cap (`max_text_chars`)
+    is refused naming its field, before any tokenising."""
+    for name, value in texts:
+        if value is not None and len(value) > cap:
+            raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({cap})", field=name)

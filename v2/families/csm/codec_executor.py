@@ -13,10 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from v2.runtime.chunk_executor import ChunkBatch, ChunkExecutor
-
-__all__ = ["ChunkBatch", "CodecExecutor"]
-
+from v2.runtime.chunk_executor import ChunkExecutor
 
 class CodecExecutor(ChunkExecutor):
     def __init__(self, codec: Any, *, num_slots: int, batch_buckets: list[int], frame_buckets: list[int],

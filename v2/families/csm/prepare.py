@@ -25,6 +25,7 @@ import torch
 from v2.errors import RequestError
 from v2.families.csm.audio import read_context
 from v2.families.csm.request import CsmRequest
+from v2.fields import check_text_chars
 from v2.models.csm.config import CsmConfig, CsmSampling
 from v2.models.csm.prompt import PromptError, Turn, layout
 from v2.sampling_settings import HeadSampling
@@ -215,10 +216,7 @@ def prepare(request: CsmRequest, card: Any, cfg: CsmConfig, tokenizer: Any, defa
     limits = card.loops.backbone
     texts = [("text", request.text), ("reference_text", request.reference_text)]
     texts += [("context.text", t.text) for t in request.context or ()]
-    for name, value in texts:
-        if value is not None and len(value) > limits.max_text_chars:
-            raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars "
-                               f"({limits.max_text_chars})", field=name)
+    check_text_chars(texts, limits.max_text_chars)
     turns, recordings = _turns(request, card, cfg, tokenizer, codec, voice)
     check_rows(tuple(turns), limits.max_prompt_rows)
     rows = rows_of(cfg, tuple(turns))

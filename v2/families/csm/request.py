@@ -189,9 +189,7 @@ class CsmRequest(RequestTail, _CsmFields):
             raise FieldError(f"min_frames: this family has no frame floor (its stop is a frame whose codebooks "
                              f"0..N-2 are all 0, as the reference's, which has none); got {self.min_frames}",
                              field="min_frames")
-        if self.stream and not self.decode_audio:
-            raise FieldError("stream: a stream needs decode_audio", field="stream")
-        return self
+        return self.checked_stream()
 
 
 def parse(request: Any) -> CsmRequest:

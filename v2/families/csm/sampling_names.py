@@ -42,7 +42,8 @@ def _empty(value: Any) -> bool:
 
 
 def _given(raw: Any) -> Given:
-    """The nested `sampling` checked: the flat field each knob it sets fills."""
+    """The nested `sampling` checked (`stop` and `repetition_penalty` refused): the flat field each knob fills
+    (the audio head's and the top level's: codebook 0's; the depth decoder's: `depth_decoder_*`)."""
     if hasattr(raw, "model_dump"):  # a typed sampling object: its fields as data
         raw = raw.model_dump(exclude_none=True)
     try:
@@ -67,7 +68,7 @@ def _given(raw: Any) -> Given:
 
 
 def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
-    """`fields` with `sampling` moved onto the flat names (a copy; the caller's dict is not changed)."""
+    """`fields` with `sampling` moved onto `CsmRequest`'s flat names (a copy: v2.sampling_names.unfold)."""
     return unfold(fields, _given)
 
 

@@ -13,11 +13,8 @@ from typing import Sequence
 from torch import Tensor
 
 from v2.models.moss_codec import MossAudioDecoder
-from v2.runtime.chunk_executor import ChunkBatch, ChunkExecutor
+from v2.runtime.chunk_executor import ChunkExecutor
 from v2.runtime.chunks import ChunkPlan
-
-__all__ = ["ChunkBatch", "CodecExecutor"]
-
 
 class CodecExecutor(ChunkExecutor):
     """The vocoder over slot-indexed streaming state; `num_slots` real slots and one dummy."""

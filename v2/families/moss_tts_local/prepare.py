@@ -21,6 +21,7 @@ from v2.errors import RequestError
 from v2.families.moss_tts_local.card import MossCard as ModelCard
 from v2.families.moss_tts_local.long_text import TextSegment, plan
 from v2.families.moss_tts_local.request import SpeechRequest
+from v2.fields import check_text_chars
 from v2.long_text import first_text, spans, unsplit
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
 from v2.models.moss_tts_local.prompt import PromptError, build_prompt, check_rows
@@ -55,11 +56,8 @@ class Prepared:
 
 def _text_limits(request: SpeechRequest, limits: Any) -> None:
     """Cheap bounds first: a text field over the card's character cap is refused before any tokenising."""
-    for name in ("text", "instruction", "language", "reference_text"):
-        value = getattr(request, name)
-        if value is not None and len(value) > limits.max_text_chars:
-            raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({limits.max_text_chars})",
-                               field=name)
+    names = ("text", "instruction", "language", "reference_text")
+    check_text_chars(((name, getattr(request, name)) for name in names), limits.max_text_chars)
     if request.duration_frames is not None and request.duration_frames > limits.max_frames:
         raise RequestError(f"duration_frames: {request.duration_frames} exceeds the card's max_frames ({limits.max_frames})",
                            field="duration_frames")

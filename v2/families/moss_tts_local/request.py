@@ -180,9 +180,7 @@ class SpeechRequest(RequestTail, _SpeechFields):
         if self.max_frames is not None and self.min_frames > self.max_frames:
             raise FieldError(f"min_frames ({self.min_frames}) exceeds max_frames ({self.max_frames})",
                              field="min_frames")
-        if self.stream and not self.decode_audio:
-            raise FieldError("stream: a stream needs decode_audio", field="stream")
-        return self
+        return self.checked_stream()
 
 
 def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from v2.card import (
-    SEED_PREFIX, ChunkLoopDecl, DType, HeadDefaults, LoopDecl, LoopTable, ModelCard, PagedLoopDecl, _Frozen,
+    SEED_PREFIX, ChunkLoopDecl, DType, LoopDecl, LoopTable, ModelCard, PagedLoopDecl, StageSampling, _Frozen,
 )
 from v2.checkpoints import resolve_checkpoint
 from v2.fields import check_penalty
@@ -52,10 +52,6 @@ class CodecExpert(_Frozen):
 class Experts(_Frozen):
     talker: TalkerExpert
     codec: CodecExpert
-
-
-class StageSampling(HeadDefaults):
-    """One stage's sampling: temperature (0 = greedy), top_k, top_p."""
 
 
 class SamplingSection(_Frozen):

@@ -9,10 +9,7 @@ Must not know: requests, loops' state, scheduling policy, threads.
 from __future__ import annotations
 
 from v2.models.qwen3_codec.decoder import Qwen3CodecDecoder
-from v2.runtime.chunk_executor import ChunkBatch, ChunkExecutor
-
-__all__ = ["ChunkBatch", "CodecExecutor"]
-
+from v2.runtime.chunk_executor import ChunkExecutor
 
 class CodecExecutor(ChunkExecutor):
     def __init__(self, codec: Qwen3CodecDecoder, *, num_slots: int, batch_buckets: list[int],

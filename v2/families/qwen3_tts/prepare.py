@@ -26,6 +26,7 @@ import torch
 from v2.errors import RequestError
 from v2.families.qwen3_tts import segments as long_text
 from v2.families.qwen3_tts.request import Qwen3Request
+from v2.fields import check_text_chars
 from v2.long_text import first_text, spans, unsplit
 from v2.sentences import spoken
 from v2.models.qwen3_tts.config import Qwen3TTSConfig, Qwen3TTSSampling
@@ -226,11 +227,8 @@ def prepare(request: Qwen3Request, card: Any, cfg: Qwen3TTSConfig, tokenizer: An
     """`voice`: the stored voice `request.voice` names (its codes, `x_vector` and transcript): an in-context
     clone when it has a transcript (or `reference_text` is given), else from the x-vector alone."""
     limits = card.loops.talker
-    for name in ("text", "instruction", "reference_text", "language", "speaker"):
-        value = getattr(request, name)
-        if value is not None and len(value) > limits.max_text_chars:
-            raise RequestError(f"{name}: {len(value)} characters, over the card's max_text_chars ({limits.max_text_chars})",
-                               field=name)
+    names = ("text", "instruction", "reference_text", "language", "speaker")
+    check_text_chars([(name, getattr(request, name)) for name in names], limits.max_text_chars)
     parts = spans(request, limits.max_segment_chars)  # long text: split at sentence ends (refusals name `text`)
     said = first_text(request, parts, limits.max_segment_chars)
     mode = _mode(request, cfg, codec)

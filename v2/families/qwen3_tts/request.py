@@ -103,9 +103,7 @@ class Qwen3Request(RequestTail, _Qwen3Fields):
         if self.max_frames is not None and self.min_frames > self.max_frames:
             raise FieldError(f"min_frames: {self.min_frames} exceeds max_frames ({self.max_frames})",
                              field="min_frames")
-        if self.stream and not self.decode_audio:
-            raise FieldError("stream: a stream needs decode_audio", field='stream')
-        return self
+        return self.checked_stream()
 
 
 def parse(request: Any, *, languages: Iterable[str] | None = None) -> Qwen3Request:

@@ -47,7 +47,8 @@ def _parsed(model: Any, raw: Any, prefix: str) -> Any:
 
 
 def _given(raw: Any) -> Given:
-    """The nested `sampling` checked: the flat field each knob it sets fills."""
+    """The nested `sampling` checked (`stop` refused): the flat field each knob fills (the audio head's and the
+    top level's: the talker's; `subtalker`'s: `subtalker_*`; `repetition_penalty`)."""
     subtalker: Any = None
     if isinstance(raw, dict) and "subtalker" in raw:
         raw = dict(raw)
@@ -69,5 +70,5 @@ def _given(raw: Any) -> Given:
 
 
 def unfold_sampling(fields: dict[str, Any]) -> dict[str, Any]:
-    """`fields` with `sampling` moved onto the flat names (a copy; the caller's dict is not changed)."""
+    """`fields` with `sampling` moved onto `Qwen3Request`'s flat names (a copy: v2.sampling_names.unfold)."""
     return unfold(fields, _given)
