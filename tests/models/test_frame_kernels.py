@@ -141,6 +141,7 @@ sig = {"qkv_ptr": "*bf16", "stride_tok": "i64", "qw_ptr": "*bf16", "kw_ptr": "*b
        "sin_ptr": "*fp32", "k_ptr": "*bf16", "v_ptr": "*bf16", "out_ptr": "*bf16", "position": "i32", "eps": "fp32",
        "scale": "fp32", **{s: "i64" for s in ("sk_s", "sk_h", "sk_p", "sv_s", "sv_h", "sv_p")},
        **{c: "constexpr" for c in ("T", "NUM_Q", "NUM_KV", "GROUP", "BLOCK_G", "HEAD_DIM", "BLOCK_P", "QK_NORM")}}
+sig_attention = dict(sig)
 for t in (2, 1):  # the release code predictor: 16 heads of 128 over 8 kv heads
     consts = {"T": t, "NUM_Q": 16, "NUM_KV": 8, "GROUP": 2, "BLOCK_G": 2, "HEAD_DIM": 128, "BLOCK_P": 16, "QK_NORM": True}
     built = compile(ASTSource(fn=fak._frame_attention_kernel, signature=sig, constexprs=consts), target=target,
@@ -158,6 +159,13 @@ sig = {"code_ptr": "*i64", "table_ptr": "*bf16", "stride_t": "i64", "acc_ptr": "
 for first, norm, final in ((True, False, False), (False, True, False), (False, False, True)):
     consts = {"FIRST": first, "NORM": norm, "FINAL": final, "BLOCK_D": 2048}
     print(len(compile(ASTSource(fn=rnk._embed_rms_norm_kernel, signature=sig, constexprs=consts), target=target).asm["cubin"]))
+sig = {**sig_attention}
+for t in (2, 1):  # the release depth decoder without q/k norms: 8 heads of 128 over 2, a frame of 32 positions
+    consts = {"T": t, "NUM_Q": 8, "NUM_KV": 2, "GROUP": 4, "BLOCK_G": 4, "HEAD_DIM": 128, "BLOCK_P": 32,
+              "QK_NORM": False}
+    built = compile(ASTSource(fn=fak._frame_attention_kernel, signature=sig, constexprs=consts), target=target,
+                    options={"enable_fp_fusion": False})
+    print(len(built.asm["cubin"]), int("fma.rn.bf16" in built.asm["ptx"]))
 """
 
 
@@ -165,7 +173,9 @@ def test_kernels_compile_for_hopper_without_a_gpu(hopper_compile):
     sizes = hopper_compile(COMPILE_FOR_HOPPER)
     attention = sizes[:4]
     assert attention[0] > 0 and attention[2] > 0 and attention[1] == attention[3] == 0  # RoPE rounded as torch
-    assert len(sizes) == 9 and all(n > 0 for n in sizes[4:])
+    assert len(sizes) == 13 and all(n > 0 for n in sizes[4:9])
+    no_norm = sizes[9:]  # the form without q/k norms at a frame of 32
+    assert no_norm[0] > 0 and no_norm[2] > 0 and no_norm[1] == no_norm[3] == 0
 
 
 @pytest.mark.gpu
