@@ -88,4 +88,5 @@ def turns_of(meta: dict, ref: dict[str, np.ndarray], key: str) -> list[Turn]:
 
 
 def np_close(actual: torch.Tensor, expected: np.ndarray) -> None:
-    torch.testing.assert_close(actual.detach().float().cpu(), torch.from_numpy(expected), **TOL)
+    torch.testing.assert_close(actual.detach().float().cpu(), torch.from_numpy(expected), atol=TOL["atol"],
+                               rtol=TOL["rtol"])
