@@ -302,8 +302,9 @@ class ModelCard(_Frozen):
         experts = self.__dict__.get("experts")
         for name in type(experts).model_fields if isinstance(experts, BaseModel) else ():
             ckpt = getattr(getattr(experts, name), "checkpoint", None)
-            if isinstance(ckpt, str) and ckpt.startswith(SEED_PREFIX) and ckpt[len(SEED_PREFIX):] not in self.seeded:
-                raise ValueError(f"experts.{name}.checkpoint: {ckpt!r} names no [seeded.{ckpt[len(SEED_PREFIX):]}] table")
+            table = ckpt[len(SEED_PREFIX):] if isinstance(ckpt, str) and ckpt.startswith(SEED_PREFIX) else None
+            if table is not None and table not in self.seeded:
+                raise ValueError(f"experts.{name}.checkpoint: {ckpt!r} names no [seeded.{table}] table")
         return self
 
 

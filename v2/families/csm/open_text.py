@@ -29,6 +29,7 @@ from v2.contracts import ExecutionProfile
 from v2.errors import RequestError
 from v2.families.csm.prepare import Prepared, TurnPlan, check_rows, rows_of, turn_ids, with_encoded
 from v2.families.csm.request import CsmRequest, parse
+from v2.fields import check_text_chars
 from v2.models.csm.config import CsmConfig
 
 PLACEHOLDER = "."  # the spoken turn's text an open request is checked with (its own is `OpenWork.text`)
@@ -78,9 +79,7 @@ class OpenText:
             if work.ended:
                 raise RequestError("text: the text has already ended (end_text)", field="text")
             text = work.text + piece
-            if len(text) > self.limits.max_text_chars:
-                raise RequestError(f"text: {len(text)} characters, over the card's max_text_chars "
-                                   f"({self.limits.max_text_chars})", field="text")
+            check_text_chars([("text", text)], self.limits.max_text_chars)
             spoken = None if piece else work.spoken  # the spoken turn's plan, for the text so far
             context = work.turns[:-1]
             most = sum(len(t.ids) + 2 + (t.frames + 1 if t.frames else 0) for t in context)

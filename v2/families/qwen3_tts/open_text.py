@@ -35,6 +35,7 @@ from v2.errors import RequestError
 from v2.families.qwen3_tts.prepare import Prepared, _ids, _template, prepare, role_ids, rows_of
 from v2.families.qwen3_tts.request import Qwen3Request, parse
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState
+from v2.fields import check_text_chars
 from v2.models.qwen3_tts.prompt import PromptSpec, layout
 from v2.runtime.handles import SegmentMark
 
@@ -96,9 +97,7 @@ class OpenText:
             if work.ended:
                 raise RequestError("text: the text has already ended (end_text)", field='text')
             text = work.text + piece
-            if len(text) > self.limits.max_text_chars:
-                raise RequestError(f"text: {len(text)} characters, over the card's max_text_chars "
-                                   f"({self.limits.max_text_chars})", field='text')
+            check_text_chars([("text", text)], self.limits.max_text_chars)
             cuts = [m.start() for m in BOUNDARY.finditer(text, work.decided) if m.start() > work.decided]
             if end and len(text) > (cuts[-1] if cuts else work.decided):
                 cuts.append(len(text))
