@@ -33,19 +33,16 @@ Must not know: model or engine internals (it calls `generate`, `generate_batch`,
 
 from __future__ import annotations
 
-import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from v2.bench import reference_kit as kit
 from v2.families.csm.bench.reference_setup import (CHECKPOINT, FIXTURE, ReferenceProcess, fixture_card,
                                                    ops_per_frame, prompts, sampled_settings, without_stop)
 
@@ -62,25 +59,14 @@ def reference_python() -> str:
 def transformers_missing(python: str) -> str:
     """Why `python` cannot run the reference ("" when transformers' CSM imports there)."""
     probe = "import transformers; from transformers import CsmForConditionalGeneration"
-    try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
-    except OSError as e:
-        return f"{python}: {e.strerror}"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["failed"])[-1]
-        return (f"transformers' CSM is not importable by {python} ({last}): install transformers there (5.0.0 "
-                f"made the fixture) or name a python that has it with ${PYTHON_ENV}")
-    return ""
+    return kit.import_missing(python, probe, lambda last: (
+        f"transformers' CSM is not importable by {python} ({last}): install transformers there (5.0.0 made the "
+        f"fixture) or name a python that has it with ${PYTHON_ENV}"))
 
 
 def not_a_checkpoint(path: Path) -> str:
     """Why `path` is not a CSM checkpoint in the transformers layout ("" when it is)."""
-    config = path / "config.json"
-    if not config.is_file():
-        return f"{path} has no config.json (a CSM checkpoint in the transformers layout, e.g. {CHECKPOINT})"
-    if json.loads(config.read_text()).get("model_type") != "csm":
-        return f"{config}: model_type is not 'csm'"
-    return ""
+    return kit.not_a_checkpoint(path, "csm", f"a CSM checkpoint in the transformers layout, e.g. {CHECKPOINT}")
 
 
 def check(path: Path) -> str:
@@ -93,10 +79,6 @@ def _request(ids: list[int], seed: int, frames: int, sampling: dict[str, Any] | 
     """One v2 request of a prompt's ids (the turn's ids: without `<|begin_of_text|>` / `<|end_of_text|>`)."""
     return {"text_ids": ids[1:-1], "seed": seed, "max_frames": frames, "decode_audio": False,
             **(sampling if sampling is not None else {"temperature": 0.0})}
-
-
-def _side_rows(name: str) -> int:
-    return int(name.rsplit("_", 1)[1])
 
 
 def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, repeat: int = 5,
@@ -146,35 +128,8 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
         sides: dict[str, Callable[[str], list[np.ndarray]]] = {
             "generate_1": one, "runtime_1": lambda m: serve(m, 1),
             f"generate_{batch}": many, f"runtime_{batch}": lambda m: serve(m, batch)}
-        order = [f"{m}/{s}" for m in modes for s in ("reference_1", "generate_1", "runtime_1", f"reference_{batch}",
-                                                     f"generate_{batch}", f"runtime_{batch}")]
-        codes: dict[str, list[np.ndarray]] = {}
-
-        def timed(key: str, seed: int) -> float:
-            mode, side = key.split("/")
-            if side.startswith("reference_"):
-                wall, codes[key] = ref.run(_side_rows(side), frames, seed, mode == "greedy")  # type: ignore[union-attr]
-                return wall
-            start = time.perf_counter()
-            codes[key] = sides[side](mode)
-            wall = time.perf_counter() - start
-            if any(c.shape[0] != frames for c in codes[key]):
-                raise RuntimeError(f"{key} made {[c.shape[0] for c in codes[key]]} frames, asked {frames}")
-            return wall
-
-        for key in order:  # warm-up: every side once (a few frames for the reference)
-            mode, side = key.split("/")
-            if side.startswith("reference_"):
-                ref.run(_side_rows(side), min(frames, 4), 0, mode == "greedy")
-            else:
-                sides[side](mode)
-        walls: dict[str, list[float]] = {k: [] for k in order}
-        for i in range(repeat):
-            shift = i % len(order)
-            for key in order[shift:] + order[:shift]:
-                walls[key].append(timed(key, i))
-            log(f"  repetition {i + 1}/{repeat}: " + ", ".join(
-                f"{k} {walls[k][-1] / frames / _side_rows(k) * 1e3:.2f}" for k in order) + " ms per row-frame")
+        order = kit.order(modes, batch)
+        walls, codes = kit.time_sides(order, sides, ref, frames, repeat, log)
         ops = {f"{m}/{side}_{n}": ops_per_frame(lambda f: generate_batch(
                    model, rows[:n], [w.sampling for w in work[m][:n]], list(range(n)), max_new_tokens=f))
                if side == "generate" else ref.ops_per_frame(n, m == "greedy")
@@ -184,7 +139,7 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
             ref.close()
         rt.close()
         tmp.cleanup()
-    report = _report(order, walls, codes, frames, batch, modes)
+    report = kit.report(order, walls, codes, frames, batch, modes, GOALS)
     report.update({"ops_per_frame_step": ops, "repeat": repeat, "checkpoint": str(reference),
                    "sampled_settings": sampling,
                    "stop": "disabled: codebook_eos_token_id = vocab_size - 2 in a copy of config.json",
@@ -192,84 +147,16 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
                    "reference_transformers": ref.ready.get("transformers") if ref else None,
                    "reference_fixture_codes_equal": ref.ready.get("fixture_codes_equal") if ref else None,
                    "load_average_before": list(load_before), "load_average_after": list(os.getloadavg())})
-    failed = [k for k, v in report["codes"].items() if v is False]
-    fixture_ok = report["reference_fixture_codes_equal"]
-    if failed or (fixture_ok is not None and not all(fixture_ok.values())):
-        log(json.dumps(report))
-        raise AssertionError(f"greedy codes differ: {failed or fixture_ok}")
+    kit.assert_equal(report, log)
     return report
-
-
-def _report(order: list[str], walls: dict[str, list[float]], codes: dict[str, list[np.ndarray]], frames: int,
-            batch: int, modes: tuple[str, ...]) -> dict[str, Any]:
-    rows = []
-    for key in order:
-        mode, side = key.split("/")
-        n = _side_rows(side)
-        row: dict[str, Any] = {"side": key, "rows": n, "frames": frames,
-                               "ms_per_row_frame_median": statistics.median(walls[key]) / frames / n * 1e3,
-                               "ms_per_row_frame_min": min(walls[key]) / frames / n * 1e3}
-        if not side.startswith("reference_"):
-            paired = [a / b for a, b in zip(walls[key], walls[f"{mode}/reference_{n}"])]
-            row["x_reference_median"] = statistics.median(paired)
-            row["x_reference_each"] = paired
-        rows.append(row)
-
-    def same(a: str, b: str) -> bool:
-        return len(codes[a]) == len(codes[b]) and all(np.array_equal(x, y) for x, y in zip(codes[a], codes[b]))
-
-    equal: dict[str, Any] = {}
-    if "greedy" in modes:
-        g = "greedy/"
-        equal.update({
-            "greedy_generate_equals_reference_1": same(g + "generate_1", g + "reference_1"),
-            "greedy_generate_batch_equals_reference_batch": same(g + f"generate_{batch}", g + f"reference_{batch}"),
-            "greedy_runtime_equals_generate_batch": same(g + f"runtime_{batch}", g + f"generate_{batch}"),
-            "greedy_runtime_1_equals_generate_1": same(g + "runtime_1", g + "generate_1"),
-            "greedy_batch_row0_equals_alone": bool(np.array_equal(codes[g + f"generate_{batch}"][0],
-                                                                  codes[g + "generate_1"][0]))})
-    if "sampled" in modes:
-        s = "sampled/"
-        equal["sampled_runtime_equals_generate_batch"] = same(s + f"runtime_{batch}", s + f"generate_{batch}")
-        equal["sampled_batch_row0_equals_alone"] = bool(np.array_equal(codes[s + f"generate_{batch}"][0],
-                                                                       codes[s + "generate_1"][0]))
-    x = {r["side"]: float(r["x_reference_median"]) for r in rows if "x_reference_median" in r}
-    goals = {f"{m}/{side}": {"x": x[f"{m}/{side}"], "goal": GOALS[goal], "met": x[f"{m}/{side}"] <= GOALS[goal]}
-             for m in modes for side, goal in (("generate_1", "batch_1"), ("runtime_1", "batch_1"),
-                                               (f"runtime_{batch}", "batch_n"))}
-    return {"frames": frames, "batch": batch, "modes": list(modes), "sides": rows, "codes": equal, "goals": goals}
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m v2.families.csm.bench.reference`: the scenario on `--checkpoint` (default: the tiny fixture's);
     the table, then one JSON line (`v2.bench.reference`'s), or the skip and its reason."""
-    import argparse
-
-    from v2.bench.__main__ import machine
-    from v2.bench.reference import table
-
-    p = argparse.ArgumentParser(prog="python -m v2.families.csm.bench.reference", description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", default=os.environ.get(ENV) or str(CHECKPOINT))
-    p.add_argument("--reference-python", default=None, help=f"python with transformers (default: ${PYTHON_ENV}, "
-                   "else this one)")
-    p.add_argument("--frames", type=int, default=64)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    args = p.parse_args(argv)
-    python = args.reference_python or reference_python()
-    checkpoint = Path(args.checkpoint)
-    why = not_a_checkpoint(checkpoint) or transformers_missing(python)
-    line: dict[str, Any] = {"bench": "v2.reference", "family": "csm"}
-    if why:
-        print(f"{why}: skipped", file=sys.stderr)
-        print(json.dumps({**line, "skipped": f"{why}: skipped"}))
-        return 0
-    report = compare(checkpoint, python, frames=args.frames, batch=args.batch, repeat=args.repeat,
-                     log=lambda s: print(s, file=sys.stderr), modes=tuple(args.modes))
-    print(table(report))
-    print(json.dumps({**line, "machine": machine("cpu"), **report}))
-    return 0
+    return kit.main(argv, family="csm", doc=__doc__ or "", checkpoint=os.environ.get(ENV) or str(CHECKPOINT),
+                    python_env=PYTHON_ENV, needs="transformers", modes=MODES, reference_python=reference_python,
+                    why=lambda path, python: not_a_checkpoint(path) or transformers_missing(python), compare=compare)
 
 
 if __name__ == "__main__":

@@ -3,29 +3,25 @@ the sampled settings, the stop-free checkpoint copy, the card sized for the run,
 and transformers' side in a child process (`ReferenceProcess` driving `reference_worker.py`).
 
 Owns: the fixture's paths, the four text-only prompts, `without_stop` (a spare id as `codebook_eos_token_id`),
-`fixture_card` (the `csm_1b` card with a CPU-sized pool, one intra-op thread), `ops_per_frame` (aten operations
-that launch work, counted as `v2.bench.launches` counts them: the same set of view and allocation operations
-left out on both sides), and the child process's protocol.
+`fixture_card` (the `csm_1b` card with a CPU-sized pool, one intra-op thread), and the child process's command
+line (the process, its protocol and `ops_per_frame` are `v2.bench.reference_kit`'s).
 Must not know: model or engine internals; timing and ratios (the scenario's).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-import torch
 
-from v2.bench.launches import NO_LAUNCH, LaunchCounter
+from v2.bench.reference_kit import WORKER_FLAGS, WorkerProcess
+from v2.bench.reference_kit import ops_per_frame as ops_per_frame  # the families' name for it
 
 FIXTURE = Path(__file__).resolve().parents[4] / "tests" / "fixtures" / "csm_tiny"
 CHECKPOINT = FIXTURE / "checkpoint"
 WORKER = Path(__file__).resolve().parent / "reference_worker.py"
-COUNT_FRAMES = (2, 4)  # ops per frame step = the difference of two runs' counts / 2 (the prefill cancels)
 
 
 def prompts(n: int) -> list[list[int]]:
@@ -62,60 +58,20 @@ def without_stop(checkpoint: Path, into: Path) -> Path:
     return into
 
 
-class ReferenceProcess:
+class ReferenceProcess(WorkerProcess):
     """transformers' `generate` in a child process: `run(batch, frames, seed, greedy)` -> (wall s, codes)."""
 
     def __init__(self, python: str, checkpoint: Path, ids: list[list[int]], sampling: dict[str, Any],
                  fixture: Path | None, threads: int = 1) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="v2_csm_reference_")
-        file = Path(self._dir.name) / "prompts.json"
-        file.write_text(json.dumps(ids))
-        cmd = [python, str(WORKER), "--checkpoint", str(checkpoint), "--prompts", str(file), "--threads",
-               str(threads), "--sampling", json.dumps(sampling), "--no-launch", json.dumps(sorted(NO_LAUNCH)),
-               "--count-frames", json.dumps(list(COUNT_FRAMES))]
-        if fixture is not None:
-            cmd += ["--fixture", str(fixture / "reference.npz"), "--fixture-checkpoint", str(fixture / "checkpoint")]
-        self._err = open(Path(self._dir.name) / "stderr.txt", "w+")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True)
-        self.ready = self._reply()
+        def command(file: Path) -> list[str]:
+            cmd = [python, str(WORKER), "--checkpoint", str(checkpoint), "--prompts", str(file), "--threads",
+                   str(threads), "--sampling", json.dumps(sampling), *WORKER_FLAGS]
+            if fixture is not None:
+                cmd += ["--fixture", str(fixture / "reference.npz"), "--fixture-checkpoint",
+                        str(fixture / "checkpoint")]
+            return cmd
 
-    def _reply(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                self._err.seek(0)
-                tail = self._err.read()[-1500:]
-                raise RuntimeError(f"the reference worker exited ({self.proc.wait()}): {tail}")
-            if line.startswith("{"):
-                return json.loads(line)  # type: ignore[no-any-return]
-
-    def run(self, batch: int, frames: int, seed: int, greedy: bool) -> tuple[float, list[np.ndarray]]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"batch": batch, "frames": frames, "seed": seed, "greedy": greedy}) + "\n")
-        self.proc.stdin.flush()
-        reply = self._reply()
-        if reply["frames"] != [frames] * batch:
-            raise RuntimeError(f"the reference made {reply['frames']} frames, asked {frames} for each of {batch}")
-        return float(reply["wall_s"]), [np.asarray(c, dtype=np.int64) for c in reply["codes"]]
-
-    def ops_per_frame(self, batch: int, greedy: bool) -> float:
-        """The reference's aten operations per frame step (counted as `ops_per_frame` counts v2's)."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"count": True, "batch": batch, "greedy": greedy}) + "\n")
-        self.proc.stdin.flush()
-        return float(self._reply()["ops_per_frame"])
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._err.close()
-        self._dir.cleanup()
+        super().__init__("v2_csm_reference_", ids, command)
 
 
 def fixture_card(batch: int, frames: int) -> Any:
@@ -131,15 +87,3 @@ def fixture_card(batch: int, frames: int) -> Any:
     data["loops"]["codec"].update(max_streams=batch, batch_buckets=buckets)
     data["runtime"] = dict(data.get("runtime") or {}, cpu_threads=1)
     return type(card).model_validate(data)
-
-
-def ops_per_frame(run: Callable[[int], Any]) -> float:
-    """aten operations per frame step of `run(frames)` (a loop over `frames` frames), no-grad."""
-    counts = []
-    with torch.no_grad():
-        for frames in COUNT_FRAMES:
-            counter = LaunchCounter()
-            with counter:
-                run(frames)
-            counts.append(sum(counter.ops.values()))
-    return (counts[1] - counts[0]) / (COUNT_FRAMES[1] - COUNT_FRAMES[0])

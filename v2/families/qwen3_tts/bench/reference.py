@@ -32,18 +32,15 @@ Must not know: model or engine internals (it calls `generate`, `generate_batch`,
 
 from __future__ import annotations
 
-import json
 import os
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from v2.bench import reference_kit as kit
 from v2.families.qwen3_tts.bench.reference_setup import (CHECKPOINT, FIXTURE, WORKER, ReferenceProcess,
                                                          fixture_card, ops_per_frame, prompts, settings)
 
@@ -61,25 +58,15 @@ def qwen_tts_missing(python: str) -> str:
     """Why `python` cannot run the reference ("" when `qwen_tts`'s model imports there, as the worker imports it)."""
     probe = (f"import sys; sys.path.insert(0, {str(WORKER.parent)!r}); import reference_worker as w; "
              "w.stand_in_torchaudio(); from qwen_tts.core.models import Qwen3TTSForConditionalGeneration")
-    try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
-    except OSError as e:
-        return f"{python}: {e.strerror}"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["failed"])[-1]
-        return (f"the qwen_tts package is not importable by {python} ({last}): install qwen-tts there or name a "
-                f"python that has it with ${PYTHON_ENV}")
-    return ""
+    return kit.import_missing(python, probe, lambda last: (
+        f"the qwen_tts package is not importable by {python} ({last}): install qwen-tts there or name a python "
+        f"that has it with ${PYTHON_ENV}"))
 
 
 def not_a_checkpoint(path: Path) -> str:
     """Why `path` is not a Qwen3-TTS checkpoint in the release layout ("" when it is)."""
-    config = path / "config.json"
-    if not config.is_file():
-        return f"{path} has no config.json (a Qwen3-TTS checkpoint in the release layout, e.g. {CHECKPOINT})"
-    if json.loads(config.read_text()).get("model_type") != "qwen3_tts":
-        return f"{config}: model_type is not 'qwen3_tts'"
-    return ""
+    return kit.not_a_checkpoint(path, "qwen3_tts",
+                                f"a Qwen3-TTS checkpoint in the release layout, e.g. {CHECKPOINT}")
 
 
 def check(path: Path) -> str:
@@ -94,10 +81,6 @@ def _request(p: dict[str, Any], seed: int, frames: int, sampling: dict[str, Any]
     return {"text_ids": p["ids"][3:-5], "speaker": p["speaker"], "language": p["language"], "text_feed": "whole",
             "seed": seed, "max_frames": frames, "min_frames": frames, "decode_audio": False,
             "repetition_penalty": penalty, **(sampling if sampling is not None else {"temperature": 0.0})}
-
-
-def _side_rows(name: str) -> int:
-    return int(name.rsplit("_", 1)[1])
 
 
 def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, repeat: int = 5,
@@ -144,35 +127,8 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
         sides: dict[str, Callable[[str], list[np.ndarray]]] = {
             "generate_1": lambda m: loop(m, 1, frames), "runtime_1": lambda m: serve(m, 1),
             f"generate_{batch}": lambda m: loop(m, batch, frames), f"runtime_{batch}": lambda m: serve(m, batch)}
-        order = [f"{m}/{s}" for m in modes for s in ("reference_1", "generate_1", "runtime_1", f"reference_{batch}",
-                                                     f"generate_{batch}", f"runtime_{batch}")]
-        codes: dict[str, list[np.ndarray]] = {}
-
-        def timed(key: str, seed: int) -> float:
-            mode, side = key.split("/")
-            if side.startswith("reference_"):
-                wall, codes[key] = ref.run(_side_rows(side), frames, seed, mode == "greedy")  # type: ignore[union-attr]
-                return wall
-            start = time.perf_counter()
-            codes[key] = sides[side](mode)
-            wall = time.perf_counter() - start
-            if any(c.shape[0] != frames for c in codes[key]):
-                raise RuntimeError(f"{key} made {[c.shape[0] for c in codes[key]]} frames, asked {frames}")
-            return wall
-
-        for key in order:  # warm-up: every side once (a few frames for the reference)
-            mode, side = key.split("/")
-            if side.startswith("reference_"):
-                ref.run(_side_rows(side), min(frames, 4), 0, mode == "greedy")
-            else:
-                sides[side](mode)
-        walls: dict[str, list[float]] = {k: [] for k in order}
-        for i in range(repeat):
-            shift = i % len(order)
-            for key in order[shift:] + order[:shift]:
-                walls[key].append(timed(key, i))
-            log(f"  repetition {i + 1}/{repeat}: " + ", ".join(
-                f"{k} {walls[k][-1] / frames / _side_rows(k) * 1e3:.2f}" for k in order) + " ms per row-frame")
+        order = kit.order(modes, batch)
+        walls, codes = kit.time_sides(order, sides, ref, frames, repeat, log)
         ops = {f"{m}/{side}_{n}": ops_per_frame(lambda f: loop(m, n, f))
                if side == "generate" else ref.ops_per_frame(n, m == "greedy")
                for m in modes for n in (1, batch) for side in ("reference", "generate")} if count_ops else None
@@ -180,92 +136,23 @@ def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, 
         if ref is not None:
             ref.close()
         rt.close()
-    report = _report(order, walls, codes, frames, batch, modes)
+    report = kit.report(order, walls, codes, frames, batch, modes, GOALS)
     report.update({"ops_per_frame_step": ops, "repeat": repeat, "checkpoint": str(reference),
                    "sampled_settings": sampling, "repetition_penalty": penalty,
                    "stop": "masked at every choice on both sides (every row makes all its frames)",
                    "reference_python": python, "reference_versions": ref.ready if ref else None,
                    "reference_fixture_codes_equal": ref.ready.get("fixture_codes_equal") if ref else None,
                    "load_average_before": list(load_before), "load_average_after": list(os.getloadavg())})
-    failed = [k for k, v in report["codes"].items() if v is False]
-    fixture_ok = report["reference_fixture_codes_equal"]
-    if failed or (fixture_ok is not None and not all(fixture_ok.values())):
-        log(json.dumps(report))
-        raise AssertionError(f"greedy codes differ: {failed or fixture_ok}")
+    kit.assert_equal(report, log)
     return report
-
-
-def _report(order: list[str], walls: dict[str, list[float]], codes: dict[str, list[np.ndarray]], frames: int,
-            batch: int, modes: tuple[str, ...]) -> dict[str, Any]:
-    rows = []
-    for key in order:
-        mode, side = key.split("/")
-        n = _side_rows(side)
-        row: dict[str, Any] = {"side": key, "rows": n, "frames": frames,
-                               "ms_per_row_frame_median": statistics.median(walls[key]) / frames / n * 1e3,
-                               "ms_per_row_frame_min": min(walls[key]) / frames / n * 1e3}
-        if not side.startswith("reference_"):
-            paired = [a / b for a, b in zip(walls[key], walls[f"{mode}/reference_{n}"])]
-            row["x_reference_median"] = statistics.median(paired)
-            row["x_reference_each"] = paired
-        rows.append(row)
-
-    def same(a: str, b: str) -> bool:
-        return len(codes[a]) == len(codes[b]) and all(np.array_equal(x, y) for x, y in zip(codes[a], codes[b]))
-
-    equal: dict[str, Any] = {}
-    if "greedy" in modes:
-        g = "greedy/"
-        equal.update({
-            "greedy_generate_equals_reference_1": same(g + "generate_1", g + "reference_1"),
-            "greedy_generate_batch_equals_reference_batch": same(g + f"generate_{batch}", g + f"reference_{batch}"),
-            "greedy_runtime_equals_generate_batch": same(g + f"runtime_{batch}", g + f"generate_{batch}"),
-            "greedy_runtime_1_equals_generate_1": same(g + "runtime_1", g + "generate_1"),
-            "greedy_batch_row0_equals_alone": bool(np.array_equal(codes[g + f"generate_{batch}"][0],
-                                                                  codes[g + "generate_1"][0]))})
-    if "sampled" in modes:
-        s = "sampled/"
-        equal["sampled_runtime_equals_generate_batch"] = same(s + f"runtime_{batch}", s + f"generate_{batch}")
-        equal["sampled_batch_row0_equals_alone"] = bool(np.array_equal(codes[s + f"generate_{batch}"][0],
-                                                                       codes[s + "generate_1"][0]))
-    x = {r["side"]: float(r["x_reference_median"]) for r in rows if "x_reference_median" in r}
-    goals = {f"{m}/{side}": {"x": x[f"{m}/{side}"], "goal": GOALS[goal], "met": x[f"{m}/{side}"] <= GOALS[goal]}
-             for m in modes for side, goal in (("generate_1", "batch_1"), ("runtime_1", "batch_1"),
-                                               (f"runtime_{batch}", "batch_n"))}
-    return {"frames": frames, "batch": batch, "modes": list(modes), "sides": rows, "codes": equal, "goals": goals}
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m v2.families.qwen3_tts.bench.reference`: the scenario on `--checkpoint` (default: the tiny
     fixture's); the table, then one JSON line (`v2.bench.reference`'s), or the skip and its reason."""
-    import argparse
-
-    from v2.bench.__main__ import machine
-    from v2.bench.reference import table
-
-    p = argparse.ArgumentParser(prog="python -m v2.families.qwen3_tts.bench.reference",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", default=os.environ.get(ENV) or str(CHECKPOINT))
-    p.add_argument("--reference-python", default=None, help=f"python with qwen_tts (default: ${PYTHON_ENV}, "
-                   "else this one)")
-    p.add_argument("--frames", type=int, default=64)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    args = p.parse_args(argv)
-    python = args.reference_python or reference_python()
-    checkpoint = Path(args.checkpoint)
-    why = not_a_checkpoint(checkpoint) or qwen_tts_missing(python)
-    line: dict[str, Any] = {"bench": "v2.reference", "family": "qwen3_tts"}
-    if why:
-        print(f"{why}: skipped", file=sys.stderr)
-        print(json.dumps({**line, "skipped": f"{why}: skipped"}))
-        return 0
-    report = compare(checkpoint, python, frames=args.frames, batch=args.batch, repeat=args.repeat,
-                     log=lambda s: print(s, file=sys.stderr), modes=tuple(args.modes))
-    print(table(report))
-    print(json.dumps({**line, "machine": machine("cpu"), **report}))
-    return 0
+    return kit.main(argv, family="qwen3_tts", doc=__doc__ or "", checkpoint=os.environ.get(ENV) or str(CHECKPOINT),
+                    python_env=PYTHON_ENV, needs="qwen_tts", modes=MODES, reference_python=reference_python,
+                    why=lambda path, python: not_a_checkpoint(path) or qwen_tts_missing(python), compare=compare)
 
 
 if __name__ == "__main__":
