@@ -4,8 +4,10 @@ Owns: `Stream` (one decode call's view of the per-slot state: each stateful op t
 the call's slots and writes back the rows ending at each row's last real step), `Cached` (a derived tensor
 made once per parameter value), `CausalConvNet` (`.conv`, history = the last (k - 1) * dilation input rows),
 `CausalTransConvNet` (`.conv`, a transposed conv with kernel = taps x stride computed as a causal conv over
-`taps` input frames: history = the last taps - 1 input rows, the "overlap" of an overlap-add), and
-`number_stateful` (give each stateful module of a decoder its state index). All modules are time-major
+`taps` input frames: history = the last taps - 1 input rows, the "overlap" of an overlap-add),
+`number_stateful` (give each stateful module of a decoder its state index), `StreamState` (a decoder's
+per-slot state: conv histories, transformer key/value windows, frames decoded; a dummy slot for padding
+rows) and `check_codes` (a decoder's codes refused, `CodesError`, naming the argument). All modules are time-major
 [B, L, C].
 Must not know: any codec's checkpoints or layout, how slots are allocated, the runtime.
 """
@@ -135,3 +137,57 @@ def number_stateful(modules: Iterable[nn.Module], kinds: tuple[type[nn.Module], 
     for i, item in enumerate(found):
         item.state_index = i
     return found
+
+
+class CodesError(ValueError):
+    """Codes given to a decoder are malformed; the message names the argument."""
+
+
+def check_codes(codes: Tensor, lengths: Tensor | None, width: int, codebook_size: int) -> Tensor:
+    """codes [B, T >= 1, width] integer in [0, codebook_size) (frames past `lengths` [B] unchecked) as int64,
+    or CodesError naming `codes` or `lengths`."""
+    if not isinstance(codes, Tensor) or codes.dim() != 3 or codes.shape[2] != width or codes.shape[1] < 1:
+        shape = list(codes.shape) if isinstance(codes, Tensor) else type(codes).__name__
+        raise CodesError(f"codes: expected shape [B, T >= 1, {width}], got {shape}")
+    if codes.dtype.is_floating_point or codes.dtype == torch.bool:
+        raise CodesError(f"codes: expected integer codes, got {codes.dtype}")
+    valid = torch.ones(codes.shape[:2], dtype=torch.bool)
+    if lengths is not None:
+        if lengths.shape != (codes.shape[0],) or bool((lengths < 1).any()) or bool((lengths > codes.shape[1]).any()):
+            raise CodesError(f"lengths: expected [B] values in [1, {codes.shape[1]}], got {lengths.tolist()}")
+        valid = torch.arange(codes.shape[1])[None] < lengths.cpu()[:, None]
+    c = codes.cpu()
+    if bool(((c < 0) | (c >= codebook_size))[valid].any()):
+        raise CodesError(f"codes: values must lie in [0, {codebook_size})")
+    return codes.long()
+
+
+@dataclass
+class StreamState:
+    """Streaming state of `num_slots` streams plus a dummy slot (the last) for padding rows.
+    convs[i]: [slots + 1, context_i, C_i] the last input rows of stateful conv i (time-major);
+    k[j], v[j]: [slots + 1, kv_heads, window - 1, head_dim] transformer layer j's key/value window (after RoPE,
+    oldest first); frames: [slots + 1] int64 codec frames decoded so far."""
+
+    convs: list[Tensor]
+    k: list[Tensor]
+    v: list[Tensor]
+    frames: Tensor
+
+    @property
+    def num_slots(self) -> int:
+        return self.frames.shape[0] - 1
+
+    @property
+    def dummy_slot(self) -> int:
+        return self.frames.shape[0] - 1
+
+    def nbytes_per_slot(self) -> int:
+        return sum(t[0].numel() * t.element_size() for t in (*self.convs, *self.k, *self.v))
+
+    def reset(self, slots: Tensor | list[int]) -> None:
+        """Make `slots` start a new stream (zero history = the reference's zero padding at the start)."""
+        idx = torch.as_tensor(slots, dtype=torch.long, device=self.frames.device)
+        self.frames[idx] = 0
+        for t in (*self.convs, *self.k, *self.v):
+            t[idx] = 0

@@ -22,39 +22,11 @@ from v2.models.mimi.config import MimiConfig
 from v2.models.mimi.encoder import ELU
 from v2.models.mimi.ops import elu
 from v2.models.conv_ops import causal_conv, last_rows, tile_rows
-from v2.models.stream_conv import Cached, CausalConvNet, CausalTransConvNet, Stream
+from v2.models.stream_conv import Cached, CausalConvNet, CausalTransConvNet, Stream, StreamState
 
 
-@dataclass
-class MimiState:
-    """Streaming state of `num_slots` streams plus a dummy slot (the last) for padding rows (the Qwen3 codec's
-    layout). convs[i]: [slots + 1, context_i, C_i] the last input rows of stateful conv i (time-major);
-    k[j], v[j]: [slots + 1, kv_heads, window - 1, head_dim] decoder-transformer layer j's key/value window
-    (after RoPE, oldest first); frames: [slots + 1] int64 codec frames decoded (the transformer's next step
-    is steps-per-frame x frames)."""
-
-    convs: list[Tensor]
-    k: list[Tensor]
-    v: list[Tensor]
-    frames: Tensor
-
-    @property
-    def num_slots(self) -> int:
-        return self.frames.shape[0] - 1
-
-    @property
-    def dummy_slot(self) -> int:
-        return self.frames.shape[0] - 1
-
-    def nbytes_per_slot(self) -> int:
-        return sum(t[0].numel() * t.element_size() for t in (*self.convs, *self.k, *self.v))
-
-    def reset(self, slots: Tensor | list[int]) -> None:
-        """Make `slots` start a new stream (zero history = the reference's zero padding at the start)."""
-        idx = torch.as_tensor(slots, dtype=torch.long, device=self.frames.device)
-        self.frames[idx] = 0
-        for t in (*self.convs, *self.k, *self.v):
-            t[idx] = 0
+class MimiState(StreamState):
+    """Mimi's streaming state (`StreamState`): its decoder transformer's step is steps-per-frame x frames."""
 
 
 @dataclass

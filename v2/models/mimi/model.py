@@ -24,11 +24,9 @@ from v2.models.mimi.decoder import GroupedTransConv, MimiState, SEANetDecoder, S
 from v2.models.mimi.encoder import MimiEncoder
 from v2.models.mimi.loader import checkpoint_files, load, read_mimi_config, seeded
 from v2.models.mimi.transformer import MimiTransformer
-from v2.models.stream_conv import CausalConvNet, CausalTransConvNet, Stream, number_stateful
-
-
-class CodesError(ValueError):
-    """Codes given to the decoder are malformed; the message names the argument."""
+from v2.models.stream_conv import (
+    CausalConvNet, CausalTransConvNet, CodesError, Stream, check_codes, number_stateful,  # CodesError: re-exported
+)
 
 
 class MimiModel(MimiEncoder):
@@ -123,22 +121,8 @@ class MimiModel(MimiEncoder):
         return wav
 
     def check_codes(self, codes: Tensor, lengths: Tensor | None = None) -> Tensor:
-        """codes [B, T >= 1, Q] integer in [0, codebook_size) (frames past `lengths` unchecked), or CodesError."""
-        q = self.cfg.num_quantizers
-        if not isinstance(codes, Tensor) or codes.dim() != 3 or codes.shape[2] != q or codes.shape[1] < 1:
-            shape = list(codes.shape) if isinstance(codes, Tensor) else type(codes).__name__
-            raise CodesError(f"codes: expected shape [B, T >= 1, {q}], got {shape}")
-        if codes.dtype.is_floating_point or codes.dtype == torch.bool:
-            raise CodesError(f"codes: expected integer codes, got {codes.dtype}")
-        valid = torch.ones(codes.shape[:2], dtype=torch.bool)
-        if lengths is not None:
-            if lengths.shape != (codes.shape[0],) or bool((lengths < 1).any()) or bool((lengths > codes.shape[1]).any()):
-                raise CodesError(f"lengths: expected [B] values in [1, {codes.shape[1]}], got {lengths.tolist()}")
-            valid = torch.arange(codes.shape[1])[None] < lengths.cpu()[:, None]
-        c = codes.cpu()
-        if bool(((c < 0) | (c >= self.cfg.codebook_size))[valid].any()):
-            raise CodesError(f"codes: values must lie in [0, {self.cfg.codebook_size})")
-        return codes.long()
+        """codes [B, T >= 1, Q] in [0, codebook_size) as int64, or CodesError naming the argument."""
+        return check_codes(codes, lengths, self.cfg.num_quantizers, self.cfg.codebook_size)
 
     @torch.no_grad()
     def encode_batch(self, audio: Tensor, lengths: Tensor | Sequence[int]) -> tuple[Tensor, Tensor]:

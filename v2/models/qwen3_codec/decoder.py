@@ -12,7 +12,6 @@ Must not know: the talker, requests, scheduling, how slots are allocated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,44 +21,14 @@ from v2.models.module_list import module_list_of
 from v2.models.qwen3_codec.config import DecoderConfig, Qwen3CodecConfig
 from v2.models.conv_ops import tile_rows, tiled_linear
 from v2.models.qwen3_codec.layers import ConvNeXtBlock, DecoderBlock, SnakeBeta
-from v2.models.stream_conv import Cached, CausalConvNet, CausalTransConvNet, Stream, number_stateful
+from v2.models.stream_conv import (
+    Cached, CausalConvNet, CausalTransConvNet, CodesError, Stream, StreamState, check_codes, number_stateful,
+)
 from v2.models.qwen3_codec.transformer import PreTransformer
 
 
-class CodesError(ValueError):
-    """Codes given to the decoder are malformed; the message names the argument."""
-
-
-@dataclass
-class Qwen3CodecState:
-    """Streaming state of `num_slots` streams plus a dummy slot (the last) for padding rows.
-
-    convs[i]: [slots + 1, context_i, C_i] the last input rows of stateful conv i (time-major);
-    k[j], v[j]: [slots + 1, kv_heads, window - 1, head_dim] transformer layer j's key/value window;
-    frames: [slots + 1] int64 frames decoded so far (the next frame's RoPE position)."""
-
-    convs: list[Tensor]
-    k: list[Tensor]
-    v: list[Tensor]
-    frames: Tensor
-
-    @property
-    def num_slots(self) -> int:
-        return self.frames.shape[0] - 1
-
-    @property
-    def dummy_slot(self) -> int:
-        return self.frames.shape[0] - 1
-
-    def nbytes_per_slot(self) -> int:
-        return sum(t[0].numel() * t.element_size() for t in (*self.convs, *self.k, *self.v))
-
-    def reset(self, slots: Tensor | list[int]) -> None:
-        """Make `slots` start a new stream (zero history = the reference's zero padding)."""
-        idx = torch.as_tensor(slots, dtype=torch.long, device=self.frames.device)
-        self.frames[idx] = 0
-        for t in (*self.convs, *self.k, *self.v):
-            t[idx] = 0
+class Qwen3CodecState(StreamState):
+    """The Qwen3 codec's streaming state (`StreamState`): frames is the next frame's RoPE position."""
 
 
 class _Codebook(nn.Module):
@@ -257,18 +226,5 @@ class Qwen3CodecDecoder(nn.Module):
         return torch.cat(out, dim=1)
 
     def check_codes(self, codes: Tensor, lengths: Tensor | None = None) -> Tensor:
-        g = self.cfg.groups
-        if not isinstance(codes, Tensor) or codes.dim() != 3 or codes.shape[2] != g or codes.shape[1] < 1:
-            shape = list(codes.shape) if isinstance(codes, Tensor) else type(codes).__name__
-            raise CodesError(f"codes: expected shape [B, T >= 1, {g}], got {shape}")
-        if codes.dtype.is_floating_point or codes.dtype == torch.bool:
-            raise CodesError(f"codes: expected integer codes, got {codes.dtype}")
-        valid = torch.ones(codes.shape[:2], dtype=torch.bool)
-        if lengths is not None:
-            if lengths.shape != (codes.shape[0],) or bool((lengths < 1).any()) or bool((lengths > codes.shape[1]).any()):
-                raise CodesError(f"lengths: expected [B] values in [1, {codes.shape[1]}], got {lengths.tolist()}")
-            valid = torch.arange(codes.shape[1])[None] < lengths.cpu()[:, None]
-        c = codes.cpu()
-        if bool(((c < 0) | (c >= self.cfg.decoder.codebook_size))[valid].any()):
-            raise CodesError(f"codes: values must lie in [0, {self.cfg.decoder.codebook_size})")
-        return codes.long()
+        """codes [B, T >= 1, G] in [0, codebook_size) as int64, or CodesError naming the argument."""
+        return check_codes(codes, lengths, self.cfg.groups, self.cfg.decoder.codebook_size)
