@@ -4,7 +4,8 @@ A shared building block: "Qwen3" names the decoder architecture (several familie
 not a family.
 
 Owns: RMSNorm, rotate-half RoPE, grouped-query attention with q/k norms, SwiGLU (q/k/v and gate/up each
-fused into one projection; `fused_parts` says which release keys make them), and the layer stack. The
+fused into one projection; `fused_parts` says which release keys make them, `release_layout` where
+every release key of a model made of these stacks lives), and the layer stack. The
 same stack without q/k norms and with Llama-3 scaled RoPE (`qk_norm=False`, `rope_scaling`) is a Llama
 decoder. One
 entry point serves prefill and decode: rows of several requests, each at its own positions, each reading
@@ -14,6 +15,8 @@ cache and the tables are always passed in (kv_cache.py owns both caches).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -213,3 +216,31 @@ class Qwen3Backbone(nn.Module):
             after = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
             x, h = add_rms_norm_fused(x, layer.mlp(h), after.weight, after.eps)
         return h
+
+
+@dataclass(frozen=True)
+class Part:
+    """Where one release key lives: rows [start, start + shape[0]) of parameter `param`."""
+
+    param: str
+    start: int
+    shape: tuple[int, ...]
+
+
+def release_layout(model: nn.Module) -> dict[str, Part]:
+    """Every release key the model's parameters are made of; a fused parameter of a decoder is split into
+    its parts with that decoder's own sizes."""
+    fused = {name + ".": fused_parts(m.cfg) for name, m in model.named_modules() if isinstance(m, Qwen3Backbone)}
+    layout: dict[str, Part] = {}
+    for name, p in model.named_parameters():
+        prefix = max((k for k in fused if name.startswith(k)), key=len, default=None)
+        parts = fused[prefix] if prefix is not None else {}
+        suffix = next((s for s in parts if name.endswith(s)), None)
+        if suffix is None:
+            layout[name] = Part(name, 0, tuple(p.shape))
+            continue
+        base, start = name[: -len(suffix)], 0
+        for key, rows in parts[suffix]:
+            layout[base + key] = Part(name, start, (rows, *p.shape[1:]))
+            start += rows
+    return layout

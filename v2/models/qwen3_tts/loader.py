@@ -10,47 +10,18 @@ Must not know: the runtime, cards, requests, prompts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from v2.models.qwen3 import Qwen3Backbone, fused_parts
+from v2.models.qwen3 import Part, release_layout
 from v2.models.qwen3_tts.config import Qwen3TTSConfig
 from v2.models.qwen3_tts.model import Qwen3TTS
 from v2.models.weights import (
     empty_model, open_weights, raise_mismatch, read_config, read_tensor, set_tensor, stored_by_file, stored_shapes,
     weight_files,
 )
-
-
-@dataclass(frozen=True)
-class Part:
-    """Where one release key lives: rows [start, start + shape[0]) of parameter `param`."""
-
-    param: str
-    start: int
-    shape: tuple[int, ...]
-
-
-def release_layout(model: nn.Module) -> dict[str, Part]:
-    """Every release key the model's parameters are made of; a fused parameter of a decoder is split into
-    its parts with that decoder's own sizes."""
-    fused = {name + ".": fused_parts(m.cfg) for name, m in model.named_modules() if isinstance(m, Qwen3Backbone)}
-    layout: dict[str, Part] = {}
-    for name, p in model.named_parameters():
-        prefix = max((k for k in fused if name.startswith(k)), key=len, default=None)
-        parts = fused[prefix] if prefix is not None else {}
-        suffix = next((s for s in parts if name.endswith(s)), None)
-        if suffix is None:
-            layout[name] = Part(name, 0, tuple(p.shape))
-            continue
-        base, start = name[: -len(suffix)], 0
-        for key, rows in parts[suffix]:
-            layout[base + key] = Part(name, start, (rows, *p.shape[1:]))
-            start += rows
-    return layout
 
 
 def check_keys(layout: dict[str, Part], stored: dict[str, tuple[int, ...]]) -> None:
