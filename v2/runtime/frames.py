@@ -11,7 +11,7 @@ and their one upload (`prepare` / `launch`), the context buckets and the step gr
 changes a family's executor makes, queued on the device stream in order with the steps); its entries under
 PREFILL and AR_FRAME (`executors`).
 What a subclass gives: its model's prefill forward (`forward_prompt`), its frame step (`frame_step`), the
-pad values of its prompt rows (`pad_rows`), reading its packed result (`read`), its other per-slot state
+pad values of its prompt rows (`pad_rows`), its codes per frame (`code_width`, for `read`), its other per-slot state
 (`reset_state`, `fork_state`) and
 its sampling's host record (`admit_host` / `admit_device`).
 Must not know: any family's model, row layout or sampling settings.
@@ -105,8 +105,9 @@ class PagedFrames:
     """Call `super().__init__(...)` first, make the subclass's own state, then `capture(name, ...)`."""
 
     def __init__(self, model: Any, kv: Any, *, num_slots: int, max_len: int, block_size: int, hidden_size: int,
-                 largest_bucket: int, pad_feed: int = 0, kernels: bool = False) -> None:
+                 largest_bucket: int, code_width: int, pad_feed: int = 0, kernels: bool = False) -> None:
         self.model, self.kv, self.pad_feed = model, kv, pad_feed
+        self.code_width = code_width  # codes per frame in the packed result (`read`)
         s, dev = num_slots + 1, model.device
         width = -(-max_len // block_size)  # blocks of one request at max_len rows
         self.tables = torch.full((s, width), kv.dummy_block, dtype=torch.long, device=dev)  # [S + 1, W]
@@ -138,8 +139,8 @@ class PagedFrames:
         raise NotImplementedError
 
     def read(self, host: np.ndarray, n: int) -> FrameBatch:
-        """A frame batch's packed host result -> its `n` real rows (`FrameBatch.read` with the family's width)."""
-        raise NotImplementedError
+        """A frame batch's packed host result [bucket, 1 + code_width + L] -> its `n` real rows."""
+        return FrameBatch.read(host, n, self.code_width)
 
     def reset_state(self, slot: int) -> None:
         """Clear the subclass's own per-slot state of `slot` (the dummy slot's, after padding rows)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -41,15 +40,12 @@ class FrameExecutor(PagedFrames):
         self.width = cfg.num_codebooks
         super().__init__(model, model.allocate_paged_kv(num_blocks, block_size), num_slots=num_slots,
                          max_len=max_len, block_size=block_size, hidden_size=cfg.hidden_size,
-                         largest_bucket=batch_buckets[-1], kernels=kernels_on(dev))
+                         largest_bucket=batch_buckets[-1], code_width=cfg.num_codebooks,
+                         kernels=kernels_on(dev))
         s = num_slots + 1
         self.sampling = CsmSamplingTensors.build([CsmSampling()] * s, [0] * s, dev)
         self.depth_cache = model.allocate_depth_kv(batch_buckets[-1])
         self.capture("csm_frame", batch_buckets, enabled=graphs)
-
-    def read(self, host: np.ndarray, n: int) -> FrameBatch:
-        """host: [bucket, 1 + 2N] float32 (stop flag, N codes, N logprobs per row)."""
-        return FrameBatch.read(host, n, self.width)
 
     # ----- state changes (queued on the stream by `OnStream`) ------------------------------------
     def admit_host(self, slot: int, settings: CsmSampling) -> None:

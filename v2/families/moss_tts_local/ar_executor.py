@@ -45,7 +45,8 @@ class ARExecutor(PagedFrames):
         kv = model.allocate_paged_kv(num_slots * width if num_blocks is None else num_blocks, block_size)
         cfg, dev = model.cfg, model.device
         super().__init__(model, kv, num_slots=num_slots, max_len=max_len, block_size=block_size,
-                         hidden_size=cfg.hidden_size, largest_bucket=batch_buckets[-1], kernels=kernels_on(dev))
+                         hidden_size=cfg.hidden_size, largest_bucket=batch_buckets[-1], code_width=12,
+                         kernels=kernels_on(dev))
         s = num_slots + 1
         self.sampling = SamplingTensors.build([SamplingSettings()] * s, [0] * s, dev)
         self.presence = torch.zeros(s, cfg.n_vq, cfg.codebook_size, dtype=torch.bool, device=dev)

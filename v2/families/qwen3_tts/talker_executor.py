@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -44,7 +43,8 @@ class TalkerExecutor(PagedFrames):
         h, v = cfg.talker.hidden_size, cfg.talker.vocab_size
         super().__init__(model, model.allocate_paged_kv(num_blocks, block_size), num_slots=num_slots,
                          max_len=max_len, block_size=block_size, hidden_size=h, largest_bucket=batch_buckets[-1],
-                         pad_feed=cfg.text.tts_pad, kernels=kernels_on(dev))
+                         code_width=cfg.num_code_groups, pad_feed=cfg.text.tts_pad,
+                         kernels=kernels_on(dev))
         s = num_slots + 1
         self.xvec = torch.zeros(s, h, dtype=model.dtype, device=dev)     # the speaker row's x-vector
         self.seen = torch.zeros(s, v, dtype=torch.bool, device=dev)      # group-0 ids chosen so far
@@ -57,10 +57,6 @@ class TalkerExecutor(PagedFrames):
 
     def fork_state(self, src: int, dst: int) -> None:
         self.xvec[dst] = self.xvec[src]  # the x-vector of a group's shared prompt
-
-    def read(self, host: np.ndarray, n: int) -> FrameBatch:
-        """host: [bucket, 1 + 2G] float32 (stop flag, G codes, G logprobs per row)."""
-        return FrameBatch.read(host, n, self.groups)
 
     # ----- state changes (queued on the stream by `OnStream`) ------------------------------------
     def admit_host(self, slot: int, settings: Qwen3TTSSampling) -> None:
