@@ -15,7 +15,7 @@ Must not know: any codec's checkpoints or layout, how slots are allocated, the r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol, cast
+from typing import Any, Iterable, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -162,6 +162,9 @@ def check_codes(codes: Tensor, lengths: Tensor | None, width: int, codebook_size
     return codes.long()
 
 
+S = TypeVar("S", bound="StreamState")
+
+
 @dataclass
 class StreamState:
     """Streaming state of `num_slots` streams plus a dummy slot (the last) for padding rows.
@@ -173,6 +176,20 @@ class StreamState:
     k: list[Tensor]
     v: list[Tensor]
     frames: Tensor
+
+    @classmethod
+    def zeros(cls: type[S], num_slots: int, stateful: list[Stateful], *, layers: int, kv_heads: int, window: int,
+              head_dim: int, dtype: torch.dtype, device: torch.device) -> S:
+        """Zeroed state for `num_slots` streams plus the dummy slot: each stateful conv's history, and a
+        key/value window of `window - 1` steps for each of `layers` transformer layers."""
+        if num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        s = num_slots + 1
+        convs = [torch.zeros(s, m.context, m.channels, dtype=dtype, device=device) for m in stateful]
+        shape = (s, kv_heads, window - 1, head_dim)
+        k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        return cls(convs, k, v, torch.zeros(s, dtype=torch.long, device=device))
 
     @property
     def num_slots(self) -> int:

@@ -71,14 +71,9 @@ class MimiModel(MimiEncoder):
 
     def allocate_state(self, num_slots: int) -> MimiState:
         """Zeroed state for `num_slots` streams plus the dummy slot."""
-        if num_slots < 1:
-            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
-        dev, s, c = self.device, num_slots + 1, self.cfg
-        convs = [torch.zeros(s, m.context, m.channels, dtype=self.dtype, device=dev) for m in self._stateful]
-        shape = (s, c.num_kv_heads, c.sliding_window - 1, c.head_dim)
-        k = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(c.num_layers)]
-        v = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(c.num_layers)]
-        return MimiState(convs, k, v, torch.zeros(s, dtype=torch.long, device=dev))
+        c = self.cfg
+        return MimiState.zeros(num_slots, self._stateful, layers=c.num_layers, kv_heads=c.num_kv_heads,
+                               window=c.sliding_window, head_dim=c.head_dim, dtype=self.dtype, device=self.device)
 
     @torch.no_grad()
     def decode_chunk(self, slots: Tensor, codes: Tensor, *, state: MimiState, lengths: Tensor | None = None,

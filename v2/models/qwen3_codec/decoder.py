@@ -144,15 +144,10 @@ class Qwen3CodecDecoder(nn.Module):
 
     def allocate_state(self, num_slots: int) -> Qwen3CodecState:
         """Zeroed state for `num_slots` streams plus the dummy slot."""
-        if num_slots < 1:
-            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
-        dev, s = self.device, num_slots + 1
-        convs = [torch.zeros(s, m.context, m.channels, dtype=self.dtype, device=dev) for m in self._stateful]
         d = self.cfg.decoder
-        shape = (s, d.num_kv_heads, d.sliding_window - 1, d.head_dim)
-        k = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(d.num_layers)]
-        v = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(d.num_layers)]
-        return Qwen3CodecState(convs, k, v, torch.zeros(s, dtype=torch.long, device=dev))
+        return Qwen3CodecState.zeros(num_slots, self._stateful, layers=d.num_layers, kv_heads=d.num_kv_heads,
+                                     window=d.sliding_window, head_dim=d.head_dim, dtype=self.dtype,
+                                     device=self.device)
 
     @torch.no_grad()
     def decode_chunk(self, slots: Tensor, codes: Tensor, *, state: Qwen3CodecState, lengths: Tensor | None = None,
