@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch import Tensor
 
-from v2.sampling_settings import CHANNELS, MIN_TEMPERATURE, SORT_WIDTH, SamplingSettings
+from v2.sampling_settings import CHANNELS, MIN_TEMPERATURE, SORT_WIDTH, HeadSampling, SamplingSettings
 
 _M32 = 0xFFFFFFFF
 
@@ -65,6 +66,21 @@ def apply_repetition_penalty(logits: Tensor, presence: Tensor, penalty: Tensor) 
 def fast_rows(temperature: Tensor, top_k: Tensor, vocab: int) -> Tensor:
     """[B] bool: rows whose processed distribution `process_logits(..., width=SORT_WIDTH)` computes exactly."""
     return (vocab > SORT_WIDTH) & (((top_k >= 1) & (top_k <= SORT_WIDTH)) | (temperature < MIN_TEMPERATURE))
+
+
+def head_needs_full_sort(head: HeadSampling) -> bool:
+    """Host-side: whether a head's draws need the full sort (`fast_rows` is False for them)."""
+    return head.temperature >= MIN_TEMPERATURE and not 1 <= head.top_k <= SORT_WIDTH
+
+
+def head_columns(heads: Sequence[tuple[HeadSampling, ...]],
+                 device: torch.device | str) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-row settings of a model's sampling stages, one column per stage: temperature [B, S] float32,
+    top_k [B, S] int64, top_p [B, S] float32 (`heads[b]` holds row b's S stages)."""
+    stages = len(heads[0]) if heads else 1
+    return (torch.tensor([[h.temperature for h in p] for p in heads], dtype=torch.float32, device=device).view(-1, stages),
+            torch.tensor([[h.top_k for h in p] for p in heads], dtype=torch.int64, device=device).view(-1, stages),
+            torch.tensor([[h.top_p for h in p] for p in heads], dtype=torch.float32, device=device).view(-1, stages))
 
 
 def _stable_top(z: Tensor, width: int, by_topk: bool | None = None) -> tuple[Tensor, Tensor]:

@@ -25,15 +25,10 @@ from v2.models.csm.config import CsmSampling
 from v2.models.frame_sampler import FrameSampler
 from v2.models.kernels import kernels_on
 from v2.models.kernels.sample import sample_fused
-from v2.models.sampling import gumbel_noise, sample
-from v2.sampling_settings import MIN_TEMPERATURE, SORT_WIDTH, HeadSampling
+from v2.models.sampling import gumbel_noise, head_columns, head_needs_full_sort, sample
+from v2.sampling_settings import MIN_TEMPERATURE
 
 BACKBONE, DEPTH = 0, 1  # columns of the settings tensors
-
-
-def head_needs_full_sort(head: HeadSampling) -> bool:
-    """Host-side: whether a head's draws need the full sort (see `sampling.fast_rows`)."""
-    return head.temperature >= MIN_TEMPERATURE and not 1 <= head.top_k <= SORT_WIDTH
 
 
 @dataclass
@@ -52,12 +47,10 @@ class CsmSamplingTensors:
         if len(settings) != len(seeds):
             raise ValueError(f"{len(settings)} settings for {len(seeds)} seeds")
         heads = [(s.backbone, s.depth) for s in settings]
-        f32, i64 = torch.float32, torch.int64
+        temperature, top_k, top_p = head_columns(heads, device)
         return cls(
-            temperature=torch.tensor([[h.temperature for h in p] for p in heads], dtype=f32, device=device).view(-1, 2),
-            top_k=torch.tensor([[h.top_k for h in p] for p in heads], dtype=i64, device=device).view(-1, 2),
-            top_p=torch.tensor([[h.top_p for h in p] for p in heads], dtype=f32, device=device).view(-1, 2),
-            seed=torch.tensor(seeds, dtype=i64, device=device),
+            temperature=temperature, top_k=top_k, top_p=top_p,
+            seed=torch.tensor(seeds, dtype=torch.int64, device=device),
             full_sort=any(head_needs_full_sort(h) for p in heads for h in p),
         )
 

@@ -25,13 +25,9 @@ from v2.models.frame_sampler import FrameSampler
 from v2.models.kernels import kernels_on
 from v2.models.kernels.sample import MAX_VOCAB, sample_fused
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
-from v2.models.sampling import apply_repetition_penalty, gumbel_noise, sample
-from v2.sampling_settings import MIN_TEMPERATURE, SORT_WIDTH, HeadSampling
-
-
-def head_needs_full_sort(head: HeadSampling) -> bool:
-    """Host-side: whether a head's draws need the full sort (see `sampling.fast_rows`)."""
-    return head.temperature >= MIN_TEMPERATURE and not 1 <= head.top_k <= SORT_WIDTH
+from v2.models.sampling import (
+    apply_repetition_penalty, gumbel_noise, head_columns, head_needs_full_sort, sample,
+)
 
 
 @dataclass
@@ -52,13 +48,11 @@ class Qwen3TTSSamplingTensors:
         if len(settings) != len(seeds):
             raise ValueError(f"{len(settings)} settings for {len(seeds)} seeds")
         heads = [(s.talker, s.subtalker) for s in settings]
-        f32, i64 = torch.float32, torch.int64
+        temperature, top_k, top_p = head_columns(heads, device)
         return cls(
-            temperature=torch.tensor([[h.temperature for h in p] for p in heads], dtype=f32, device=device).view(-1, 2),
-            top_k=torch.tensor([[h.top_k for h in p] for p in heads], dtype=i64, device=device).view(-1, 2),
-            top_p=torch.tensor([[h.top_p for h in p] for p in heads], dtype=f32, device=device).view(-1, 2),
-            penalty=torch.tensor([s.repetition_penalty for s in settings], dtype=f32, device=device),
-            seed=torch.tensor(seeds, dtype=i64, device=device),
+            temperature=temperature, top_k=top_k, top_p=top_p,
+            penalty=torch.tensor([s.repetition_penalty for s in settings], dtype=torch.float32, device=device),
+            seed=torch.tensor(seeds, dtype=torch.int64, device=device),
             full_sort=any(head_needs_full_sort(h) for p in heads for h in p),
         )
 
