@@ -1,6 +1,6 @@
 """The FastAPI application over one runtime: `create_app(runtime, config)`.
 
-Owns: putting the parts together (the gate middleware, the speech route, the speech stream's WebSocket
+Owns: putting the parts together (the gate middleware, the speech route and its batch (batch.py), the speech stream's WebSocket
 (ws.py), the other routes, the static playground files, the published schema from openapi.py), the state routes reach, and turning every error
 (ours, FastAPI's validation errors, unknown routes, a method a path does not take: 405 with every method
 the path takes in `Allow`) into OpenAI's error shape; anything unexpected is the gate's 500.
@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from v2 import __version__
-from v2.server import openapi, routes, speech, ws
+from v2.server import batch, openapi, routes, speech, ws
 from v2.server.errors import ApiError
 from v2.server.metrics import ServerMetrics
 from v2.server.middleware import Gate
@@ -37,6 +37,7 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     app = FastAPI(title="v2 speech server", version=__version__, docs_url=None, redoc_url=None)
     app.state.server = state
     app.include_router(speech.router)
+    app.include_router(batch.router)
     app.include_router(routes.router)
     app.include_router(ws.router)
     app.mount("/static", StaticFiles(directory=routes.STATIC), name="static")
@@ -70,7 +71,7 @@ def allowed_methods(app: FastAPI, scope: Any) -> str:
     """Every method some route of this path takes (Starlette names only the first route's), HEAD with GET.
     The routers' own routes are read too: FastAPI may wrap included routers in routes without methods."""
     methods: set[str] = set()
-    for route in [*app.router.routes, *speech.router.routes, *routes.router.routes]:
+    for route in [*app.router.routes, *speech.router.routes, *batch.router.routes, *routes.router.routes]:
         match, _ = route.matches(scope)
         if match is not Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())

@@ -14,6 +14,16 @@ from pathlib import Path
 from v2.card import DEFAULT_CARD
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--card", default=DEFAULT_CARD, help="card name in cards/ or a path to a card file")
     p.add_argument("--checkpoint", default=None, help="model checkpoint directory (overrides the card's)")
@@ -35,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds in-flight requests may run on after SIGTERM before they are aborted")
     p.add_argument("--max-body-mb", type=float, default=16.0, help="larger request bodies get 413")
     p.add_argument("--max-input-chars", type=int, default=4096, help="longer `input` gets 400 (OpenAI's cap)")
+    p.add_argument("--max-batch-items", type=_positive, default=32,
+                   help="the most items one POST /v1/audio/speech/batch may hold; more get 400 naming `items` "
+                        "(with --max-input-chars and --max-body-mb: what one batch may cost)")
     p.add_argument("--allowed-local-media-path", type=Path, default=None,
                    help="folder that file:// reference audio may be read from (default: none)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])

@@ -14,16 +14,17 @@ Must not know: the engine's internals, how formats are encoded (audio.py), how b
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
 import anyio
 from fastapi import APIRouter, Request, Response
 
 from v2.errors import OverloadedError, RequestError
+from v2.params import FamilyParams
 from v2.server import audio
 from v2.server.audio import Encoder
 from v2.server.errors import ApiError, runtime_field_error
-from v2.server.jsonbody import read_object
+from v2.server.jsonbody import MAX_MEMBERS, read_object
 from v2.server.schema import SpeechBody, SpeechPlan, family_params, param_names, parse_body, plan, resolved
 from v2.server.state import ServerState, server_state
 from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, audio_body, whole_result
@@ -31,11 +32,13 @@ from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, audio_bo
 router = APIRouter()
 
 
-def _read_json(raw: bytes, content_type: str) -> dict[str, Any]:
+def read_json(raw: bytes, content_type: str, *, known: Collection[str] = SpeechBody.model_fields,
+              max_members: int = MAX_MEMBERS) -> dict[str, Any]:
+    """A JSON object body (415 for another type; jsonbody.py's bounds, `max_members` of them)."""
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise ApiError(415, f"the body must be application/json, not {content_type or 'unlabelled'}",
                        code="unsupported_media_type")
-    return read_object(raw, known=SpeechBody.model_fields)
+    return read_object(raw, known=known, max_members=max_members)
 
 
 def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan, Encoder | None, Any]:
@@ -43,9 +46,16 @@ def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan,
     audio, a store lookup and the runtime's tokenising must not hold up the event loop). The plan, the
     stream's encoder (made before submitting: nothing can fail between submit and the response) and the handle."""
     family = family_params(st.runtime)
-    p = plan(parse_body(_read_json(raw, content_type)), st.config.limits(), native_rate=st.native_rate,
+    p = plan(parse_body(read_json(raw, content_type)), st.config.limits(), native_rate=st.native_rate,
              native_channels=st.native_channels, takes=family.takes)
     encoder = audio.make_encoder(p.spec, st.native_rate, st.native_channels, streaming=True) if p.streaming else None
+    return p, encoder, submit_plan(st, family, p)
+
+
+def submit_plan(st: ServerState, family: FamilyParams, p: SpeechPlan) -> Any:
+    """Resolve a plan's voice, have the family map it onto its request and submit that: the handle (its result
+    recorded in the metrics). Refusals are ApiErrors: a field (400, named as the client sent it), overload
+    (429), a closed runtime (503). In a worker thread (a store lookup, the runtime's tokenising)."""
     # + a speaker, a stored voice, or neither; a context turn's stored voice as its codes and transcript
     given = resolved(p, st.voices.voice_fields(p.voice), stored=st.voices.turn_voice)
     try:
@@ -58,7 +68,7 @@ def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan,
     except RuntimeError as e:  # the runtime is closed
         raise ApiError(503, f"the runtime is not taking requests: {e}", code="shutting_down") from None
     handle.on_done(st.metrics.observe)
-    return p, encoder, handle
+    return handle
 
 
 @router.post("/v1/audio/speech")

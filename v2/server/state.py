@@ -1,7 +1,7 @@
 """What one server instance holds: its settings (`ServerConfig`) and its live parts (`ServerState`).
 
 Owns: the served model names (the card's name, `--served-model-name`, OpenAI's model names as aliases), the
-API key, the origins allowed besides the server's own, body and input limits, the reference-audio folder
+API key, the origins allowed besides the server's own, body, input and batch limits, the reference-audio folder
 allow-list, Retry-After, a WebSocket conversation's caps (turns, seconds of audio), whether the weights are
 seeded noise (`seeded_noise`: from the card's `seeded` weight sources unless told), and the state object
 routes reach through `request.app.state.server`: the runtime, metrics, voice book, draining flag.
@@ -33,6 +33,7 @@ class ServerConfig:
     seeded_noise: bool | None = None             # the weights are seeded (noise); None: as the card says
     conversation_turns: int = 16                 # a WebSocket conversation's context: at most this many turns
     conversation_seconds: float = 120.0          # and this much of their audio (the oldest turns are dropped)
+    max_batch_items: int = 32                    # items in one POST /v1/audio/speech/batch (more: 400 naming items)
 
     @classmethod
     def for_card(cls, card_name: str, *, served_names: list[str] | None = None, openai_aliases: bool = True,
