@@ -3,8 +3,8 @@
 Owns: turning a list / numpy array / tensor into a fresh int64 CPU tensor (a copy: nothing the caller holds
 is ever read again) or refusing it with a `FieldError` that names the field and, where it can, the row; the
 scalar rules (a bool is not a number, a numeric string is not a number, bytes are not text, text must be
-encodable) as pydantic-ready annotated types; the accepted sampling ranges; the bounds on a reference
-recording's sample rate and decoded size (one rule, used by the request before it copies raw samples and by
+encodable: `encoding_problem`) as pydantic-ready annotated types; the accepted sampling ranges; the bounds on
+a reference recording's sample rate and decoded size (one rule, used by the request before it copies raw samples and by
 the audio reader before it decodes or converts anything); the sampling knobs as annotated types
 (`Temperature`, `TopK`, `TopP`, `Penalty`), which every family's request schema uses; a field of token ids
 (`TokenIds`: a list, tuple, 1-D array or tensor of ids, at most `MAX_IDS`); a request schema's config
@@ -218,14 +218,22 @@ def _strict_bool(v: Any) -> Any:
     raise ValueError(f"expected true or false, got {type(v).__name__}")
 
 
+def encoding_problem(text: str) -> str | None:
+    """Why `text` cannot be encoded as UTF-8 (a lone surrogate, and where), or None when it can. ASCII (the
+    common case) holds no surrogate: a long text is not copied to find out."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return f"character {e.start} is a lone surrogate, which cannot be encoded as UTF-8"
+    return None
+
+
 def _strict_text(v: Any) -> Any:
     if not isinstance(v, str):
         raise ValueError(f"expected text (str), got {type(v).__name__}")
-    if not v.isascii():  # ASCII (the common case) holds no surrogate: no encoded copy of a long text
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(f"character {e.start} is a lone surrogate, which cannot be encoded as UTF-8") from None
+    if (why := encoding_problem(v)) is not None:
+        raise ValueError(why)
     return v
 
 

@@ -25,6 +25,8 @@ from typing import Any, AsyncIterator, Callable, Iterator
 import numpy as np
 
 from v2.contracts import AudioChunk
+from v2.errors import RequestError
+from v2.fields import encoding_problem
 
 
 @dataclass(frozen=True)
@@ -287,8 +289,9 @@ class SpeechHandle:
 class TextHandle(SpeechHandle):
     """The handle of an open request (`Runtime.open`): one stream and one result, like any handle, with its
     text given piece by piece. `feed(text)` adds a piece; `end_text()` says the text is complete (the rest is
-    spoken and the request ends once it has been). A refused piece raises `RequestError` naming `text` and
-    is not taken; the request goes on. Feeding a request that has ended raises `RuntimeError`."""
+    spoken and the request ends once it has been). A refused piece (a lone surrogate, which UTF-8 cannot
+    encode, on every family; the family's own refusals) raises `RequestError` naming `text` and is not
+    taken; the request goes on. Feeding a request that has ended raises `RuntimeError`."""
 
     def __init__(self, request_id: int, cancel: Callable[[int], None], dispatcher: Dispatcher,
                  max_behind: int = 64, *, give: Callable[[str, bool], None]) -> None:
@@ -300,6 +303,8 @@ class TextHandle(SpeechHandle):
         """Add a piece of the text (any length; sentences may span pieces)."""
         if not isinstance(text, str):
             raise TypeError(f"text: expected a string, got {type(text).__name__}")
+        if (why := encoding_problem(text)) is not None:  # refused here, whatever the family's tokenizer would do
+            raise RequestError(f"text: {why} (in this piece)", field="text")
         self._send(text, False)
 
     def end_text(self) -> None:

@@ -5,7 +5,8 @@ runtime holds an `Engine`, which it starts last), validating and queueing reques
 prepares them, errors name the field; a group of requests sharing one prompt), open requests (`open`: the
 text arrives in pieces through the handle; each piece goes to the family on the caller's thread, then the
 engine is told there is input; the card's `input_idle_timeout_s` ends one that waits too long), encode-only
-jobs (`encode_audio`, and for the voice store the codes with the arrays the family's voices carry),
+jobs (`encode_audio`, and for the voice store the codes with the arrays the family's voices carry; a voice
+from a speaker embedding through the family's `voice_from_embedding`, where it has one),
 weight-update calls (handed to the engine's gate), cancels,
 `stats()` and `close()`. Everything it queues is run by the engine thread (engine.py).
 Must not know: any family (the card names it; `v2.card.family_of` finds it), steps, executors, the device
@@ -28,7 +29,7 @@ from v2.runtime import shutdown, weight_updates
 from v2.runtime.device import Stream, default_stream
 from v2.runtime.encoding import EncodeJob
 from v2.runtime.engine import Engine
-from v2.runtime.family import Family, FrontState, Request, TextInput, VoiceArrays
+from v2.runtime.family import Family, FrontState, Request, TextInput, VoiceArrays, VoiceEmbedding
 from v2.runtime.groups import Group
 from v2.runtime.handles import SpeechHandle, TextHandle
 from v2.runtime.inbox import Cancel, Encode, Feed, Submit
@@ -56,7 +57,9 @@ class Runtime:
         arrays = self._voice_arrays.voice_arrays if self._voice_arrays is not None else {}
         self.voices = VoiceStore(store_directory(card.name, voices_dir, card.runtime.voices_dir),
                                  encode=self._encode_voice if arrays else self.encode_audio,
-                                 width=self.family.code_width, codebook_size=self.family.codebook_size, arrays=arrays)
+                                 width=self.family.code_width, codebook_size=self.family.codebook_size, arrays=arrays,
+                                 embed=self.family.voice_from_embedding if isinstance(self.family, VoiceEmbedding)
+                                 else None)
         self._ids = itertools.count()
         self.engine.thread.start()
         shutdown.track(self)  # closed at interpreter exit if still open (shutdown.py)
@@ -183,7 +186,11 @@ class Runtime:
                                    front=self._front_state(rid, work.inputs), unprompted=True)
             engine.inbox.post(Submit((record,), idle_s=idle))
         if first:
-            handle.feed(first)
+            try:
+                handle.feed(first)
+            except BaseException:  # a refused first piece: the request is withdrawn, not left to its idle timeout
+                handle.cancel()
+                raise
         return handle
 
     def _give(self, record: RequestRecord, text: str, end: bool) -> None:
