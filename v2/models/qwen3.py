@@ -29,10 +29,10 @@ from v2.models.kernels.decode_attention import paged_decode_attention
 from v2.models.kernels import inference_kernels, kernels_on
 from v2.models.kv_cache import Cache, CacheView, KVCache
 from v2.models.module_list import module_list_of
-from v2.models.kernels.qk_rope import qk_norm_rope_write
+from v2.models.kernels.qk_rope import fits as qk_rope_fits, qk_norm_rope_write
 from v2.models.kernels.rms_norm import add_rms_norm_fused, rms_norm_fused
 from v2.models.rope import Llama3Scaling, apply_rotate_half, rotate_half_cos_sin
-from v2.models.kernels.swiglu import silu_mul_fused
+from v2.models.kernels.swiglu import gate_up_swiglu, silu_mul_fused
 
 
 class RMSNorm(nn.Module):
@@ -82,12 +82,12 @@ class Qwen3Attention(nn.Module):
                 view: CacheView | None) -> Tensor:
         cfg = self.cfg
         b, t, _ = x.shape
-        if view is not None and self.qk_norm and inference_kernels(x.device):
+        if view is not None and (self.qk_norm or qk_rope_fits(cfg.head_dim)) and inference_kernels(x.device):
             kc, vc = view.cache.k[layer], view.cache.v[layer]  # [N + 1, Hkv, S, D]
-            # q/k norms, RoPE and the cache writes in one kernel
-            q = qk_norm_rope_write(self.qkv_proj(x), cfg.num_heads, cfg.num_kv_heads, self.q_norm.weight,
-                                   self.k_norm.weight, self.q_norm.eps, cos, sin, kc, vc, view.write_blocks,
-                                   view.write_pos).transpose(1, 2)  # [B, Hq, T, D]
+            # q/k norms (when the stack has them), RoPE and the cache writes in one kernel
+            qw, kw = (self.q_norm.weight, self.k_norm.weight) if self.qk_norm else (None, None)
+            q = qk_norm_rope_write(self.qkv_proj(x), cfg.num_heads, cfg.num_kv_heads, qw, kw, cfg.rms_norm_eps, cos,
+                                   sin, kc, vc, view.write_blocks, view.write_pos).transpose(1, 2)  # [B, Hq, T, D]
         else:
             q, k, v = self.qkv_proj(x).split([n * cfg.head_dim for n in (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads)], -1)
             q = q.view(b, t, cfg.num_heads, cfg.head_dim)  # [B, T, Hq, D]
@@ -144,13 +144,15 @@ class Qwen3Backbone(nn.Module):
     """Embedding table, decoder layers and final norm (release prefix `transformer.`). With
     `embed_tokens=False` the stack has no token table (a model that builds its input rows itself).
     `qk_norm=False` drops the per-head q/k norms and `rope_scaling` scales the RoPE frequencies
-    (Llama-3): together a Llama decoder."""
+    (Llama-3): together a Llama decoder. `gate_up_kernel_rows`: where the kernels run, a pass of at most
+    this many rows takes the gate/up projection and its activation in one launch (`_mlp_fused`; 0: never)."""
 
     def __init__(self, cfg: BackboneConfig, *, embed_tokens: bool = True, qk_norm: bool = True,
-                 rope_scaling: Llama3Scaling | None = None) -> None:
+                 rope_scaling: Llama3Scaling | None = None, gate_up_kernel_rows: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
         self.rope_scaling = rope_scaling
+        self.gate_up_kernel_rows = gate_up_kernel_rows
         if embed_tokens:
             self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = module_list_of(Qwen3Layer(cfg, qk_norm) for _ in range(cfg.num_layers))
@@ -214,8 +216,15 @@ class Qwen3Backbone(nn.Module):
             post = layer.post_attention_layernorm
             x, h = add_rms_norm_fused(x, layer.self_attn(h, cos, sin, mask, i, view), post.weight, post.eps)
             after = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
-            x, h = add_rms_norm_fused(x, layer.mlp(h), after.weight, after.eps)
+            x, h = add_rms_norm_fused(x, self._mlp_fused(layer.mlp, h), after.weight, after.eps)
         return h
+
+    def _mlp_fused(self, mlp: Qwen3MLP, h: Tensor) -> Tensor:
+        """The MLP where the kernels run: up to `gate_up_kernel_rows` rows (a decode step's), the gate/up
+        projection and its activation in one launch (`gate_up_swiglu`); else the matmul, then `silu_mul`."""
+        if h.numel() // h.shape[-1] <= self.gate_up_kernel_rows:
+            return mlp.down_proj(gate_up_swiglu(h, mlp.gate_up_proj.weight))
+        return mlp(h)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,9 @@ from v2.models.kv_cache import Cache, KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 
 
+DECODE_ROWS = 64  # where the kernels run, a backbone pass of at most this many rows takes `gate_up_swiglu`
+
+
 class BackboneEmbeddings(nn.Module):
     """`backbone_model.embed_tokens`: the audio table only (text rows come from `embed_text_tokens`)."""
 
@@ -37,10 +40,13 @@ class BackboneEmbeddings(nn.Module):
 
 
 class Backbone(Qwen3Backbone):
-    """The Llama decoder over rows (no q/k norms, Llama-3 RoPE from the config) and its audio table."""
+    """The Llama decoder over rows (no q/k norms, Llama-3 RoPE from the config) and its audio table. Where the
+    kernels run, a decode row takes the fused RoPE + cache write (`qk_rope` without norms), the fused residual add +
+    RMSNorm and, up to `DECODE_ROWS` rows, the gate/up projection with its activation in one launch."""
 
     def __init__(self, cfg: CsmConfig) -> None:
-        super().__init__(cfg.backbone, embed_tokens=False, qk_norm=False, rope_scaling=cfg.backbone_rope)
+        super().__init__(cfg.backbone, embed_tokens=False, qk_norm=False, rope_scaling=cfg.backbone_rope,
+                         gate_up_kernel_rows=DECODE_ROWS)
         self.embed_tokens = BackboneEmbeddings(cfg)  # type: ignore[assignment]
 
     @property

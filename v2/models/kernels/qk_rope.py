@@ -7,7 +7,9 @@ arithmetic and its roundings follow the torch form step by step (RMSNorm in floa
 activation dtype, times the weight; then x * cos + rotate_half(x) * sin with cos/sin in the activation
 dtype; the launch turns off multiply-add fusion, which would skip a rounding), so the results differ
 only by the norm's summation order and reciprocal square root. It replaces about twelve kernels per layer.
-Must not know: the model, requests. Head dims are powers of two.
+Without q/k norm weights (both None: a Llama stack) the heads are rotated as projected, and the results
+equal the torch form's. The cos/sin tables are the caller's (plain or Llama-3 scaled frequencies alike).
+Must not know: the model, requests. Head dims are powers of two (`fits`).
 """
 
 from __future__ import annotations
@@ -18,24 +20,33 @@ from torch import Tensor
 from v2.models.kernels import tl, triton
 
 
-def qk_norm_rope_write(qkv: Tensor, num_heads: int, num_kv_heads: int, q_weight: Tensor, k_weight: Tensor,
-                       eps: float, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
-                       write_slots: Tensor, write_pos: Tensor) -> Tensor:
-    """qkv [B, T, (Hq + 2 Hkv) * D]; cos/sin [B, T, D] float32; k_cache/v_cache [S + 1, Hkv, L, D];
-    write_slots/write_pos [B, T]. Returns q [B, T, Hq, D]; keys and values land in the caches."""
+def fits(head_dim: int) -> bool:
+    """Whether the kernel takes heads of this size (a power of two)."""
+    return head_dim > 0 and head_dim & (head_dim - 1) == 0
+
+
+def qk_norm_rope_write(qkv: Tensor, num_heads: int, num_kv_heads: int, q_weight: Tensor | None,
+                       k_weight: Tensor | None, eps: float, cos: Tensor, sin: Tensor, k_cache: Tensor,
+                       v_cache: Tensor, write_slots: Tensor, write_pos: Tensor) -> Tensor:
+    """qkv [B, T, (Hq + 2 Hkv) * D]; q_weight/k_weight [D] the q/k norms' weights, or both None (no norms);
+    cos/sin [B, T, D] float32; k_cache/v_cache [S + 1, Hkv, L, D]; write_slots/write_pos [B, T].
+    Returns q [B, T, Hq, D]; keys and values land in the caches."""
     b, t, width = qkv.shape
     d = width // (num_heads + 2 * num_kv_heads)
-    if d & (d - 1) or k_cache.dtype != qkv.dtype or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+    if not fits(d) or k_cache.dtype != qkv.dtype or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError(f"qk_norm_rope_write: head_dim {d} must be a power of two and the cache "
                          f"{k_cache.dtype} must match the activations {qkv.dtype}")
+    if (q_weight is None) != (k_weight is None):
+        raise ValueError("qk_norm_rope_write: q_weight and k_weight are both given (q/k norms) or both None")
     rows = qkv.reshape(b * t, width)  # [N, W] (a view of the projection's output)
     q = torch.empty(b * t, num_heads, d, dtype=qkv.dtype, device=qkv.device)
+    norm = q_weight is not None
     _qk_rope_kernel[(b * t, num_heads + num_kv_heads)](
-        rows, rows.stride(0), q_weight, k_weight, cos.reshape(b * t, d).contiguous(),
+        rows, rows.stride(0), q_weight if norm else rows, k_weight if norm else rows, cos.reshape(b * t, d).contiguous(),
         sin.reshape(b * t, d).contiguous(), q, k_cache, v_cache,
         write_slots.reshape(-1).contiguous(), write_pos.reshape(-1).contiguous(),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
-        v_cache.stride(2), eps, NUM_Q=num_heads, NUM_KV=num_kv_heads, HEAD_DIM=d,
+        v_cache.stride(2), eps, NUM_Q=num_heads, NUM_KV=num_kv_heads, HEAD_DIM=d, NORM=norm,
         enable_fp_fusion=False)  # keep x * cos and rotate_half(x) * sin rounded apart, as torch does
     return q.view(b, t, num_heads, d)
 
@@ -51,7 +62,8 @@ if triton is not None:
     @triton.jit
     def _qk_rope_kernel(qkv_ptr, stride_tok, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr,
                         slot_ptr, pos_ptr, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, eps,
-                        NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HEAD_DIM: tl.constexpr):
+                        NUM_Q: tl.constexpr, NUM_KV: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        NORM: tl.constexpr):
         tok = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         d = tl.arange(0, HEAD_DIM)
@@ -61,11 +73,15 @@ if triton is not None:
         is_q = head < NUM_Q
         col = tl.where(is_q, head * HEAD_DIM, NUM_Q * HEAD_DIM + (head - NUM_Q) * HEAD_DIM)
         x_ptr = qkv_ptr + tok * stride_tok + col
-        x = tl.load(x_ptr + d).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, 0) / HEAD_DIM + eps)
-        w_ptr = tl.where(is_q, qw_ptr, kw_ptr)
-        y = _normed(x_ptr, w_ptr, d, rstd, dtype).to(tl.float32)
-        yp = _normed(x_ptr, w_ptr, partner, rstd, dtype).to(tl.float32)
+        if NORM:
+            x = tl.load(x_ptr + d).to(tl.float32)
+            rstd = tl.rsqrt(tl.sum(x * x, 0) / HEAD_DIM + eps)
+            w_ptr = tl.where(is_q, qw_ptr, kw_ptr)
+            y = _normed(x_ptr, w_ptr, d, rstd, dtype).to(tl.float32)
+            yp = _normed(x_ptr, w_ptr, partner, rstd, dtype).to(tl.float32)
+        else:  # a Llama head: rotated as projected
+            y = tl.load(x_ptr + d).to(tl.float32)
+            yp = tl.load(x_ptr + partner).to(tl.float32)
         rotated = tl.where(d < half, -yp, yp)
         cos = tl.load(cos_ptr + tok * HEAD_DIM + d).to(dtype).to(tl.float32)
         sin = tl.load(sin_ptr + tok * HEAD_DIM + d).to(dtype).to(tl.float32)
