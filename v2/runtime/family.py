@@ -13,7 +13,8 @@ output is the caller's audio: checked when built), `KVSpec` (the paged KV pool's
 - `ServedFamily`: what outer layers (the server, the CLI, rollouts) read through `Runtime`: the audio's format,
   built-in voices, the request fields it takes;
 - optional capabilities, each checked with `isinstance`: `TextInput` (text fed while a request runs) and
-  `VoiceArrays` (stored voices that carry more than codes);
+  `VoiceArrays` (stored voices that carry more than codes); `VoiceEmbedding` (a voice made from a precomputed
+  speaker embedding);
 - `Family`: all three, what a family package's `Factory` binds (`FactoryBase`: a `Factory` whose `bind` is
   the bound family's class).
 The runtime imports this module and never a family; a family implements it.
@@ -444,6 +445,18 @@ class VoiceArrays(Protocol):
     def voice_arrays(self) -> Mapping[str, tuple[int, ...]]: ...
     def read_voice(self, source: object) -> object: ...
     def voice_outputs(self, state: FrontState) -> Mapping[str, NDArray[np.float32]]: ...
+
+
+@runtime_checkable
+class VoiceEmbedding(Protocol):
+    """What a family adds whose voice can be made from a precomputed speaker embedding alone (no recording):
+    `voice_from_embedding(value)` -> the arrays such a voice carries (`voice_arrays`' names), the value
+    checked (its width, finite: `v2.runtime.voice_arrays.check_embedding`), refusing a `FieldError` naming
+    `speaker_embedding` where its checkpoint cannot (e.g. one without a speaker encoder). Such a voice has no
+    codes ([0, G]) and no transcript: the family speaks it from its arrays alone. A family without this
+    takes no embedding (its voices are what a recording encodes to)."""
+
+    def voice_from_embedding(self, embedding: object) -> Mapping[str, NDArray[np.float32]]: ...
 
 
 class VoiceSpec(NamedTuple):

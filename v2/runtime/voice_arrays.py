@@ -2,7 +2,9 @@
 
 Owns: which names an array may have (its file is `<name>.npy` next to `codes.npy`: lower-case letters,
 digits, '_'; never "codes" or "meta") and checking a voice's arrays against what the store asks for
-(exactly those names; each float32 of its shape, finite; private copies). Errors name the array.
+(exactly those names; each float32 of its shape, finite; private copies), and checking a precomputed speaker
+embedding given for one (`check_embedding`: a flat list or array of numbers of the encoder's width, finite).
+Errors name the array, or the field the embedding came in.
 Must not know: the engine, models, families, files.
 """
 
@@ -54,3 +56,26 @@ def check_arrays(given: Any, wanted: Mapping[str, tuple[int, ...]], suffix: str 
         out[key] = array
     return out
 
+
+
+def check_embedding(value: Any, width: int, field: str = "speaker_embedding") -> np.ndarray:
+    """A precomputed speaker embedding: a flat list (or 1-D array, tensor) of `width` finite numbers, as a
+    private float32 [width]; refused naming `field` (a wrong width says the width wanted)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, (str, bytes, dict)) or isinstance(value, (list, tuple)) and any(
+            isinstance(x, (bool, str, bytes)) for x in value):
+        raise FieldError(f"{field}: expected a list of {width} numbers", field=field)
+    try:
+        with np.errstate(over="ignore"):  # a value past float32's range becomes inf: refused below
+            array = np.array(value, dtype=np.float32)  # a private copy
+    except (TypeError, ValueError, OverflowError):
+        raise FieldError(f"{field}: expected a list of {width} numbers", field=field) from None
+    if array.ndim != 1 or array.shape[0] != width:
+        raise FieldError(f"{field}: expected {width} numbers (the speaker encoder's width), got shape "
+                         f"{list(array.shape)}", field=field)
+    if not np.isfinite(array).all():
+        bad = int(np.flatnonzero(~np.isfinite(array))[0])
+        raise FieldError(f"{field}: every value must be finite (index {bad} is {array[bad]}, or too large for "
+                         "float32)", field=field)
+    return array

@@ -13,7 +13,10 @@ replace (`taken` answers it without a lock, before any encoding), sweeping what 
 reading the directory as the truth (a cache keyed by each entry's write id, so several stores on one
 directory agree), reporting corrupt entries in `errors` (skipped, never fatal), and telling audio from codes
 in `add` (audio is encoded through the `encode` function it is given, once, ever: it returns the codes, or
-the codes and the named arrays).
+the codes and the named arrays), and a voice from a precomputed speaker embedding (`add(name,
+speaker_embedding=...)`: the `embed` function it is given makes the named arrays, checked; the voice has no
+recording, so no codes ([0, G]) and no transcript; a store given no `embed` refuses it naming
+`speaker_embedding`, with the reason).
 Must not know: the engine, models, requests, which family asks for which array.
 """
 
@@ -128,11 +131,14 @@ class VoiceStore:
     """`add`, `get`, `list`, `remove`; persisted under `directory` (shared safely with other stores on it)."""
 
     def __init__(self, directory: str | Path, *, encode: Callable[[Any], Any], width: int,
-                 codebook_size: int = 1024, arrays: Mapping[str, tuple[int, ...]] | None = None) -> None:
+                 codebook_size: int = 1024, arrays: Mapping[str, tuple[int, ...]] | None = None,
+                 embed: Callable[[Any], Mapping[str, Any]] | None = None) -> None:
         """`encode(audio)`: the codes [N, width], or (codes, {name: array}) when `arrays` names some.
-        `arrays`: the float32 arrays every voice carries besides its codes, name -> shape (the family's)."""
+        `arrays`: the float32 arrays every voice carries besides its codes, name -> shape (the family's).
+        `embed(speaker_embedding)`: the arrays of a voice made from an embedding alone (the family's; it
+        refuses a `FieldError`); None: voices are made from recordings (or codes) only."""
         self.directory = Path(directory)
-        self._encode = encode
+        self._encode, self._embed = encode, embed
         self._width, self._codebook = width, codebook_size
         self._arrays = check_names(arrays or {})
         self._cache_lock = threading.Lock()
@@ -145,12 +151,17 @@ class VoiceStore:
     def __repr__(self) -> str:
         return f"VoiceStore(directory={str(self.directory)!r})"
 
-    def add(self, name: str, source: Any, *, text: str | None = None, replace: bool = False,
-            arrays: Mapping[str, Any] | None = None) -> Voice:
+    def add(self, name: str, source: Any = None, *, text: str | None = None, replace: bool = False,
+            arrays: Mapping[str, Any] | None = None, speaker_embedding: Any = None) -> Voice:
         """Store a voice from audio (a path, file bytes or (samples, rate): encoded now, the named arrays with
-        it) or codes [N, G] (with `arrays`: every array the store asks for). A taken name raises
-        `VoiceExists` (before any encoding) unless `replace=True`."""
+        it), codes [N, G] (with `arrays`: every array the store asks for), or a precomputed
+        `speaker_embedding` alone (a list of the speaker encoder's width: no codes, no transcript). A taken
+        name raises `VoiceExists` (before any encoding) unless `replace=True`."""
         check_name(name)
+        if speaker_embedding is not None:
+            return self._add_embedding(name, speaker_embedding, source, text, replace, arrays)
+        if source is None:
+            raise VoiceError("source: give a recording (or codes), or speaker_embedding", field="source")
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise VoiceError("text: must be a non-empty string (the recording's transcript) or None", field="text")
         if not isinstance(replace, bool):
@@ -166,7 +177,11 @@ class VoiceStore:
             encoded = self._encode(source)
             codes, named = encoded if isinstance(encoded, tuple) else (encoded, {})
             named = self._named(named)
-        voice = Voice(name, self._check_codes(codes, "codes"), text, time.time(), named)
+        return self._store(Voice(name, self._check_codes(codes, "codes"), text, time.time(), named), replace)
+
+    def _store(self, voice: Voice, replace: bool) -> Voice:
+        """Publish a checked voice under the exclusive lock (a taken name refused unless `replace`)."""
+        name = voice.name
         write_id = uuid.uuid4().hex
         self.directory.mkdir(parents=True, exist_ok=True)
         with locked(self.directory, exclusive=True):
@@ -177,6 +192,29 @@ class VoiceStore:
         with self._cache_lock:
             self._cache[name] = (write_id, voice)
         return voice
+
+    def _add_embedding(self, name: str, embedding: Any, source: Any, text: str | None, replace: bool,
+                       arrays: Mapping[str, Any] | None) -> Voice:
+        """A voice from an embedding alone: its arrays through `embed`, no codes, no transcript."""
+        if source is not None or arrays is not None:
+            raise VoiceError("speaker_embedding: give a recording or a speaker embedding, not both",
+                             field="speaker_embedding")
+        if text is not None:
+            raise VoiceError("text: a voice made from a speaker embedding has no recording, so no transcript to "
+                             "speak in context (omit it)", field="text")
+        if not isinstance(replace, bool):
+            raise VoiceError(f"replace: must be True or False, got {replace!r}", field="replace")
+        if self._embed is None:
+            raise VoiceError("speaker_embedding: this model's voices are what a recording encodes to (codes), "
+                             "which a speaker embedding does not give; add the voice from a recording",
+                             field="speaker_embedding")
+        if not replace and self.taken(name):
+            raise VoiceExists(name)
+        try:
+            named = self._named(self._embed(embedding))
+        except FieldError as e:
+            raise VoiceError(str(e), field=e.field) from None
+        return self._store(Voice(name, np.zeros((0, self._width), np.int64), None, time.time(), named), replace)
 
     def taken(self, name: str) -> bool:
         """Whether an entry (usable or not) holds `name`, so that `add` without `replace` refuses it (a
@@ -310,7 +348,9 @@ class VoiceStore:
                 cached = self._cache.get(name)
             if cached is not None and cached[0] == write_id:
                 return cached[1]
-            codes = self._check_codes(read_npy(path / "codes.npy", MAX_CODES_BYTES, "iu"), "codes.npy")
+            # no frames: a voice made from an embedding, where voices carry arrays
+            codes = self._check_codes(read_npy(path / "codes.npy", MAX_CODES_BYTES, "iu"), "codes.npy",
+                                      empty=bool(self._arrays))
             named = {}
             for key in self._arrays:
                 if not os.path.lexists(path / f"{key}.npy"):
@@ -331,13 +371,14 @@ class VoiceStore:
         except FieldError as e:
             raise VoiceError(str(e), field=e.field) from None
 
-    def _check_codes(self, value: Any, field: str) -> np.ndarray:
+    def _check_codes(self, value: Any, field: str, empty: bool = False) -> np.ndarray:
+        """[N, width] codes in range; N >= 1 unless `empty` (a voice from an embedding, read back)."""
         try:
             codes = int_tensor(value, field).numpy()
         except FieldError as e:
             raise VoiceError(str(e), field=field) from None
-        if codes.ndim != 2 or codes.shape[1] != self._width or codes.shape[0] < 1:
+        if codes.ndim != 2 or codes.shape[1] != self._width or codes.shape[0] < (0 if empty else 1):
             raise VoiceError(f"{field}: expected shape [N >= 1, {self._width}], got {list(codes.shape)}", field=field)
-        if codes.min() < 0 or codes.max() >= self._codebook:
+        if codes.size and (codes.min() < 0 or codes.max() >= self._codebook):
             raise VoiceError(f"{field}: codes must lie in [0, {self._codebook})", field=field)
         return codes

@@ -2,8 +2,9 @@
 
 Owns: `GET /v1/models` (the served names, aliases included, each with `seeded_noise`: whether the weights
 are seeded noise, which the playground plays quieter), `GET/POST/DELETE /v1/audio/voices` (GET
-`?legacy=true`: Kokoro's plain list of names; POST: multipart `audio_sample`, `name`, optional `ref_text` and
-`replace` (a taken name is a 409 unless it is true); `DELETE /v1/audio/voices/{name}` or `?name=`), `GET
+`?legacy=true`: Kokoro's plain list of names; POST: multipart `name`, `audio_sample` or `speaker_embedding` (a
+JSON list of numbers: a voice from a precomputed speaker embedding, where the family's voices can be one),
+optional `ref_text` and `replace` (a taken name is a 409 unless it is true); `DELETE /v1/audio/voices/{name}` or `?name=`), `GET
 /health` (the engine answers `stats()` within 2 s, version, weight version), `GET /metrics` (Prometheus text)
 and `GET /` (the static playground page). Store calls and stats run in worker threads.
 Must not know: the engine's internals, audio encoding, how the speech route streams.
@@ -11,6 +12,7 @@ Must not know: the engine's internals, audio encoding, how the speech route stre
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -46,16 +48,43 @@ async def list_voices(request: Request, legacy: bool = False) -> dict[str, objec
 
 
 @router.post("/v1/audio/voices")
-async def add_voice(request: Request, audio_sample: UploadFile = File(...), name: str = Form(...),
-                    ref_text: str | None = Form(None), replace: bool = Form(False)) -> dict[str, object]:
+async def add_voice(request: Request, name: str = Form(...), audio_sample: UploadFile | None = File(None),
+                    ref_text: str | None = Form(None), replace: bool = Form(False),
+                    speaker_embedding: str | None = Form(None)) -> dict[str, object]:
     book = server_state(request).voices
     if not name.strip():
         raise ApiError(400, "name: must not be empty", param="name", code="invalid_value")
+    if speaker_embedding is not None:
+        if audio_sample is not None:
+            raise ApiError(400, "speaker_embedding: give audio_sample or speaker_embedding, not both",
+                           param="speaker_embedding", code="invalid_value")
+        embedding = embedding_list(speaker_embedding)
+        await anyio.to_thread.run_sync(book.add, name, None, ref_text, replace, embedding)
+        return {"success": True, "voice": {"id": name, "name": name, "kind": "stored", "ref_text": ref_text,
+                                           "embedding_source": "direct"}}
+    if audio_sample is None:
+        raise ApiError(400, "audio_sample: give a recording of the voice (or speaker_embedding)",
+                       param="audio_sample", code="invalid_value")
     data = await audio_sample.read()
     if not data:
         raise ApiError(400, "audio_sample: the file is empty", param="audio_sample", code="invalid_value")
     await anyio.to_thread.run_sync(book.add, name, data, ref_text, replace)
-    return {"success": True, "voice": {"id": name, "name": name, "kind": "stored", "ref_text": ref_text}}
+    return {"success": True, "voice": {"id": name, "name": name, "kind": "stored", "ref_text": ref_text,
+                                       "embedding_source": "audio"}}
+
+
+def embedding_list(text: str) -> list[float]:
+    """The form field `speaker_embedding`: a JSON list of numbers (vllm-omni's field); its width and values
+    are the family's to check."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not value or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+        raise ApiError(400, "speaker_embedding: expected a JSON list of numbers (the speaker encoder's output)",
+                       param="speaker_embedding", code="invalid_value")
+    return [float(x) for x in value]
 
 
 @router.delete("/v1/audio/voices/{name}")

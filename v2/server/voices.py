@@ -7,8 +7,8 @@ checkpoint's built-in speakers (`rt.speakers`, empty for a family without them);
 voice unless a stored voice has that name); resolving a request's `voice` (a speaker's name, any case, is
 the `speaker` field; else a stored voice; else an OpenAI name; else a 400 whose message lists the stored
 voices and the speakers apart); a context turn's stored voice (`turn_voice`: its codes and transcript, the
-turn's audio and text); adding (a taken name, or a speaker's, is a 409 unless replacing a stored one) and
-removing. Every call may touch disk: run them off the event loop.
+turn's audio and text); adding, from a recording or a precomputed speaker embedding (a taken name, or a
+speaker's, is a 409 unless replacing a stored one), and removing. Every call may touch disk: run them off the event loop.
 Must not know: HTTP, FastAPI, audio encoding.
 """
 
@@ -121,22 +121,29 @@ class VoiceBook:
         parts.append(f"OpenAI's voice names ({', '.join(OPENAI_VOICES)}) speak with the card's default voice")
         return "; ".join(parts)
 
-    def add(self, name: str, audio: bytes, text: str | None, replace: bool = False) -> None:
-        """A taken name is a 409 naming `name` unless `replace`; the store refuses it under its own lock,
-        so two servers on one store directory cannot both take the name."""
-        store = self._require("audio_sample")
+    def add(self, name: str, audio: bytes | None, text: str | None, replace: bool = False,
+            speaker_embedding: list[float] | None = None) -> None:
+        """A voice from a recording (`audio`) or a precomputed `speaker_embedding` (the family decides whether
+        its voices can be one: refused naming `speaker_embedding` with the reason). A taken name is a 409
+        naming `name` unless `replace`; the store refuses it under its own lock, so two servers on one store
+        directory cannot both take the name."""
+        store = self._require("audio_sample" if speaker_embedding is None else "speaker_embedding")
         if self.speaker(name) is not None:  # `voice` would name the speaker, never this voice
             raise ApiError(409, f"name: {name!r} is a built-in speaker of this checkpoint; choose another name",
                            param="name", code="voice_exists")
         try:
-            store.add(name, audio, text=text, replace=replace)
+            if speaker_embedding is not None:
+                store.add(name, speaker_embedding=speaker_embedding, text=text, replace=replace)
+            else:
+                store.add(name, audio, text=text, replace=replace)
         except VoiceExists:
             raise ApiError(409, f"name: a voice named {name!r} is stored already; send the form field "
                            "replace=true to replace it", param="name", code="voice_exists") from None
         except (ValueError, TypeError, KeyError) as e:
             message = str(e.args[0]) if e.args else type(e).__name__
             field = getattr(e, "field", None)  # the store's errors say what is wrong; anything else is the audio's
-            param = {"name": "name", "voice": "name", "text": "ref_text"}.get(field or "", "audio_sample")
+            param = {"name": "name", "voice": "name", "text": "ref_text",
+                     "speaker_embedding": "speaker_embedding"}.get(field or "", "audio_sample")
             raise ApiError(400, message, param=param, code="invalid_value") from None
 
     def remove(self, name: str) -> None:

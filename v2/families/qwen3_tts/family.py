@@ -8,7 +8,8 @@ speaker or language refused before any weights load), and `Qwen3Family`: the loo
 executors per work kind (SPEAKER and ENCODE in front, PREFILL, AR_FRAME, AUDIO_CHUNK: no codec work without
 the codec loop), the slot pools (`kv`, `codec`, `encode`), the KV pool's geometry, and the
 family's side of a request's life: parsing it (`language` resolved onto the checkpoint's names, languages.py)
-and preparing it (a stored voice: its codes and `x_vector`, `voice_arrays`), its loops' states at admission,
+and preparing it (a stored voice: its codes and `x_vector`, `voice_arrays`; one from a precomputed x-vector,
+`voice_from_embedding`), its loops' states at admission,
 device state at admission (sampling, seed, x-vector, fresh codec state), the prompt laid out again once the
 recording is encoded, the next segment's carried prompt (long text), the rows a preempted request recomputes,
 and the result; open requests (text fed while they run, as trailing text rows) through `open_text.OpenText`.
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 import torch
 
 from v2.contracts import LoopState, WorkUnitKind
-from v2.errors import RequestError
+from v2.errors import FieldError, RequestError
 from v2.families.qwen3_tts import languages, results, segments
 from v2.families.qwen3_tts.card import (
     Qwen3Card, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config, generation_config,
@@ -45,6 +46,7 @@ from v2.runtime.family import (
     AnyExecutor, Factory, FactoryBase, Halves, LaunchState, Prepared, TextInput, VoiceArrays, VoiceSpec,
 )
 from v2.runtime.paged_family import PagedFamily, pool_blocks
+from v2.runtime.voice_arrays import check_embedding
 from v2.sampling_settings import HeadSampling
 
 
@@ -160,6 +162,16 @@ class Qwen3Family(PagedFamily):
 
     def voice_outputs(self, state: Any) -> dict[str, Any]:
         return {"x_vector": state.xvector}
+
+    def voice_from_embedding(self, embedding: Any) -> dict[str, Any]:
+        """A voice from a precomputed x-vector (vllm-omni's `speaker_embedding`: what the speaker encoder makes
+        of a recording, a talker row): it speaks as an x-vector-only clone. A checkpoint without a speaker
+        encoder (CustomVoice, VoiceDesign) makes none."""
+        width = self.voice_arrays.get("x_vector")
+        if width is None:
+            raise FieldError(f"speaker_embedding: this checkpoint ({self.cfg.model_type}) has no speaker encoder, so "
+                             "no voice is an x-vector; name one of its speakers", field="speaker_embedding")
+        return {"x_vector": check_embedding(embedding, width[0])}
 
     def front_state(self, request_id: int, inputs: tuple[Any, ...]) -> Any:
         assert self.enc_loop is not None

@@ -239,6 +239,9 @@ def prepare(request: Qwen3Request, card: Any, cfg: Qwen3TTSConfig, tokenizer: An
     transcript = request.reference_text is not None or request.reference_text_ids is not None
     icl = mode == "voice_clone" and not request.x_vector_only and (voice is None or transcript or voice.text is not None)
     recording, xvector, ref_codes = None, None, None
+    if voice is not None and icl and not len(voice.codes):
+        raise RequestError("reference_text: the voice was made from a speaker embedding, so it has no recording to "
+                           "speak in context (omit reference_text)", field="reference_text")
     if voice is not None:
         xvector, ref_codes = voice.arrays["x_vector"], (np.asarray(voice.codes, dtype=np.int64) if icl else None)
         frames = 0 if ref_codes is None else len(ref_codes)
