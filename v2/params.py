@@ -140,6 +140,8 @@ class FamilyParams:
     fields: Mapping[str, str]  # its request fields (a RequestError's `field`) -> the SpeechParams field
     takes: frozenset[str]      # of `ref_audio`, `x_vector_only_mode`, `voice` (a stored voice or a speaker),
                                # `context` (earlier turns, each with file bytes or codes): those it honours
+    speaks_while_written: bool = True  # an open request's audio may start before its text has ended (False:
+                                       # the family reads the text whole, so no audio comes before its end)
 
 
 COMMON_FIELDS: dict[str, str] = {

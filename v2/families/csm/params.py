@@ -46,4 +46,4 @@ def request_fields(params: SpeechParams, resolved: Resolved) -> dict[str, Any]:
 
 
 SPEECH_PARAMS = FamilyParams(request=request_fields, fields=FIELDS,
-                             takes=frozenset({"ref_audio", "voice", "context"}))
+                             takes=frozenset({"ref_audio", "voice", "context"}), speaks_while_written=False)
