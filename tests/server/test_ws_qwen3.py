@@ -89,15 +89,16 @@ def test_a_qwen3_session_speaks_the_runtime_s_audio(qlive):
 def test_a_refused_config_names_the_http_parameter(qlive):
     _, url = qlive
 
-    async def go() -> dict:
+    async def go() -> tuple[dict, dict]:
         async with connect(url) as ws:
             await ws.send(json.dumps({**CONFIG, "temperature": -1.0}))
-            ready = json.loads(await asyncio.wait_for(ws.recv(), 60))  # the config is taken; opening is refused
-            assert ready["type"] == "session.ready", ready
-            return json.loads(await asyncio.wait_for(ws.recv(), 60))
+            refused = json.loads(await asyncio.wait_for(ws.recv(), 60))  # before any session.ready
+            await ws.send(json.dumps(CONFIG))
+            return refused, json.loads(await asyncio.wait_for(ws.recv(), 60))
 
-    err = asyncio.run(go())
+    err, ready = asyncio.run(go())
     assert err["type"] == "error" and err["param"] == "temperature", err
+    assert ready["type"] == "session.ready", ready
 
 
 def test_qwen3_takes_no_context_and_says_so_naming_it(qlive):

@@ -29,6 +29,7 @@ class ServerConfig:
     max_input_chars: int = 4096                  # OpenAI's cap on `input`
     allowed_media_path: Path | None = None       # `file://` reference audio only under this folder
     retry_after_s: int = 1                       # Retry-After on a 429
+    ws_config_timeout_s: float = 30.0            # a speech stream that sends no session.config within it is closed
     allowed_origins: tuple[str, ...] = ()        # origins besides the server's own that may POST/DELETE ("*": any)
     seeded_noise: bool | None = None             # the weights are seeded (noise); None: as the card says
     conversation_turns: int = 16                 # a WebSocket conversation's context: at most this many turns

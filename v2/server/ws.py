@@ -1,28 +1,22 @@
 """`/v1/audio/speech/stream`: text in over a WebSocket as it is written, audio out sentence by sentence.
 
-Owns: the session of one connection in vllm-omni's protocol. Client messages: `session.config` (the REST
-fields of `POST /v1/audio/speech` less `input`, parsed and planned by schema.py exactly as REST does, plus
-`stream_audio` and `split_granularity`; the family maps them onto its request as over REST), `input.text {text}`, `input.done` (ends the utterance; the
-connection stays open for the next, the config stays), `session.close`. Server messages: `session.ready`
-(the config taken, and `incremental`: whether audio starts before `input.done`), then per sentence
-`audio.start {utterance_index, sentence_index, sentence_text, format, sample_rate}`, binary audio frames
-(`stream_audio`: raw pcm chunks as they are made; otherwise the sentence's whole file in one frame),
-`audio.done {utterance_index, sentence_index, total_bytes, error}`, and per utterance `session.done
-{utterance_index, total_sentences}`; `error {message, param, code}` for a bad message, which ends nothing.
-Each utterance is one open request (`Runtime.open`): pieces are fed as they come (`split_granularity`
-"none": held until `input.done`, vllm-omni's own default), its sentences are the request's segments (the
-handle's marks split the audio at their frames), and it is opened as soon as the config is taken, so its
-reference audio encodes while the text is still being written. The API key, the Origin rule and draining
-apply at the handshake (middleware.py); `max_input_chars` caps an utterance's text, `max_body_bytes` a message.
+Owns: the session of one connection in vllm-omni's protocol (designs/server.md has the messages and events):
+reading messages (ws_messages.py: bounded before parsing, every string encodable; a bad one gets an `error`
+naming its field and ends nothing), the config (ws_config.py), the utterances and their order, cancelling one
+(`input.cancel`), the conversation a family that takes `context` holds, the pre-config timeout, and leaving
+(a client that goes is logged in one line, never a traceback; what it held is freed).
+Each utterance is one open request (`Runtime.open`), opened when the config is taken: that open is the
+config's last check (the family's own: sampling ranges, limits, the reference recording decoded), made
+before `session.ready`, so a refused config gets an `error` and the session keeps its previous config (and
+its opened utterance), or none. Pieces are fed as they come (`split_granularity` "none": held until
+`input.done`), its sentences are the request's segments, its audio goes out by ws_speak.py.
+After `input.done` the utterance is spoken while the session goes on reading: `input.cancel` is taken at
+once; every other message waits, in order, until the utterance's `session.done`.
 A conversation, for a family that takes `context` (`FamilyParams.takes`): the session holds earlier turns
-(the config's `context`, turns a `context.append {speaker, text | text_ids, audio | voice}` adds, answered
-`context.appended {context_turns}`, and each utterance it spoke: its text in the config's speaker with its
-codes), and each utterance is opened with them as its context; recordings are encoded once
-(`rt.encode_audio`), stored voices looked up once; at most `conversation_turns` turns and
-`conversation_seconds` of their audio are kept, the oldest dropped, and more of the oldest while the family
-refuses the context (as too long) when an utterance opens. A config with `context` replaces the
-conversation; one without keeps it (a new `voice` changes who speaks next). Turns are made ready by
-conversation.py.
+(the config's `context`, turns a `context.append` adds, and each utterance it spoke, its codes with its
+text), at most `conversation_turns` turns and `conversation_seconds` of their audio, the oldest dropped, and
+more of the oldest while the family refuses them as too long (conversation.py makes turns ready).
+The API key, the Origin rule and draining apply at the handshake (middleware.py).
 Must not know: the engine's internals, how formats are encoded (audio.py), how the text is cut (the family).
 """
 
@@ -30,172 +24,186 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field, replace
+import logging
 from typing import Any
 
 import anyio
-import numpy as np
 from fastapi import APIRouter, WebSocket
+from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from v2.errors import OverloadedError, RequestError
-from v2.params import FamilyParams, Resolved, ResolvedTurn, SpeechParams
-from v2.server import audio
-from v2.server.audio import OutputSpec
+from v2.params import ResolvedTurn
+from v2.server.conversation import appended_turn, bounded
 from v2.server.errors import ApiError, runtime_field_error
-from v2.server.conversation import appended_turn, bounded, config_turns
-from v2.server.schema import family_params, param_names, parse_body, plan, resolved
 from v2.server.state import ServerState
 from v2.server.streaming import GOOD_ENDINGS
+from v2.server import ws_config
+from v2.server.ws_config import Config
+from v2.server.ws_messages import KINDS, read_message
+from v2.server.ws_speak import Cancelled, Gone, Sentences, Utterance, cancelled_events
 
 router = APIRouter()
-SPLITS = ("none", "sentence", "clause")
-KINDS = ("session.config", "input.text", "input.done", "session.close", "context.append")
-
-
-@dataclass(frozen=True)
-class Config:
-    params: SpeechParams      # the config, as REST parses it
-    given: Resolved           # what the server resolved of it, less the context (the session's, per utterance)
-    family: FamilyParams
-    spec: OutputSpec
-    stream_audio: bool
-    split: str                # the runtime's split ("sentence" / "clause")
-    incremental: bool         # pieces are fed as they come (False: held until input.done)
-    names: dict[str, str]     # the family's request fields -> the parameters the client sent
-    context: tuple[ResolvedTurn, ...] | None = None  # the config's `context`, its audio encoded (None: not given)
-
-    @property
-    def takes_context(self) -> bool:
-        return "context" in self.family.takes
-
-    def request(self, context: tuple[ResolvedTurn, ...] | None) -> dict[str, Any]:
-        """The family's request fields, less its text, with `context` (None: none)."""
-        return self.family.request(self.params, replace(self.given, context=context))
-
-
-def configure(st: ServerState, msg: dict[str, Any]) -> Config:
-    """A `session.config` message -> the session's config (REST's parsing and planning; ApiError names the field)."""
-    ours = {k: msg[k] for k in ("stream_audio", "split_granularity") if k in msg}
-    fields = {k: v for k, v in msg.items() if k not in ("type", *ours)}
-    if "input" in fields:
-        raise ApiError(400, "input: the text comes in input.text messages", param="input", code="invalid_value")
-    stream_audio, split = ours.get("stream_audio", False), ours.get("split_granularity", "sentence")
-    if not isinstance(stream_audio, bool):
-        raise ApiError(400, "stream_audio: must be true or false", param="stream_audio", code="invalid_value")
-    if split not in SPLITS:
-        raise ApiError(400, f"split_granularity: one of {', '.join(SPLITS)}", param="split_granularity",
-                       code="invalid_value")
-    family = family_params(st.runtime)
-    p = plan(parse_body({**fields, "input": "."}), st.config.limits(), native_rate=st.native_rate,
-             native_channels=st.native_channels, takes=family.takes)
-    if stream_audio and p.spec.format != "pcm":
-        raise ApiError(400, "stream_audio: streamed sentences are raw pcm (response_format: pcm)",
-                       param="stream_audio", code="invalid_value")
-    if not hasattr(st.runtime, "open"):
-        raise ApiError(400, "type: this server's runtime does not take text as it is written", param="type",
-                       code="unsupported")
-    # a speaker of the checkpoint, a stored voice, or neither; the text comes in input.text messages
-    given = resolved(replace(p, context=None), st.voices.voice_fields(p.voice), stream=True, text_later=True)
-    return Config(p.params, given, family, p.spec, stream_audio, "sentence" if split == "none" else split,
-                  split != "none", param_names(family, p.params), config_turns(st, p))
-
-
-@dataclass
-class Utterance:
-    index: int
-    handle: Any
-    text: str = ""            # what was fed (the marks' spans index into it)
-    held: list[str] = field(default_factory=list)  # pieces waiting for input.done (not incremental)
-    sender: asyncio.Task[None] | None = None
-    silent: bool = False      # withdrawn before any text (a new session.config): nothing is sent for it
+log = logging.getLogger("v2.server")
+LEFT = (WebSocketDisconnect, WebSocketDisconnected, OSError)  # what a send or receive raises once the client left
+MAX_WAITING = 256  # messages held while an utterance is spoken (more: refused, naming `message`)
 
 
 class Session:
     def __init__(self, ws: WebSocket, st: ServerState) -> None:
         self.ws, self.st = ws, st
         self.config: Config | None = None
-        self.utterance: Utterance | None = None
+        self.utterance: Utterance | None = None  # opened, being written, or being spoken
         self.count = 0  # utterances begun
         self.history: list[ResolvedTurn] = []  # the conversation so far (a family that takes context)
-        self.lock = asyncio.Lock()
+        self.lock = asyncio.Lock()  # one send at a time; a cancel's events go out together
         self.hop = int(round(st.runtime.sample_rate / st.runtime.frame_rate))  # samples per frame
+        self.finishing: asyncio.Task[None] | None = None  # the sender of the utterance being spoken after input.done
+        self.waiting: list[tuple[dict[str, Any], int]] = []  # messages (and their sizes) held until it is spoken
+        self.senders: set[asyncio.Task[None]] = set()
+        self.gone = False
 
-    async def send(self, message: dict[str, Any] | bytes) -> None:
+    # ----- out ------------------------------------------------------------------------------------
+    async def send(self, message: dict[str, Any] | bytes, of: Utterance | None = None) -> None:
+        """Send one message; `of`: the utterance it belongs to (Cancelled once that is cancelled)."""
         async with self.lock:
+            await self._send(message, of)
+
+    async def _send(self, message: dict[str, Any] | bytes, of: Utterance | None) -> None:
+        if of is not None and of.cancelled:
+            raise Cancelled
+        if self.gone:
+            raise Gone
+        try:
             if isinstance(message, bytes):
                 await self.ws.send_bytes(message)
             else:
                 await self.ws.send_text(json.dumps(message))
+        except LEFT:
+            self.gone = True
+            raise Gone from None
 
-    async def error(self, message: str, param: str | None = None, code: str = "invalid_value") -> None:
-        await self.send({"type": "error", "message": message, "param": param, "code": code})
+    async def error(self, message: str, param: str | None = None, code: str = "invalid_value",
+                    of: Utterance | None = None) -> None:
+        await self.send({"type": "error", "message": message, "param": param, "code": code}, of)
 
+    # ----- in -------------------------------------------------------------------------------------
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        limit = self.st.config.ws_config_timeout_s
+        deadline = loop.time() + limit
+        receiving: asyncio.Future[Any] | None = None
         try:
             while True:
-                msg = await self.ws.receive()
-                if msg["type"] == "websocket.disconnect":
+                if self.finishing is None and self.waiting and await self.replay():
                     return
-                raw = msg.get("text")
-                if raw is None:
-                    await self.error("message: send JSON text messages, not binary ones", "message")
-                    continue
-                if len(raw) > self.st.config.max_body_bytes:
-                    await self.error(f"message: over the limit of {self.st.config.max_body_bytes} bytes", "message",
-                                     "request_too_large")
-                    continue
-                try:
-                    data = json.loads(raw)
-                except json.JSONDecodeError as e:
-                    await self.error(f"message: not JSON ({e.msg})", "message")
-                    continue
-                if not isinstance(data, dict):
-                    await self.error("message: a JSON object with a `type`", "message")
-                    continue
-                if await self.handle(data):
+                if receiving is None:
+                    receiving = asyncio.ensure_future(self.ws.receive())
+                waits: set[asyncio.Future[Any]] = {receiving} if self.finishing is None else {receiving, self.finishing}
+                timeout = None if self.config is not None else max(0.0, deadline - loop.time())
+                done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if not done:  # no config in time: an open-ended connection holds nothing longer
+                    await self.error(f"session.config: none came within {limit:g} s of connecting; closing", "type",
+                                     "config_timeout")
+                    await self.ws.close(1008, "no session.config in time")
                     return
+                if self.finishing is not None and self.finishing.done():
+                    self.finishing = None
+                if receiving in done:
+                    msg, receiving = receiving.result(), None
+                    if msg["type"] == "websocket.disconnect" or await self.take(msg):
+                        return
+        except (Gone, *LEFT) as e:
+            log.info("speech stream: the client left (%s)", type(e).__name__)
         finally:
-            if self.utterance is not None:
-                self.utterance.handle.cancel()
-                if self.utterance.sender is not None:
-                    self.utterance.sender.cancel()
+            if receiving is not None:
+                receiving.cancel()
+            await self.end()
+
+    async def end(self) -> None:
+        """The session is over: its requests cancelled (freed at the engine's next step), its senders ended."""
+        if self.utterance is not None:
+            self.utterance.handle.cancel()
+        for task in list(self.senders):
+            task.cancel()
+        if self.senders:
+            await asyncio.gather(*self.senders, return_exceptions=True)
+        self.utterance, self.finishing, self.waiting, self.history = None, None, [], []
+
+    async def take(self, msg: dict[str, Any]) -> bool:
+        """One frame from the client; True once the session is over."""
+        raw = msg.get("text")
+        try:
+            data = read_message(raw, self.st.config.max_body_bytes)
+        except ApiError as e:
+            await self.error(e.message, e.param, e.code or "invalid_value")
+            return False
+        if data.get("type") != "input.cancel" and (self.finishing is not None or self.waiting):
+            size = len(raw or "")
+            if len(self.waiting) >= MAX_WAITING or sum(n for _, n in self.waiting) + size > self.st.config.max_body_bytes:
+                await self.error(f"message: {len(self.waiting)} messages already wait for the utterance being spoken "
+                                 "(its session.done); send fewer", "message", "too_many_messages")
+                return False
+            self.waiting.append((data, size))  # taken, in order, once the utterance being spoken is
+            return False
+        return await self.handle(data)
+
+    async def replay(self) -> bool:
+        """The messages that waited for the last utterance, in order, until one starts another wait."""
+        while self.waiting and self.finishing is None:
+            data, _ = self.waiting.pop(0)
+            if await self.handle(data):
+                return True
+        return False
 
     async def handle(self, msg: dict[str, Any]) -> bool:
         """One client message; True once the session is over."""
         kind = msg.get("type")
-        if kind == "session.config":
-            u = self.utterance
-            if u is not None and (u.text or u.held):
-                await self.error("session.config: an utterance is under way; send input.done first", "type")
-                return False
-            self.withdraw()  # opened at the last config, nothing said yet: the new config replaces it
-            try:
-                self.config = await anyio.to_thread.run_sync(configure, self.st, msg)
-            except ApiError as e:
-                await self.error(e.message, e.param, e.code or "invalid_value")
-                return False
-            c = self.config
-            await self.send({"type": "session.ready", "incremental": c.incremental, "stream_audio": c.stream_audio,
-                             "format": c.spec.format, "sample_rate": c.spec.sample_rate, "channels": c.spec.channels,
-                             "split_granularity": msg.get("split_granularity", "sentence")})
-            # a config's context replaces the conversation (kept as it was if the family refuses it)
-            await self.begin(None if c.context is None else self.bounded(list(c.context)))
-        elif kind == "context.append":
-            await self.append(msg)
-        elif kind in ("input.text", "input.done", "session.close"):
-            if self.config is None:
-                await self.error(f"type: send session.config before {kind}", "type")
-                return False
-            if kind == "input.text":
-                await self.text(msg.get("text"))
+        try:
+            if kind == "session.config":
+                await self.take_config(msg)
+            elif kind == "context.append":
+                await self.append(msg)
+            elif kind == "input.cancel":
+                await self.cancel()
+            elif kind in ("input.text", "input.done", "session.close"):
+                if self.config is None:
+                    await self.error(f"type: send session.config before {kind}", "type")
+                elif kind == "input.text":
+                    await self.text(msg.get("text"))
+                elif kind == "input.done":
+                    await self.done()
+                else:
+                    return await self.close(msg)
             else:
-                await self.done()
-                if kind == "session.close":
-                    await self.ws.close(1000)
-                    return True
-        else:
-            await self.error(f"type: {kind!r} is not one of {', '.join(KINDS)}", "type")
+                await self.error(f"type: {str(kind)[:60]!r} is not one of {', '.join(KINDS)}", "type")
+        except (Gone, Cancelled, *LEFT):
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug of ours: said to the client, the session goes on
+            log.exception("speech stream: %s failed", str(kind)[:60])
+            await self.error(f"internal error: {type(e).__name__}", None, "internal_error")
         return False
+
+    # ----- the config and the conversation --------------------------------------------------------
+    async def take_config(self, msg: dict[str, Any]) -> None:
+        """session.config: checked whole (REST's checks, then the family's as its first utterance opens), then
+        session.ready; refused: an error, and the previous config (and its opened utterance) stays."""
+        u = self.utterance
+        if u is not None and u.begun:
+            await self.error("session.config: an utterance is under way; send input.done first", "type")
+            return
+        try:
+            config = await anyio.to_thread.run_sync(ws_config.configure, self.st, msg)
+        except ApiError as e:
+            await self.error(e.message, e.param, e.code or "invalid_value")
+            return
+        # a config's context replaces the conversation (kept as it was if the family refuses it)
+        opened = await self.open(config, None if config.context is None else self.bounded(list(config.context)))
+        if opened is None:
+            return
+        self.withdraw()
+        self.config = config
+        await self.send(ws_config.ready(config))
+        self.start(*opened)
 
     async def append(self, msg: dict[str, Any]) -> None:
         """context.append: one more turn of the conversation (the other party's), between utterances; the
@@ -207,7 +215,7 @@ class Session:
             await self.error("type: this model takes no conversation context (context.append)", "type", "unsupported")
             return
         u = self.utterance
-        if u is not None and (u.text or u.held):
+        if u is not None and u.begun:
             await self.error("context.append: an utterance is under way; send input.done first", "type")
             return
         try:
@@ -215,9 +223,65 @@ class Session:
         except ApiError as e:
             await self.error(e.message, e.param, e.code or "invalid_value")
             return
+        opened = await self.open(self.config, self.bounded([*self.history, turn]))
+        if opened is None:
+            return
         self.withdraw()
-        if await self.begin(self.bounded([*self.history, turn])):
-            await self.send({"type": "context.appended", "context_turns": len(self.history)})
+        self.start(*opened)
+        await self.send({"type": "context.appended", "context_turns": len(self.history)})
+
+    def bounded(self, turns: list[ResolvedTurn]) -> list[ResolvedTurn]:
+        return bounded(turns, self.st.config.conversation_turns, self.st.config.conversation_seconds,
+                       float(self.st.runtime.frame_rate))
+
+    # ----- utterances -----------------------------------------------------------------------------
+    async def open(self, config: Config, history: list[ResolvedTurn] | None = None) -> tuple[Any, list[ResolvedTurn]] | None:
+        """The next utterance's request under `config` (opened at once: references encode while its text is
+        written), with the conversation as its context where the family takes one: `history`, a new one, kept
+        only if the family takes it whole; without, the session's, less its oldest turns while the family
+        refuses it as context (grown past the family's own caps). None (an error sent) when refused."""
+        strict = history is not None
+        turns = list(self.history if history is None else history) if config.takes_context else []
+        while True:
+            fields = config.request(tuple(turns) if turns else None)
+            try:
+                handle = await anyio.to_thread.run_sync(lambda: self.st.runtime.open(fields, split=config.split))
+                return handle, turns
+            except RequestError as e:
+                err = runtime_field_error(e, config.names)
+                if turns and not strict and err.param == "context":
+                    turns = turns[1:]
+                    continue
+                await self.error(err.message, err.param)
+            except OverloadedError as e:
+                await self.error(f"the server is busy: {e}", None, "overloaded")
+            except RuntimeError as e:
+                await self.error(f"the runtime is not taking requests: {e}", None, "shutting_down")
+            return None
+
+    def start(self, handle: Any, turns: list[ResolvedTurn]) -> None:
+        """The utterance opened becomes the session's next, its sender started."""
+        self.history = turns
+        handle.on_done(self.st.metrics.observe)
+        u = self.utterance = Utterance(self.count, handle)
+        self.count += 1
+        u.sender = asyncio.create_task(self.speak(u))
+        self.senders.add(u.sender)
+        u.sender.add_done_callback(self.senders.discard)
+
+    async def begin(self) -> Utterance | None:
+        """The session's next utterance: the one opened, else a new one under the config."""
+        u = self.utterance
+        if u is not None and not u.begun and u.handle.done:  # it ended before any text (its idle timeout)
+            self.withdraw()
+            u = None
+        if u is None:
+            assert self.config is not None
+            opened = await self.open(self.config)
+            if opened is None:
+                return None
+            self.start(*opened)
+        return self.utterance
 
     def withdraw(self) -> None:
         """The utterance opened for text that has not come: cancelled, nothing sent for it."""
@@ -227,58 +291,20 @@ class Session:
             u.handle.cancel()
             self.utterance = None
 
-    def bounded(self, turns: list[ResolvedTurn]) -> list[ResolvedTurn]:
-        return bounded(turns, self.st.config.conversation_turns, self.st.config.conversation_seconds,
-                       float(self.st.runtime.frame_rate))
-
-    async def begin(self, history: list[ResolvedTurn] | None = None) -> bool:
-        """Open the next utterance's request (at once: references encode while its text is written), with the
-        conversation as its context where the family takes one. `history`: a new conversation to open it with,
-        kept only if the family takes it; without, the session's, less its oldest turns while the family refuses
-        it as context (a conversation grown past the family's own caps)."""
-        config = self.config
-        assert config is not None
-        strict = history is not None
-        turns = list(self.history if history is None else history) if config.takes_context else []
-        while True:
-            fields = config.request(tuple(turns) if turns else None)
-            try:
-                handle = await anyio.to_thread.run_sync(lambda: self.st.runtime.open(fields, split=config.split))
-                break
-            except RequestError as e:
-                err = runtime_field_error(e, config.names)
-                if turns and not strict and err.param == "context":
-                    turns = turns[1:]
-                    continue
-                await self.error(err.message, err.param)
-                return False
-            except OverloadedError as e:
-                await self.error(f"the server is busy: {e}", None, "overloaded")
-                return False
-            except RuntimeError as e:
-                await self.error(f"the runtime is not taking requests: {e}", None, "shutting_down")
-                return False
-        self.history = turns
-        handle.on_done(self.st.metrics.observe)
-        u = self.utterance = Utterance(self.count, handle)
-        self.count += 1
-        u.sender = asyncio.create_task(self.speak(u))
-        return True
-
     async def text(self, piece: Any) -> None:
         if not isinstance(piece, str):
             await self.error("text: a string", "text")
             return
-        if self.utterance is None and not await self.begin():
+        u = await self.begin()
+        if u is None:
             return
-        u = self.utterance
-        assert u is not None
         limit = self.st.config.max_input_chars
         if len(u.text) + len(piece) > limit:
             await self.error(f"text: the utterance would be {len(u.text) + len(piece)} characters, over the limit of "
                              f"{limit}; send input.done", "text", "string_above_max_length")
             return
-        if not self.config or self.config.incremental:
+        assert self.config is not None
+        if self.config.feeds_as_written:
             if not await self.feed(u, piece, False):
                 return
         else:
@@ -299,114 +325,82 @@ class Session:
         return True
 
     async def done(self) -> None:
-        """input.done: the utterance's text is complete; wait until it is spoken (session.done sent)."""
-        if self.utterance is None and not await self.begin():
+        """input.done: the utterance's text is complete; it is spoken while the session reads on (session.done
+        ends it). A text whose end is refused ends the utterance at once (the error, then its session.done)."""
+        u = await self.begin()
+        if u is None:
             return
-        u = self.utterance
-        assert u is not None and u.sender is not None
+        ok = True
         if u.held:
             held, u.held = "".join(u.held), []
-            await self.feed(u, held, False)
-        await self.feed(u, "", True)
-        await u.sender
-        self.utterance = None
+            ok = await self.feed(u, held, False)
+        u.ended = True
+        if not (ok and await self.feed(u, "", True)):
+            u.handle.cancel()  # said already: the sender closes it without another error
+            u.refused = True
+        self.finishing = u.sender
 
-    # ----- audio out -----------------------------------------------------------------------------
+    async def cancel(self) -> None:
+        """input.cancel: the utterance being written or spoken ends now. Its request is cancelled (its slots
+        are freed at the engine's next step), nothing more of it is sent, and its closing events and the
+        acknowledgement go out at once: `audio.done` of the open sentence and `session.done`, both
+        `"cancelled": true`, then `input.cancelled`. With none under way: only `input.cancelled`,
+        `"cancelled": false`."""
+        u = self.utterance
+        if u is None or not u.begun:
+            await self.send({"type": "input.cancelled", "utterance_index": None, "cancelled": False})
+            return
+        u.cancelled = True  # from here no send of its sender goes out (they check it under the lock)
+        u.handle.cancel()
+        self.utterance = None
+        if self.finishing is u.sender:
+            self.finishing = None
+        async with self.lock:  # after any send of its under way: the events below come after its last byte
+            for event in cancelled_events(u):
+                await self._send(event, None)
+            await self._send({"type": "input.cancelled", "utterance_index": u.index, "cancelled": True}, None)
+
+    async def close(self, msg: dict[str, Any]) -> bool:
+        """session.close: the utterance being written is ended and spoken first; then the connection closes."""
+        u = self.utterance
+        if u is not None and u.begun and not u.ended:
+            await self.done()
+        if self.finishing is not None:
+            self.waiting.insert(0, (msg, 0))  # taken again once the utterance is spoken
+            return False
+        await self.ws.close(1000)
+        return True
+
+    # ----- audio out ------------------------------------------------------------------------------
     async def speak(self, u: Utterance) -> None:
-        """The utterance's audio, sentence by sentence as the handle's marks split it; then session.done."""
-        assert self.config is not None
-        out = _Sentences(self, u)
+        """The utterance's audio, sentence by sentence as the handle's marks split it; then session.done. Sends
+        nothing once it is cancelled, nor for one withdrawn or ended before the client began it."""
+        config = self.config
+        assert config is not None
+        out = u.out = Sentences(self.send, u, config, self.hop, self.st.native_rate, self.st.native_channels)
         try:
             async for chunk in u.handle:
                 await out.chunk(chunk.audio)
             result = await anyio.to_thread.run_sync(u.handle.result)
-            if u.silent:
+            if u.silent or not u.begun:  # withdrawn, or ended on its own before any text: the next text opens another
                 return
             failed = result.finish_reason not in GOOD_ENDINGS
-            if not failed and self.config.takes_context and u.text.strip():  # the next utterance's context
+            if not failed and config.takes_context and u.text.strip():  # the next utterance's context
                 codes = result.codes if len(result.codes) else None
-                self.history = self.bounded([*self.history, ResolvedTurn(self.config.given.speaker, u.text,
-                                                                         codes=codes)])
+                self.history = self.bounded([*self.history, ResolvedTurn(config.given.speaker, u.text, codes=codes)])
             await out.close(failed)
-            if failed:
+            if failed and not u.refused:
                 await self.error(f"the utterance ended with {result.finish_reason}" +
-                                 (f": {result.error}" if result.error else ""), None, result.finish_reason)
-            await self.send({"type": "session.done", "utterance_index": u.index, "total_sentences": out.count})
+                                 (f": {result.error}" if result.error else ""), None, result.finish_reason, u)
+            await self.send({"type": "session.done", "utterance_index": u.index, "total_sentences": out.count}, u)
+        except (Cancelled, Gone):
+            pass
+        except Exception:  # noqa: BLE001 - a bug of ours: logged; the session goes on
+            log.exception("speech stream: speaking utterance %d failed", u.index)
         finally:
-            u.handle.cancel()  # the client left or the send failed: free it (a finished request is left alone)
-            if self.utterance is u:  # it ended on its own (idle timeout, a failure): the next text opens another
+            u.handle.cancel()  # the client left, the send failed, it was cancelled: free it (a finished one is left)
+            if self.utterance is u:
                 self.utterance = None
-
-
-class _Sentences:
-    """Splits an utterance's audio at its segments' frames into sentences, each framed by audio.start/done."""
-
-    def __init__(self, session: Session, u: Utterance) -> None:
-        assert session.config is not None
-        self.s, self.u, self.c = session, u, session.config
-        self.frames = 0          # frames of audio seen so far
-        self.current = -1        # the sentence open now (-1: none)
-        self.count = 0           # sentences begun
-        self.bytes = 0
-        self.parts: list[np.ndarray] = []
-        self.encoder: audio.Encoder | None = None
-
-    async def chunk(self, samples: np.ndarray) -> None:
-        hop = self.s.hop
-        n, pos = samples.shape[1] // hop, 0
-        while pos < n:
-            marks = self.u.handle.marks()
-            index = self.current if self.current >= 0 else self.count
-            mark = marks[index] if index < len(marks) else None
-            end = mark.frame_end if mark is not None and mark.frame_end is not None else None
-            if end is not None and end <= self.frames:  # the open sentence ended exactly here
-                await self.close(False)
-                continue
-            take = n - pos if end is None else min(n - pos, end - self.frames)
-            await self.open(mark)
-            await self.emit(samples[:, pos * hop:(pos + take) * hop])
-            pos += take
-            self.frames += take
-            if end is not None and self.frames >= end:
-                await self.close(False)
-
-    async def open(self, mark: Any) -> None:
-        if self.current >= 0:
-            return
-        self.current, self.count, self.bytes, self.parts = self.count, self.count + 1, 0, []
-        text = self.u.text[mark.text_start:mark.text_end].strip() if mark is not None else ""
-        if self.c.stream_audio:
-            self.encoder = audio.make_encoder(self.c.spec, self.s.st.native_rate, self.s.st.native_channels,
-                                              streaming=True)
-        await self.s.send({"type": "audio.start", "utterance_index": self.u.index, "sentence_index": self.current,
-                           "sentence_text": text, "format": self.c.spec.format,
-                           "sample_rate": self.c.spec.sample_rate})
-
-    async def emit(self, samples: np.ndarray) -> None:
-        if self.encoder is not None:
-            await self.bytes_out(self.encoder.feed(samples))
-        else:
-            self.parts.append(samples)
-
-    async def bytes_out(self, data: bytes) -> None:
-        if data:
-            self.bytes += len(data)
-            await self.s.send(data)
-
-    async def close(self, failed: bool) -> None:
-        """End the open sentence: its (last) bytes, then audio.done."""
-        if self.current < 0:
-            return
-        if self.encoder is not None:
-            await self.bytes_out(self.encoder.finish())
-            self.encoder = None
-        elif self.parts:
-            whole = np.concatenate(self.parts, axis=1)
-            data = await anyio.to_thread.run_sync(audio.encode_whole, whole, self.c.spec, self.s.st.native_rate)
-            await self.bytes_out(data)
-        await self.s.send({"type": "audio.done", "utterance_index": self.u.index, "sentence_index": self.current,
-                           "total_bytes": self.bytes, "error": failed})
-        self.current = -1
 
 
 @router.websocket("/v1/audio/speech/stream")

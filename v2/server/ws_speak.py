@@ -1,0 +1,138 @@
+"""A speech-stream utterance and its audio out: sentence by sentence as its request's segment marks split it.
+
+Owns: `Utterance` (one open request of a session: the text fed, pieces held for `input.done`, its sender
+task, whether the client has begun it, ended its text or cancelled it), `Sentences` (the audio's chunks split
+at the segments' frames, each sentence framed by `audio.start` and `audio.done`; streamed pcm as it is made,
+else the sentence's whole file in one binary frame), the events that close a cancelled utterance
+(`cancelled_events`: `audio.done` with `"cancelled": true` for the sentence open, then `session.done` with
+`"cancelled": true`), and the two ways a send ends the sender: `Cancelled` (the utterance was cancelled:
+nothing more of it goes out) and `Gone` (the client has left).
+Must not know: the WebSocket, the session's config beyond its output, the engine, how formats are encoded
+(audio.py), how the text is cut (the family).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import anyio
+import numpy as np
+
+from v2.server import audio
+from v2.server.ws_config import Config
+
+
+class Cancelled(Exception):
+    """The utterance was cancelled (`input.cancel`): the send was not made, nor will any other of it be."""
+
+
+class Gone(Exception):
+    """The client has left: the connection is closed."""
+
+
+@dataclass
+class Utterance:
+    index: int
+    handle: Any
+    text: str = ""            # what was fed (the marks' spans index into it)
+    held: list[str] = field(default_factory=list)  # pieces waiting for input.done (not fed as written)
+    sender: asyncio.Task[None] | None = None
+    out: Sentences | None = None
+    silent: bool = False      # withdrawn or idle before the client began it: nothing is sent for it
+    ended: bool = False       # input.done taken: its text is complete
+    cancelled: bool = False   # input.cancel taken: nothing more of it is sent
+    refused: bool = False     # its text's end was refused (said already): it ended at once
+
+    @property
+    def begun(self) -> bool:
+        """The client has begun it: text was given or its text was ended."""
+        return bool(self.text or self.held) or self.ended
+
+
+Send = Callable[[dict[str, Any] | bytes, Utterance], Awaitable[None]]  # raises Cancelled or Gone
+
+
+class Sentences:
+    """Splits an utterance's audio at its segments' frames into sentences, each framed by audio.start/done."""
+
+    def __init__(self, send: Send, u: Utterance, config: Config, hop: int, native_rate: int,
+                 native_channels: int) -> None:
+        self.send, self.u, self.c = send, u, config
+        self.hop, self.native_rate, self.native_channels = hop, native_rate, native_channels
+        self.frames = 0          # frames of audio seen so far
+        self.current = -1        # the sentence open now (-1: none)
+        self.count = 0           # sentences begun
+        self.bytes = 0
+        self.parts: list[np.ndarray] = []
+        self.encoder: audio.Encoder | None = None
+
+    async def chunk(self, samples: np.ndarray) -> None:
+        hop = self.hop
+        n, pos = samples.shape[1] // hop, 0
+        while pos < n:
+            marks = self.u.handle.marks()
+            index = self.current if self.current >= 0 else self.count
+            mark = marks[index] if index < len(marks) else None
+            end = mark.frame_end if mark is not None and mark.frame_end is not None else None
+            if end is not None and end <= self.frames:  # the open sentence ended exactly here
+                await self.close(False)
+                continue
+            take = n - pos if end is None else min(n - pos, end - self.frames)
+            await self.open(mark)
+            await self.emit(samples[:, pos * hop:(pos + take) * hop])
+            pos += take
+            self.frames += take
+            if end is not None and self.frames >= end:
+                await self.close(False)
+
+    async def open(self, mark: Any) -> None:
+        if self.current >= 0:
+            return
+        text = self.u.text[mark.text_start:mark.text_end].strip() if mark is not None else ""
+        await self.send({"type": "audio.start", "utterance_index": self.u.index, "sentence_index": self.count,
+                         "sentence_text": text, "format": self.c.spec.format,
+                         "sample_rate": self.c.spec.sample_rate}, self.u)
+        self.current, self.count, self.bytes, self.parts = self.count, self.count + 1, 0, []
+        if self.c.stream_audio:
+            self.encoder = audio.make_encoder(self.c.spec, self.native_rate, self.native_channels, streaming=True)
+
+    async def emit(self, samples: np.ndarray) -> None:
+        if self.encoder is not None:
+            await self.bytes_out(self.encoder.feed(samples))
+        else:
+            self.parts.append(samples)
+
+    async def bytes_out(self, data: bytes) -> None:
+        if data:
+            await self.send(data, self.u)
+            self.bytes += len(data)
+
+    async def close(self, failed: bool) -> None:
+        """End the open sentence: its (last) bytes, then audio.done."""
+        if self.current < 0:
+            return
+        if self.encoder is not None:
+            await self.bytes_out(self.encoder.finish())
+            self.encoder = None
+        elif self.parts:
+            whole = np.concatenate(self.parts, axis=1)  # [channels, samples]
+            self.parts = []
+            data = await anyio.to_thread.run_sync(audio.encode_whole, whole, self.c.spec, self.native_rate)
+            await self.bytes_out(data)
+        await self.send({"type": "audio.done", "utterance_index": self.u.index, "sentence_index": self.current,
+                         "total_bytes": self.bytes, "error": failed}, self.u)
+        self.current = -1
+
+
+def cancelled_events(u: Utterance) -> list[dict[str, Any]]:
+    """What closes a cancelled utterance for its client: `audio.done` (`"cancelled": true`) for the sentence
+    open, if one is, then `session.done` (`"cancelled": true`)."""
+    out, events = u.out, []
+    if out is not None and out.current >= 0:
+        events.append({"type": "audio.done", "utterance_index": u.index, "sentence_index": out.current,
+                       "total_bytes": out.bytes, "error": False, "cancelled": True})
+    events.append({"type": "session.done", "utterance_index": u.index,
+                   "total_sentences": 0 if out is None else out.count, "cancelled": True})
+    return events
