@@ -24,6 +24,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value <= 86400:  # NaN and inf fail too
+        raise argparse.ArgumentTypeError(f"must lie in (0, 86400] seconds, got {text}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--card", default=DEFAULT_CARD, help="card name in cards/ or a path to a card file")
     p.add_argument("--checkpoint", default=None, help="model checkpoint directory (overrides the card's)")
@@ -48,6 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch-items", type=_positive, default=32,
                    help="the most items one POST /v1/audio/speech/batch may hold; more get 400 naming `items` "
                         "(with --max-input-chars and --max-body-mb: what one batch may cost)")
+    p.add_argument("--ws-config-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="a /v1/audio/speech/stream connection that sends no session.config within this is sent an "
+                        "error (code config_timeout) and closed (default: 30)")
     p.add_argument("--allowed-local-media-path", type=Path, default=None,
                    help="folder that file:// reference audio may be read from (default: none)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])

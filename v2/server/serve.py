@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
                                        openai_aliases=not args.no_openai_aliases, api_key=args.api_key or None,
                                        max_body_bytes=int(args.max_body_mb * 2**20),
                                        max_input_chars=args.max_input_chars,
+                                       ws_config_timeout_s=args.ws_config_timeout,
                                        max_batch_items=args.max_batch_items,
                                        allowed_media_path=args.allowed_local_media_path,
                                        allowed_origins=tuple(args.allow_origin or ()),
