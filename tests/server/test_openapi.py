@@ -21,6 +21,7 @@ from v2.server.audio import CONTENT_TYPES
 from v2.server.schema import SpeechBody
 
 SPEECH = "/v1/audio/speech"
+BATCH = "/v1/audio/speech/batch"
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,13 @@ def test_the_schema_describes_the_speech_body_its_audio_and_every_error(live):
     assert set(speech["responses"]["200"]["content"]) == set(CONTENT_TYPES.values()) | {"text/event-stream"}
     assert {"400", "401", "403", "404", "413", "415", "429", "500", "503"} <= set(speech["responses"])
     assert {"400", "409"} <= set(spec["paths"]["/v1/audio/voices"]["post"]["responses"])
+    form = spec["paths"]["/v1/audio/voices"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert "speaker_embedding" in _schema_of(spec, form)["properties"]
+    batch = spec["paths"][BATCH]["post"]
+    assert batch["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SpeechBatchBody"}
+    batch_body = spec["components"]["schemas"]["SpeechBatchBody"]
+    assert set(batch_body["properties"]) == set(SpeechBody.model_fields) | {"items"} and batch_body["required"] == ["items"]
+    assert {"200", "400", "415"} <= set(batch["responses"])
     for path, item in spec["paths"].items():
         for method, op in item.items():
             assert "422" not in op["responses"], (method, path)  # validation errors are answered as 400
@@ -138,6 +146,10 @@ def test_each_error_status_is_answered_as_declared(live):
         ("POST", SPEECH, {"content": b" " * (17 * 2**20), "headers": json_type}, 413),
         ("POST", SPEECH, {"content": b"{}", "headers": {"content-type": "text/plain"}}, 415),
         ("POST", "/v1/audio/voices", {"data": {"name": "x"}}, 400),
+        ("POST", "/v1/audio/voices", {"data": {"name": "x", "speaker_embedding": "[0.5]"}}, 400),
+        ("POST", BATCH, {"json": {"max_frames": 4, "items": [{"input": TEXT}, {"input": TEXT, "speed": 2.0}]}}, 200),
+        ("POST", BATCH, {"json": {"items": []}}, 400),
+        ("POST", BATCH, {"content": b"{}", "headers": {"content-type": "text/plain"}}, 415),
         ("DELETE", "/v1/audio/voices", {}, 400),
         ("DELETE", "/v1/audio/voices/{name}", {"url": "/v1/audio/voices/nobody-stored"}, 404),
         ("GET", "/health", {}, 200), ("GET", "/metrics", {}, 200), ("GET", "/v1/models", {}, 200),

@@ -1,7 +1,9 @@
 """What `/openapi.json` publishes: FastAPI's description of the routes, amended to say what the server does.
 
 Owns: the speech request body (`SpeechBody`'s JSON schema, `application/json`), the content types of its
-200 (each `response_format`'s, `text/event-stream` for SSE), when it streams, and its headers, the model
+200 (each `response_format`'s, `text/event-stream` for SSE), when it streams, and its headers, the batch's
+body (`SpeechBatchBody`: SpeechBody's fields as defaults and `items`) and its JSON answer, the voice form's
+`speaker_embedding` (FastAPI's form schema), the model
 listing (with `seeded_noise`), the voice listing (both shapes), every error answer of every operation in
 OpenAI's error shape (the gate's: 503 while draining and 500 on every operation, 401 on `/v1/*`, 403 on state-changing methods, 413 where a body is
 taken; the routes' own: 400, 404, 409, 415, 429), `/metrics` as Prometheus text, `/health`'s 503; and no 422 (validation errors are answered as 400).
@@ -48,6 +50,26 @@ _VOICES_SCHEMA = {"oneOf": [
 _SPEECH_200 = ("the audio, streamed as it is made in every format (chunked, no Content-Length) unless `stream` is "
                "false: then the whole file, with Content-Length, X-Finish-Reason, X-Audio-Seconds and X-Frames; or "
                "SSE events (`stream_format: sse`), each one `data: {json}` block whose `type` names it")
+_BATCH_RESULT = {
+    "type": "object", "required": ["index", "id", "status"],
+    "properties": {"index": {"type": "integer", "description": "the item's place in `items`"},
+                   "id": {"type": ["string", "null"], "description": "the item's `id`, as given"},
+                   "status": {"enum": ["success", "error"]},
+                   "audio_data": {"type": "string", "contentEncoding": "base64",
+                                  "description": "the whole file in the item's response_format, base64"},
+                   "media_type": {"type": "string"}, "response_format": {"type": "string"},
+                   "sample_rate": {"type": "integer"}, "channels": {"type": "integer"},
+                   "finish_reason": {"enum": ["stop", "length"]}, "audio_seconds": {"type": "number"},
+                   "frames": {"type": "integer"},
+                   "error": {**_ERROR_SCHEMA["properties"]["error"],  # type: ignore[index]
+                             "description": "why this item failed (`param` names its field); the others ran"}}}
+_BATCH_SCHEMA = {"type": "object", "required": ["id", "object", "results", "total", "succeeded", "failed"],
+                 "properties": {"id": {"type": "string"}, "object": {"enum": ["speech.batch"]},
+                                "results": {"type": "array", "items": _BATCH_RESULT},
+                                "total": {"type": "integer"}, "succeeded": {"type": "integer"},
+                                "failed": {"type": "integer"}}}
+_BATCH_200 = ("every item's result in the order given, once all have ended: its audio (base64, in its "
+              "response_format) or its error in OpenAI's shape; a bad item fails alone")
 _BODY_ERRORS = {400: "a field is invalid (`param` names it), or the body is not a JSON object, or it is nested "
                      "too deep or has too many members"}
 
@@ -56,8 +78,14 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("post", "/v1/audio/speech"): {
         **_BODY_ERRORS, 404: "`model` is not served here", 415: "the body is not application/json",
         429: "the server is busy (see Retry-After)"},
+    ("post", "/v1/audio/speech/batch"): {
+        400: "`items` is missing, empty or over --max-batch-items, a request-level field is invalid (`param` "
+             "names it), or the body is not a JSON object or is too complex",
+        415: "the body is not application/json"},
     ("get", "/v1/audio/voices"): {400: "`legacy` is not a boolean"},
-    ("post", "/v1/audio/voices"): {400: "a form field is missing or invalid, or this runtime has no voice store",
+    ("post", "/v1/audio/voices"): {400: "a form field is missing or invalid (a `speaker_embedding` of the wrong "
+                                        "width or with non-finite values; one this model takes none of), or this "
+                                        "runtime has no voice store",
                                    409: "a voice of that name is stored already"},
     ("delete", "/v1/audio/voices"): {400: "no name given, or this runtime has no voice store",
                                      404: "no stored voice of that name"},
@@ -84,6 +112,18 @@ def amend(spec: dict[str, Any]) -> None:
     body = SpeechBody.model_json_schema(ref_template="#/components/schemas/{model}")
     components.update(body.pop("$defs", {}))
     components["SpeechBody"] = {**body, "title": "SpeechBody"}  # v2.params.SpeechParams, published as the body
+    optional = {k: v for k, v in body.items() if k not in ("required", "title")}
+    components["SpeechBatchItem"] = {
+        **optional, "title": "SpeechBatchItem", "description": "one item: the fields of SpeechBody, each "
+        "overriding the request-level one (`input` where none is given there), and an `id` echoed in its result",
+        "properties": {**optional["properties"], "id": {"type": "string", "description": "echoed in the result"}}}
+    components["SpeechBatchBody"] = {
+        **optional, "title": "SpeechBatchBody", "required": ["items"],
+        "description": "the fields of SpeechBody as every item's defaults (none required) and `items`; a batch "
+                       "answers whole files (`stream: true` and `stream_format` are refused)",
+        "properties": {**optional["properties"], "items": {
+            "type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/SpeechBatchItem"},
+            "description": "the requests, run together; at most the server's --max-batch-items (default 32)"}}}
     for path, item in spec.get("paths", {}).items():
         for method, op in item.items():
             _amend_operation(path, method, op)
@@ -98,6 +138,10 @@ def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:
         media = {t: {"schema": {"type": "string", "format": "binary"}} for t in dict.fromkeys(CONTENT_TYPES.values())}
         media["text/event-stream"] = {"schema": {"type": "string"}}
         responses["200"] = {"description": _SPEECH_200, "content": media, "headers": _AUDIO_HEADERS}
+    elif (method, path) == ("post", "/v1/audio/speech/batch"):
+        op["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/SpeechBatchBody"}}}}
+        responses["200"] = {"description": _BATCH_200, "content": {"application/json": {"schema": _BATCH_SCHEMA}}}
     elif (method, path) == ("get", "/v1/audio/voices"):
         responses["200"] = {"description": "stored voices, then OpenAI's names; `?legacy=true`: the names alone",
                             "content": {"application/json": {"schema": _VOICES_SCHEMA}}}

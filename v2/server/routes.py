@@ -50,7 +50,9 @@ async def list_voices(request: Request, legacy: bool = False) -> dict[str, objec
 @router.post("/v1/audio/voices")
 async def add_voice(request: Request, name: str = Form(...), audio_sample: UploadFile | None = File(None),
                     ref_text: str | None = Form(None), replace: bool = Form(False),
-                    speaker_embedding: str | None = Form(None)) -> dict[str, object]:
+                    speaker_embedding: str | None = Form(None, description=(
+                        "instead of audio_sample: a precomputed speaker embedding, a JSON list of the speaker "
+                        "encoder's width (where the model's voices are one)"))) -> dict[str, object]:
     book = server_state(request).voices
     if not name.strip():
         raise ApiError(400, "name: must not be empty", param="name", code="invalid_value")
