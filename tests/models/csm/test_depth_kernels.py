@@ -88,3 +88,19 @@ def test_predict_codes_takes_the_fused_pass_where_the_kernels_run(other_config, 
     assert torch.equal(got[0][:2], want[0][:2])  # row 2 is padding: its outputs mean nothing
     torch.testing.assert_close(got[1][:2], want[1][:2], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(got[2][:2], want[2][:2], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_the_projected_table_is_each_row_through_the_projection_and_follows_the_weights(other_config):
+    """Rows equal the projection of each table row alone; an in-place change of either weight remakes the table."""
+    dd = Csm.from_seed(other_dims(other_config), seed=6).depth_decoder
+    table, proj = dd.model.embed_tokens.weight, dd.model.inputs_embeds_projector
+    rows = torch.tensor([0, 5, table.shape[0] - 1])
+    first = dd.projected_table()
+    assert first.shape == (table.shape[0], dd.cfg.depth.hidden_size) and dd.projected_table() is first
+    for r in rows.tolist():
+        assert torch.equal(first[r], proj(table[r][None])[0])
+    proj.weight.mul_(2)
+    assert torch.equal(dd.projected_table()[rows], proj(table[rows]))
+    table[5].add_(1)
+    assert torch.equal(dd.projected_table()[5], proj(table[5][None])[0])

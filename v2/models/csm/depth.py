@@ -9,15 +9,16 @@ position p and gives codebook p), the batched incremental pass over B rows with 
 given codes). Where the layers' kernels run (`kernels.inference_kernels`), the per-frame pass is
 `predict_fused`: per layer step one launch each for the attention (`frame_attention` without q/k norms: RoPE,
 the K/V write, attention), the gate/up projection with its activation (`gate_up_swiglu`) and each residual add
-with the norm after it, besides the four matmuls; per codebook the table row, its projection and norm and the
-head's matmul; the Llama-3 RoPE tables made once per device; the raw logits made float32 once per frame.
+with the norm after it, besides the four matmuls; per codebook the head's matmul and the input row with the first
+norm in one launch (`embed_rms_norm_fused` over `projected_table`: the audio table through the input projection,
+made once per weights); the Llama-3 RoPE tables made once per device; the raw logits made float32 once per frame.
 Must not know: how a code is chosen (the caller's `draw`), the backbone's cache, prompts, requests.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Callable, cast
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +27,7 @@ from torch import Tensor, nn
 from v2.models import exact
 from v2.models.csm.config import CsmConfig
 from v2.models.kernels.frame_attention import MAX_FRAME_POSITIONS, frame_attention
-from v2.models.kernels.rms_norm import add_rms_norm_fused, rms_norm_fused
+from v2.models.kernels.rms_norm import add_rms_norm_fused, embed_rms_norm_fused, rms_norm_fused
 from v2.models.kernels.swiglu import gate_up_swiglu
 from v2.models.kv_cache import KVCache
 from v2.models.qwen3 import Qwen3Backbone
@@ -82,6 +83,7 @@ class DepthDecoder(nn.Module):
         self.cfg = cfg
         self.model = DepthDecoderModel(cfg)
         self.codebooks_head = CodebooksHead(cfg)
+        self._projected: tuple[tuple, Tensor] | None = None  # (weights' key, `projected_table`)
 
     @property
     def num_codebooks(self) -> int:
@@ -147,6 +149,8 @@ class DepthDecoder(nn.Module):
         table = m.embed_tokens.weight  # [N V, H]: codebook k's rows are k V .. (k + 1) V - 1
         x = m.inputs_embeds_projector(torch.stack([hidden, F.embedding(c0, table[:v])], dim=1))  # [B, 2, Hd]
         out = _layers(m, x, rms_norm_fused(x, first.weight, first.eps), 0, cache, cos, sin)  # [B, Hd]
+        projected = self.projected_table()  # [N V, Hd]
+        scratch = torch.empty(b, projected.shape[1], dtype=projected.dtype, device=projected.device)  # [B, Hd]
         codes, logits, logprobs = [], [], []
         for k in range(1, n):
             lg = self.codebooks_head(out, k)  # [B, V]
@@ -154,10 +158,20 @@ class DepthDecoder(nn.Module):
             codes.append(code)
             logits.append(lg)
             logprobs.append(lp)
-            if k + 1 < n:
-                x = m.inputs_embeds_projector(F.embedding(code, table[k * v: (k + 1) * v]))[:, None]  # [B, 1, Hd]
-                out = _layers(m, x, rms_norm_fused(x, first.weight, first.eps), k + 1, cache, cos, sin)
+            if k + 1 < n:  # the projected row and the first norm in one launch
+                x, h = embed_rms_norm_fused(code, projected[k * v: (k + 1) * v], scratch, first.weight, first.eps,
+                                            first=True)  # [B, Hd] each
+                out = _layers(m, x[:, None], cast(Tensor, h)[:, None], k + 1, cache, cos, sin)
         return torch.stack(codes, 1), torch.stack(logits, 1).float(), torch.stack(logprobs, 1)
+
+    def projected_table(self) -> Tensor:
+        """[N V, Hd] every row of the audio table through `inputs_embeds_projector` (inference only), made once per
+        value of the two weights and device: a depth step of `predict_fused` reads its input row from it."""
+        table, proj = self.model.embed_tokens.weight, self.model.inputs_embeds_projector.weight
+        key = (table.data_ptr(), table._version, proj.data_ptr(), proj._version, table.device)
+        if self._projected is None or self._projected[0] != key:
+            self._projected = (key, self.model.inputs_embeds_projector(table.detach()).contiguous())
+        return self._projected[1]
 
     def teacher_inputs(self, hidden: Tensor, codes: Tensor) -> Tensor:
         """[h, E[c_0], E[V + c_1], ..., E[(N-2) V + c_(N-2)]]: [B, N, H] before the projection.
