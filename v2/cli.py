@@ -1,5 +1,5 @@
 """Command line: `v2 synth "text" -o out.wav` speaks a text through the runtime (a cloned voice with
-`--reference speaker.wav` or `--voice NAME`); `v2 voices add|list|remove` manages stored voices (the card,
+`--reference speaker.wav` or `--voice NAME`; many texts together with `--batch items.jsonl -o DIR`: v2/cli_batch.py); `v2 voices add|list|remove` manages stored voices (the card,
 checkpoint and store options before or after the action); `v2 cards` lists the cards; `v2 serve` serves the runtime over HTTP (v2/server). `python -m v2` is the same command.
 
 Owns: the options (every default shown by --help), the text (the argument, a file or stdin), checking
@@ -166,6 +166,10 @@ def _text(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _synth(args: argparse.Namespace) -> int:
+    if args.batch is not None:
+        from v2.cli_batch import run_batch
+
+        return run_batch(args)
     from v2.audiofile import AudioWriter, write_audio
 
     # relative to the caller's directory (as typed in errors; reported absolute); a folder the user named is

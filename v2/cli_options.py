@@ -159,6 +159,12 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--codes-out", default=None,
                    help="also write the codes as .npy, [F, G]: G codes per frame, as the card's codec has them "
                         "(default: none)")
+    p.add_argument("--batch", default=None, metavar="ITEMS.JSONL",
+                   help="speak many texts together: one JSON object a line, each setting these options by name "
+                        "(text required; e.g. {\"text\": \"...\", \"seed\": 3, \"voice\": \"v\"}) over the ones "
+                        "given here, with an optional id or name for its file and a format; -o is then a folder, "
+                        "the files named ID.FORMAT or by the item's index (000.wav, ...); a bad line is reported "
+                        "with its line number while the others are written, and the exit code is 1 (default: none)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line (default: off)")
 
 

@@ -43,6 +43,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "--checkpoint": (["--checkpoint", "{tmp}/missing"], "error: checkpoint directory not found: {tmp}/missing"),
     "--codec-checkpoint": (["--codec-checkpoint", "{tmp}/gone"], "error: checkpoint directory not found: {tmp}/gone"),
     "--device": (["--device", "meta"], "error: --device 'meta': the runtime runs on cpu or cuda"),
+    "--batch": (["--batch", "{tmp}/none.jsonl", "-o", "{tmp}"], "error: --batch {tmp}/none.jsonl: cannot be read"),
 }
 # options whose every value is usable: a voice store folder is made when first written
 NO_BAD_VALUE = {"--voices-dir"}
@@ -63,7 +64,7 @@ def test_a_bad_value_names_the_option(option, tmp_path, capsys):
     sf.write(tmp_path / "noise.wav", 0.1 * np.sin(np.arange(48000) / 10.0), 48000)
     args, expected = CASES[option]
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    text = [] if option in ("text", "--text-file") else ["Hi."]
+    text = [] if option in ("text", "--text-file", "--batch") else ["Hi."]
     out = [] if option == "--out" else ["-o", str(tmp_path / "x.wav")]
     try:
         rc = main(["synth", *(argv if option == "text" else text), *out, "-q", "--voices-dir", str(tmp_path / "v"),
