@@ -14,10 +14,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from v2.params import ContextTurn, SpeechParams
 from v2.server.errors import ApiError
 from v2.server.jsonbody import MAX_DEPTH, MAX_MEMBERS, check_shape
 
 KINDS = ("session.config", "input.text", "input.done", "input.cancel", "session.close", "context.append")
+FIELDS = frozenset({"type", "text", "stream_audio", "split_granularity", *SpeechParams.model_fields,
+                    *ContextTurn.model_fields})  # every field a message may have (a refusal names another first)
 
 
 def read_message(raw: str | None, max_bytes: int) -> dict[str, Any]:
@@ -30,9 +33,10 @@ def read_message(raw: str | None, max_bytes: int) -> dict[str, Any]:
         raise ApiError(400, f"message: over the limit of {max_bytes} bytes", param="message",
                        code="request_too_large")
     try:
-        check_shape(raw, known=KINDS, max_depth=MAX_DEPTH, max_members=MAX_MEMBERS)
+        check_shape(raw, known=FIELDS, max_depth=MAX_DEPTH, max_members=MAX_MEMBERS)
     except ApiError as e:
         e.param = e.param if e.param is not None else "message"
+        e.message = e.message.replace("the body has", "the message has")
         e.message = "message:" + e.message[len("body:"):] if e.message.startswith("body:") else e.message
         raise
     try:

@@ -1,0 +1,280 @@
+"""`/v1/audio/speech/stream` under a hostile or careless client, with a real websocket client, on both tiny
+cards (and CSM's where cheap): a config is checked whole before `session.ready` (a refused one gets an
+`error` naming the parameter and the session keeps its previous config, or none); messages are bounded as
+REST bodies are (depth, members) and refused naming the problem, the connection kept; text UTF-8 cannot
+encode (a lone surrogate) is refused naming its field wherever it is, and an utterance ends at once, not at
+the idle timeout; clients that leave abruptly leave no traceback in the server's log; a connection that never
+sends a config is closed after the pre-config timeout. Hypothesis draws config values across their types and
+text pieces of any code points: every message gets an answer and the session stays usable."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from typing import Any, Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as sync_connect
+
+from serverkit import LiveServer, shared_runtime, wait_idle
+from v2.server import ServerConfig
+from wskit import recv_json, server_log, sync_until, until, ws_url
+
+CARDS = ["moss_tts_local_tiny", "qwen3_tts_tiny"]
+
+
+class Live:
+    def __init__(self, card: str, rt: Any, server: LiveServer) -> None:
+        self.card, self.rt, self.server, self.url = card, rt, server, ws_url(server)
+        self.config = {"type": "session.config", "seed": 3, "max_new_tokens": 4, "response_format": "pcm",
+                       **({"voice": "Vivian"} if card == "qwen3_tts_tiny" else {})}
+
+
+@pytest.fixture(scope="module", params=CARDS)
+def live(request) -> Iterator[Live]:
+    from v2.runtime import Runtime
+
+    card = request.param
+    rt = shared_runtime() if card == "moss_tts_local_tiny" else Runtime.from_card(card)
+    try:
+        with LiveServer(rt, ServerConfig.for_card(card)) as server:
+            yield Live(card, rt, server)
+    finally:
+        if rt is not shared_runtime():
+            rt.close()
+
+
+def spoken(ws: Any, text: str = "Still here.") -> list[dict]:
+    """Speak one short utterance over the sync client: its events up to session.done."""
+    ws.send(json.dumps({"type": "input.text", "text": text}))
+    ws.send(json.dumps({"type": "input.done"}))
+    events, _ = sync_until(ws, "session.done")
+    return events
+
+
+# ----- 1. the config, checked whole before session.ready ---------------------------------------------
+BAD_CONFIGS = [  # (raw JSON of the fields, the parameter an error must name)
+    ('"temperature": NaN', "temperature"), ('"temperature": Infinity', "temperature"),
+    ('"top_p": -Infinity', "top_p"), ('"top_p": NaN', "top_p"), ('"top_k": -1', "top_k"),
+    ('"repetition_penalty": NaN', "repetition_penalty"), ('"seed": 1180591620717411303424', "seed"),
+    ('"seed": -1', "seed"), ('"max_new_tokens": 0', "max_new_tokens"),
+    ('"max_new_tokens": 100000000000000000000000', "max_new_tokens"), ('"min_frames": -3', "min_frames"),
+    ('"max_frames": 5, "max_new_tokens": 6', "max_frames"), ('"sample_rate": 1', "sample_rate"),
+    ('"speed": NaN', "speed"), ('"voice": "nobody-by-this-name"', "voice"), ('"instructions": 5', "instructions"),
+    ('"ref_text": "Hi.", "ref_audio": "%s"' % base64.b64encode(b"RIFF\x00\x00\x00\x00WAVEjunkjunk" * 8).decode(),
+     "ref_audio"), ('"ref_text": "Hi.", "ref_audio": "not base64!"', "ref_audio"), ('"language": "\\ud800"', "language"),
+]
+
+
+@pytest.mark.parametrize("fields,param", BAD_CONFIGS, ids=[p for _, p in BAD_CONFIGS])
+def test_a_refused_config_gets_an_error_before_any_ready_and_the_previous_config_stays(live, fields, param):
+    with sync_connect(live.url) as ws:
+        ws.send(f'{{"type": "session.config", {fields}}}')  # before any config: refused, none taken
+        first = json.loads(ws.recv(60))
+        assert first["type"] == "error" and first["param"] == param, first
+        ws.send(json.dumps({"type": "input.text", "text": "Hi."}))
+        assert json.loads(ws.recv(60))["param"] == "type"  # still no config
+        ws.send(json.dumps({**live.config, "response_format": "wav"}))
+        assert json.loads(ws.recv(60))["format"] == "wav"
+        ws.send(f'{{"type": "session.config", "response_format": "pcm", {fields}}}')  # refused: wav stays
+        again = json.loads(ws.recv(60))
+        assert again["type"] == "error" and again["param"] == param, again
+        events = spoken(ws)
+    assert [e["type"] for e in events] == ["audio.start", "audio.done", "session.done"], events
+    assert events[0]["format"] == "wav"
+    wait_idle(live.rt)
+
+
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**80, max_value=2**80),
+                   st.floats(allow_nan=True, allow_infinity=True), st.text(st.characters(codec=None), max_size=8),
+                   st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+KEYS = ["temperature", "top_p", "top_k", "repetition_penalty", "seed", "max_new_tokens", "min_new_tokens",
+        "max_frames", "min_frames", "voice", "instructions", "language", "response_format", "speed", "sample_rate",
+        "stream_audio", "split_granularity", "ref_audio", "ref_text", "x_vector_only_mode", "context", "model",
+        "stream", "stream_format", "input", "a_field_nobody_knows"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_any_config_value_gets_ready_or_an_error_naming_it_and_the_session_stays_usable(live, data):
+    values = data.draw(st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=3))
+    raw = json.dumps({"type": "session.config", **values}, allow_nan=True)
+    with sync_connect(live.url) as ws:
+        ws.send(json.dumps({**live.config, "response_format": "wav"}))
+        assert json.loads(ws.recv(60))["type"] == "session.ready"
+        ws.send(raw)
+        answer = json.loads(ws.recv(60))
+        assert answer["type"] in ("session.ready", "error"), answer
+        if answer["type"] == "error":
+            assert answer["param"] in values, (values, answer)
+            ws.send(json.dumps({"type": "input.text", "text": "Hi."}))  # the previous config speaks
+            ws.send(json.dumps({"type": "input.done"}))
+            events, _ = sync_until(ws, "session.done")
+            assert events[0]["format"] == "wav", events
+    wait_idle(live.rt)
+
+
+# ----- 2. bounds on a message --------------------------------------------------------------------------
+HUGE = [("[" * 100_000 + "]" * 100_000, "message", "too_complex"),
+        ('{"type": "session.config", "context": ' + "[" * 5000 + "]" * 5000 + "}", "context", "too_complex"),
+        ('{"type": "input.text", "text": "a", ' + ", ".join(f'"k{i}": {i}' for i in range(2000)) + "}", None,
+         "too_complex"),
+        ('{"type": "input.text", "text": ' + "[1," * 300 + "1" + "]" * 300 + "}", "text", "too_complex"),
+        ('{"type": "input.text", "text": 1' + "0" * 5000 + "}", "message", "invalid_json"),
+        ('{"type": "input.text", "text": "\\ud800"}', "text", "invalid_value"),
+        ('{"type": "input.text", "\\udfff": 1}', "\udfff", "invalid_value"),
+        ('{"type": "input.text", "text": "x"', "message", "invalid_json"), ("null", "message", "invalid_json")]
+
+
+def test_oversized_deep_and_broken_messages_get_an_error_naming_the_problem_and_keep_the_connection(live):
+    with server_log() as log, sync_connect(live.url, max_size=None) as ws:
+        answers = []
+        for raw, _, _ in HUGE:
+            ws.send(raw)
+            answers.append(json.loads(ws.recv(60)))
+        ws.send(json.dumps(live.config))
+        assert json.loads(ws.recv(60))["type"] == "session.ready"
+        events = spoken(ws)
+    for (raw, param, code), a in zip(HUGE, answers):
+        assert a["type"] == "error" and a["code"] == code, (raw[:60], a)
+        if param is not None:
+            assert a["param"] == param, (raw[:60], a)
+        else:
+            assert a["param"] and a["param"].startswith("k"), a
+    assert events[-1]["type"] == "session.done"
+    assert log.tracebacks() == []
+
+
+# ----- 3. text that cannot be encoded ------------------------------------------------------------------
+PIECES = st.lists(st.text(st.characters(codec=None), min_size=1, max_size=6), min_size=1, max_size=5)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pieces=PIECES)
+def test_pieces_of_any_code_points_are_taken_or_refused_naming_text_and_the_utterance_ends_at_once(live, pieces):
+    """A piece holding a lone surrogate is refused naming `text` (and not taken); the others are taken; the
+    utterance ends at once at input.done (not at the 30 s idle timeout), with the audio of the text taken."""
+    with sync_connect(live.url) as ws:
+        ws.send(json.dumps(live.config))
+        assert json.loads(ws.recv(60))["type"] == "session.ready"
+        taken = ""
+        for piece in pieces:
+            ws.send(json.dumps({"type": "input.text", "text": piece}))
+            bad = any(0xD800 <= ord(c) <= 0xDFFF for c in piece)
+            if bad:
+                err = json.loads(ws.recv(30))
+                assert err["type"] == "error" and err["param"] == "text", err
+            else:
+                taken += piece
+        start = time.monotonic()
+        ws.send(json.dumps({"type": "input.done"}))
+        events, frames = sync_until(ws, "session.done", timeout=20)
+        assert time.monotonic() - start < 20
+    assert [e for e in events if e["type"] == "error"] == []
+    h = live.rt.open({"seed": 3, "max_frames": 4, **({"speaker": "vivian"} if live.card == "qwen3_tts_tiny" else {})})
+    for piece in pieces:
+        if not any(0xD800 <= ord(c) <= 0xDFFF for c in piece):
+            h.feed(piece)
+    h.end_text()
+    ref = h.result(60)  # the runtime's own sentences for the text taken
+    want = [taken[s.text_start:s.text_end].strip() for s in ref.segments if s.frame_end > s.frame_start]
+    assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == want
+    wait_idle(live.rt)
+
+
+def test_a_lone_surrogate_in_the_last_sentence_is_refused_and_the_next_utterance_does_not_stall(live):
+    with sync_connect(live.url) as ws:
+        ws.send(json.dumps(live.config))
+        assert json.loads(ws.recv(60))["type"] == "session.ready"
+        ws.send(json.dumps({"type": "input.text", "text": "Fine. Then \ud800 this."}))
+        err = json.loads(ws.recv(30))
+        ws.send(json.dumps({"type": "input.text", "text": "Fine. Then this."}))
+        start = time.monotonic()
+        first = spoken(ws, "")
+        second = spoken(ws, "And the next one.")
+        took = time.monotonic() - start
+    assert err["type"] == "error" and err["param"] == "text" and "surrogate" in err["message"], err
+    assert first[-1]["type"] == "session.done" and second[-1] == {"type": "session.done", "utterance_index": 1,
+                                                                 "total_sentences": 1}
+    assert took < 20, took  # not the 30 s idle timeout
+    wait_idle(live.rt)
+
+
+def test_csm_refuses_surrogates_and_says_it_speaks_at_input_done():
+    """CSM reads a turn's text whole: session.ready says `incremental: false`; a lone surrogate is refused
+    naming `text`; the rest is spoken at input.done."""
+    from v2.runtime import Runtime
+
+    with Runtime.from_card("csm_tiny") as rt, LiveServer(rt, ServerConfig.for_card("csm_tiny")) as server:
+        with sync_connect(ws_url(server)) as ws:
+            ws.send(json.dumps({"type": "session.config", "seed": 1, "max_new_tokens": 3, "response_format": "pcm",
+                                "voice": "0"}))
+            ready = json.loads(ws.recv(60))
+            ws.send(json.dumps({"type": "input.text", "text": "Hello \udc80 there."}))
+            err = json.loads(ws.recv(30))
+            events = spoken(ws, "Hello there. And more.")
+        wait_idle(rt)
+    assert ready["type"] == "session.ready" and ready["incremental"] is False, ready
+    assert err["param"] == "text", err
+    assert events[-1]["type"] == "session.done", events
+
+
+# ----- 4. clients that leave ---------------------------------------------------------------------------
+def test_clients_that_leave_abruptly_leave_no_traceback(live):
+    async def leave(i: int) -> None:
+        ws = await connect(live.url)
+        await ws.send(json.dumps({**live.config, "stream_audio": True, "max_new_tokens": 30}))
+        await recv_json(ws)
+        await ws.send(json.dumps({"type": "input.text", "text": "A sentence to cut short. And another."}))
+        await ws.send(json.dumps({"type": "input.done"}))
+        if i % 2:
+            await until(ws, "audio.start")
+        ws.transport.abort()  # no close frame
+
+    async def go() -> None:
+        await asyncio.gather(*(leave(i) for i in range(20)))
+
+    with server_log() as log:
+        asyncio.run(go())
+        wait_idle(live.rt, timeout=30)
+        time.sleep(0.5)
+    assert log.tracebacks() == []
+    assert sum("left" in r.getMessage() for r in log.records) <= 20
+
+
+# ----- 5. the pre-config timeout -----------------------------------------------------------------------
+def test_a_connection_that_sends_no_config_is_closed_after_the_timeout(live):
+    config = ServerConfig.for_card(live.card, ws_config_timeout_s=0.5)
+    with LiveServer(live.rt, config) as server:
+        async def go() -> tuple[list[dict], float, int | None, dict]:
+            start = time.monotonic()
+            async with connect(ws_url(server)) as ws:
+                await ws.send(json.dumps({"type": "session.config", "temperature": "hot"}))  # refused: no config
+                answers = [await recv_json(ws)]
+                try:
+                    answers.append(await recv_json(ws, 10))
+                    await recv_json(ws, 10)
+                except ConnectionClosed:
+                    pass
+                code = ws.close_code
+            took = time.monotonic() - start
+            async with connect(ws_url(server)) as ws:  # configured in time: not closed
+                await ws.send(json.dumps(live.config))
+                await recv_json(ws)
+                await asyncio.sleep(1.0)
+                await ws.send(json.dumps({"type": "input.text", "text": "Hi."}))
+                await ws.send(json.dumps({"type": "input.done"}))
+                events, _ = await until(ws, "session.done")
+            return answers, took, code, events[-1]
+
+        answers, took, code, done = asyncio.run(go())
+    assert answers[0]["param"] == "temperature"
+    assert answers[1]["type"] == "error" and answers[1]["code"] == "config_timeout", answers
+    assert code == 1008 and took < 5, (code, took)
+    assert done["type"] == "session.done"
