@@ -5,7 +5,7 @@ set it on the CPU, where Triton's interpreter executes them). Everywhere else th
 layers' kernels (norms, RoPE, SwiGLU, the local attention) also need autograd off (`inference_kernels`);
 decode attention and sampling are never differentiated. The kernels live in this package's modules
 (`decode_attention`, `rms_norm`, `layer_norm`, `swiglu`, `qk_rope`, `local_attention`, `frame_attention`,
-`sample`; they take `triton` and `tl` from here); importing this package loads none of them.
+`norm_linear`, `sample`; they take `triton` and `tl` from here); importing this package loads none of them.
 Must not know: what the kernels compute, the model, requests.
 """
 
