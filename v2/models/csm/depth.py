@@ -7,11 +7,12 @@ layers, norm}`, `depth_decoder.codebooks_head.weight` [N-1, H, V]), the input ro
 position p and gives codebook p), the batched incremental pass over B rows with its own per-frame KV cache
 (positions 0..N-1, every row at the same position) and the teacher-forced pass (one causal pass over
 given codes). Where the layers' kernels run (`kernels.inference_kernels`), the per-frame pass is
-`predict_fused`: per layer step one launch each for the attention (`frame_attention` without q/k norms: RoPE,
-the K/V write, attention), the gate/up projection with its activation (`gate_up_swiglu`) and each residual add
-with the norm after it, besides the four matmuls; per codebook the head's matmul and the input row with the first
-norm in one launch (`embed_rms_norm_fused` over `projected_table`: the audio table through the input projection,
-made once per weights); the Llama-3 RoPE tables made once per device; the raw logits made float32 once per frame.
+`predict_fused`: five launches a layer step: the q/k/v matmul with the residual add and the input norm before it
+(`norm_linear`), the attention (`frame_attention` without q/k norms: RoPE, the K/V write, attention), o_proj, the
+gate/up matmul with the add and the norm before it and SwiGLU after it (`norm_linear`), down_proj; per codebook one
+more, the head's matmul with the last add and the final norm before it; a step's input row is read inside the first
+q/k/v launch from `projected_table` (the audio table through the input projection, made once per weights); the
+Llama-3 RoPE tables made once per device; the raw logits made float32 once per frame.
 Must not know: how a code is chosen (the caller's `draw`), the backbone's cache, prompts, requests.
 """
 
@@ -27,8 +28,7 @@ from torch import Tensor, nn
 from v2.models import exact
 from v2.models.csm.config import CsmConfig
 from v2.models.kernels.frame_attention import MAX_FRAME_POSITIONS, frame_attention
-from v2.models.kernels.rms_norm import add_rms_norm_fused, embed_rms_norm_fused, rms_norm_fused
-from v2.models.kernels.swiglu import gate_up_swiglu
+from v2.models.kernels.norm_linear import norm_linear
 from v2.models.kv_cache import KVCache
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.rope import Llama3Scaling, rotate_half_cos_sin
@@ -145,23 +145,21 @@ class DepthDecoder(nn.Module):
             cache = self.allocate_kv(b, dtype=hidden.dtype, device=hidden.device)
         dec, m = self.cfg.depth, self.model
         cos, sin = _frame_rope(dec.head_dim, dec.rope_theta, self.cfg.depth_rope, n, hidden.device)
-        first = m.layers[0].input_layernorm
         table = m.embed_tokens.weight  # [N V, H]: codebook k's rows are k V .. (k + 1) V - 1
         x = m.inputs_embeds_projector(torch.stack([hidden, F.embedding(c0, table[:v])], dim=1))  # [B, 2, Hd]
-        out = _layers(m, x, rms_norm_fused(x, first.weight, first.eps), 0, cache, cos, sin)  # [B, Hd]
+        x, delta = _layers(m, x.reshape(b * 2, -1), b, 2, 0, cache, cos, sin)  # [B 2, Hd] each
+        x, delta = x.view(b, 2, -1)[:, -1], delta.view(b, 2, -1)[:, -1]  # [B, Hd]: the last position's
         projected = self.projected_table()  # [N V, Hd]
-        scratch = torch.empty(b, projected.shape[1], dtype=projected.dtype, device=projected.device)  # [B, Hd]
+        heads = self.codebooks_head.weight  # [N-1, Hd, V]
         codes, logits, logprobs = [], [], []
-        for k in range(1, n):
-            lg = self.codebooks_head(out, k)  # [B, V]
+        for k in range(1, n):  # the last add, the final norm and the head in one launch
+            lg = norm_linear(x, heads[k - 1].t(), m.norm.weight, m.norm.eps, delta=delta, keep_sum=False)[1]  # [B, V]
             code, lp = draw(k, lg)
             codes.append(code)
             logits.append(lg)
             logprobs.append(lp)
-            if k + 1 < n:  # the projected row and the first norm in one launch
-                x, h = embed_rms_norm_fused(code, projected[k * v: (k + 1) * v], scratch, first.weight, first.eps,
-                                            first=True)  # [B, Hd] each
-                out = _layers(m, x[:, None], cast(Tensor, h)[:, None], k + 1, cache, cos, sin)
+            if k + 1 < n:  # the input row read from the projected table inside the first layer's q/k/v launch
+                x, delta = _layers(m, projected[k * v: (k + 1) * v], b, 1, k + 1, cache, cos, sin, rows=code)
         return torch.stack(codes, 1), torch.stack(logits, 1).float(), torch.stack(logprobs, 1)
 
     def projected_table(self) -> Tensor:
@@ -197,17 +195,19 @@ def _frame_rope(head_dim: int, theta: float, scaling: Llama3Scaling | None, posi
     return cos[0], sin[0]
 
 
-def _layers(model: DepthDecoderModel, x: Tensor, h: Tensor, position: int, cache: KVCache, cos: Tensor,
-            sin: Tensor) -> Tensor:
-    """The layers over x [B, T, Hd] (the residual stream at positions position .. position + T - 1; h its first
-    norm) through the kernels: seven launches a layer. Returns the final norm's output at the last position [B, Hd]."""
-    layers, cfg = list(model.layers), model.cfg
-    for i, layer in enumerate(layers):
-        att, mlp = layer.self_attn, layer.mlp
-        heads = frame_attention(att.qkv_proj(h), cfg.num_heads, cfg.num_kv_heads, None, None, 0.0, cos, sin,
+def _layers(model: DepthDecoderModel, x: Tensor, b: int, t: int, position: int, cache: KVCache, cos: Tensor,
+            sin: Tensor, *, rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The layers over the residual stream x [B T, Hd] of B rows at positions position .. position + T - 1 (with
+    `rows` [B]: T = 1 and the stream's rows are x[rows], x a table) through the kernels: five launches a layer, each
+    residual add and the norm after it inside the matmul that reads the norm (`norm_linear`). Returns the stream
+    before the last layer's MLP output is added and that output: [B T, Hd] each (the final norm is the head's)."""
+    cfg, delta = model.cfg, None
+    for i, layer in enumerate(model.layers):
+        att, mlp, norm, post = layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm
+        s, qkv = norm_linear(x, att.qkv_proj.weight, norm.weight, norm.eps, delta=delta, rows=rows if i == 0 else None)
+        heads = frame_attention(qkv.view(b, t, -1), cfg.num_heads, cfg.num_kv_heads, None, None, 0.0, cos, sin,
                                 cache.k[i], cache.v[i], position)  # [B, T, Hq D]
-        post = layer.post_attention_layernorm
-        x, h = add_rms_norm_fused(x, att.o_proj(heads), post.weight, post.eps)
-        after = layers[i + 1].input_layernorm if i + 1 < len(layers) else model.norm
-        x, h = add_rms_norm_fused(x, mlp.down_proj(gate_up_swiglu(h, mlp.gate_up_proj.weight)), after.weight, after.eps)
-    return h[:, -1]
+        s, act = norm_linear(cast(Tensor, s), mlp.gate_up_proj.weight, post.weight, post.eps,
+                             delta=att.o_proj(heads).view(b * t, -1), swiglu=True)  # [B T, Hd], [B T, I]
+        x, delta = cast(Tensor, s), mlp.down_proj(act)  # [B T, Hd] each
+    return x, cast(Tensor, delta)
