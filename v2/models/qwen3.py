@@ -30,9 +30,10 @@ from v2.models.kernels import inference_kernels, kernels_on
 from v2.models.kv_cache import Cache, CacheView, KVCache
 from v2.models.module_list import module_list_of
 from v2.models.kernels.qk_rope import fits as qk_rope_fits, qk_norm_rope_write
+from v2.models.kernels.norm_linear import norm_linear
 from v2.models.kernels.rms_norm import add_rms_norm_fused, rms_norm_fused
 from v2.models.rope import Llama3Scaling, apply_rotate_half, rotate_half_cos_sin
-from v2.models.kernels.swiglu import gate_up_swiglu, silu_mul_fused
+from v2.models.kernels.swiglu import silu_mul_fused
 
 
 class RMSNorm(nn.Module):
@@ -80,16 +81,21 @@ class Qwen3Attention(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, layer: int,
                 view: CacheView | None) -> Tensor:
+        return self.attend(self.qkv_proj(x), cos, sin, mask, layer, view)
+
+    def attend(self, qkv: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, layer: int,
+               view: CacheView | None) -> Tensor:
+        """The rest of `forward` from the fused projection's output qkv [B, T, (Hq + 2 Hkv) D] -> [B, T, H]."""
         cfg = self.cfg
-        b, t, _ = x.shape
-        if view is not None and (self.qk_norm or qk_rope_fits(cfg.head_dim)) and inference_kernels(x.device):
+        b, t, _ = qkv.shape
+        if view is not None and (self.qk_norm or qk_rope_fits(cfg.head_dim)) and inference_kernels(qkv.device):
             kc, vc = view.cache.k[layer], view.cache.v[layer]  # [N + 1, Hkv, S, D]
             # q/k norms (when the stack has them), RoPE and the cache writes in one kernel
             qw, kw = (self.q_norm.weight, self.k_norm.weight) if self.qk_norm else (None, None)
-            q = qk_norm_rope_write(self.qkv_proj(x), cfg.num_heads, cfg.num_kv_heads, qw, kw, cfg.rms_norm_eps, cos,
-                                   sin, kc, vc, view.write_blocks, view.write_pos).transpose(1, 2)  # [B, Hq, T, D]
+            q = qk_norm_rope_write(qkv, cfg.num_heads, cfg.num_kv_heads, qw, kw, cfg.rms_norm_eps, cos, sin, kc, vc,
+                                   view.write_blocks, view.write_pos).transpose(1, 2)  # [B, Hq, T, D]
         else:
-            q, k, v = self.qkv_proj(x).split([n * cfg.head_dim for n in (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads)], -1)
+            q, k, v = qkv.split([n * cfg.head_dim for n in (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads)], -1)
             q = q.view(b, t, cfg.num_heads, cfg.head_dim)  # [B, T, Hq, D]
             k = k.view(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, Hkv, D]
             if self.qk_norm:
@@ -144,15 +150,16 @@ class Qwen3Backbone(nn.Module):
     """Embedding table, decoder layers and final norm (release prefix `transformer.`). With
     `embed_tokens=False` the stack has no token table (a model that builds its input rows itself).
     `qk_norm=False` drops the per-head q/k norms and `rope_scaling` scales the RoPE frequencies
-    (Llama-3): together a Llama decoder. `gate_up_kernel_rows`: where the kernels run, a pass of at most
-    this many rows takes the gate/up projection and its activation in one launch (`_mlp_fused`; 0: never)."""
+    (Llama-3): together a Llama decoder. `norm_linear_rows`: where the kernels run, a pass of at most this
+    many rows (a decode step's) takes each residual add and norm inside the matmul that reads the norm, the
+    gate/up one with its activation (`_run_rows`; 0: never)."""
 
     def __init__(self, cfg: BackboneConfig, *, embed_tokens: bool = True, qk_norm: bool = True,
-                 rope_scaling: Llama3Scaling | None = None, gate_up_kernel_rows: int = 0) -> None:
+                 rope_scaling: Llama3Scaling | None = None, norm_linear_rows: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
         self.rope_scaling = rope_scaling
-        self.gate_up_kernel_rows = gate_up_kernel_rows
+        self.norm_linear_rows = norm_linear_rows
         if embed_tokens:
             self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = module_list_of(Qwen3Layer(cfg, qk_norm) for _ in range(cfg.num_layers))
@@ -209,6 +216,8 @@ class Qwen3Backbone(nn.Module):
 
     def _run_fused(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, view: CacheView | None) -> Tensor:
         """The same layers with each residual add fused into the norm that follows it (one kernel each)."""
+        if x.numel() // x.shape[-1] <= self.norm_linear_rows:
+            return self._run_rows(x, cos, sin, mask, view)
         layers = list(self.layers)
         first = layers[0].input_layernorm
         h = rms_norm_fused(x, first.weight, first.eps)
@@ -216,15 +225,25 @@ class Qwen3Backbone(nn.Module):
             post = layer.post_attention_layernorm
             x, h = add_rms_norm_fused(x, layer.self_attn(h, cos, sin, mask, i, view), post.weight, post.eps)
             after = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
-            x, h = add_rms_norm_fused(x, self._mlp_fused(layer.mlp, h), after.weight, after.eps)
+            x, h = add_rms_norm_fused(x, layer.mlp(h), after.weight, after.eps)
         return h
 
-    def _mlp_fused(self, mlp: Qwen3MLP, h: Tensor) -> Tensor:
-        """The MLP where the kernels run: up to `gate_up_kernel_rows` rows (a decode step's), the gate/up
-        projection and its activation in one launch (`gate_up_swiglu`); else the matmul, then `silu_mul`."""
-        if h.numel() // h.shape[-1] <= self.gate_up_kernel_rows:
-            return mlp.down_proj(gate_up_swiglu(h, mlp.gate_up_proj.weight))
-        return mlp(h)
+    def _run_rows(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, view: CacheView | None) -> Tensor:
+        """The same layers for few rows: the q/k/v matmul with the residual add and the norm before it, and the
+        gate/up matmul with the add and the norm before it and SwiGLU after it, one launch each (`norm_linear`);
+        the last add with the final norm (one kernel)."""
+        b, t, width = x.shape
+        s, delta = x.reshape(b * t, width), None  # [B T, H]
+        for i, layer in enumerate(self.layers):
+            att, mlp, norm, post = layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm
+            s, qkv = norm_linear(s, att.qkv_proj.weight, norm.weight, norm.eps, delta=delta)
+            out = att.attend(qkv.view(b, t, -1), cos, sin, mask, i, view)  # [B, T, H]
+            s, act = norm_linear(s, mlp.gate_up_proj.weight, post.weight, post.eps, delta=out.reshape(b * t, width),
+                                 swiglu=True)  # [B T, H], [B T, I]
+            delta = mlp.down_proj(act)
+        if delta is None:
+            raise ValueError("Qwen3Backbone: a stack without layers")
+        return add_rms_norm_fused(s, delta, self.norm.weight, self.norm.eps)[1].view(b, t, width)
 
 
 @dataclass(frozen=True)

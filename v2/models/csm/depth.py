@@ -19,7 +19,7 @@ Must not know: how a code is chosen (the caller's `draw`), the backbone's cache,
 from __future__ import annotations
 
 import functools
-from typing import Callable, cast
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -207,7 +207,9 @@ def _layers(model: DepthDecoderModel, x: Tensor, b: int, t: int, position: int, 
         s, qkv = norm_linear(x, att.qkv_proj.weight, norm.weight, norm.eps, delta=delta, rows=rows if i == 0 else None)
         heads = frame_attention(qkv.view(b, t, -1), cfg.num_heads, cfg.num_kv_heads, None, None, 0.0, cos, sin,
                                 cache.k[i], cache.v[i], position)  # [B, T, Hq D]
-        s, act = norm_linear(cast(Tensor, s), mlp.gate_up_proj.weight, post.weight, post.eps,
+        x, act = norm_linear(s, mlp.gate_up_proj.weight, post.weight, post.eps,
                              delta=att.o_proj(heads).view(b * t, -1), swiglu=True)  # [B T, Hd], [B T, I]
-        x, delta = cast(Tensor, s), mlp.down_proj(act)  # [B T, Hd] each
-    return x, cast(Tensor, delta)
+        delta = mlp.down_proj(act)  # [B T, Hd]
+    if delta is None:
+        raise ValueError("DepthDecoder: a stack without layers")
+    return x, delta

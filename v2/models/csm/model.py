@@ -28,7 +28,7 @@ from v2.models.kv_cache import Cache, KVCache, PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 
 
-DECODE_ROWS = 64  # where the kernels run, a backbone pass of at most this many rows takes `gate_up_swiglu`
+DECODE_ROWS = 64  # where the kernels run, a backbone pass of at most this many rows takes `norm_linear`
 
 
 class BackboneEmbeddings(nn.Module):
@@ -41,12 +41,12 @@ class BackboneEmbeddings(nn.Module):
 
 class Backbone(Qwen3Backbone):
     """The Llama decoder over rows (no q/k norms, Llama-3 RoPE from the config) and its audio table. Where the
-    kernels run, a decode row takes the fused RoPE + cache write (`qk_rope` without norms), the fused residual add +
-    RMSNorm and, up to `DECODE_ROWS` rows, the gate/up projection with its activation in one launch."""
+    kernels run, a decode row takes the fused RoPE + cache write (`qk_rope` without norms) and, up to `DECODE_ROWS`
+    rows, each residual add and norm inside the matmul that reads the norm (`norm_linear`)."""
 
     def __init__(self, cfg: CsmConfig) -> None:
         super().__init__(cfg.backbone, embed_tokens=False, qk_norm=False, rope_scaling=cfg.backbone_rope,
-                         gate_up_kernel_rows=DECODE_ROWS)
+                         norm_linear_rows=DECODE_ROWS)
         self.embed_tokens = BackboneEmbeddings(cfg)  # type: ignore[assignment]
 
     @property

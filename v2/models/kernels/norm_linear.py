@@ -14,12 +14,26 @@ Must not know: the model.
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import torch
 from torch import Tensor
 
 from v2.models.kernels import tl, triton
 
 BLOCK_N, BLOCK_K = 64, 64  # output columns and reduction slice per program step
+
+
+@overload
+def norm_linear(x: Tensor, weight: Tensor, norm_weight: Tensor, eps: float, *, delta: Tensor | None = None,
+                rows: Tensor | None = None, swiglu: bool = False, keep_sum: Literal[True] = True) -> tuple[Tensor, Tensor]:
+    ...
+
+
+@overload
+def norm_linear(x: Tensor, weight: Tensor, norm_weight: Tensor, eps: float, *, delta: Tensor | None = None,
+                rows: Tensor | None = None, swiglu: bool = False, keep_sum: Literal[False]) -> tuple[None, Tensor]:
+    ...
 
 
 def norm_linear(x: Tensor, weight: Tensor, norm_weight: Tensor, eps: float, *, delta: Tensor | None = None,
