@@ -12,6 +12,8 @@ the audio it still held when the first chunk of each new segment came; the same 
 stream: the gap a segment switch would open
 is heard only if that reaches 0); the time per frame of the chunks that hold a segment switch against the
 other chunks' (the switch's cost: its prefill and the steps without a frame). p50 / p99 over the sessions.
+Then barge-in over the speech stream at each concurrency (opentext_cancel.py, unless `--no-cancel`): the
+time from `input.cancel` to its acknowledgement and to the utterance's last byte.
 Must not know: the engine's internals (it reads chunks, marks and results only).
 """
 
@@ -189,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=30, help="frames each sentence speaks (min = max: a fixed workload)")
     p.add_argument("--tokens-per-s", type=float, default=30.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-cancel", action="store_true", help="skip the barge-in timing over the speech stream")
     args = p.parse_args(argv)
     from v2.runtime import Runtime
 
@@ -211,6 +214,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"{merged['whole_ttfa_p50_s'] * 1e3:.0f} ms; first piece -> audio {merged['open_first_piece_to_audio_p50_s']:.2f} s "
                   f"open vs {merged['whole_first_piece_to_audio_p50_s']:.2f} s whole; underruns {merged['underruns']}",
                   file=sys.stderr)
+            if not args.no_cancel:
+                from v2.bench.opentext_cancel import cancel_sweep
+
+                texts = [reply(args.sentences, args.seed + 500 + i) for i in range(c)]
+                cut = result[f"cancel_c{c}"] = cancel_sweep(rt, c, texts, seed=args.seed, frames=args.frames)
+                print(f"concurrency {c}: input.cancel -> acknowledgement p50 {cut['cancel_to_ack_p50_s'] * 1e3:.0f} ms "
+                      f"(p99 {cut['cancel_to_ack_p99_s'] * 1e3:.0f}), -> last byte p50 "
+                      f"{cut['cancel_to_last_byte_p50_s'] * 1e3:.0f} ms (p99 {cut['cancel_to_last_byte_p99_s'] * 1e3:.0f}); "
+                      f"audio after the acknowledgement: {cut['anything_after_ack']}", file=sys.stderr)
     finally:
         rt.close()
     print(json.dumps(result))
