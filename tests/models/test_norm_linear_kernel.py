@@ -35,7 +35,7 @@ def cases(dtype: torch.dtype, device: str, m: int, k: int, n: int) -> list[tuple
     table, idx = r(3 * m + 5, k), torch.randint(0, 3 * m + 5, (m,), generator=g, device=device)
     s = x + delta
     got_s, got = nlk.norm_linear(x, w, nw, 1e-5, delta=delta)
-    out = [(s, got_s, torch_form(s, w, nw, 1e-5, False), got)]
+    out: list[tuple] = [(s, got_s, torch_form(s, w, nw, 1e-5, False), got)]
     got_s, got = nlk.norm_linear(table, gu, nw, 1e-5, rows=idx, swiglu=True)
     out.append((table[idx], got_s, torch_form(table[idx], gu, nw, 1e-5, True), got))
     none, got = nlk.norm_linear(x, head.t(), nw, 1e-5, keep_sum=False)

@@ -20,8 +20,9 @@ def cached_passes(model, monkeypatch, dtype: torch.dtype) -> list[tuple[torch.Te
     dev = model.device
     prompt = torch.randn(2, 12, h, generator=g).to(dev, dtype)
     step = torch.randn(3, 1, h, generator=g).to(dev, dtype)
-    t = lambda *a: torch.tensor(*a, device=dev)  # noqa: E731
-    runs, triton = [], kernels.triton
+    t = lambda data: torch.tensor(data, device=dev)  # noqa: E731
+    runs: list[tuple[torch.Tensor, ...]] = []
+    triton = kernels.triton
     for on in (False, True):  # off: as without Triton (on CUDA too); on: forced (the interpreter on a CPU)
         monkeypatch.setattr(kernels, "FORCE", on)
         monkeypatch.setattr(kernels, "triton", triton if on else None)
@@ -57,7 +58,7 @@ def no_norm_runs(dtype: torch.dtype, device: str) -> list[tuple[torch.Tensor, ..
     q, k, v = qkv.split([hq * d, hkv * d, hkv * d], -1)
     want_q = apply_rotate_half(q.view(b, t, hq, d).transpose(1, 2), cos, sin).transpose(1, 2)  # [B, T, Hq, D]
     k = apply_rotate_half(k.view(b, t, hkv, d).transpose(1, 2), cos, sin).transpose(1, 2)  # [B, T, Hkv, D]
-    runs = []
+    runs: list[tuple[torch.Tensor, ...]] = []
     for fused in (False, True):
         kc = torch.zeros(4, hkv, 48, d, dtype=dtype, device=device)
         vc = torch.zeros_like(kc)
