@@ -1,6 +1,7 @@
 """Call-invariant arithmetic on the CPU: a row's result never depends on the call it is computed in.
 
-Owns: `linear` / `Linear` (a matmul in fixed-shape, fixed-alignment row tiles), `halving_sum` (a sum whose
+Owns: `linear` / `Linear` (a matmul in fixed-shape, fixed-alignment row tiles; `Tile`, a call site's own
+reused tile for the same calls without the copies), `halving_sum` (a sum whose
 order is fixed by construction: pairwise halves of a power-of-two length), `attention` (softmax attention
 from elementwise products and halving sums, so a query's result does not depend on how many keys are
 masked after its own, on the batch, or on the chunk of queries it is in), and the tail-safe activations
@@ -48,7 +49,7 @@ def _pad_inner(t: Tensor) -> Tensor:
     return t if extra == 0 else F.pad(t, (0, extra))
 
 
-def _aligned_weight(weight: Tensor) -> Tensor:
+def aligned_weight(weight: Tensor) -> Tensor:
     """weight [out, in] with `in` zero-padded to a multiple of ALIGN, contiguous; cached per parameter
     value while autograd is off (a differentiable pass pads it in its graph)."""
     if weight.shape[-1] % ALIGN == 0 and weight.is_contiguous():
@@ -70,7 +71,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, tile: int = TI
         return F.linear(x, weight, bias)
     lead = x.shape[:-1]
     rows = _pad_inner(x.reshape(-1, x.shape[-1]))  # [N, in'] (in' a multiple of ALIGN)
-    w = _aligned_weight(weight)
+    w = aligned_weight(weight)
     n = rows.shape[0]
     if n == tile:
         return F.linear(rows, w, bias).view(*lead, weight.shape[0])
@@ -82,6 +83,38 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, tile: int = TI
         parts.append(F.linear(part, w, bias)[: min(tile, n - s)])
     out = parts[0] if len(parts) == 1 else torch.cat(parts)  # [N, out]
     return out.view(*lead, weight.shape[0])
+
+
+class Tile:
+    """A call site's own zeroed row tile for `linear`'s CPU form without its copies: a caller writes the input
+    into `rows(n)` (rows [:n], columns [:inner]; e.g. as the `out=` of the operation that makes it) and calls
+    `linear(n, weight, bias)`, which runs F.linear on the whole tiles, as `linear` does on its padded copy: the
+    same shape, alignment and bits. Columns past `inner` are never written (they stay zero); rows past n may
+    hold an earlier call's values (a matmul's output row reads only its own input row).
+    Inference only (autograd off): the tile is reused, call after call."""
+
+    def __init__(self, rows: int, inner: int, dtype: torch.dtype, device: torch.device | str,
+                 tile: int = TILE) -> None:
+        if rows < 1 or inner < 1:
+            raise ValueError(f"Tile needs rows >= 1 and inner >= 1, got {rows}, {inner}")
+        self.tile, self.inner = tile, inner
+        self.buf = torch.zeros(-(-rows // tile) * tile, inner + (-inner % ALIGN), dtype=dtype, device=device)
+        self._first = self.buf[:tile]
+        self._rows: dict[int, Tensor] = {}
+
+    def rows(self, n: int) -> Tensor:
+        """The input view [n, inner] (rows of one call)."""
+        if n not in self._rows:
+            self._rows[n] = self.buf[:n, : self.inner]
+        return self._rows[n]
+
+    def linear(self, n: int, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """F.linear of rows [:n] -> [n, out]: one call per `tile` rows (the tiles past n's are not run)."""
+        w = aligned_weight(weight)
+        if n <= self.tile:
+            return F.linear(self._first, w, bias)[:n]
+        parts = [F.linear(self.buf[s : s + self.tile], w, bias) for s in range(0, n, self.tile)]
+        return torch.cat(parts)[:n]  # [n, out]
 
 
 class Linear(nn.Linear):

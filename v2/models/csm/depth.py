@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from v2.models import exact
+from v2.models import exact, frame_stack
 from v2.models.csm.config import CsmConfig
 from v2.models.kernels.frame_attention import MAX_FRAME_POSITIONS, frame_attention
 from v2.models.kernels.norm_linear import norm_linear
@@ -106,6 +106,8 @@ class DepthDecoder(nn.Module):
         False sends a row's writes to the dummy slot (bucket padding). Returns codes [B, N-1] (codebooks
         1..N-1), raw logits [B, N-1, V] float32, logprobs [B, N-1].
         """
+        if frame_stack.fits(self.model, hidden):
+            return self._predict_cpu(hidden, c0, draw, cache)
         b, n = hidden.shape[0], self.num_codebooks
         dev = hidden.device
         if cache is None:
@@ -127,6 +129,36 @@ class DepthDecoder(nn.Module):
                 x = m.inputs_embeds_projector(self.embed(k, code))[:, None]  # [B, 1, Hd]
                 pos = torch.full((b, 1), k + 1, dtype=torch.long, device=dev)
                 out = m.forward_cached(x, cache, slots, pos, ok, k + 2)[:, 0]
+        return torch.stack(codes, 1), torch.stack(logits, 1), torch.stack(logprobs, 1)
+
+    def _predict_cpu(self, hidden: Tensor, c0: Tensor, draw: Draw,
+                     cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
+        """`predict` through `frame_stack.FrameStack` (the same values, few operations a step)."""
+        b, n, v = hidden.shape[0], self.num_codebooks, self.cfg.vocab_size
+        m = self.model
+        stack = frame_stack.FrameStack(m, b, n)
+        table = m.embed_tokens.weight  # [N V, H]: codebook k's rows are k V .. (k + 1) V - 1
+        width, dtype, dev = hidden.shape[-1], hidden.dtype, hidden.device
+        t_in = exact.Tile(2 * b, width, dtype, dev)
+        heads = self.codebooks_head._heads()  # [N-1, V, H']
+        t_head = exact.Tile(b, heads.shape[-1], dtype, dev)
+        proj = m.inputs_embeds_projector.weight
+        rows = t_in.rows(2 * b).view(b, 2, width)
+        rows[:, 0] = hidden
+        torch.index_select(table, 0, c0, out=rows[:, 1])
+        stack.step(t_in.linear(2 * b, proj).view(b, 2, -1), 0, t_head.rows(b)[:, : self.cfg.depth.hidden_size])
+        codes, logits, logprobs = [], [], []
+        for k in range(1, n):
+            lg = t_head.linear(b, heads[k - 1])  # [B, V] float32
+            code, lp = draw(k, lg)
+            codes.append(code)
+            logits.append(lg)
+            logprobs.append(lp)
+            if k + 1 < n:
+                torch.index_select(table[k * v: (k + 1) * v], 0, code, out=t_in.rows(b))
+                stack.step(t_in.linear(b, proj)[:, None], k + 1, t_head.rows(b)[:, : self.cfg.depth.hidden_size])
+        if cache is not None:
+            stack.store(cache, n)
         return torch.stack(codes, 1), torch.stack(logits, 1), torch.stack(logprobs, 1)
 
     @property

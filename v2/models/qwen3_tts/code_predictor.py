@@ -15,12 +15,12 @@ Must not know: how a code is chosen (the caller's `draw`), the talker's cache, p
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Callable, cast
 
 import torch
 from torch import Tensor, nn
 
-from v2.models import exact
+from v2.models import exact, frame_stack
 
 from v2.models.kernels.frame_attention import MAX_POSITIONS, frame_attention
 from v2.models.kernels.rms_norm import add_rms_norm_fused, embed_rms_norm_fused, rms_norm_fused
@@ -71,6 +71,8 @@ class CodePredictor(nn.Module):
         are overwritten). valid [B] False sends a row's writes to the dummy slot (bucket padding).
         Returns codes [B, G-1] (groups 1..G-1), raw logits [B, G-1, V] float32, logprobs [B, G-1].
         """
+        if frame_stack.fits(self.model, hidden):
+            return self._predict_cpu(hidden, first, draw, cache)
         b, g_total = hidden.shape[0], self.cfg.num_code_groups
         dev = hidden.device
         if cache is None:
@@ -91,6 +93,40 @@ class CodePredictor(nn.Module):
                 x = self.small_to_mtp_projection(self.embed(g, code))[:, None]  # [B, 1, Hc]
                 pos = torch.full((b, 1), g + 1, dtype=torch.long, device=dev)
                 out = self.model.forward_cached(x, cache, slots, pos, ok, g + 2)[:, 0]
+        return torch.stack(codes, 1), torch.stack(logits, 1), torch.stack(logprobs, 1)
+
+    def _predict_cpu(self, hidden: Tensor, first: Tensor, draw: Draw,
+                     cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
+        """`predict` through `frame_stack.FrameStack` (the same values, few operations a step)."""
+        b, g_total = hidden.shape[0], self.cfg.num_code_groups
+        stack = frame_stack.FrameStack(self.model, b, g_total)
+        proj = self.small_to_mtp_projection if isinstance(self.small_to_mtp_projection, exact.Linear) else None
+        tables = [e.weight for e in self.model.codec_embedding]
+        width = hidden.shape[-1]
+        dtype, dev = hidden.dtype, hidden.device
+        t_in = exact.Tile(2 * b, width, dtype, dev) if proj is not None else None
+        t_head = exact.Tile(b, self.cfg.hidden_size, dtype, dev)
+        heads = [exact.aligned_weight(cast(exact.Linear, h).weight) for h in self.lm_head]
+        rows = torch.empty(b, 2, width, dtype=dtype, device=dev) if t_in is None else t_in.rows(2 * b).view(b, 2, width)
+        rows[:, 0], rows[:, 1] = hidden, first
+        x = rows if t_in is None or proj is None else t_in.linear(2 * b, proj.weight, proj.bias).view(b, 2, -1)  # [B, 2, Hc]
+        stack.step(x, 0, t_head.rows(b))
+        codes, logits, logprobs = [], [], []
+        for g in range(1, g_total):
+            lg = t_head.linear(b, heads[g - 1])  # [B, V] float32
+            code, lp = draw(g, lg)
+            codes.append(code)
+            logits.append(lg)
+            logprobs.append(lp)
+            if g + 1 < g_total:
+                if t_in is not None and proj is not None:
+                    torch.index_select(tables[g - 1], 0, code, out=t_in.rows(b))
+                    x = t_in.linear(b, proj.weight, proj.bias)[:, None]  # [B, 1, Hc]
+                else:
+                    x = torch.index_select(tables[g - 1], 0, code)[:, None]  # [B, 1, Hc]
+                stack.step(x, g + 1, t_head.rows(b))
+        if cache is not None:
+            stack.store(cache, g_total)
         return torch.stack(codes, 1), torch.stack(logits, 1), torch.stack(logprobs, 1)
 
     @property

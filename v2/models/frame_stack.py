@@ -1,0 +1,180 @@
+"""A small decoder's pass over one frame's positions on the CPU: `Qwen3Backbone`'s layers, position after position,
+in the exact forms' values (v2/models/exact.py) at a fraction of their operations.
+
+A shared building block: the per-frame inner loops (Qwen3-TTS's code predictor, CSM's depth decoder) run a few-layer
+decoder over positions 0..P-1 of each frame, one position a step, where per-step Python and operation count are
+the cost. `FrameStack` makes, once per frame, every buffer a step writes: K [B, Hkv, P', D] and V with a column of
+ones [B, Hkv, P', D + 1] per layer (P' = P rounded up to a power of two; the positions past the current one are
+masked), the `exact.Tile`s the projections read (each norm, the attention and the activation write their result
+into the next projection's tile: no copies), the RoPE rows of the frame's positions (each made as a lone position's
+`rotate_half_cos_sin` row) and the additive causal masks. A step is `Qwen3Layer`'s arithmetic in its order:
+RMSNorm (float32, `sqrt`), the fused projections through `exact.Tile.linear` (one tile shape and alignment for
+every row, as `exact.linear`), q/k norms over q and k at once, rotate-half RoPE (the half swap as one `flip`, its
+sign folded into the sin row: the same products), the attention as `exact.attention` computes it for a query that
+sees keys 0..p (products summed over D, the row max, exp, and one halving sum over the P' keys of both the
+weighted values and the weights, through the ones column; the masked keys add exact zeros), SiLU as `exact.silu`.
+So every value equals the generic pass's (`Qwen3Backbone.forward_cached` over a `KVCache`) bit for bit, whatever
+the batch (tests/models/test_frame_stack.py holds it to that).
+Float32 only (the caller keeps the generic pass for other dtypes); inference only.
+Must not know: heads, embeddings, draws, what a position holds; caches outside the frame.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from v2.models import exact
+from v2.models.kv_cache import KVCache
+from v2.models.qwen3 import Qwen3Backbone
+from v2.models.rope import Llama3Scaling, rotate_half_cos_sin
+
+
+def fits(model: Qwen3Backbone, x: Tensor) -> bool:
+    """Whether `FrameStack` serves `model` for rows like x: on the CPU, float32, autograd off."""
+    return exact.on(x) and x.dtype == torch.float32 and not torch.is_grad_enabled()
+
+
+@dataclass(frozen=True)
+class _Layer:
+    norm_in: Tensor
+    eps_in: float
+    qkv: Tensor
+    qk_norm: Tensor | None  # [Hq + Hkv, D]: q_norm's weight for the q heads, k_norm's for the k heads
+    qk_eps: float
+    o: Tensor
+    norm_post: Tensor
+    eps_post: float
+    gate_up: Tensor
+    down: Tensor
+
+
+def _layers(model: Qwen3Backbone) -> list[_Layer]:
+    cfg = model.cfg
+    out = []
+    for layer in model.layers:
+        att, mlp = layer.self_attn, layer.mlp
+        qk, eps = None, 0.0
+        if att.qk_norm:
+            qk = torch.cat([att.q_norm.weight.expand(cfg.num_heads, cfg.head_dim),
+                            att.k_norm.weight.expand(cfg.num_kv_heads, cfg.head_dim)])  # [Hq + Hkv, D]
+            eps = att.q_norm.eps
+        aligned = exact.aligned_weight
+        out.append(_Layer(layer.input_layernorm.weight, layer.input_layernorm.eps, aligned(att.qkv_proj.weight), qk,
+                          eps, aligned(att.o_proj.weight), layer.post_attention_layernorm.weight,
+                          layer.post_attention_layernorm.eps, aligned(mlp.gate_up_proj.weight),
+                          aligned(mlp.down_proj.weight)))
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _rope_rows(head_dim: int, theta: float, scaling: Llama3Scaling | None, positions: int,
+               device: torch.device) -> tuple[Tensor, Tensor]:
+    """cos, signed sin [positions, head_dim] (read-only): row p is `rotate_half_cos_sin` of the lone position p;
+    the sin row's first half negated (rotate-half's -x2 * sin == x2 * -sin, exactly)."""
+    rows = [rotate_half_cos_sin(torch.tensor([[p]], device=device), head_dim, theta, scaling) for p in range(positions)]
+    cos = torch.cat([c[0] for c, _ in rows])  # [P, D]
+    sin = torch.cat([s[0] for _, s in rows])  # [P, D]
+    sin[:, : head_dim // 2] = -sin[:, : head_dim // 2]
+    return cos, sin
+
+
+@functools.lru_cache(maxsize=16)
+def _causal(positions: int, device: torch.device) -> Tensor:
+    """[P, P] float32 (read-only): row p is 0 at keys 0..p and -inf past p."""
+    keys = torch.arange(positions, device=device)
+    return torch.zeros(positions, positions, device=device).masked_fill(keys[None, :] > keys[:, None], -math.inf)
+
+
+def _rms(x: Tensor, weight: Tensor, eps: float, out: Tensor | None = None) -> Tensor:
+    """`qwen3.RMSNorm` of float32 x [..., H] (into `out` when given)."""
+    h = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return torch.mul(weight, h) if out is None else torch.mul(weight, h, out=out)
+
+
+class FrameStack:
+    """One frame of `model`'s layers for `batch` rows over positions 0 .. positions - 1 (module docstring).
+
+    `step(x, position, out)`: x [B, T, H] (float32) the residual stream at positions position .. position + T - 1
+    (consecutive; every earlier position of the frame already stepped) -> the final norm's output at the last
+    position written into out [B, H] (e.g. the next projection's `exact.Tile.rows`)."""
+
+    def __init__(self, model: Qwen3Backbone, batch: int, positions: int, *, max_step: int = 2) -> None:
+        cfg = model.cfg
+        dev, dtype = model.norm.weight.device, torch.float32
+        self.cfg, self.batch = cfg, batch
+        self.layers = _layers(model)
+        self.final_norm, self.final_eps = model.norm.weight, model.norm.eps
+        p2 = 1 << (positions - 1).bit_length()
+        d, hkv = cfg.head_dim, cfg.num_kv_heads
+        self.k = torch.zeros(len(self.layers), batch, hkv, p2, d, dtype=dtype, device=dev)
+        self.v = torch.zeros(len(self.layers), batch, hkv, p2, d + 1, dtype=dtype, device=dev)
+        self.v[..., d] = 1.0  # the weights' own sum rides along the weighted values'
+        self.k_read = [k[:, :, None, None] for k in self.k]  # [B, Hkv, 1, 1, P', D] per layer (broadcast over G, T)
+        self.v_read = [v[:, :, None, None] for v in self.v]  # [B, Hkv, 1, 1, P', D + 1]
+        self.cos, self.sin = _rope_rows(d, cfg.rope_theta, model.rope_scaling, positions, dev)
+        self.mask = _causal(p2, dev)
+        rows = batch * max_step
+        self.t_hidden = exact.Tile(rows, cfg.hidden_size, dtype, dev)
+        self.t_heads = exact.Tile(rows, cfg.num_heads * d, dtype, dev)
+        self.t_mlp = exact.Tile(rows, cfg.intermediate_size, dtype, dev)
+        self.scale = 1.0 / math.sqrt(d)
+        self._views: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
+
+    def _views_of(self, t: int) -> tuple[Tensor, Tensor, Tensor]:
+        """(the norms' output [B, T, H], the attention's output [B, Hkv, G, T, D], the activation's [B T, I]): views of
+        the tiles the projections read, for steps of T positions."""
+        if t not in self._views:
+            cfg, b, n = self.cfg, self.batch, self.batch * t
+            hkv = cfg.num_kv_heads
+            heads = self.t_heads.rows(n).view(b, t, hkv, cfg.num_heads // hkv, cfg.head_dim).permute(0, 2, 3, 1, 4)
+            self._views[t] = (self.t_hidden.rows(n).view(b, t, cfg.hidden_size), heads, self.t_mlp.rows(n))
+        return self._views[t]
+
+    def store(self, cache: KVCache, positions: int) -> None:
+        """Copy K/V of positions 0 .. positions - 1 into slots 0 .. B - 1 of a per-frame `KVCache` (what the
+        generic pass leaves there; a padding row's writes stay in its own slot)."""
+        b, d = self.batch, self.cfg.head_dim
+        cache.k[:, :b, :, :positions] = self.k[:, :, :, :positions]
+        cache.v[:, :b, :, :positions] = self.v[:, :, :, :positions, :d]
+
+    def step(self, x: Tensor, position: int, out: Tensor) -> None:
+        cfg = self.cfg
+        b, t, hdim = x.shape
+        n, d, hq, hkv = b * t, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
+        g, inter, qk_width = hq // hkv, cfg.intermediate_size, (hq + hkv) * cfg.head_dim
+        keys = 1 << (position + t - 1).bit_length()  # the keys read: a power of two past the last position
+        cos, sin = self.cos[position: position + t, None], self.sin[position: position + t, None]  # [T, 1, D]
+        mask = self.mask[position: position + t, :keys]  # [T, K]
+        normed, heads, act = self._views_of(t)
+        th, tm = self.t_hidden, self.t_mlp
+        for i, w in enumerate(self.layers):
+            _rms(x, w.norm_in, w.eps_in, normed)
+            qkv = th.linear(n, w.qkv)  # [N, (Hq + 2 Hkv) D]
+            qk = qkv[:, :qk_width].view(b, t, hq + hkv, d)
+            if w.qk_norm is not None:
+                qk = _rms(qk, w.qk_norm, w.qk_eps)
+            swapped = qk.view(b, t, hq + hkv, 2, d // 2).flip(-2).view(b, t, hq + hkv, d)
+            qk = qk * cos + swapped * sin  # [B, T, Hq + Hkv, D]
+            q = (qk[:, :, :hq] * self.scale).view(b, t, hkv, g, d).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, T, D]
+            self.k[i].narrow(2, position, t).copy_(qk[:, :, hq:].transpose(1, 2))  # [B, Hkv, T, D]
+            self.v[i].narrow(2, position, t).narrow(3, 0, d).copy_(qkv[:, qk_width:].view(b, t, hkv, d).transpose(1, 2))
+            scores = (q[..., None, :] * self.k_read[i][..., :keys, :]).sum(-1) + mask  # [B, Hkv, G, T, K]
+            weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+            acc = weights[..., None] * self.v_read[i][..., :keys, :]  # [B, Hkv, G, T, K, D + 1]
+            while keys > 1:  # exact.halving_sum over the keys: the upper half added to the lower (a sum of two)
+                keys //= 2
+                acc = acc.unflatten(-2, (2, keys)).sum(-3)
+            keys = mask.shape[-1]
+            torch.div(acc[..., 0, :d], acc[..., 0, d:], out=heads)
+            x = x + self.t_heads.linear(n, w.o).view(b, t, hdim)
+            _rms(x, w.norm_post, w.eps_post, normed)
+            gate_up = th.linear(n, w.gate_up)  # [N, 2 I]
+            gate = gate_up[:, :inter]
+            torch.mul(gate / (1.0 + torch.exp(-gate)), gate_up[:, inter:], out=act)  # exact.silu(gate) * up
+            x = x + tm.linear(n, w.down).view(b, t, hdim)
+        _rms(x[:, -1], self.final_norm, self.final_eps, out)
