@@ -10,9 +10,9 @@
 # Output lands in $OUT (or ./out when unset): gpu_tests.log, launches.json, framestep.json, compile.json,
 # serving.json, kv.json, engine.json, qwen_gpu_tests.log, qwen_launches.json, qwen_frames.json, qwen_family_tests.log,
 # qwen_engine.json, qwenstep_tests.log, qwenstep_launches.json, qwen_framestep_1.7b.json, qwen_framestep_0.6b.json,
-# csm_tests.log, csm_launches.json, csm_bench.json.
+# csm_tests.log, csm_launches.json, csm_framestep.json, csm_bench.json.
 # Parts: scripts/gpu_check.sh [tests] [launches] [framestep] [compile] [serving] [kv] [engine] [qwen] [qwenstep] [csm]
-# (default: all ten, about 31 minutes at most by their timeouts; a device call runs at most 10, so split them over
+# (default: all ten, about 34 minutes at most by their timeouts; a device call runs at most 10, so split them over
 # calls when needed). A short first call for the frame step: scripts/gpu_check.sh tests launches framestep (~6
 # minutes); for Qwen3-TTS's fast path: scripts/gpu_check.sh qwenstep (~6 minutes at most).
 set -uo pipefail
@@ -98,10 +98,15 @@ for part in $parts; do
             grep -q '"graph_equals_eager": false' "$OUT/qwen_framestep_$size.json" && status=1
         done ;;
     csm)  # Sesame CSM-1B: the tiny fixture through the runtime on CUDA (greedy codes), graphs == eager, batched ==
-          # alone, Mimi's device path; launches per frame step at the release's dims; the serving bench on csm_tiny
+          # alone, Mimi's device path; launches per frame step at the release's dims; the frame step's milliseconds
+          # per bucket 1/16/64 at the release's dims (random weights, bf16), eager and replayed, with graph == eager;
+          # the serving bench on csm_tiny
         timeout 240 python3 -m pytest -q -m gpu $CSM_GPU_TESTS 2>&1 | tee "$OUT/csm_tests.log" || status=1
         timeout 90 python3 -m v2.bench.launches --family csm --buckets 1 16 64 2>"$OUT/csm_launches.log" \
             | tail -n 1 > "$OUT/csm_launches.json"
+        timeout 150 python3 -m v2.families.csm.bench.framestep --buckets 1 16 64 2>&1 | tee "$OUT/csm_framestep.log"
+        tail -n 1 "$OUT/csm_framestep.log" > "$OUT/csm_framestep.json"
+        grep -q '"graph_equals_eager": false' "$OUT/csm_framestep.json" && status=1
         timeout 150 python3 -m v2.bench --card csm_tiny --device cuda --quick 2>&1 | tee "$OUT/csm_bench.log" || status=1
         tail -n 1 "$OUT/csm_bench.log" > "$OUT/csm_bench.json" ;;
     *) echo "unknown part: $part (tests, launches, framestep, compile, serving, kv, engine, qwen, qwenstep, csm)"; exit 2 ;;
