@@ -4,7 +4,7 @@ MediaSource for mp3 and aac), plays the others once complete, reports exactly th
 made, then offers the whole audio (player, download with the format's file name, waveform; by default a wav
 with its sizes filled in); a seeded card plays 20 dB down with a note while the bytes stay the server's; its
 sampling knobs reach the runtime; a reference recording chosen in the file input clones, is saved as a voice,
-listed, spoken with and deleted."""
+listed, spoken with and deleted; live mode speaks over the speech stream and its Stop cancels the utterance."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 import soundfile as sf
 
 from cdp_pipe import Browser, chromium
-from serverkit import CARD, LiveServer, decode, in_process
+from serverkit import CARD, LiveServer, decode, in_process, wait_idle
 from v2.runtime import Runtime
 from v2.server import ServerConfig
 from v2.server.audio import to_s16
@@ -116,7 +116,7 @@ def test_the_page_is_served_with_its_scripts(live):
     assert 'id="speak"' in page.text and "/static/playground.js" in page.text
     script = httpx.get(live.url + "/static/playground.js")
     assert script.status_code == 200 and "/v1/audio/speech" in script.text
-    for module in ("audio.js", "voices.js", "util.js"):  # the modules it imports, as the browser asks for them
+    for module in ("audio.js", "voices.js", "util.js", "live.js"):  # the modules it imports, as the browser asks
         r = httpx.get(f"{live.url}/static/{module}")
         assert r.status_code == 200 and "javascript" in r.headers["content-type"], module
 
@@ -294,3 +294,29 @@ def test_a_reference_recording_clones_is_saved_listed_spoken_with_and_deleted(li
     assert name not in browser.evaluate(session, "[...document.getElementById('voice').options].map(o => o.value)")
     assert name not in [v["id"] for v in httpx.get(live.url + "/v1/audio/voices").json()["voices"]]
     assert [v.name for v in runtime.voices.list()] == []
+
+
+def test_live_mode_speaks_over_the_stream_and_stop_cancels_the_utterance(live, runtime, browser):
+    """"live" speaks over WS /v1/audio/speech/stream; Stop sends input.cancel: the page sees the utterance's
+    cancelled session.done and the acknowledgement, no audio after them, the runtime holds nothing, and the
+    same socket speaks the next text with the runtime's length."""
+    session = open_page(browser, live.url + "/")
+    browser.evaluate(session, "document.getElementById('live').checked = true")
+    for element, value in {"text": "A long sentence to stop early. " * 4, "seed": 2, "max-frames": 300}.items():
+        set_value(browser, session, element, value)
+    browser.evaluate(session, "document.getElementById('speak').click()")
+    assert browser.wait_for(session, "window.liveLog.includes('binary')", timeout=60)
+    browser.evaluate(session, "document.getElementById('stop').click()")
+    assert browser.wait_for(session, "document.getElementById('status').dataset.state === 'stopped'", timeout=30)
+    assert browser.wait_for(session, "window.liveLog.includes('input.cancelled:cancelled')", timeout=10)
+    log = browser.evaluate(session, "window.liveLog")
+    first = min(i for i, kind in enumerate(log) if kind.endswith(":cancelled"))
+    assert "binary" not in log[first:] and log[-2:] == ["session.done:cancelled", "input.cancelled:cancelled"], log
+    assert log.count("session.ready") == 1
+    wait_idle(runtime, timeout=10)
+    want = in_process(runtime, text="Once more.", seed=2, max_frames=8)
+    set_value(browser, session, "text", "Once more.")
+    set_value(browser, session, "max-frames", 8)
+    state = speak(browser, session)
+    assert state["seconds"] == pytest.approx(want.metrics.audio_seconds, abs=1e-6), state
+    assert browser.evaluate(session, "window.liveLog").count("session.ready") == 2  # the new config, same socket

@@ -6,6 +6,7 @@
 // down, with a note on the page; the bytes offered for download are the server's, unchanged. When a request
 // is done, the whole audio is offered in a player, as a download and as a waveform (audio.js).
 // The sampling knobs left empty keep the card's settings; a reference recording clones (voices.js).
+// "live" speaks over the speech stream instead (live.js), where Stop cancels the utterance (input.cancel).
 // ?text=...&format=...&seed=...&max_frames=...&temperature=...&top_p=...&top_k=...&repetition_penalty=...
 // &voice=...&autorun=1 fills the form and speaks on load.
 "use strict";
@@ -14,6 +15,7 @@ import { $, authHeaders, errorText, setStatus } from "./util.js";
 import { PcmPlayer, StreamPlayer, WholePlayer, channelsOf, decode, howStreamed, setGain, showWhole,
          wavBlob } from "./audio.js";
 import { loadVoices, referenceFields, wireVoices } from "./voices.js";
+import { speakLive, stopLive } from "./live.js";
 
 // [input id, request field = query parameter]: numbers, sent only when filled in
 const KNOBS = [["seed", "seed"], ["max-frames", "max_frames"], ["temperature", "temperature"], ["top-p", "top_p"],
@@ -49,8 +51,9 @@ function labelFormats() {
   }
 }
 
-async function request(format) {
-  const body = { input: $("text").value, response_format: format };
+// The knobs, the voice or the reference recording: the fields a speech body and a stream's config share.
+async function speechFields() {
+  const body = {};
   for (const [id, field] of KNOBS) {
     const value = $(id).value.trim();
     if (value !== "") body[field] = Number(value);
@@ -58,6 +61,11 @@ async function request(format) {
   const reference = await referenceFields();
   if (reference) Object.assign(body, reference);  // cloning from the recording: no stored voice
   else if ($("voice").value) body.voice = $("voice").value;
+  return body;
+}
+
+async function request(format) {
+  const body = { input: $("text").value, response_format: format, ...(await speechFields()) };
   if (howStreamed(format)) body.stream_format = "audio";
   else body.stream = false;  // played once complete: the whole file, whose header lets the decoder trim its delay
   if (format === "pcm") body.sample_rate = 48000;
@@ -186,6 +194,7 @@ async function whole(session, resp, format, stats, t0) {
 }
 
 function stopAll() {
+  stopLive();
   if (current) current.controller.abort();
   if (playing) playing.stop();
   playing = null;
@@ -202,6 +211,10 @@ async function speak() {
   const t0 = performance.now();
   try {
     if (!modelKnown) await loadModel();
+    if ($("live").checked) {
+      await live(stats);
+      return;
+    }
     const resp = await fetch("/v1/audio/speech", {
       method: "POST", signal: session.controller.signal,
       headers: { "Content-Type": "application/json", ...authHeaders() },
@@ -224,6 +237,16 @@ async function speak() {
   } finally {
     if (current === session) current = null;
   }
+}
+
+// Over the speech stream: the sound plays as it arrives; Stop cancels the utterance, the socket stays.
+async function live(stats) {
+  const outcome = await speakLive($("text").value, await speechFields(), stats, show);
+  show(stats);
+  if (outcome.cancelled) setStatus("status", "stopped", "Stopped.");
+  else if (outcome.error) setStatus("status", "error", outcome.error);
+  else if (outcome.closed) setStatus("status", "error", "The speech stream closed.");
+  else setStatus("status", "done", `Done: ${stats.seconds.toFixed(3)} s of audio.`);
 }
 
 $("speak").addEventListener("click", speak);
