@@ -3,16 +3,17 @@ in the exact forms' values (v2/models/exact.py) at a fraction of their operation
 
 A shared building block: the per-frame inner loops (Qwen3-TTS's code predictor, CSM's depth decoder) run a few-layer
 decoder over positions 0..P-1 of each frame, one position a step, where per-step Python and operation count are
-the cost. `FrameStack` makes, once per frame, every buffer a step writes: K [B, Hkv, P', D] and V with a column of
-ones [B, Hkv, P', D + 1] per layer (P' = P rounded up to a power of two; the positions past the current one are
-masked), the `exact.Tile`s the projections read (each norm, the attention and the activation write their result
+the cost. `FrameStack` makes, once per frame, every buffer a step writes: K [P', B, Hkv, D] and V with a column of
+ones [P', B, Hkv, D + 1] per layer (keys outermost; P' = P rounded up to a power of two; the positions past the
+current one are masked), the `exact.Tile`s the projections read (each norm, the attention and the activation write their result
 into the next projection's tile: no copies), the RoPE rows of the frame's positions (each made as a lone position's
 `rotate_half_cos_sin` row) and the additive causal masks. A step is `Qwen3Layer`'s arithmetic in its order:
 RMSNorm (float32, `sqrt`), the fused projections through `exact.Tile.linear` (one tile shape and alignment for
 every row, as `exact.linear`), q/k norms over q and k at once, rotate-half RoPE (the half swap as one `flip`, its
 sign folded into the sin row: the same products), the attention as `exact.attention` computes it for a query that
-sees keys 0..p (products summed over D, the row max, exp, and one halving sum over the P' keys of both the
-weighted values and the weights, through the ones column; the masked keys add exact zeros), SiLU as `exact.silu`.
+sees keys 0..p (products summed over D, the row max, exp, and one halving sum of both the weighted values and
+the weights, through the ones column, over the keys up to the next power of two past p: the masked keys add exact
+zeros), SiLU as `exact.silu`.
 So every value equals the generic pass's (`Qwen3Backbone.forward_cached` over a `KVCache`) bit for bit, whatever
 the batch (tests/models/test_frame_stack.py holds it to that).
 Float32 only (the caller keeps the generic pass for other dtypes); inference only.
@@ -111,13 +112,15 @@ class FrameStack:
         self.final_norm, self.final_eps = model.norm.weight, model.norm.eps
         p2 = 1 << (positions - 1).bit_length()
         d, hkv = cfg.head_dim, cfg.num_kv_heads
-        self.k = torch.zeros(len(self.layers), batch, hkv, p2, d, dtype=dtype, device=dev)
-        self.v = torch.zeros(len(self.layers), batch, hkv, p2, d + 1, dtype=dtype, device=dev)
+        # keys outermost: a halving level adds two contiguous halves
+        self.k = torch.zeros(len(self.layers), p2, batch, hkv, d, dtype=dtype, device=dev)
+        self.v = torch.zeros(len(self.layers), p2, batch, hkv, d + 1, dtype=dtype, device=dev)
         self.v[..., d] = 1.0  # the weights' own sum rides along the weighted values'
-        self.k_read = [k[:, :, None, None] for k in self.k]  # [B, Hkv, 1, 1, P', D] per layer (broadcast over G, T)
-        self.v_read = [v[:, :, None, None] for v in self.v]  # [B, Hkv, 1, 1, P', D + 1]
+        self.k_read = [k[:, :, :, None, None] for k in self.k]  # [P', B, Hkv, 1, 1, D] per layer (broadcast over G, T)
+        self.v_read = [v[:, :, :, None, None] for v in self.v]  # [P', B, Hkv, 1, 1, D + 1]
+        self.v_write = [v[..., :d] for v in self.v]  # [P', B, Hkv, D]
         self.cos, self.sin = _rope_rows(d, cfg.rope_theta, model.rope_scaling, positions, dev)
-        self.mask = _causal(p2, dev)
+        self.mask = _causal(p2, dev).t()[:, None, None, None, :]  # [P', 1, 1, 1, P']: key j, query position p
         rows = batch * max_step
         self.t_hidden = exact.Tile(rows, cfg.hidden_size, dtype, dev)
         self.t_heads = exact.Tile(rows, cfg.num_heads * d, dtype, dev)
@@ -139,8 +142,8 @@ class FrameStack:
         """Copy K/V of positions 0 .. positions - 1 into slots 0 .. B - 1 of a per-frame `KVCache` (what the
         generic pass leaves there; a padding row's writes stay in its own slot)."""
         b, d = self.batch, self.cfg.head_dim
-        cache.k[:, :b, :, :positions] = self.k[:, :, :, :positions]
-        cache.v[:, :b, :, :positions] = self.v[:, :, :, :positions, :d]
+        cache.k[:, :b, :, :positions] = self.k[:, :positions].permute(0, 2, 3, 1, 4)  # [L, B, Hkv, P, D]
+        cache.v[:, :b, :, :positions] = self.v[:, :positions, ..., :d].permute(0, 2, 3, 1, 4)
 
     def step(self, x: Tensor, position: int, out: Tensor) -> None:
         cfg = self.cfg
@@ -149,7 +152,7 @@ class FrameStack:
         g, inter, qk_width = hq // hkv, cfg.intermediate_size, (hq + hkv) * cfg.head_dim
         keys = 1 << (position + t - 1).bit_length()  # the keys read: a power of two past the last position
         cos, sin = self.cos[position: position + t, None], self.sin[position: position + t, None]  # [T, 1, D]
-        mask = self.mask[position: position + t, :keys]  # [T, K]
+        mask = self.mask[:keys, ..., position: position + t]  # [K, 1, 1, 1, T]
         normed, heads, act = self._views_of(t)
         th, tm = self.t_hidden, self.t_mlp
         for i, w in enumerate(self.layers):
@@ -161,16 +164,16 @@ class FrameStack:
             swapped = qk.view(b, t, hq + hkv, 2, d // 2).flip(-2).view(b, t, hq + hkv, d)
             qk = qk * cos + swapped * sin  # [B, T, Hq + Hkv, D]
             q = (qk[:, :, :hq] * self.scale).view(b, t, hkv, g, d).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, T, D]
-            self.k[i].narrow(2, position, t).copy_(qk[:, :, hq:].transpose(1, 2))  # [B, Hkv, T, D]
-            self.v[i].narrow(2, position, t).narrow(3, 0, d).copy_(qkv[:, qk_width:].view(b, t, hkv, d).transpose(1, 2))
-            scores = (q[..., None, :] * self.k_read[i][..., :keys, :]).sum(-1) + mask  # [B, Hkv, G, T, K]
-            weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
-            acc = weights[..., None] * self.v_read[i][..., :keys, :]  # [B, Hkv, G, T, K, D + 1]
-            while keys > 1:  # exact.halving_sum over the keys: the upper half added to the lower (a sum of two)
+            self.k[i][position: position + t] = qk[:, :, hq:].transpose(0, 1)  # [T, B, Hkv, D]
+            self.v_write[i][position: position + t] = qkv[:, qk_width:].view(b, t, hkv, d).transpose(0, 1)
+            scores = (q * self.k_read[i][:keys]).sum(-1) + mask  # [K, B, Hkv, G, T]
+            weights = torch.exp(scores - scores.amax(dim=0, keepdim=True))
+            acc = weights[..., None] * self.v_read[i][:keys]  # [K, B, Hkv, G, T, D + 1]
+            while keys > 1:  # exact.halving_sum over the keys: the upper half added to the lower
                 keys //= 2
-                acc = acc.unflatten(-2, (2, keys)).sum(-3)
-            keys = mask.shape[-1]
-            torch.div(acc[..., 0, :d], acc[..., 0, d:], out=heads)
+                acc = acc[:keys] + acc[keys:]
+            keys = mask.shape[0]
+            torch.div(acc[0, ..., :d], acc[0, ..., d:], out=heads)
             x = x + self.t_heads.linear(n, w.o).view(b, t, hdim)
             _rms(x, w.norm_post, w.eps_post, normed)
             gate_up = th.linear(n, w.gate_up)  # [N, 2 I]
