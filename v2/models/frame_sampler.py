@@ -141,16 +141,20 @@ class FrameSampler:
             return picked[:, 0], torch.zeros(picked.shape[0], device=logits.device)
         width = min(SORT_WIDTH, v)
         z = logits / self.divisor[:, grp, None]                                            # [B, V]
-        top = torch.topk(z, width + 1 if width < v else width, dim=-1)
-        ids, perm = top.indices[:, :width].sort(dim=-1)                                    # ids ascending
-        sorted_z, by_value = top.values[:, :width].gather(1, perm).sort(dim=-1, descending=True, stable=True)
-        order = ids.gather(1, by_value)                                                    # [B, W] stable order
+        # the top W + 1 in no order (topk's own sort costs more than the rest of the draw at one row), then by
+        # value, ties by id: the first W are the candidates (a tie at the W-th value picks other ids than a sorted
+        # topk only where that value is below the drawable edge: never drawn, never in a logprob) and the last
+        # is the value the ties check reads
+        top = torch.topk(z, width + 1 if width < v else width, dim=-1, sorted=False)
+        ids, perm = top.indices.sort(dim=-1)                                               # ids ascending
+        sorted_all, by_value = top.values.gather(1, perm).sort(dim=-1, descending=True, stable=True)
+        order, sorted_z = ids.gather(1, by_value[:, :width]), sorted_all[:, :width]       # [B, W] stable order
         kth = sorted_z.gather(1, self.kth_index[:, grp, None])                            # [B, 1]
         if self.any_no_k[grp]:
             kth = kth.masked_fill(self.no_k[:, grp, None], -math.inf)
         greedy = self.greedy[:, grp, None]                                                 # [B, 1]
         edge = torch.where(greedy, sorted_z[:, :1], kth) if self.any_greedy[grp] else kth  # lowest drawable value
-        if width < v and bool((top.values[:, width:] >= edge).any()):
+        if width < v and bool((sorted_all[:, width:] >= edge).any()):
             return self._fallback(grp, logits)  # ties at that value past the candidates
         kept = sorted_z >= kth                                                             # top-k, [B, W]
         if self.any_p[grp]:
