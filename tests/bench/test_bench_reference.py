@@ -1,5 +1,5 @@
 """The reference comparison's plumbing that runs without a copy of the reference: where it looks (the card's
-family's environment variable), why it skips (no copy, not a copy, a family with no comparison), and
+family's environment variable, else the family's default: CSM's and Qwen3-TTS's tiny fixture checkpoints), why it skips (no copy, not a copy, a family with no comparison), and
 MOSS-TTS-Local's worker's left padding (the reference's processor layout)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from v2.bench import reference
@@ -30,6 +31,25 @@ def test_without_a_reference_copy_the_scenario_is_skipped_with_the_reason(monkey
     monkeypatch.setenv(moss.ENV, str(tmp_path))
     monkeypatch.setenv(moss.PYTHON_ENV, "/some/python")
     assert reference.locate(family, None, None) == (tmp_path, "/some/python", "")
+
+
+@pytest.mark.parametrize("family", ["csm", "qwen3_tts"])
+def test_a_family_with_a_default_reference_runs_it_without_the_flag(family, monkeypatch, tmp_path):
+    hooks = reference.hooks(family)
+    monkeypatch.delenv(hooks.ENV, raising=False)
+    checked: list[Path] = []
+
+    def check(path: Path) -> str:
+        checked.append(path)
+        return ""
+
+    monkeypatch.setattr(hooks, "check", check)
+    path, _, why = reference.locate(family, None, None)
+    assert path == hooks.DEFAULT_REFERENCE and path is not None and path.exists() and why == ""
+    assert checked == [path] and (path / "config.json").exists()  # the tiny fixture's checkpoint
+    monkeypatch.setattr(hooks, "DEFAULT_REFERENCE", tmp_path / "gone")  # a default that is not there: the skip
+    path, _, why = reference.locate(family, None, None)
+    assert path is None and hooks.ENV in why
 
 
 def test_a_family_without_a_comparison_is_skipped_saying_so(monkeypatch):

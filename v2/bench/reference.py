@@ -2,9 +2,10 @@
 
 Owns: the command (`--card NAME|PATH` or `--family NAME`, default the default card's family; `--reference
 DIR`, `--reference-python`, `--frames`, `--batch`, `--repeat`), `locate` (where the family's reference copy
-is: the flag, else the family's environment variable; the skip and its reason where there is none, it is
-not a copy, or the family has no comparison), the table and the JSON line. The scenario itself is the
-family's (its bench package's `reference`: `ENV`, `PYTHON_ENV`, `check`, `compare`;
+is: the flag, else the family's environment variable, else the family's `DEFAULT_REFERENCE` where it names one
+that exists, e.g. the tiny fixture's checkpoint; the skip and its reason where there is none, it is not a copy,
+or the family has no comparison), the table and the JSON line. The scenario itself is the family's (its bench
+package's `reference`: `ENV`, `PYTHON_ENV`, optional `DEFAULT_REFERENCE`, `check`, `compare`;
 v2/bench/family.py): which checkpoint, which sides, how its reference is run.
 Must not know: any family, model or engine internals.
 """
@@ -32,7 +33,8 @@ def locate(family: str, reference: str | None, python: str | None) -> tuple[Path
     py = python or sys.executable
     if found is None:
         return None, py, f"family {family!r} has no reference comparison: skipped"
-    ref = reference or os.environ.get(found.ENV)
+    default = getattr(found, "DEFAULT_REFERENCE", None)  # e.g. a fixture's checkpoint shipped with the tests
+    ref = reference or os.environ.get(found.ENV) or (str(default) if default is not None and default.exists() else None)
     py = python or os.environ.get(found.PYTHON_ENV) or sys.executable
     if not ref:
         return None, py, f"no reference copy given (--reference DIR or ${found.ENV}): skipped"

@@ -1,5 +1,5 @@
 """CSM's frame step against transformers' `CsmForConditionalGeneration.generate` (`python -m v2.bench.reference
---family csm --reference CHECKPOINT`, or `python -m v2.families.csm.bench.reference`, the tiny fixture's
+--family csm [--reference CHECKPOINT]`, or `python -m v2.families.csm.bench.reference`, the tiny fixture's
 checkpoint by default).
 
 Owns: the side-by-side scenario on one checkpoint in the release layout, float32 on the CPU, one intra-op thread
@@ -23,7 +23,8 @@ and ctx prompts equal the stored ones (the fixture was made with transformers 5.
 The reference runs in a child process (`reference_worker.py`) under its own python, so transformers never
 enters this environment (transformers 5.0.0 pins tokenizers and huggingface_hub below the versions v2 uses):
 `--reference-python` or `$V2_CSM_REFERENCE_PYTHON` (`PYTHON_ENV`; default: this one; `v2.bench.reference`'s
-skip check sees only the variable). The checkpoint: `--reference DIR` or `$V2_CSM_REFERENCE` (`ENV`).
+skip check sees only the variable). The checkpoint: `--reference DIR` or `$V2_CSM_REFERENCE` (`ENV`),
+else the tiny fixture's (`DEFAULT_REFERENCE`).
 `check(path)` says why the scenario cannot run (no checkpoint there, or transformers' CSM not importable by the
 reference's python): the command prints that line and skips. The command, the skip and the table are
 `v2.bench.reference`'s; the prompts, the checkpoint copy, the card and the child process are
@@ -47,6 +48,7 @@ from v2.families.csm.bench.reference_setup import (CHECKPOINT, FIXTURE, Referenc
                                                    ops_per_frame, prompts, sampled_settings, without_stop)
 
 ENV, PYTHON_ENV = "V2_CSM_REFERENCE", "V2_CSM_REFERENCE_PYTHON"
+DEFAULT_REFERENCE = CHECKPOINT  # what `v2.bench.reference` runs without --reference or `ENV`
 MODES = ("greedy", "sampled")
 GOALS = {"batch_1": 0.9, "batch_n": 0.8}  # x the reference's time per row-frame (issue 33)
 

@@ -1,5 +1,5 @@
 """Qwen3-TTS's frame step against its reference implementation's `generate` (the `qwen_tts` package of
-QwenLM/Qwen3-TTS; `python -m v2.bench.reference --family qwen3_tts --reference CHECKPOINT`, or `python -m
+QwenLM/Qwen3-TTS; `python -m v2.bench.reference --family qwen3_tts [--reference CHECKPOINT]`, or `python -m
 v2.families.qwen3_tts.bench.reference`, the tiny fixture's checkpoint by default).
 
 Owns: the side-by-side scenario on one checkpoint in the release layout, float32 on the CPU, one intra-op
@@ -24,7 +24,8 @@ stored codes (the fixture was made with QwenLM/Qwen3-TTS at 022e286b98fb).
 The reference runs in a child process (`reference_worker.py`) under its own python, so its dependencies
 (transformers 4.57.3, accelerate, librosa, ...) never enter this environment: `--reference-python` or
 `$V2_QWEN3_TTS_REFERENCE_PYTHON` (`PYTHON_ENV`; default: this one; `v2.bench.reference`'s skip check sees only
-the variable). The checkpoint: `--reference DIR` or `$V2_QWEN3_TTS_REFERENCE` (`ENV`). `check(path)` says why
+the variable). The checkpoint: `--reference DIR` or `$V2_QWEN3_TTS_REFERENCE` (`ENV`),
+else the tiny fixture's (`DEFAULT_REFERENCE`). `check(path)` says why
 the scenario cannot run (no checkpoint there, or `qwen_tts` not importable by the reference's python): the
 command prints that line and skips. The command, the skip and the table are `v2.bench.reference`'s.
 Must not know: model or engine internals (it calls `generate`, `generate_batch`, `Runtime.submit_many`).
@@ -45,6 +46,7 @@ from v2.families.qwen3_tts.bench.reference_setup import (CHECKPOINT, FIXTURE, WO
                                                          fixture_card, ops_per_frame, prompts, settings)
 
 ENV, PYTHON_ENV = "V2_QWEN3_TTS_REFERENCE", "V2_QWEN3_TTS_REFERENCE_PYTHON"
+DEFAULT_REFERENCE = CHECKPOINT  # what `v2.bench.reference` runs without --reference or `ENV`
 MODES = ("greedy", "sampled")
 GOALS = {"batch_1": 0.9, "batch_n": 0.8}  # x the reference's time per row-frame (issue 34)
 
