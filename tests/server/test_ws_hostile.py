@@ -1,5 +1,5 @@
 """`/v1/audio/speech/stream` under a hostile or careless client, with a real websocket client, on both tiny
-cards (and CSM's where cheap): a config is checked whole before `session.ready` (a refused one gets an
+cards and CSM's: a config is checked whole before `session.ready` (a refused one gets an
 `error` naming the parameter and the session keeps its previous config, or none); messages are bounded as
 REST bodies are (depth, members) and refused naming the problem, the connection kept; text UTF-8 cannot
 encode (a lone surrogate) is refused naming its field wherever it is, and an utterance ends at once, not at
@@ -26,14 +26,15 @@ from serverkit import LiveServer, shared_runtime, wait_idle
 from v2.server import ServerConfig
 from wskit import recv_json, server_log, sync_until, until, ws_url
 
-CARDS = ["moss_tts_local_tiny", "qwen3_tts_tiny"]
+CARDS = ["moss_tts_local_tiny", "qwen3_tts_tiny", "csm_tiny"]
+VOICES = {"qwen3_tts_tiny": "Vivian", "csm_tiny": "0"}
 
 
 class Live:
     def __init__(self, card: str, rt: Any, server: LiveServer) -> None:
         self.card, self.rt, self.server, self.url = card, rt, server, ws_url(server)
         self.config = {"type": "session.config", "seed": 3, "max_new_tokens": 4, "response_format": "pcm",
-                       **({"voice": "Vivian"} if card == "qwen3_tts_tiny" else {})}
+                       **({"voice": VOICES[card]} if card in VOICES else {})}
 
 
 @pytest.fixture(scope="module", params=CARDS)
@@ -68,7 +69,8 @@ BAD_CONFIGS = [  # (raw JSON of the fields, the parameter an error must name)
     ('"max_frames": 5, "max_new_tokens": 6', "max_frames"), ('"sample_rate": 1', "sample_rate"),
     ('"speed": NaN', "speed"), ('"voice": "nobody-by-this-name"', "voice"), ('"instructions": 5', "instructions"),
     ('"ref_text": "Hi.", "ref_audio": "%s"' % base64.b64encode(b"RIFF\x00\x00\x00\x00WAVEjunkjunk" * 8).decode(),
-     "ref_audio"), ('"ref_text": "Hi.", "ref_audio": "not base64!"', "ref_audio"), ('"language": "\\ud800"', "language"),
+     "ref_audio"), ('"ref_text": "Hi.", "ref_audio": "not base64!"', "ref_audio"),
+    ('"language": "\\ud800"', "language"),
 ]
 
 
@@ -177,7 +179,8 @@ def test_pieces_of_any_code_points_are_taken_or_refused_naming_text_and_the_utte
         events, frames = sync_until(ws, "session.done", timeout=20)
         assert time.monotonic() - start < 20
     assert [e for e in events if e["type"] == "error"] == []
-    h = live.rt.open({"seed": 3, "max_frames": 4, **({"speaker": "vivian"} if live.card == "qwen3_tts_tiny" else {})})
+    speaker = {"qwen3_tts_tiny": {"speaker": "vivian"}, "csm_tiny": {"speaker": 0}}.get(live.card, {})
+    h = live.rt.open({"seed": 3, "max_frames": 4, **speaker})
     for piece in pieces:
         if not any(0xD800 <= ord(c) <= 0xDFFF for c in piece):
             h.feed(piece)

@@ -12,7 +12,7 @@ import json
 from websockets.asyncio.client import connect
 
 from serverkit import LiveServer, shared_runtime, wait_idle
-from v2.server import ws, ws_speak
+from v2.server import ws, ws_speak, ws_utterances
 from wskit import recv_json, until, ws_url
 
 CONFIG = {"type": "session.config", "max_new_tokens": 6, "response_format": "pcm", "stream_audio": True}
@@ -55,7 +55,7 @@ async def first_of(client: object, *kinds: str) -> str:
 
 def alive(*classes: type) -> int:
     gc.collect()
-    return sum(1 for o in gc.get_objects() if isinstance(o, classes))
+    return sum(1 for o in gc.get_objects() if type(o) in classes)
 
 
 def test_many_sessions_leave_nothing_behind_and_memory_flat():
@@ -73,7 +73,7 @@ def test_many_sessions_leave_nothing_behind_and_memory_flat():
         asyncio.run(run(40, 120))
         wait_idle(rt, timeout=30)
         after = rss_mb()
-        left = alive(ws.Session, ws_speak.Utterance, ws_speak.Sentences)
+        left = alive(ws.Session, ws_utterances.Speaker, ws_speak.Utterance, ws_speak.Sentences)
     print(f"RSS after 40 sessions {warm:.1f} MB, after 160 {after:.1f} MB ({after - warm:+.1f} MB)")
     assert left == 0, f"{left} session objects still alive"
     assert after - warm < 30, (warm, after)

@@ -1,24 +1,29 @@
 """A speech-stream utterance and its audio out: sentence by sentence as its request's segment marks split it.
 
-Owns: `Utterance` (one open request of a session: the text fed, pieces held for `input.done`, its sender
-task, whether the client has begun it, ended its text or cancelled it), `Sentences` (the audio's chunks split
+Owns: `Outbox` (a session's sends: one at a time, none of a cancelled utterance, none once the client has
+left, several together for a cancel's events), `Utterance` (one open request of a session: the text fed,
+pieces held for `input.done`, its sender task, whether the client has begun it, ended its text or cancelled
+it, or its end was refused), `Sentences` (the audio's chunks split
 at the segments' frames, each sentence framed by `audio.start` and `audio.done`; streamed pcm as it is made,
 else the sentence's whole file in one binary frame), the events that close a cancelled utterance
 (`cancelled_events`: `audio.done` with `"cancelled": true` for the sentence open, then `session.done` with
 `"cancelled": true`), and the two ways a send ends the sender: `Cancelled` (the utterance was cancelled:
 nothing more of it goes out) and `Gone` (the client has left).
-Must not know: the WebSocket, the session's config beyond its output, the engine, how formats are encoded
+Must not know: the session's messages in, its config beyond its output, the engine, how formats are encoded
 (audio.py), how the text is cut (the family).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 import anyio
 import numpy as np
+from fastapi import WebSocket
+from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from v2.server import audio
 from v2.server.ws_config import Config
@@ -30,6 +35,9 @@ class Cancelled(Exception):
 
 class Gone(Exception):
     """The client has left: the connection is closed."""
+
+
+LEFT = (WebSocketDisconnect, WebSocketDisconnected, OSError)  # what a send or receive raises once the client left
 
 
 @dataclass
@@ -52,6 +60,45 @@ class Utterance:
 
 
 Send = Callable[[dict[str, Any] | bytes, Utterance], Awaitable[None]]  # raises Cancelled or Gone
+
+
+class Outbox:
+    """A session's sends, one at a time (its lock): a message of a cancelled utterance is not sent (Cancelled),
+    nor any once the client has left (Gone, for every send after the first that found it gone)."""
+
+    def __init__(self, ws: WebSocket) -> None:
+        self.ws = ws
+        self.lock = asyncio.Lock()
+        self.gone = False
+
+    async def send(self, message: dict[str, Any] | bytes, of: Utterance | None = None) -> None:
+        """Send one message; `of`: the utterance it belongs to (Cancelled once that is cancelled)."""
+        async with self.lock:
+            await self._send(message, of)
+
+    async def send_all(self, messages: list[dict[str, Any]]) -> None:
+        """Several messages with nothing between them (after any send under way)."""
+        async with self.lock:
+            for message in messages:
+                await self._send(message, None)
+
+    async def error(self, message: str, param: str | None = None, code: str = "invalid_value",
+                    of: Utterance | None = None) -> None:
+        await self.send({"type": "error", "message": message, "param": param, "code": code}, of)
+
+    async def _send(self, message: dict[str, Any] | bytes, of: Utterance | None) -> None:
+        if of is not None and of.cancelled:
+            raise Cancelled
+        if self.gone:
+            raise Gone
+        try:
+            if isinstance(message, bytes):
+                await self.ws.send_bytes(message)
+            else:
+                await self.ws.send_text(json.dumps(message))
+        except LEFT:
+            self.gone = True
+            raise Gone from None
 
 
 class Sentences:

@@ -1,0 +1,213 @@
+"""A speech-stream session's utterances: opening each one's request, its text in, its end, cancelling it,
+and speaking it.
+
+Owns: `Speaker`, what a session holds of its utterances: the config they are opened with, the utterance
+opened (for text that has not come), being written or being spoken, the conversation (a family that takes
+`context`: earlier turns, each utterance spoken added with its codes, at most `conversation_turns` turns and
+`conversation_seconds` of their audio, and fewer of the oldest while the family refuses them as too long),
+the sender task of each utterance (its audio out: ws_speak.py) and which one is being spoken after its
+`input.done` (`finishing`). Opening a request is the config's last check (the family's own), so a refusal
+here is an `error` and nothing of the session changes.
+Must not know: the WebSocket's messages beyond the ones it is handed, the engine's internals, how formats
+are encoded (audio.py), how the text is cut (the family).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import anyio
+
+from v2.errors import OverloadedError, RequestError
+from v2.params import ResolvedTurn
+from v2.server.conversation import bounded
+from v2.server.errors import runtime_field_error
+from v2.server.state import ServerState
+from v2.server.streaming import GOOD_ENDINGS
+from v2.server.ws_config import Config
+from v2.server.ws_speak import Cancelled, Gone, Outbox, Sentences, Utterance, cancelled_events
+
+log = logging.getLogger("v2.server")
+
+
+class Speaker:
+    def __init__(self, st: ServerState, out: Outbox) -> None:
+        self.st, self.out = st, out
+        self.config: Config | None = None
+        self.utterance: Utterance | None = None  # opened, being written, or being spoken
+        self.count = 0  # utterances begun
+        self.history: list[ResolvedTurn] = []  # the conversation so far (a family that takes context)
+        self.hop = int(round(st.runtime.sample_rate / st.runtime.frame_rate))  # samples per frame
+        self.finishing: asyncio.Task[None] | None = None  # the sender of the utterance being spoken after input.done
+        self.senders: set[asyncio.Task[None]] = set()
+
+    async def end(self) -> None:
+        """The session is over: its requests cancelled (freed at the engine's next step), its senders ended."""
+        if self.utterance is not None:
+            self.utterance.handle.cancel()
+        for task in list(self.senders):
+            task.cancel()
+        if self.senders:
+            await asyncio.gather(*self.senders, return_exceptions=True)
+        self.utterance, self.finishing, self.history = None, None, []
+
+    def bounded(self, turns: list[ResolvedTurn]) -> list[ResolvedTurn]:
+        return bounded(turns, self.st.config.conversation_turns, self.st.config.conversation_seconds,
+                       float(self.st.runtime.frame_rate))
+
+    async def open(self, config: Config,
+                   history: list[ResolvedTurn] | None = None) -> tuple[Any, list[ResolvedTurn]] | None:
+        """The next utterance's request under `config` (opened at once: references encode while its text is
+        written), with the conversation as its context where the family takes one: `history`, a new one, kept
+        only if the family takes it whole; without, the session's, less its oldest turns while the family
+        refuses it as context (grown past the family's own caps). None (an error sent) when refused."""
+        strict = history is not None
+        turns = list(self.history if history is None else history) if config.takes_context else []
+        while True:
+            fields = config.request(tuple(turns) if turns else None)
+            try:
+                handle = await anyio.to_thread.run_sync(lambda: self.st.runtime.open(fields, split=config.split))
+                return handle, turns
+            except RequestError as e:
+                err = runtime_field_error(e, config.names)
+                if turns and not strict and err.param == "context":
+                    turns = turns[1:]
+                    continue
+                await self.out.error(err.message, err.param)
+            except OverloadedError as e:
+                await self.out.error(f"the server is busy: {e}", None, "overloaded")
+            except RuntimeError as e:
+                await self.out.error(f"the runtime is not taking requests: {e}", None, "shutting_down")
+            return None
+
+    def start(self, handle: Any, turns: list[ResolvedTurn]) -> None:
+        """The utterance opened becomes the session's next, its sender started."""
+        self.history = turns
+        handle.on_done(self.st.metrics.observe)
+        u = self.utterance = Utterance(self.count, handle)
+        self.count += 1
+        u.sender = asyncio.create_task(self.speak(u))
+        self.senders.add(u.sender)
+        u.sender.add_done_callback(self.senders.discard)
+
+    async def begin(self) -> Utterance | None:
+        """The session's next utterance: the one opened, else a new one under the config."""
+        u = self.utterance
+        if u is not None and not u.begun and u.handle.done:  # it ended before any text (its idle timeout)
+            self.withdraw()
+            u = None
+        if u is None:
+            assert self.config is not None
+            opened = await self.open(self.config)
+            if opened is None:
+                return None
+            self.start(*opened)
+        return self.utterance
+
+    def withdraw(self) -> None:
+        """The utterance opened for text that has not come: cancelled, nothing sent for it."""
+        u = self.utterance
+        if u is not None:
+            u.silent = True
+            u.handle.cancel()
+            self.utterance = None
+
+    async def text(self, piece: Any) -> None:
+        if not isinstance(piece, str):
+            await self.out.error("text: a string", "text")
+            return
+        u = await self.begin()
+        if u is None:
+            return
+        limit = self.st.config.max_input_chars
+        if len(u.text) + len(piece) > limit:
+            await self.out.error(f"text: the utterance would be {len(u.text) + len(piece)} characters, over the "
+                                 f"limit of {limit}; send input.done", "text", "string_above_max_length")
+            return
+        assert self.config is not None
+        if self.config.feeds_as_written:
+            if not await self.feed(u, piece, False):
+                return
+        else:
+            u.held.append(piece)
+            await self.feed(u, "", False)  # nothing to say yet; the request is not idle
+        u.text += piece
+
+    async def feed(self, u: Utterance, piece: str, end: bool) -> bool:
+        try:
+            await anyio.to_thread.run_sync(lambda: u.handle.end_text() if end else u.handle.feed(piece))
+        except RequestError as e:
+            err = runtime_field_error(e, self.config.names if self.config is not None else None)
+            await self.out.error(err.message, err.param)
+            return False
+        except RuntimeError as e:  # the request has ended (its sender reports why)
+            await self.out.error(f"text: {e}", "text", "ended")
+            return False
+        return True
+
+    async def done(self) -> None:
+        """input.done: the utterance's text is complete; it is spoken while the session reads on (session.done
+        ends it). A text whose end is refused ends the utterance at once (the error, then its session.done)."""
+        u = await self.begin()
+        if u is None:
+            return
+        ok = True
+        if u.held:
+            held, u.held = "".join(u.held), []
+            ok = await self.feed(u, held, False)
+        u.ended = True
+        if not (ok and await self.feed(u, "", True)):
+            u.handle.cancel()  # said already: the sender closes it without another error
+            u.refused = True
+        self.finishing = u.sender
+
+    async def cancel(self) -> None:
+        """input.cancel: the utterance being written or spoken ends now. Its request is cancelled (its slots
+        are freed at the engine's next step), nothing more of it is sent, and its closing events and the
+        acknowledgement go out at once: `audio.done` of the open sentence and `session.done`, both
+        `"cancelled": true`, then `input.cancelled`. With none under way: only `input.cancelled`,
+        `"cancelled": false`."""
+        u = self.utterance
+        if u is None or not u.begun:
+            await self.out.send({"type": "input.cancelled", "utterance_index": None, "cancelled": False})
+            return
+        u.cancelled = True  # from here no send of its sender goes out (they check it under the lock)
+        u.handle.cancel()
+        self.utterance = None
+        if self.finishing is u.sender:
+            self.finishing = None
+        # after any send of its under way: these come after its last byte
+        await self.out.send_all([*cancelled_events(u),
+                                 {"type": "input.cancelled", "utterance_index": u.index, "cancelled": True}])
+
+    async def speak(self, u: Utterance) -> None:
+        """The utterance's audio, sentence by sentence as the handle's marks split it; then session.done. Sends
+        nothing once it is cancelled, nor for one withdrawn or ended before the client began it."""
+        config = self.config
+        assert config is not None
+        out = u.out = Sentences(self.out.send, u, config, self.hop, self.st.native_rate, self.st.native_channels)
+        try:
+            async for chunk in u.handle:
+                await out.chunk(chunk.audio)
+            result = await anyio.to_thread.run_sync(u.handle.result)
+            if u.silent or not u.begun:  # withdrawn, or ended on its own before any text: the next text opens another
+                return
+            failed = result.finish_reason not in GOOD_ENDINGS
+            if not failed and config.takes_context and u.text.strip():  # the next utterance's context
+                codes = result.codes if len(result.codes) else None
+                self.history = self.bounded([*self.history, ResolvedTurn(config.given.speaker, u.text, codes=codes)])
+            await out.close(failed)
+            if failed and not u.refused:
+                await self.out.error(f"the utterance ended with {result.finish_reason}" +
+                                 (f": {result.error}" if result.error else ""), None, result.finish_reason, u)
+            await self.out.send({"type": "session.done", "utterance_index": u.index, "total_sentences": out.count}, u)
+        except (Cancelled, Gone):
+            pass
+        except Exception:  # noqa: BLE001 - a bug of ours: logged; the session goes on
+            log.exception("speech stream: speaking utterance %d failed", u.index)
+        finally:
+            u.handle.cancel()  # the client left, the send failed, it was cancelled: free it (a finished one is left)
+            if self.utterance is u:
+                self.utterance = None
