@@ -12,8 +12,10 @@ RMSNorm (float32, `sqrt`), the fused projections through `exact.Tile.linear` (on
 every row, as `exact.linear`), q/k norms over q and k at once, rotate-half RoPE (the half swap as one `flip`, its
 sign folded into the sin row: the same products), the attention as `exact.attention` computes it for a query that
 sees keys 0..p (products summed over D, the row max, exp, and one halving sum of both the weighted values and
-the weights, through the ones column, over the keys up to the next power of two past p: the masked keys add exact
-zeros), SiLU as `exact.silu`.
+the weights, through the ones column: its first level adds the keys past the lower half to the first of it, as
+`exact.halving_sum` does; the first step's two positions read two keys under an additive causal mask), SiLU as
+`exact.silu`. The attention's operands lead with the query heads of a kv head and the step's positions, so each
+product and sum runs over B Hkv D contiguous values (at 16 rows it is most of a step's arithmetic).
 So every value equals the generic pass's (`Qwen3Backbone.forward_cached` over a `KVCache`) bit for bit, whatever
 the batch (tests/models/test_frame_stack.py holds it to that).
 Float32 only (the caller keeps the generic pass for other dtypes); inference only.
@@ -116,26 +118,32 @@ class FrameStack:
         self.k = torch.zeros(len(self.layers), p2, batch, hkv, d, dtype=dtype, device=dev)
         self.v = torch.zeros(len(self.layers), p2, batch, hkv, d + 1, dtype=dtype, device=dev)
         self.v[..., d] = 1.0  # the weights' own sum rides along the weighted values'
-        self.k_read = [k[:, :, :, None, None] for k in self.k]  # [P', B, Hkv, 1, 1, D] per layer (broadcast over G, T)
-        self.v_read = [v[:, :, :, None, None] for v in self.v]  # [P', B, Hkv, 1, 1, D + 1]
+        # read as [P', G, T, B, Hkv, ...]: the query heads of a kv head and the step's positions lead, so each
+        # product runs over B Hkv D contiguous values
+        self.k_read = [k[:, None, None] for k in self.k]  # [P', 1, 1, B, Hkv, D] per layer
+        self.v_read = [v[:, None, None] for v in self.v]  # [P', 1, 1, B, Hkv, D + 1]
         self.v_write = [v[..., :d] for v in self.v]  # [P', B, Hkv, D]
         self.cos, self.sin = _rope_rows(d, cfg.rope_theta, model.rope_scaling, positions, dev)
-        self.mask = _causal(p2, dev).t()[:, None, None, None, :]  # [P', 1, 1, 1, P']: key j, query position p
+        self.mask = _causal(p2, dev).t()[:, None, :, None, None]  # [P', 1, P', 1, 1]: key j, query position p
         rows = batch * max_step
         self.t_hidden = exact.Tile(rows, cfg.hidden_size, dtype, dev)
         self.t_heads = exact.Tile(rows, cfg.num_heads * d, dtype, dev)
         self.t_mlp = exact.Tile(rows, cfg.intermediate_size, dtype, dev)
         self.scale = 1.0 / math.sqrt(d)
-        self._views: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
+        self._views: dict[int, tuple[Tensor, Tensor, Tensor, Tensor, Tensor]] = {}
 
-    def _views_of(self, t: int) -> tuple[Tensor, Tensor, Tensor]:
-        """(the norms' output [B, T, H], the attention's output [B, Hkv, G, T, D], the activation's [B T, I]): views of
-        the tiles the projections read, for steps of T positions."""
+    def _views_of(self, t: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """For steps of T positions: (the norms' output [B, T, H], the scaled queries [G, T, B, Hkv, D] and the same
+        buffer as [B, T, Hkv, G, D] (where they are written), the attention's output as [G, T, B, Hkv, D], the
+        activation's [B T, I]); the outputs are views of the tiles the projections read."""
         if t not in self._views:
             cfg, b, n = self.cfg, self.batch, self.batch * t
-            hkv = cfg.num_kv_heads
-            heads = self.t_heads.rows(n).view(b, t, hkv, cfg.num_heads // hkv, cfg.head_dim).permute(0, 2, 3, 1, 4)
-            self._views[t] = (self.t_hidden.rows(n).view(b, t, cfg.hidden_size), heads, self.t_mlp.rows(n))
+            hkv, d = cfg.num_kv_heads, cfg.head_dim
+            g = cfg.num_heads // hkv
+            heads = self.t_heads.rows(n).view(b, t, hkv, g, d).permute(3, 1, 0, 2, 4)
+            q = torch.empty(g, t, b, hkv, d, dtype=self.k.dtype, device=self.k.device)
+            self._views[t] = (self.t_hidden.rows(n).view(b, t, cfg.hidden_size), q, q.permute(2, 1, 3, 0, 4), heads,
+                              self.t_mlp.rows(n))
         return self._views[t]
 
     def store(self, cache: KVCache, positions: int) -> None:
@@ -150,10 +158,10 @@ class FrameStack:
         b, t, hdim = x.shape
         n, d, hq, hkv = b * t, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
         g, inter, qk_width = hq // hkv, cfg.intermediate_size, (hq + hkv) * cfg.head_dim
-        keys = 1 << (position + t - 1).bit_length()  # the keys read: a power of two past the last position
+        seen = position + t  # keys 0 .. seen - 1 hold this frame's positions so far
+        keys = 1 << (seen - 1).bit_length()  # the power of two the halving sums pad them to
         cos, sin = self.cos[position: position + t, None], self.sin[position: position + t, None]  # [T, 1, D]
-        mask = self.mask[:keys, ..., position: position + t]  # [K, 1, 1, 1, T]
-        normed, heads, act = self._views_of(t)
+        normed, q, q_written, heads, act = self._views_of(t)
         th, tm = self.t_hidden, self.t_mlp
         for i, w in enumerate(self.layers):
             _rms(x, w.norm_in, w.eps_in, normed)
@@ -163,16 +171,28 @@ class FrameStack:
                 qk = _rms(qk, w.qk_norm, w.qk_eps)
             swapped = qk.view(b, t, hq + hkv, 2, d // 2).flip(-2).view(b, t, hq + hkv, d)
             qk = qk * cos + swapped * sin  # [B, T, Hq + Hkv, D]
-            q = (qk[:, :, :hq] * self.scale).view(b, t, hkv, g, d).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, T, D]
+            torch.mul(qk[:, :, :hq].view(b, t, hkv, g, d), self.scale, out=q_written)  # q: [G, T, B, Hkv, D]
             self.k[i][position: position + t] = qk[:, :, hq:].transpose(0, 1)  # [T, B, Hkv, D]
             self.v_write[i][position: position + t] = qkv[:, qk_width:].view(b, t, hkv, d).transpose(0, 1)
-            scores = (q * self.k_read[i][:keys]).sum(-1) + mask  # [K, B, Hkv, G, T]
-            weights = torch.exp(scores - scores.amax(dim=0, keepdim=True))
-            acc = weights[..., None] * self.v_read[i][:keys]  # [K, B, Hkv, G, T, D + 1]
-            while keys > 1:  # exact.halving_sum over the keys: the upper half added to the lower
-                keys //= 2
-                acc = acc[:keys] + acc[keys:]
-            keys = mask.shape[0]
+            if t == 1:  # one query: it sees every key read, no mask; the first halving level as halving_sum's
+                scores = (q * self.k_read[i][:seen]).sum(-1)  # [S, G, 1, B, Hkv]
+                weights = torch.exp(scores - scores.amax(dim=0, keepdim=True))
+                acc = weights[..., None] * self.v_read[i][:seen]  # [S, G, 1, B, Hkv, D + 1]
+                level = keys
+                if seen < keys:  # the upper half is short: its keys added to the first of the lower (as halving_sum)
+                    level = keys // 2
+                    low = acc[:level].clone()
+                    low[: seen - level] += acc[level:]
+                    acc = low
+            else:  # the first step's positions: each query sees the keys up to its own (an additive mask)
+                mask = self.mask[:keys, :, position: position + t]  # [K, 1, T, 1, 1]
+                scores = (q * self.k_read[i][:keys]).sum(-1) + mask  # [K, G, T, B, Hkv]
+                weights = torch.exp(scores - scores.amax(dim=0, keepdim=True))
+                acc = weights[..., None] * self.v_read[i][:keys]  # [K, G, T, B, Hkv, D + 1]
+                level = keys
+            while level > 1:  # exact.halving_sum over the keys: the upper half added to the lower
+                level //= 2
+                acc = acc[:level] + acc[level:]
             torch.div(acc[0, ..., :d], acc[0, ..., d:], out=heads)
             x = x + self.t_heads.linear(n, w.o).view(b, t, hdim)
             _rms(x, w.norm_post, w.eps_post, normed)
