@@ -209,6 +209,30 @@ def test_a_lone_surrogate_in_the_last_sentence_is_refused_and_the_next_utterance
     wait_idle(live.rt)
 
 
+@given(piece=st.text(st.characters(codec=None), min_size=1, max_size=8).filter(
+    lambda t: any(0xD800 <= ord(c) <= 0xDFFF for c in t)))
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+def test_python_refuses_such_text_naming_text_in_feed_open_and_submit(live, piece):
+    """The runtime's own boundary, on every family: `TextHandle.feed` and `Runtime.open`'s first piece refuse
+    it naming `text` (the open request withdrawn at once, not left to its idle timeout), as `submit` does; the
+    request fed goes on and speaks what it took."""
+    from v2.errors import RequestError
+
+    rt = live.rt
+    h = rt.open({"max_frames": 2, "seed": 1, **({"speaker": "vivian"} if live.card == "qwen3_tts_tiny" else {})})
+    with pytest.raises(RequestError) as fed:
+        h.feed(piece)
+    h.feed("Fine.")
+    h.end_text()
+    assert fed.value.field == "text" and "surrogate" in str(fed.value)
+    assert h.result(60).finish_reason in ("stop", "length")
+    for call in (lambda: rt.open({"text": "Hi " + piece}), lambda: rt.submit({"text": piece, "max_frames": 2})):
+        with pytest.raises(RequestError) as refused:
+            call()
+        assert refused.value.field == "text"
+    wait_idle(rt, timeout=5)
+
+
 def test_csm_refuses_surrogates_and_says_it_speaks_at_input_done():
     """CSM reads a turn's text whole: session.ready says `incremental: false`; a lone surrogate is refused
     naming `text`; the rest is spoken at input.done."""
