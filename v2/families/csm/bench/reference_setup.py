@@ -75,15 +75,16 @@ class ReferenceProcess(WorkerProcess):
 
 
 def fixture_card(batch: int, frames: int) -> Any:
-    """The release card (`csm_1b`) sized for this CPU run: `batch` requests, `frames` frames, one thread."""
+    """The release card (`csm_1b`) sized for this CPU run: `batch` requests, `frames` frames, one thread; its own
+    prefill chunk (256 rows: the 16 prompts' ~200 rows in one step, as the reference's batched `generate` prefills
+    them; 64 staggered the requests over four steps, so the batch ran ~3 more frame steps than the frames)."""
     from v2.card import load_card
 
     card = load_card("csm_1b")
     buckets = sorted({1, 2, 4, 8, batch} | {b for b in (16,) if b <= batch})
     data = card.model_dump(by_alias=True)
     data["loops"]["backbone"].update(max_running=batch, max_prompt_rows=256, max_frames=max(frames, 8),
-                                     kv_memory_fraction=None, kv_blocks=None, batch_buckets=buckets,
-                                     prefill_chunk_rows=64)
+                                     kv_memory_fraction=None, kv_blocks=None, batch_buckets=buckets)
     data["loops"]["codec"].update(max_streams=batch, batch_buckets=buckets)
     data["runtime"] = dict(data.get("runtime") or {}, cpu_threads=1)
     return type(card).model_validate(data)
