@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -109,10 +110,14 @@ def test_nothing_leaks(crt, cref, monkeypatch):
     and encode back."""
     real = crt.family.backbone_loop.advance
     doomed: set[int] = set()
+    slow: set[int] = set()  # its first frame takes longer than its timeout: it cannot stop before it
 
     def advance(state, plan, row):
         if state.request_id in doomed:
             raise RuntimeError("injected")
+        if state.request_id in slow:
+            slow.discard(state.request_id)
+            time.sleep(0.4)
         return real(state, plan, row)
 
     monkeypatch.setattr(crt.family.backbone_loop, "advance", advance)
@@ -124,6 +129,7 @@ def test_nothing_leaks(crt, cref, monkeypatch):
     encoding = crt.submit(request_of(cref, "ctx", max_frames=30))
     encoding.cancel()
     late = crt.submit(request_of(cref, "s0", max_frames=60, timeout=0.3))
+    slow.add(late.request_id)
     assert started.wait(30)
     streaming.cancel()
     results = [h.result() for h in (streaming, failing, encoding, late)]
