@@ -6,7 +6,8 @@ of its structure that stops at the first bound it passes (nesting deeper than `m
 regex finds the next structural character and each string is skipped by the json module's own C scanner,
 so refusing a body of a million keys or a hundred thousand brackets costs O(limit) steps, never O(body).
 A refusal is a 400 naming the top-level member it happened in (for too many top-level keys: the first one
-the caller does not know, as the schema would name it).
+the caller does not know, as the schema would name it); its message calls the document `whole` ("body"; a
+WebSocket's messages say "message").
 Must not know: FastAPI, the speech fields (the caller passes the names it knows), the runtime.
 """
 
@@ -43,7 +44,7 @@ def read_object(raw: bytes, *, known: Collection[str] = (), max_depth: int = MAX
 
 
 def check_shape(text: str, *, known: Collection[str] = (), max_depth: int = MAX_DEPTH,
-                max_members: int = MAX_MEMBERS) -> int:
+                max_members: int = MAX_MEMBERS, whole: str = "body") -> int:
     """Refuse `text` at the first bound it passes; the number of tokens visited otherwise. Depth: arrays and
     objects open at once. Members: every key, and every array element after each array's first (the `,`
     of arrays and the `:` of objects). Tokens (strings, brackets, separators): a valid document within both
@@ -60,7 +61,7 @@ def check_shape(text: str, *, known: Collection[str] = (), max_depth: int = MAX_
     while (m := _NEXT.search(text, pos)) is not None:
         tokens += 1
         if tokens > most:
-            raise _refusal(top, f"more than {most} strings, brackets and separators")
+            raise _refusal(top, f"more than {most} strings, brackets and separators", whole)
         c, pos = m.group(), m.end()
         if c == '"':
             try:
@@ -72,7 +73,7 @@ def check_shape(text: str, *, known: Collection[str] = (), max_depth: int = MAX_
         elif c in "[{":
             open_.append(c)
             if len(open_) > max_depth:
-                raise _refusal(top, f"nested deeper than {max_depth} levels")
+                raise _refusal(top, f"nested deeper than {max_depth} levels", whole)
         elif c in "]}":
             if not open_:
                 return tokens
@@ -86,7 +87,7 @@ def check_shape(text: str, *, known: Collection[str] = (), max_depth: int = MAX_
             if members > max_members:  # passed by the top-level keys: blame the one the schema would
                 top_level = c == ":" and len(open_) == 1
                 raise _refusal(first_unknown or top if top_level else top,
-                               f"the body has more than {max_members} keys and array elements")
+                               f"the {whole} has more than {max_members} keys and array elements", whole)
     return tokens
 
 
@@ -96,6 +97,6 @@ def token_limit(max_depth: int, max_members: int) -> int:
     return (max_members + 1) * (2 * max_depth + 4) + 2 * max_depth + 8
 
 
-def _refusal(param: str | None, what: str) -> ApiError:
-    return ApiError(400, f"{param if param is not None else 'body'}: {what} (refused before parsing)", param=param,
+def _refusal(param: str | None, what: str, whole: str) -> ApiError:
+    return ApiError(400, f"{param if param is not None else whole}: {what} (refused before parsing)", param=param,
                     code="too_complex")

@@ -33,11 +33,9 @@ def read_message(raw: str | None, max_bytes: int) -> dict[str, Any]:
         raise ApiError(400, f"message: over the limit of {max_bytes} bytes", param="message",
                        code="request_too_large")
     try:
-        check_shape(raw, known=FIELDS, max_depth=MAX_DEPTH, max_members=MAX_MEMBERS)
+        check_shape(raw, known=FIELDS, max_depth=MAX_DEPTH, max_members=MAX_MEMBERS, whole="message")
     except ApiError as e:
         e.param = e.param if e.param is not None else "message"
-        e.message = e.message.replace("the body has", "the message has")
-        e.message = "message:" + e.message[len("body:"):] if e.message.startswith("body:") else e.message
         raise
     try:
         data = json.loads(raw)
