@@ -13,7 +13,8 @@ stream: the gap a segment switch would open
 is heard only if that reaches 0); the time per frame of the chunks that hold a segment switch against the
 other chunks' (the switch's cost: its prefill and the steps without a frame). p50 / p99 over the sessions.
 Then barge-in over the speech stream at each concurrency (opentext_cancel.py, unless `--no-cancel`): the
-time from `input.cancel` to its acknowledgement and to the utterance's last byte.
+time from `input.cancel` to its acknowledgement, to the utterance's last byte and to the runtime holding
+nothing.
 Must not know: the engine's internals (it reads chunks, marks and results only).
 """
 
@@ -222,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"concurrency {c}: input.cancel -> acknowledgement p50 {cut['cancel_to_ack_p50_s'] * 1e3:.0f} ms "
                       f"(p99 {cut['cancel_to_ack_p99_s'] * 1e3:.0f}), -> last byte p50 "
                       f"{cut['cancel_to_last_byte_p50_s'] * 1e3:.0f} ms (p99 {cut['cancel_to_last_byte_p99_s'] * 1e3:.0f}); "
+                      f"runtime idle {cut['cancel_to_freed_s'] * 1e3:.0f} ms after the last cancel; "
                       f"audio after the acknowledgement: {cut['anything_after_ack']}", file=sys.stderr)
     finally:
         rt.close()

@@ -5,7 +5,8 @@ sessions at once, each speaking a seeded reply (streamed pcm, min = max = `frame
 cancelling it once `after_chunks` binary frames of it have arrived; per session the time from sending
 `input.cancel` to its acknowledgement (`input.cancelled`) and to the last binary frame of the utterance that
 arrived after it (0 when none did), the frames and bytes that did, and whether anything of it came after
-the acknowledgement (it must not); p50 / p99 over the sessions.
+the acknowledgement (it must not); p50 / p99 over the sessions; and the time from the last session's
+`input.cancel` to the runtime holding nothing (no request, no KV or codec slot: `rt.stats()`).
 Must not know: the engine's internals, the session's code (it is a client of the protocol).
 """
 
@@ -19,7 +20,8 @@ from typing import Any
 import numpy as np
 
 
-async def _session(url: str, text: str, seed: int, frames: int, after_chunks: int) -> dict[str, Any]:
+async def _session(url: str, text: str, seed: int, frames: int, after_chunks: int,
+                   cancels: list[float]) -> dict[str, Any]:
     from websockets.asyncio.client import connect
 
     async with connect(url, max_size=None) as ws:
@@ -34,6 +36,7 @@ async def _session(url: str, text: str, seed: int, frames: int, after_chunks: in
             chunks += isinstance(msg, bytes)
         start = time.perf_counter()
         await ws.send(json.dumps({"type": "input.cancel"}))
+        cancels.append(start)
         last, late_frames, late_bytes = None, 0, 0
         while True:
             msg = await asyncio.wait_for(ws.recv(), 600)
@@ -60,14 +63,27 @@ def cancel_sweep(rt: Any, concurrency: int, texts: list[str], *, seed: int, fram
     with ThreadedServer(app) as server:
         url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
 
-        async def run() -> list[dict[str, Any]]:
-            return list(await asyncio.gather(*(_session(url, texts[i % len(texts)], seed + i, frames, after_chunks)
-                                               for i in range(concurrency))))
+        cancels: list[float] = []
 
-        rows = asyncio.run(run())
+        async def freed() -> float:
+            """Seconds from the last input.cancel to the runtime holding nothing."""
+            while True:
+                s = rt.stats()
+                idle = s["running"] == s["waiting"] == s["kv_slots_in_use"] == s["codec_slots_in_use"] == 0
+                if len(cancels) == concurrency and idle:
+                    return time.perf_counter() - max(cancels)
+                await asyncio.sleep(0.001)
+
+        async def run() -> tuple[list[dict[str, Any]], float]:
+            watch = asyncio.create_task(freed())
+            rows = await asyncio.gather(*(_session(url, texts[i % len(texts)], seed + i, frames, after_chunks,
+                                                   cancels) for i in range(concurrency)))
+            return list(rows), await watch
+
+        rows, freed_s = asyncio.run(run())
     out: dict[str, Any] = {"sessions": len(rows), "cancelled_after_chunks": after_chunks,
                            "frames_after_cancel_max": max(r["frames_after_cancel"] for r in rows),
-                           "anything_after_ack": any(r["after_ack"] for r in rows)}
+                           "anything_after_ack": any(r["after_ack"] for r in rows), "cancel_to_freed_s": freed_s}
     for key in ("ack_s", "last_byte_s"):
         xs = [r[key] for r in rows]
         out[f"cancel_to_{key[:-2]}_p50_s"] = float(np.percentile(xs, 50))
