@@ -155,3 +155,32 @@ def test_cancel_drops_held_text_and_the_next_utterance_speaks_its_own(family):
                     {"type": "input.cancelled", "utterance_index": 0, "cancelled": True}], acks
     assert events[-1]["utterance_index"] == 1 and pcm == family.pcm(family.reference(NEXT, 8))
     wait_idle(family.rt)
+
+
+def test_a_cancel_racing_the_end_of_an_utterance_closes_it_once(family):
+    """input.cancel right behind input.done, over and over: each utterance gets exactly one session.done
+    before the acknowledgement, cancelled exactly when the acknowledgement says it cancelled it, and no
+    binary frame after either."""
+    async def go() -> list[tuple[list[Any], dict]]:
+        out = []
+        async with connect(family.url) as ws:
+            await ws.send(json.dumps({**family.config, "max_new_tokens": 3, "min_new_tokens": 1}))
+            assert (await recv_json(ws))["type"] == "session.ready"
+            for _ in range(12):
+                for msg in ({"type": "input.text", "text": "Quick."}, {"type": "input.done"}, {"type": "input.cancel"}):
+                    await ws.send(json.dumps(msg))
+                seen: list[Any] = []
+                while not (seen and isinstance(seen[-1], dict) and seen[-1]["type"] == "input.cancelled"):
+                    msg = await asyncio.wait_for(ws.recv(), 60)
+                    seen.append(msg if isinstance(msg, bytes) else json.loads(msg))
+                out.append((seen, seen[-1]))
+        return out
+
+    for i, (seen, ack) in enumerate(asyncio.run(go())):
+        done = [m for m in seen if isinstance(m, dict) and m["type"] == "session.done"]
+        assert len(done) == 1 and done[0]["utterance_index"] == i, seen
+        assert ack["cancelled"] is done[0].get("cancelled", False), seen
+        assert ack["utterance_index"] == (i if ack["cancelled"] else None), seen
+        after = seen[seen.index(done[0]):]
+        assert not any(isinstance(m, bytes) for m in after), seen
+    wait_idle(family.rt)

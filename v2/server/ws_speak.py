@@ -52,6 +52,7 @@ class Utterance:
     ended: bool = False       # input.done taken: its text is complete
     cancelled: bool = False   # input.cancel taken: nothing more of it is sent
     refused: bool = False     # its text's end was refused (said already): it ended at once
+    spoken: bool = False      # its session.done has gone out
 
     @property
     def begun(self) -> bool:
@@ -76,10 +77,11 @@ class Outbox:
         async with self.lock:
             await self._send(message, of)
 
-    async def send_all(self, messages: list[dict[str, Any]]) -> None:
-        """Several messages with nothing between them (after any send under way)."""
+    async def send_all(self, messages: Callable[[], list[dict[str, Any]]]) -> None:
+        """Several messages with nothing between them, made once any send under way has gone (`messages()`
+        sees what it left)."""
         async with self.lock:
-            for message in messages:
+            for message in messages():
                 await self._send(message, None)
 
     async def error(self, message: str, param: str | None = None, code: str = "invalid_value",
@@ -175,8 +177,11 @@ class Sentences:
 
 def cancelled_events(u: Utterance) -> list[dict[str, Any]]:
     """What closes a cancelled utterance for its client: `audio.done` (`"cancelled": true`) for the sentence
-    open, if one is, then `session.done` (`"cancelled": true`)."""
-    out, events = u.out, []
+    open, if one is, then `session.done` (`"cancelled": true`); nothing if its session.done went out."""
+    out = u.out
+    events: list[dict[str, Any]] = []
+    if u.spoken:
+        return events
     if out is not None and out.current >= 0:
         events.append({"type": "audio.done", "utterance_index": u.index, "sentence_index": out.current,
                        "total_bytes": out.bytes, "error": False, "cancelled": True})

@@ -178,9 +178,13 @@ class Speaker:
         self.utterance = None
         if self.finishing is u.sender:
             self.finishing = None
-        # after any send of its under way: these come after its last byte
-        await self.out.send_all([*cancelled_events(u),
-                                 {"type": "input.cancelled", "utterance_index": u.index, "cancelled": True}])
+        def events() -> list[dict[str, Any]]:  # once any send of its under way has gone: after its last byte
+            closing = cancelled_events(u)
+            if not closing:  # its session.done went out just before: there was nothing left to cancel
+                return [{"type": "input.cancelled", "utterance_index": None, "cancelled": False}]
+            return [*closing, {"type": "input.cancelled", "utterance_index": u.index, "cancelled": True}]
+
+        await self.out.send_all(events)
 
     async def speak(self, u: Utterance) -> None:
         """The utterance's audio, sentence by sentence as the handle's marks split it; then session.done. Sends
@@ -203,6 +207,7 @@ class Speaker:
                 await self.out.error(f"the utterance ended with {result.finish_reason}" +
                                  (f": {result.error}" if result.error else ""), None, result.finish_reason, u)
             await self.out.send({"type": "session.done", "utterance_index": u.index, "total_sentences": out.count}, u)
+            u.spoken = True
         except (Cancelled, Gone):
             pass
         except Exception:  # noqa: BLE001 - a bug of ours: logged; the session goes on
