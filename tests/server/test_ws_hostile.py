@@ -93,9 +93,12 @@ def test_a_refused_config_gets_an_error_before_any_ready_and_the_previous_config
     wait_idle(live.rt)
 
 
-VALUES = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**80, max_value=2**80),
-                   st.floats(allow_nan=True, allow_infinity=True), st.text(st.characters(codec=None), max_size=8),
-                   st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**80, max_value=2**80),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(st.characters(codec=None), max_size=8))
+TURNS = st.lists(st.dictionaries(st.sampled_from(["speaker", "text", "text_ids", "audio", "voice", "other"]),
+                                 st.one_of(SCALARS, st.lists(st.integers(), max_size=3)), max_size=4), max_size=3)
+VALUES = st.one_of(SCALARS, st.lists(st.integers(), max_size=3), TURNS,
+                   st.dictionaries(st.text(max_size=3), SCALARS, max_size=2))
 KEYS = ["temperature", "top_p", "top_k", "repetition_penalty", "seed", "max_new_tokens", "min_new_tokens",
         "max_frames", "min_frames", "voice", "instructions", "language", "response_format", "speed", "sample_rate",
         "stream_audio", "split_granularity", "ref_audio", "ref_text", "x_vector_only_mode", "context", "model",
@@ -107,7 +110,7 @@ KEYS = ["temperature", "top_p", "top_k", "repetition_penalty", "seed", "max_new_
 def test_any_config_value_gets_ready_or_an_error_naming_it_and_the_session_stays_usable(live, data):
     values = data.draw(st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=3))
     raw = json.dumps({"type": "session.config", **values}, allow_nan=True)
-    with sync_connect(live.url) as ws:
+    with server_log() as log, sync_connect(live.url) as ws:
         ws.send(json.dumps({**live.config, "response_format": "wav"}))
         assert json.loads(ws.recv(60))["type"] == "session.ready"
         ws.send(raw)
@@ -119,6 +122,7 @@ def test_any_config_value_gets_ready_or_an_error_naming_it_and_the_session_stays
             ws.send(json.dumps({"type": "input.done"}))
             events, _ = sync_until(ws, "session.done")
             assert events[0]["format"] == "wav", events
+    assert log.tracebacks() == []
     wait_idle(live.rt)
 
 
@@ -162,7 +166,7 @@ PIECES = st.lists(st.text(st.characters(codec=None), min_size=1, max_size=6), mi
 def test_pieces_of_any_code_points_are_taken_or_refused_naming_text_and_the_utterance_ends_at_once(live, pieces):
     """A piece holding a lone surrogate is refused naming `text` (and not taken); the others are taken; the
     utterance ends at once at input.done (not at the 30 s idle timeout), with the audio of the text taken."""
-    with sync_connect(live.url) as ws:
+    with server_log() as log, sync_connect(live.url) as ws:
         ws.send(json.dumps(live.config))
         assert json.loads(ws.recv(60))["type"] == "session.ready"
         taken = ""
@@ -178,7 +182,7 @@ def test_pieces_of_any_code_points_are_taken_or_refused_naming_text_and_the_utte
         ws.send(json.dumps({"type": "input.done"}))
         events, frames = sync_until(ws, "session.done", timeout=20)
         assert time.monotonic() - start < 20
-    assert [e for e in events if e["type"] == "error"] == []
+    assert [e for e in events if e["type"] == "error"] == [] and log.tracebacks() == []
     speaker = {"qwen3_tts_tiny": {"speaker": "vivian"}, "csm_tiny": {"speaker": 0}}.get(live.card, {})
     h = live.rt.open({"seed": 3, "max_frames": 4, **speaker})
     for piece in pieces:
