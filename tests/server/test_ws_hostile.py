@@ -259,13 +259,23 @@ def test_csm_refuses_surrogates_and_says_it_speaks_at_input_done():
 # ----- 4. clients that leave ---------------------------------------------------------------------------
 def test_clients_that_leave_abruptly_leave_no_traceback(live):
     async def leave(i: int) -> None:
+        """Gone without a close frame: at once, while its config is checked, after input.done, mid-audio,
+        and mid-audio while cancelling."""
         ws = await connect(live.url)
+        if i % 5 == 0:
+            ws.transport.abort()
+            return
         await ws.send(json.dumps({**live.config, "stream_audio": True, "max_new_tokens": 30}))
+        if i % 5 == 1:
+            ws.transport.abort()
+            return
         await recv_json(ws)
         await ws.send(json.dumps({"type": "input.text", "text": "A sentence to cut short. And another."}))
         await ws.send(json.dumps({"type": "input.done"}))
-        if i % 2:
+        if i % 5 >= 3:
             await until(ws, "audio.start")
+        if i % 5 == 4:
+            await ws.send(json.dumps({"type": "input.cancel"}))
         ws.transport.abort()  # no close frame
 
     async def go() -> None:

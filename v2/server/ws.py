@@ -199,5 +199,9 @@ class Session:
 
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(ws: WebSocket) -> None:
-    await ws.accept()
+    try:
+        await ws.accept()
+    except LEFT as e:  # gone during the handshake
+        log.info("speech stream: the client left (%s)", type(e).__name__)
+        return
     await Session(ws, ws.app.state.server).run()
