@@ -57,6 +57,11 @@ class Session:
             while True:
                 if self.sp.finishing is None and self.waiting and await self.replay():
                     return
+                if self.sp.config is None and loop.time() >= deadline:  # busy or not: no config in time
+                    await self.out.error(f"session.config: none came within {limit:g} s of connecting; closing",
+                                         "type", "config_timeout")
+                    await self.ws.close(1008, "no session.config in time")
+                    return
                 if receiving is None:
                     receiving = asyncio.ensure_future(self.ws.receive())
                 waits: set[asyncio.Future[Any]] = {receiving}
@@ -64,11 +69,6 @@ class Session:
                     waits.add(self.sp.finishing)
                 timeout = None if self.sp.config is not None else max(0.0, deadline - loop.time())
                 done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                if not done:  # no config in time: an open-ended connection holds nothing longer
-                    await self.out.error(f"session.config: none came within {limit:g} s of connecting; closing",
-                                         "type", "config_timeout")
-                    await self.ws.close(1008, "no session.config in time")
-                    return
                 if self.sp.finishing is not None and self.sp.finishing.done():
                     self.sp.finishing = None
                 if receiving in done:
