@@ -269,13 +269,41 @@ def _add_voice(args: argparse.Namespace, card: ModelCard, store: Any) -> Any:
 
     if not args.replace and store.taken(args.name):
         raise _taken(args.name, store.directory)
+    if (args.audio is None) == (args.speaker_embedding is None):
+        raise CliError("voices add: give a recording (AUDIO) or --speaker-embedding FILE, one of the two")
+    embedding = None if args.speaker_embedding is None else _read_embedding(args.speaker_embedding)
     runtime = _runtime(args, card, _check_device(args.device))
     try:
+        if embedding is not None:
+            return runtime.voices.add(args.name, speaker_embedding=embedding, text=args.text, replace=args.replace)
         return runtime.voices.add(args.name, args.audio, text=args.text, replace=args.replace)
     except VoiceExists:  # stored by another process meanwhile
         raise _taken(args.name, store.directory) from None
     finally:
         runtime.close()
+
+
+def _read_embedding(path: str) -> list[float]:
+    """A speaker embedding from a file: a JSON list of numbers, or a 1-D `.npy` array (the store checks its
+    width and values, naming `speaker_embedding`)."""
+    import numpy as np
+
+    where = f"--speaker-embedding {path!r}"
+    try:
+        if path.endswith(".npy"):
+            array = np.load(path, allow_pickle=False)
+            if array.ndim != 1 or not np.issubdtype(array.dtype, np.number):
+                raise CliError(f"{where}: expected a 1-D array of numbers, got shape {array.shape} {array.dtype}")
+            return [float(v) for v in array]
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except OSError as e:
+        raise CliError(f"{where}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise CliError(f"{where}: not a JSON list of numbers or a .npy array ({e})") from None
+    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        raise CliError(f"{where}: expected a JSON list of numbers")
+    return [float(v) for v in value]
 
 
 def _taken(name: str, directory: Any) -> CliError:
@@ -349,9 +377,13 @@ def build_parser() -> argparse.ArgumentParser:
                             help="store, list and remove voices (encoded once, kept on disk)")
     add_runtime_arguments(voices)
     actions = voices.add_subparsers(dest="action", required=True)
-    add = _voices_action(actions, common, "add", help="encode a recording and store it under a name")
+    add = _voices_action(actions, common, "add", help="encode a recording (or take a speaker embedding) and "
+                                                      "store it under a name")
     add.add_argument("name", help="the voice's name")
-    add.add_argument("audio", help="a recording of the voice (wav, flac, ogg, mp3)")
+    add.add_argument("audio", nargs="?", default=None, help="a recording of the voice (wav, flac, ogg, mp3)")
+    add.add_argument("--speaker-embedding", default=None, metavar="FILE",
+                     help="instead of a recording: a precomputed speaker embedding (a JSON list of numbers or a "
+                          "1-D .npy array), where the model's voices are speaker-encoder embeddings (default: none)")
     add.add_argument("--text", default=None,
                      help="its transcript (then the voice speaks by continuation; default: none)")
     add.add_argument("--replace", action="store_true",
