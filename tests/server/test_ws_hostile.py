@@ -191,7 +191,9 @@ def test_pieces_of_any_code_points_are_taken_or_refused_naming_text_and_the_utte
     h.end_text()
     ref = h.result(60)  # the runtime's own sentences for the text taken
     want = [taken[s.text_start:s.text_end].strip() for s in ref.segments if s.frame_end > s.frame_start]
-    assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == want
+    said = [e["sentence_text"] for e in events if e["type"] == "audio.start"]
+    # a sentence's text as known when its audio starts (a Qwen3-TTS utterance is one segment that grows)
+    assert len(said) == len(want) and all(w.startswith(x) for x, w in zip(said, want)), (said, want)
     wait_idle(live.rt)
 
 
