@@ -12,7 +12,10 @@ given codes). Where the layers' kernels run (`kernels.inference_kernels`), the p
 gate/up matmul with the add and the norm before it and SwiGLU after it (`norm_linear`), down_proj; per codebook one
 more, the head's matmul with the last add and the final norm before it; a step's input row is read inside the first
 q/k/v launch from `projected_table` (the audio table through the input projection, made once per weights); the
-Llama-3 RoPE tables made once per device; the raw logits made float32 once per frame.
+Llama-3 RoPE tables made once per device; the raw logits made float32 once per frame. On a CPU in float32
+(inference) `predict` runs the same values through `frame_stack.FrameStack` (K/V, RoPE rows, masks and projection
+tiles made once per frame; each step's table row selected straight into the input projection's tile), and copies
+the frame's K/V into the given cache at the end.
 Must not know: how a code is chosen (the caller's `draw`), the backbone's cache, prompts, requests.
 """
 

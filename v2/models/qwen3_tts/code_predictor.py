@@ -9,6 +9,9 @@ q/k projection's attention (`frame_attention`: norms, RoPE, the K/V write, atten
 with its activation (`gate_up_swiglu`) and each residual add with the norm after it, besides the three other
 matmuls; per group one launch for the drawn code's row (the next input, its norm when there is no input
 projection, and the frame's running sum, `frame(codes)`); RoPE tables made once per device; no dtype copies.
+On a CPU in float32 (inference) `predict` runs the same values through `frame_stack.FrameStack` (K/V, RoPE
+rows, masks and projection tiles made once per frame; each step's input row written into the input
+projection's tile), and copies the frame's K/V into the given cache at the end.
 Must not know: how a code is chosen (the caller's `draw`), the talker's cache, prompts, requests.
 """
 
