@@ -110,13 +110,16 @@ def test_nothing_leaks(crt, cref, monkeypatch):
     and encode back."""
     real = crt.family.backbone_loop.advance
     doomed: set[int] = set()
-    slow: set[int] = set()  # its first frame takes longer than its timeout: it cannot stop before it
+    # the request submitted after `known` is filled: its first frame takes longer than its timeout, so it cannot
+    # stop before it (marked before it is submitted: a frame step can run before `submit` returns)
+    known: set[int] = set()
+    slept: set[int] = set()
 
     def advance(state, plan, row):
         if state.request_id in doomed:
             raise RuntimeError("injected")
-        if state.request_id in slow:
-            slow.discard(state.request_id)
+        if known and state.request_id not in known and state.request_id not in slept:
+            slept.add(state.request_id)
             time.sleep(0.4)
         return real(state, plan, row)
 
@@ -128,8 +131,8 @@ def test_nothing_leaks(crt, cref, monkeypatch):
     doomed.add(failing.request_id)
     encoding = crt.submit(request_of(cref, "ctx", max_frames=30))
     encoding.cancel()
+    known.update(h.request_id for h in (streaming, failing, encoding))
     late = crt.submit(request_of(cref, "s0", max_frames=60, timeout=0.3))
-    slow.add(late.request_id)
     assert started.wait(30)
     streaming.cancel()
     results = [h.result() for h in (streaming, failing, encoding, late)]
