@@ -330,3 +330,24 @@ def test_a_connection_that_sends_no_config_is_closed_after_the_timeout(live):
     assert answers[1]["type"] == "error" and answers[1]["code"] == "config_timeout", answers
     assert code == (1008, 1008) and took < 5, (code, took)
     assert done["type"] == "session.done"
+
+
+def test_a_text_refused_at_its_end_ends_the_utterance_at_once():
+    """CSM checks a held text (split_granularity none) when input.done hands it over: past the card's prompt
+    rows it is refused naming `text`, and the utterance ends at once (its session.done), not at the idle
+    timeout; the next utterance speaks."""
+    from v2.runtime import Runtime
+
+    with Runtime.from_card("csm_tiny") as rt, LiveServer(rt, ServerConfig.for_card("csm_tiny")) as server:
+        with sync_connect(ws_url(server)) as ws:
+            ws.send(json.dumps({"type": "session.config", "voice": "0", "max_new_tokens": 3, "response_format": "pcm",
+                                "split_granularity": "none"}))
+            assert json.loads(ws.recv(60))["type"] == "session.ready"
+            ws.send(json.dumps({"type": "input.text", "text": "word " * 300}))  # over the 1024 prompt rows
+            start = time.monotonic()
+            refused = spoken(ws, "")
+            took = time.monotonic() - start
+            events = spoken(ws, "Hello.")
+        wait_idle(rt)
+    assert [(e["type"], e.get("param")) for e in refused] == [("error", "text"), ("session.done", None)], refused
+    assert took < 5 and events[-1] == {"type": "session.done", "utterance_index": 1, "total_sentences": 1}

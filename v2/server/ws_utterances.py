@@ -138,8 +138,9 @@ class Speaker:
     async def feed(self, u: Utterance, piece: str, end: bool) -> bool:
         try:
             await anyio.to_thread.run_sync(lambda: u.handle.end_text() if end else u.handle.feed(piece))
-        except RequestError as e:
-            err = runtime_field_error(e, self.config.names if self.config is not None else None)
+        except RequestError as e:  # a piece's refusal names input.text's own field, not REST's `input`
+            err = runtime_field_error(e, self.config.names if self.config is not None else None,
+                                      aliases={"text": "text"})
             await self.out.error(err.message, err.param)
             return False
         except RuntimeError as e:  # the request has ended (its sender reports why)
