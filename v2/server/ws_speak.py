@@ -2,13 +2,13 @@
 
 Owns: `Outbox` (a session's sends: one at a time, none of a cancelled utterance, none once the client has
 left, several together for a cancel's events), `Utterance` (one open request of a session: the text fed,
-pieces held for `input.done`, its sender task, whether the client has begun it, ended its text or cancelled
-it, or its end was refused), `Sentences` (the audio's chunks split
-at the segments' frames, each sentence framed by `audio.start` and `audio.done`; streamed pcm as it is made,
-else the sentence's whole file in one binary frame), the events that close a cancelled utterance
+pieces held for `input.done`, its sender task, whether the client has begun it, ended its text, cancelled
+it, whether its end was refused and its session.done sent), `Sentences` (the audio's chunks split at the
+segments' frames, each sentence framed by `audio.start` and `audio.done`; streamed pcm as it is made, else
+the sentence's whole file in one binary frame), the events that close a cancelled utterance
 (`cancelled_events`: `audio.done` with `"cancelled": true` for the sentence open, then `session.done` with
 `"cancelled": true`), and the two ways a send ends the sender: `Cancelled` (the utterance was cancelled:
-nothing more of it goes out) and `Gone` (the client has left).
+nothing more of it goes out) and `Gone` (the client has left: `LEFT`, what the WebSocket raises then).
 Must not know: the session's messages in, its config beyond its output, the engine, how formats are encoded
 (audio.py), how the text is cut (the family).
 """
