@@ -145,12 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if args.port == 0:
         raise ValueError("--port: Ray Serve's proxy needs a fixed port with --replicas (0 is not supported)")
     logs = start_ray(show_logs=args.ray_logs)
-    config = ServerConfig.for_card(load_card(args.card).name, served_names=args.served_model_name,
-                                   openai_aliases=not args.no_openai_aliases, api_key=args.api_key or None,
-                                   max_body_bytes=int(args.max_body_mb * 2**20), max_input_chars=args.max_input_chars,
-                                   max_batch_items=args.max_batch_items, allowed_media_path=args.allowed_local_media_path,
-                                   allowed_origins=tuple(getattr(args, "allow_origin", None) or ()),
-                                   seeded_noise=False if args.checkpoint else None)  # given weights speak
+    config = ServerConfig.from_options(load_card(args.card).name, args)  # the options one runtime takes
     gpus = ray.cluster_resources().get("GPU", 0) > 0
     resources = {"num_gpus": 1} if gpus else {"num_cpus": 1}
     options = {"checkpoint": args.checkpoint, "codec_checkpoint": args.codec_checkpoint, "device": args.device}

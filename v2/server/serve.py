@@ -102,15 +102,7 @@ def run(args: argparse.Namespace) -> int:
         sock.close()
         raise
     try:
-        config = ServerConfig.for_card(runtime.card.name, served_names=args.served_model_name,
-                                       openai_aliases=not args.no_openai_aliases, api_key=args.api_key or None,
-                                       max_body_bytes=int(args.max_body_mb * 2**20),
-                                       max_input_chars=args.max_input_chars,
-                                       ws_config_timeout_s=args.ws_config_timeout,
-                                       max_batch_items=args.max_batch_items,
-                                       allowed_media_path=args.allowed_local_media_path,
-                                       allowed_origins=tuple(args.allow_origin or ()),
-                                       seeded_noise=False if args.checkpoint else None)  # given weights speak
+        config = ServerConfig.from_options(runtime.card.name, args)
         app = create_app(runtime, config)
         url = url_of(sock)
         uv = uvicorn.Config(app, log_level=args.log_level, access_log=not args.no_access_log, lifespan="off",

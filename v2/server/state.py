@@ -3,13 +3,15 @@
 Owns: the served model names (the card's name, `--served-model-name`, OpenAI's model names as aliases), the
 API key, the origins allowed besides the server's own, body, input and batch limits, the reference-audio folder
 allow-list, Retry-After, a WebSocket conversation's caps (turns, seconds of audio), whether the weights are
-seeded noise (`seeded_noise`: from the card's `seeded` weight sources unless told), and the state object
+seeded noise (`seeded_noise`: from the card's `seeded` weight sources unless told), the settings read from
+`v2 serve`'s options (`from_options`: one mapping for one runtime and for `--replicas`), and the state object
 routes reach through `request.app.state.server`: the runtime, metrics, voice book, draining flag.
 Must not know: routes, encoders, the engine's internals.
 """
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,17 @@ class ServerConfig:
         if "allowed_origins" in options:  # as typed: "https://app.example/" is the origin https://app.example
             options["allowed_origins"] = tuple(o.strip().lower().rstrip("/") for o in options["allowed_origins"] or ())
         return cls(model_names=tuple(names), **options)
+
+    @classmethod
+    def from_options(cls, card_name: str, args: argparse.Namespace) -> "ServerConfig":
+        """The settings `v2 serve`'s options (v2/server/options.py) give, the same with and without
+        `--replicas`; the other options (host, port, drain, logging, device, checkpoints) are the launcher's."""
+        return cls.for_card(card_name, served_names=args.served_model_name, openai_aliases=not args.no_openai_aliases,
+                            api_key=args.api_key or None, max_body_bytes=int(args.max_body_mb * 2**20),
+                            max_input_chars=args.max_input_chars, ws_config_timeout_s=args.ws_config_timeout,
+                            max_batch_items=args.max_batch_items, allowed_media_path=args.allowed_local_media_path,
+                            allowed_origins=tuple(getattr(args, "allow_origin", None) or ()),
+                            seeded_noise=False if args.checkpoint else None)  # given weights speak
 
     def seeded_for(self, runtime: Any) -> bool:
         """Whether `runtime` speaks with seeded (random) weights: as set here, else as its card says (a card
