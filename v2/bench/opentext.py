@@ -3,7 +3,9 @@ whole; one JSON line last.
 
 Owns: a seeded reply of a few sentences, fed to `Runtime.open` in pieces of 1-5 words at a steady token rate
 (`--tokens-per-s`, a word counted as 4/3 tokens), each session on its own thread, `--concurrency` sessions
-at once; the same text through `submit` at once. Per session: the time from the first complete sentence's
+at once; the same text through `submit` at once, under the same frame budget (`--frames` per sentence: per
+segment where the family speaks a segment per sentence, else over the whole reply up to the card's cap,
+opentext_budget.py); a session whose request ends before its text does stops feeding and is counted. Per session: the time from the first complete sentence's
 arrival (the piece holding its end mark and the space after it was fed) to its first audio; the time from
 the first piece to the first audio (whole: from the moment the whole reply would have been written, i.e.
 the last piece's time, plus its own time to first audio); a player that starts at the first chunk and
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from v2.bench.__main__ import machine
+from v2.bench.opentext_budget import budget
 from v2.card import DEFAULT_CARD
 
 WORDS = ("the quiet river runs past old stone houses while children play near the bridge and a small dog "
@@ -78,7 +81,7 @@ def player(arrivals: list[tuple[float, float]]) -> tuple[int, float]:
 
 
 def session(rt: Any, text: str, seed: int, args: argparse.Namespace, out: dict[str, Any]) -> None:
-    request = {"seed": seed, "max_frames": args.frames, "min_frames": args.frames, "stream": True}
+    request = {"seed": seed, **args.budget.request(), "stream": True}
     parts, per_token = pieces(text, seed), 1.0 / args.tokens_per_s
     first_end = text.index(next(c for c in text if c in ".!?")) + 2  # the end mark and the space after it
     rate, fps = rt.sample_rate, rt.frame_rate
@@ -106,15 +109,23 @@ def session(rt: Any, text: str, seed: int, args: argparse.Namespace, out: dict[s
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    start, fed, sentence_at = time.perf_counter(), 0, None
+    start, fed, sentence_at, cut = time.perf_counter(), 0, None, False
     for p in parts:
         time.sleep(len(p.split()) * 4 / 3 * per_token)
-        h.feed(p)
+        try:
+            h.feed(p)
+        except RuntimeError:  # the request ended (its frame cap) before its text did: the rest is not spoken
+            cut = True
+            break
         fed += len(p)
         if sentence_at is None and fed >= first_end:
             sentence_at = time.perf_counter()
     written = time.perf_counter()
-    h.end_text()
+    if not cut:
+        try:
+            h.end_text()
+        except RuntimeError:
+            cut = True
     result = h.result(600)
     done.wait(60)
     first = arrivals[0][0] if arrivals else None
@@ -123,12 +134,12 @@ def session(rt: Any, text: str, seed: int, args: argparse.Namespace, out: dict[s
                first_piece_to_audio_s=None if first is None else first - start, written_s=written - start,
                underruns=underruns, waited_s=waited, boundary_intervals_s=boundary, inner_intervals_s=inner, held_s=held,
                segments=len(result.segments), audio_s=result.audio.shape[1] / rate, finish=result.finish_reason,
-               frames_per_s=fps)
+               frames_per_s=fps, text_cut=cut)
 
 
 def whole(rt: Any, text: str, seed: int, args: argparse.Namespace, written_s: float, out: dict[str, Any]) -> None:
     start = time.perf_counter()
-    h = rt.submit({"text": text, "seed": seed, "max_frames": args.frames, "min_frames": args.frames, "stream": True})
+    h = rt.submit({"text": text, "seed": seed, **args.budget.request(), "stream": True})
     arrivals = [(time.perf_counter(), chunk.audio.shape[1] / rt.sample_rate) for chunk in h]
     h.result(600)
     first = arrivals[0][0] if arrivals else None
@@ -170,7 +181,8 @@ def summary(opened: list[dict[str, Any]], plain: list[dict[str, Any]]) -> dict[s
                            "underrun_wait_s": sum(o["waited_s"] for o in opened),
                            "whole_underruns": sum(w["underruns"] for w in plain),
                            "whole_underrun_wait_s": sum(w["waited_s"] for w in plain),
-                           "finishes": sorted({o["finish"] for o in opened})}
+                           "finishes": sorted({o["finish"] for o in opened}),
+                           "text_cut_sessions": sum(o["text_cut"] for o in opened)}
     for name, xs in (("first_sentence_to_audio", key(opened, "first_sentence_to_audio_s")),
                      ("open_first_piece_to_audio", key(opened, "first_piece_to_audio_s")),
                      ("whole_ttfa", key(plain, "ttfa_s")),
@@ -189,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, nargs="*", default=[1, 16])
     p.add_argument("--rounds", type=int, default=3, help="sweeps at concurrency 1 (more sessions for its p99)")
     p.add_argument("--sentences", type=int, default=5)
-    p.add_argument("--frames", type=int, default=30, help="frames each sentence speaks (min = max: a fixed workload)")
+    p.add_argument("--frames", type=int, default=30,
+                   help="frames each sentence speaks (min = max: a fixed workload); a family that speaks an open "
+                        "request as one sequence gets frames x sentences for the whole reply, at most the card's cap")
     p.add_argument("--tokens-per-s", type=float, default=30.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-cancel", action="store_true", help="skip the barge-in timing over the speech stream")
@@ -200,9 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         warm = rt.submit({"text": "Warm up.", "max_frames": 4})
         warm.result(120)
+        fed = [reply(args.sentences, args.seed + 100 * r + i) for c in args.concurrency  # every session's reply
+               for r in range(args.rounds if c == 1 else 1) for i in range(c)]
+        plan = budget(rt, args.frames, args.sentences, max(len(t.encode()) for t in fed))
+        args.budget = plan
         result: dict[str, Any] = {"bench": "v2.opentext", "card": args.card, "machine": machine(str(rt.family.device)),
                                   "tokens_per_s": args.tokens_per_s, "sentences": args.sentences,
-                                  "frames_per_sentence": args.frames}
+                                  "frames_per_sentence": args.frames, **plan.fields()}
         for c in args.concurrency:
             opened, plain = [], []
             for r in range(args.rounds if c == 1 else 1):
@@ -219,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                 from v2.bench.opentext_cancel import cancel_sweep
 
                 texts = [reply(args.sentences, args.seed + 500 + i) for i in range(c)]
-                cut = result[f"cancel_c{c}"] = cancel_sweep(rt, c, texts, seed=args.seed, frames=args.frames)
+                cut = result[f"cancel_c{c}"] = cancel_sweep(rt, c, texts, seed=args.seed, frames=plan.frames,
+                                                          floor=plan.floor)
                 print(f"concurrency {c}: input.cancel -> acknowledgement p50 {cut['cancel_to_ack_p50_s'] * 1e3:.0f} ms "
                       f"(p99 {cut['cancel_to_ack_p99_s'] * 1e3:.0f}), -> last byte p50 "
                       f"{cut['cancel_to_last_byte_p50_s'] * 1e3:.0f} ms (p99 {cut['cancel_to_last_byte_p99_s'] * 1e3:.0f}); "

@@ -1,7 +1,8 @@
 """Barge-in timing for `python -m v2.bench.opentext`: `input.cancel` over the speech stream, at a concurrency.
 
 Owns: `cancel_sweep(rt, concurrency, ...)`: the server over `rt` on a loopback port, `concurrency` WebSocket
-sessions at once, each speaking a seeded reply (streamed pcm, min = max = `frames` frames) and
+sessions at once, each speaking a seeded reply (streamed pcm, min = max = `frames` frames; no min where the
+family takes none, `floor` False) and
 cancelling it once `after_chunks` binary frames of it have arrived; per session the time from sending
 `input.cancel` to its acknowledgement (`input.cancelled`) and to the last binary frame of the utterance that
 arrived after it (0 when none did), the frames and bytes that did, and whether anything of it came after
@@ -20,13 +21,14 @@ from typing import Any
 import numpy as np
 
 
-async def _session(url: str, text: str, seed: int, frames: int, after_chunks: int,
+async def _session(url: str, text: str, seed: int, frames: int, floor: bool, after_chunks: int,
                    cancels: list[float]) -> dict[str, Any]:
     from websockets.asyncio.client import connect
 
     async with connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "session.config", "seed": seed, "max_new_tokens": frames,
-                                  "min_new_tokens": frames, "response_format": "pcm", "stream_audio": True}))
+        budget = {"max_new_tokens": frames, **({"min_new_tokens": frames} if floor else {})}
+        await ws.send(json.dumps({"type": "session.config", "seed": seed, **budget, "response_format": "pcm",
+                                  "stream_audio": True}))
         assert json.loads(await ws.recv())["type"] == "session.ready"
         await ws.send(json.dumps({"type": "input.text", "text": text}))
         await ws.send(json.dumps({"type": "input.done"}))
@@ -53,7 +55,7 @@ async def _session(url: str, text: str, seed: int, frames: int, after_chunks: in
                 "frames_after_cancel": late_frames, "bytes_after_cancel": late_bytes, "after_ack": stray is not None}
 
 
-def cancel_sweep(rt: Any, concurrency: int, texts: list[str], *, seed: int, frames: int,
+def cancel_sweep(rt: Any, concurrency: int, texts: list[str], *, seed: int, frames: int, floor: bool = True,
                  after_chunks: int = 2) -> dict[str, Any]:
     """`concurrency` sessions cancelled mid-utterance at once (`texts[i]` spoken by session i)."""
     from v2.server import ServerConfig, create_app
@@ -76,7 +78,7 @@ def cancel_sweep(rt: Any, concurrency: int, texts: list[str], *, seed: int, fram
 
         async def run() -> tuple[list[dict[str, Any]], float]:
             watch = asyncio.create_task(freed())
-            rows = await asyncio.gather(*(_session(url, texts[i % len(texts)], seed + i, frames, after_chunks,
+            rows = await asyncio.gather(*(_session(url, texts[i % len(texts)], seed + i, frames, floor, after_chunks,
                                                    cancels) for i in range(concurrency)))
             return list(rows), await watch
 
