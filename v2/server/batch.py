@@ -72,6 +72,7 @@ def _body(st: ServerState, raw: bytes, content_type: str) -> tuple[dict[str, Any
                        "(--max-batch-items); split the batch", param="items", code="too_many_items")
     for name in body:
         if name not in SpeechBody.model_fields:
+            name = _encodable(name)  # echoed: a lone surrogate in it would make the answer unencodable
             raise ApiError(400, f"{name}: not a field of a batch (the fields of /v1/audio/speech and items)",
                            param=name, code="invalid_value")
     for name in WHOLE_ONLY:
@@ -92,6 +93,9 @@ def _accept_item(st: ServerState, family: FamilyParams, defaults: dict[str, Any]
         name = given.pop("id", None)
         if name is not None and not isinstance(name, str):
             raise ApiError(400, "id: must be a string (echoed in the item's result)", param="id", code="invalid_value")
+        if name is not None and _encodable(name) != name:
+            raise ApiError(400, "id: has a lone surrogate, which cannot be encoded as UTF-8 (it is echoed in the "
+                           "item's result)", param="id", code="invalid_value")
         item.id = name
         merged = {**defaults, **given}
         for field in WHOLE_ONLY:
@@ -105,6 +109,12 @@ def _accept_item(st: ServerState, family: FamilyParams, defaults: dict[str, Any]
     except ApiError as e:
         item.error = e
     return item
+
+
+def _encodable(text: str) -> str:
+    """`text` as UTF-8 can carry it: a lone surrogate (JSON's `\\ud800` escape can bring one) written as its
+    escape."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _accept(st: ServerState, raw: bytes, content_type: str) -> list[_Item]:

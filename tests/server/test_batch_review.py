@@ -1,0 +1,51 @@
+"""`POST /v1/audio/speech/batch` under a careless or hostile client, through httpx and raw sockets against a
+real uvicorn server: what the client sends that comes back in the answer (an item's `id`, a field's name) may
+hold a lone surrogate (JSON's `\\ud800` escape) and is refused naming its field, never a 500; a client that
+leaves mid-batch leaves no record with a traceback in the server's log and nothing held."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+
+from serverkit import CARD, TEXT, LiveServer, shared_runtime, wait_idle
+from v2.server import ServerConfig
+from wskit import server_log
+
+BATCH = "/v1/audio/speech/batch"
+
+
+@pytest.fixture(scope="module")
+def live():
+    with LiveServer(shared_runtime(), ServerConfig.for_card(CARD, max_batch_items=16)) as server:
+        yield server
+
+
+def _post(live, raw: str) -> httpx.Response:
+    return httpx.post(live.url + BATCH, content=raw.encode(), headers={"content-type": "application/json"},
+                      timeout=120)
+
+
+@pytest.mark.parametrize("escape", ["\\ud800", "\\udfff", "a\\udc00b"])
+def test_an_id_with_a_lone_surrogate_is_that_items_error_and_the_others_run(live, escape):
+    with server_log() as log:
+        r = _post(live, '{"max_frames": 4, "items": [{"input": "%s", "id": "%s"}, {"input": "%s", "id": "ok"}]}'
+                  % (TEXT, escape, TEXT))
+    assert r.status_code == 200, r.text
+    bad, good = r.json()["results"]
+    assert bad["status"] == "error" and bad["error"]["param"] == "id" and bad["id"] is None, bad
+    assert bad["error"]["message"].startswith("id:")
+    assert good["status"] == "success" and good["id"] == "ok"
+    assert not log.tracebacks(), log.tracebacks()
+    wait_idle(shared_runtime())
+
+
+def test_an_unknown_field_whose_name_has_a_lone_surrogate_is_refused_naming_it_escaped(live):
+    with server_log() as log:
+        r = _post(live, '{"items": [{"input": "%s"}], "x\\ud800": 1}' % TEXT)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "x\\ud800"  # its escape, as JSON wrote it
+    assert not log.tracebacks(), log.tracebacks()
