@@ -1,7 +1,7 @@
 """A small decoder's pass over one frame's positions on the CPU: `Qwen3Backbone`'s layers, position after position,
 in the exact forms' values (v2/models/exact.py) at a fraction of their operations.
 
-A shared building block: the per-frame inner loops (Qwen3-TTS's code predictor, CSM's depth decoder) run a few-layer
+A shared building block: a family's per-frame inner loop (a code predictor, a depth decoder) runs a few-layer
 decoder over positions 0..P-1 of each frame, one position a step, where per-step Python and operation count are
 the cost. `FrameStack` makes, once per frame, every buffer a step writes: K [P', B, Hkv, D] and V with a column of
 ones [P', B, Hkv, D + 1] per layer (keys outermost; P' = P rounded up to a power of two; the positions past the
