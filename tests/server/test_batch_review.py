@@ -5,6 +5,7 @@ leaves mid-batch leaves no record with a traceback in the server's log and nothi
 
 from __future__ import annotations
 
+import gc
 import socket
 import time
 
@@ -48,4 +49,22 @@ def test_an_unknown_field_whose_name_has_a_lone_surrogate_is_refused_naming_it_e
         r = _post(live, '{"items": [{"input": "%s"}], "x\\ud800": 1}' % TEXT)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "x\\ud800"  # its escape, as JSON wrote it
+    assert not log.tracebacks(), log.tracebacks()
+
+
+def test_a_client_that_leaves_mid_batch_leaves_no_traceback_and_nothing_held(live):
+    body = ('{"max_frames": 600, "min_frames": 600, "response_format": "pcm", "items": [%s]}'
+            % ", ".join('{"input": "%s", "seed": %d}' % (TEXT, i) for i in range(6))).encode()
+    host, port = live.url.removeprefix("http://").rsplit(":", 1)
+    with server_log() as log:
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                      % (BATCH.encode(), host.encode(), len(body)) + body)
+            deadline = time.time() + 30
+            while shared_runtime().stats()["running"] < 6:  # every item is under way
+                assert time.time() < deadline, shared_runtime().stats()
+                time.sleep(0.01)
+        wait_idle(shared_runtime(), timeout=20)
+        time.sleep(0.5)  # the batch's tasks have ended and been collected
+        gc.collect()  # an exception never retrieved is logged when its future is collected
     assert not log.tracebacks(), log.tracebacks()

@@ -138,9 +138,10 @@ async def _gather(items: list[_Item], receive: Receive) -> bool:
 
     work = [asyncio.ensure_future(one(item)) for item in items if item.handle is not None]
     watch: asyncio.Future[Any] = asyncio.ensure_future(left())
+    every: asyncio.Future[Any] | None = None
     try:
         if work:
-            every: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*work))
+            every = asyncio.ensure_future(asyncio.gather(*work))
             done, _ = await asyncio.wait({every, watch}, return_when=asyncio.FIRST_COMPLETED)
             if every in done:
                 every.result()  # an unexpected failure is the gate's 500
@@ -148,6 +149,9 @@ async def _gather(items: list[_Item], receive: Receive) -> bool:
         return True
     finally:
         watch.cancel()
+        if every is not None:  # its items with it; the CancelledError it ends with is read, not logged as lost
+            every.cancel()
+            every.add_done_callback(lambda f: f.cancelled() or f.exception())
         for task in work:
             task.cancel()
         for item in items:
