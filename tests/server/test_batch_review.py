@@ -68,3 +68,16 @@ def test_a_client_that_leaves_mid_batch_leaves_no_traceback_and_nothing_held(liv
         time.sleep(0.5)  # the batch's tasks have ended and been collected
         gc.collect()  # an exception never retrieved is logged when its future is collected
     assert not log.tracebacks(), log.tracebacks()
+
+
+@pytest.mark.parametrize("path", [BATCH, "/v1/audio/speech"])
+def test_a_client_that_leaves_before_its_body_has_come_is_one_line_not_a_traceback(live, path):
+    host, port = live.url.removeprefix("http://").rsplit(":", 1)
+    with server_log() as log:
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                      b'{"input": ' % (path.encode(), host.encode()))
+            time.sleep(0.3)  # the route is reading the body
+        time.sleep(0.5)  # the route has seen the client go
+    assert not log.tracebacks(), log.tracebacks()
+    assert httpx.post(live.url + BATCH, json={"items": [{"input": TEXT, "max_frames": 4}]}).status_code == 200

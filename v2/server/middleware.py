@@ -8,8 +8,9 @@ so a web page elsewhere cannot use the server through the user's browser; `/v1/*
 `Authorization: Bearer KEY` when a key is set, compared in constant time; a body over the limit, by
 Content-Length or by counting the bytes as they arrive); answering HEAD with the GET route's headers and no
 body; turning an exception no route handled into a 500 in OpenAI's shape here, inside the app, so uvicorn
-never sees it (it would close a keep-alive connection) and the response is counted; counting every
-4xx/5xx response by status for the metrics.
+never sees it (it would close a keep-alive connection) and the response is counted (a client that left
+before its body had come is one log line, not an error); counting every 4xx/5xx response by status for the
+metrics.
 Must not know: the runtime, audio, request fields.
 """
 
@@ -19,6 +20,7 @@ import hmac
 import logging
 from typing import Any
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from v2.server.errors import ApiError
@@ -86,6 +88,8 @@ class Gate:
         except _TooLarge:
             if not started:
                 await self._reply(send, _too_large(limit))
+        except ClientDisconnect:  # the client left before its body had come: nobody to answer, nothing failed
+            log.info("%s %s: the client left before its body had come", scope["method"], scope["path"])
         except Exception as e:  # noqa: BLE001 - every route's unexpected failure ends here, logged
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             if started:  # a body under way: only cutting the connection tells the client it is incomplete
