@@ -1,9 +1,13 @@
 """`/openapi.json` says what the server does: requests built from the published schema (hypothesis draws
 the operation, its parameters and its body's fields from the schema) get only answers the schema declares,
-with a declared content type and, for JSON, a body that validates; each error status is answered as declared."""
+with a declared content type and, for JSON, a body that validates; each error status is answered as declared;
+the speech stream's WebSocket is published as its handshake's GET, and every message a real session sends
+and receives (a spoken, a cancelled and a refused utterance, a refused turn, bad messages) validates
+against its schema."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import quote
@@ -19,9 +23,13 @@ from v2.card import load_card
 from v2.runtime import Runtime
 from v2.server.audio import CONTENT_TYPES
 from v2.server.schema import SpeechBody
+from v2.server.ws_messages import KINDS
+from wskit import ws_url
 
 SPEECH = "/v1/audio/speech"
 BATCH = "/v1/audio/speech/batch"
+STREAM = "/v1/audio/speech/stream"
+HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +71,12 @@ def test_the_schema_describes_the_speech_body_its_audio_and_every_error(live):
     assert {"200", "400", "415"} <= set(batch["responses"])
     for path, item in spec["paths"].items():
         for method, op in item.items():
+            assert method in HTTP_METHODS, (method, path)
             assert "422" not in op["responses"], (method, path)  # validation errors are answered as 400
             assert {"500", "503"} <= set(op["responses"]), (method, path)
             assert ("401" in op["responses"]) == path.startswith("/v1"), (method, path)
-            assert ("403" in op["responses"]) == (method in ("post", "put", "patch", "delete")), (method, path)
+            assert ("403" in op["responses"]) == (method in ("post", "put", "patch", "delete") or path == STREAM), (
+                method, path)  # every WebSocket handshake is held to the Origin rule
     assert set(spec["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == {"text/plain"}
 
 
@@ -88,13 +98,13 @@ def requests_from(draw: st.DrawFn, spec: dict[str, Any]) -> tuple[str, str, str,
     ops = sorted((m.upper(), p) for p, item in spec["paths"].items() for m in item)
     method, path = draw(st.sampled_from(ops))
     op = spec["paths"][path][method.lower()]
-    url, kwargs = path, {}
-    params = {}
+    url, kwargs = path, dict[str, Any]()
+    params: dict[str, str] = {}
     for p in op.get("parameters", []):
         value = draw(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/?#"), min_size=1,
                              max_size=12) if p["in"] == "path" else st.none() | st.text(max_size=12))
         if p["in"] == "path":
-            url = url.replace("{" + p["name"] + "}", quote(value, safe=""))
+            url = url.replace("{" + p["name"] + "}", quote(value or "", safe=""))
         elif value is not None:
             params[p["name"]] = value
     kwargs["params"] = params
@@ -155,6 +165,8 @@ def test_each_error_status_is_answered_as_declared(live):
         ("GET", "/health", {}, 200), ("GET", "/metrics", {}, 200), ("GET", "/v1/models", {}, 200),
         ("GET", "/v1/audio/voices", {}, 200), ("GET", "/v1/audio/voices", {"params": {"legacy": "true"}}, 200),
         ("GET", "/v1/audio/voices", {"params": {"legacy": "maybe"}}, 400),
+        ("GET", STREAM, {}, 404),  # a plain GET, not a handshake
+        ("GET", STREAM, {"headers": {"connection": "upgrade", "upgrade": "websocket"}}, 400),  # no key, no version
     ]
     for method, path, kwargs, status in cases:
         url = kwargs.pop("url", path)
@@ -201,3 +213,95 @@ def test_401_429_and_500_are_answered_as_declared(live):
                     conforms(spec, "POST", SPEECH, r)
     finally:
         rt.close()
+
+
+# --- the speech stream (WebSocket) ---
+
+def _validator(spec: dict[str, Any], name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": spec["components"]})
+
+
+def test_the_schema_describes_the_speech_streams_protocol(live):
+    spec = live.spec
+    op = spec["paths"][STREAM]["get"]
+    assert "WebSocket" in op["description"] and "101" in op["responses"]
+    assert {"400", "401", "403", "404", "500", "503"} <= set(op["responses"])
+    ws = op["x-websocket"]
+    assert ws["messages"]["client"] == list(KINDS)  # every kind the session reads, input.cancel among them
+    server = ["session.ready", "audio.start", "audio.done", "session.done", "input.cancelled", "context.appended",
+              "error"]
+    assert ws["messages"]["server"] == server
+    schemas = spec["components"]["schemas"]
+    for union, kinds in (("StreamClientMessage", KINDS), ("StreamServerEvent", server)):
+        assert ws[{"StreamClientMessage": "clientMessages", "StreamServerEvent": "serverMessages"}[union]] == {
+            "$ref": f"#/components/schemas/{union}"}
+        mapping = schemas[union]["discriminator"]["mapping"]
+        assert sorted(mapping) == sorted(kinds)
+        for kind, ref in mapping.items():
+            assert schemas[ref.rsplit("/", 1)[1]]["properties"]["type"] == {"const": kind}
+    config = schemas["StreamSessionConfig"]["properties"]
+    assert set(config) == (set(SpeechBody.model_fields) - {"input"}) | {"type", "stream_audio", "split_granularity"}
+    for name in ("StreamAudioDone", "StreamSessionDone"):
+        assert "cancelled" in schemas[name]["properties"] and "cancelled" not in schemas[name]["required"]
+    client, events = _validator(spec, "StreamClientMessage"), _validator(spec, "StreamServerEvent")
+    assert not client.is_valid({"type": "input.text"}) and not client.is_valid({"type": "nope"})
+    assert not events.is_valid({"type": "session.done", "utterance_index": 0, "total_sentences": 1, "cancelled": False})
+
+
+def test_a_real_sessions_messages_validate_against_the_schema(live):
+    """Every message sent and every event received in a session that speaks, cancels, is refused and closes."""
+    from websockets.asyncio.client import connect
+
+    client, events = _validator(live.spec, "StreamClientMessage"), _validator(live.spec, "StreamServerEvent")
+    sent = [
+        {"type": "input.cancel"},  # none under way: input.cancelled, cancelled false
+        {"type": "session.config", "max_new_tokens": 40, "min_new_tokens": 40, "response_format": "pcm",
+         "stream_audio": True, "seed": 3},
+        {"type": "input.text", "text": TEXT}, {"type": "input.done"},  # spoken (sentences framed)
+        {"type": "input.text", "text": "One. Two. Three."}, {"type": "input.cancel"},  # cancelled mid-way
+        {"type": "context.append", "speaker": 0, "text": "hi"},  # a family without context: an error
+        {"type": "session.config", "temperature": -1.0},  # refused, naming the field
+        {"type": "input.text", "text": "Bye."}, {"type": "session.close"},
+    ]
+    for message in sent:
+        client.validate(message)
+
+    async def run() -> tuple[list[dict[str, Any]], int, Any]:
+        got: list[dict[str, Any]] = []
+        binary = 0
+        async with connect(ws_url(live), max_size=None) as ws:
+            await ws.send(b"\x00")  # a binary frame: an error naming `message`
+            await ws.send("[1]")     # not an object
+            for message in sent:
+                if message["type"] == "input.cancel" and got:  # the utterance has begun: wait for its audio
+                    while binary == 0 or got[-1]["type"] != "audio.start":
+                        msg = await asyncio.wait_for(ws.recv(), 60)
+                        if isinstance(msg, bytes):
+                            binary += 1
+                        else:
+                            got.append(json.loads(msg))
+                await ws.send(json.dumps(message))
+                if message["type"] == "input.done":
+                    while not got or got[-1]["type"] != "session.done":
+                        msg = await asyncio.wait_for(ws.recv(), 60)
+                        binary += isinstance(msg, bytes)
+                        if isinstance(msg, str):
+                            got.append(json.loads(msg))
+            try:
+                async for msg in ws:
+                    binary += isinstance(msg, bytes)
+                    if isinstance(msg, str):
+                        got.append(json.loads(msg))
+            finally:
+                code = ws.close_code
+        return got, binary, code
+
+    got, binary, code = asyncio.run(run())
+    for event in got:
+        events.validate(event)
+    kinds = [e["type"] for e in got]
+    assert {"session.ready", "audio.start", "audio.done", "session.done", "input.cancelled", "error"} <= set(kinds)
+    assert binary > 0 and code == 1000, kinds
+    assert [e["cancelled"] for e in got if e["type"] == "input.cancelled"] == [False, True]
+    assert any(e.get("cancelled") is True for e in got if e["type"] == "session.done")
+    assert {e["param"] for e in got if e["type"] == "error"} >= {"message", "temperature"}

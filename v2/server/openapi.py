@@ -6,7 +6,8 @@ body (`SpeechBatchBody`: SpeechBody's fields as defaults and `items`) and its JS
 `speaker_embedding` (FastAPI's form schema), the model
 listing (with `seeded_noise`), the voice listing (both shapes), every error answer of every operation in
 OpenAI's error shape (the gate's: 503 while draining and 500 on every operation, 401 on `/v1/*`, 403 on state-changing methods, 413 where a body is
-taken; the routes' own: 400, 404, 409, 415, 429), `/metrics` as Prometheus text, `/health`'s 503; and no 422 (validation errors are answered as 400).
+taken; the routes' own: 400, 404, 409, 415, 429), `/metrics` as Prometheus text, `/health`'s 503; and no 422 (validation errors are answered as 400);
+the speech stream's WebSocket as its handshake's GET, with its protocol (openapi_ws.py).
 Must not know: the runtime, the engine, how the routes do their work.
 """
 
@@ -19,6 +20,9 @@ from fastapi.openapi.utils import get_openapi
 
 from v2.server.audio import CONTENT_TYPES
 from v2.server.middleware import SAFE_METHODS
+from v2.server.openapi_ws import STREAM
+from v2.server.openapi_ws import path_item as stream_path
+from v2.server.openapi_ws import schemas as stream_schemas
 from v2.server.schema import SpeechBody
 
 ERROR = {"$ref": "#/components/schemas/Error"}
@@ -91,6 +95,9 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
                                      404: "no stored voice of that name"},
     ("delete", "/v1/audio/voices/{name}"): {400: "this runtime has no voice store",
                                             404: "no stored voice of that name"},
+    ("get", STREAM): {403: "a handshake from another origin (any handshake is held to the Origin rule, as a "
+                           "state-changing method is: see --allow-origin)",
+                      404: "a plain GET, not a WebSocket handshake"},
 }
 
 
@@ -124,6 +131,8 @@ def amend(spec: dict[str, Any]) -> None:
         "properties": {**optional["properties"], "items": {
             "type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/SpeechBatchItem"},
             "description": "the requests, run together; at most the server's --max-batch-items (default 32)"}}}
+    components.update(stream_schemas(components["SpeechBody"]))
+    spec.setdefault("paths", {})[STREAM] = stream_path()
     for path, item in spec.get("paths", {}).items():
         for method, op in item.items():
             _amend_operation(path, method, op)
