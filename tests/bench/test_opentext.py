@@ -24,7 +24,7 @@ FIELDS = {"sessions", "written_s", "segments_per_session", "audio_s_per_session"
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    assert main(["--concurrency", "1", "--rounds", "1", "--sentences", "2", *argv]) == 0
+    assert main(["--concurrency", "1", "--rounds", "1", *argv]) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -50,15 +50,19 @@ def test_the_budget_follows_how_the_family_speaks_open_text(card):
 
 @pytest.mark.parametrize("card", CARDS)
 def test_runs_on_each_tiny_card_with_its_defaults(capsys, card):
-    report = _run(capsys, "--card", card)
+    # two sentences; one where the family takes a text row a frame: the tiny card's tokenizer is byte-level and
+    # two sentences (131 bytes) pass its cap (120 frames), which fast frames may reach before the text ends
+    sentences = 1 if card == "qwen3_tts_tiny" else 2
+    assert len(reply(sentences, 0).encode()) < 120 or sentences == 2
+    report = _run(capsys, "--card", card, "--sentences", str(sentences))
     assert report["card"] == card and report["frames_per_sentence"] == 30
     c1 = report["c1"]
     assert FIELDS <= set(c1), FIELDS - set(c1)
     assert c1["text_cut_sessions"] == 0 and c1["sessions"] == 1
     per_segment = report["frame_cap_per"] == "segment"
-    assert report["frames_per_request"] >= (30 if per_segment else min(60, report["card_max_frames"]))
+    assert report["frames_per_request"] >= (30 if per_segment else min(30 * sentences, report["card_max_frames"]))
     assert report["frames_per_request"] <= report["card_max_frames"]
-    assert c1["segments_per_session"] == (2 if per_segment else 1)
+    assert c1["segments_per_session"] == (sentences if per_segment else 1)
     assert c1["audio_s_per_session"] > 0 and c1["whole_ttfa_p50_s"] > 0
     cut = report["cancel_c1"]
     assert cut["sessions"] == 1 and cut["anything_after_ack"] is False

@@ -83,7 +83,7 @@ def player(arrivals: list[tuple[float, float]]) -> tuple[int, float]:
 def session(rt: Any, text: str, seed: int, args: argparse.Namespace, out: dict[str, Any]) -> None:
     request = {"seed": seed, **args.budget.request(), "stream": True}
     parts, per_token = pieces(text, seed), 1.0 / args.tokens_per_s
-    first_end = text.index(next(c for c in text if c in ".!?")) + 2  # the end mark and the space after it
+    first_end = min(text.index(next(c for c in text if c in ".!?")) + 2, len(text))  # the end mark, the space after
     rate, fps = rt.sample_rate, rt.frame_rate
     arrivals: list[tuple[float, float]] = []
     boundary: list[float] = []  # seconds per frame of each chunk holding a new segment's first frame
@@ -233,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{merged['whole_ttfa_p50_s'] * 1e3:.0f} ms; first piece -> audio {merged['open_first_piece_to_audio_p50_s']:.2f} s "
                   f"open vs {merged['whole_first_piece_to_audio_p50_s']:.2f} s whole; underruns {merged['underruns']}",
                   file=sys.stderr)
+            if merged["text_cut_sessions"]:
+                print(f"concurrency {c}: {merged['text_cut_sessions']} of {merged['sessions']} requests reached their "
+                      f"frame cap ({plan.frames}) before their text ended (the rest of it was not fed)", file=sys.stderr)
             if not args.no_cancel:
                 from v2.bench.opentext_cancel import cancel_sweep
 
