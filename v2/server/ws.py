@@ -2,7 +2,8 @@
 
 Owns: the session of one connection in vllm-omni's protocol (designs/server.md has the messages and events):
 reading messages (ws_messages.py: bounded before parsing, every string encodable; a bad one gets an `error`
-naming its field and ends nothing), taking a config (ws_config.py) or a conversation turn, the order messages
+naming its field and ends nothing; a text frame that is not UTF-8 is uvicorn's to close, 1007, logged here
+in one line), taking a config (ws_config.py) or a conversation turn, the order messages
 are taken in, the pre-config timeout, and leaving (a client that goes is logged in one line, never a
 traceback; what it held is freed). Its utterances are ws_utterances.py's, its sends ws_speak.py's `Outbox`.
 Each utterance is one open request (`Runtime.open`), opened when the config is taken: that open is the
@@ -39,6 +40,20 @@ from v2.server.ws_utterances import Speaker
 router = APIRouter()
 log = logging.getLogger("v2.server")
 MAX_WAITING = 256  # messages held while an utterance is spoken (more: refused, naming `message`)
+
+
+class _NotUtf8(logging.Filter):
+    """A text frame that is not UTF-8 is closed (1007) by uvicorn before the session sees it, and uvicorn logs
+    it with a traceback: a client's behaviour, so one line here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("Invalid UTF-8 sequence received from client"):
+            record.msg, record.args = "speech stream: the client sent a text frame that is not UTF-8 (closed: 1007)", ()
+            record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.INFO, "INFO"
+        return True
+
+
+logging.getLogger("uvicorn.error").addFilter(_NotUtf8())
 
 
 class Session:
