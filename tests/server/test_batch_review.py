@@ -81,3 +81,19 @@ def test_a_client_that_leaves_before_its_body_has_come_is_one_line_not_a_traceba
         time.sleep(0.5)  # the route has seen the client go
     assert not log.tracebacks(), log.tracebacks()
     assert httpx.post(live.url + BATCH, json={"items": [{"input": TEXT, "max_frames": 4}]}).status_code == 200
+
+
+@pytest.mark.parametrize("path", [BATCH, "/v1/audio/speech"])
+@pytest.mark.parametrize("value", ["[" * 20 + "]" * 20, "[%s]" % ",".join(["1"] * 2000)])
+def test_a_body_refused_before_parsing_names_a_key_with_a_lone_surrogate_escaped(live, path, value):
+    """Nested too deep or too many members under a key whose name holds a lone surrogate: a 400 naming it."""
+    with server_log() as log:
+        r = _post_to(live, path, '{"input": "%s", "x\\ud800": %s}' % (TEXT, value))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "x\\ud800" and r.json()["error"]["code"] == "too_complex"
+    assert not log.tracebacks(), log.tracebacks()
+
+
+def _post_to(live, path: str, raw: str) -> httpx.Response:
+    return httpx.post(live.url + path, content=raw.encode(), headers={"content-type": "application/json"},
+                      timeout=120)

@@ -6,8 +6,9 @@ of its structure that stops at the first bound it passes (nesting deeper than `m
 regex finds the next structural character and each string is skipped by the json module's own C scanner,
 so refusing a body of a million keys or a hundred thousand brackets costs O(limit) steps, never O(body).
 A refusal is a 400 naming the top-level member it happened in (for too many top-level keys: the first one
-the caller does not know, as the schema would name it); its message calls the document `whole` ("body"; a
-WebSocket's messages say "message").
+the caller does not know, as the schema would name it; a lone surrogate in the name as its escape, so the
+answer can be encoded); its message calls the document `whole` ("body"; a WebSocket's messages say
+"message").
 Must not know: FastAPI, the speech fields (the caller passes the names it knows), the runtime.
 """
 
@@ -68,8 +69,8 @@ def check_shape(text: str, *, known: Collection[str] = (), max_depth: int = MAX_
                 value, pos = scanstring(text, pos, True)
             except ValueError:
                 return tokens
-            if len(open_) == 1:
-                last = value[:_KEY_CHARS]
+            if len(open_) == 1:  # a refusal may name it: a lone surrogate (`\ud800`) as its escape
+                last = value[:_KEY_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
         elif c in "[{":
             open_.append(c)
             if len(open_) > max_depth:
