@@ -135,7 +135,7 @@ def path_item() -> dict[str, Any]:
     """The `GET` operation the handshake is, with the protocol in `x-websocket`."""
     return {"get": {
         "summary": "Speech stream (WebSocket): text in as it is written, audio out sentence by sentence",
-        "operationId": "speech_stream", "tags": ["speech"], "description": _DESCRIPTION,
+        "operationId": "speech_stream", "description": _DESCRIPTION,
         "responses": {
             "101": {"description": "Switching Protocols: the WebSocket is open; the session's messages follow "
                                    "(x-websocket)"},
@@ -150,5 +150,6 @@ def path_item() -> dict[str, Any]:
                               "A binary frame from the client is refused with an `error` (param `message`)",
             "close": {"1000": "after `session.close`, once its utterance is spoken",
                       "1008": "no `session.config` within the server's --ws-config-timeout (after an `error` "
-                              "with code config_timeout)"},
+                              "with code config_timeout); or a refused handshake where the HTTP server cannot "
+                              "answer it over HTTP"},
             "messages": {"client": list(KINDS), "server": [kind for _, kind, *_ in _EVENTS]}}}}
