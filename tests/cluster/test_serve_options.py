@@ -1,6 +1,7 @@
 """`v2 serve --replicas N` gives its replicas the settings `v2 serve` gives its one runtime: every option the
-server's config reads (v2/server/options.py) reaches the replicas' `ServerConfig`. No Ray is started: the
-deployment is stopped where it would be built, holding the config it was given."""
+server's config reads (v2/server/options.py) reaches the replicas' `ServerConfig`, and the logging options
+uvicorn takes with one runtime reach Serve's logging config. No Ray is started: the deployment is stopped
+where it would be built, holding what it was given."""
 
 from __future__ import annotations
 
@@ -21,22 +22,27 @@ CARD = "moss_tts_local_tiny"
 
 
 class Built(Exception):
-    def __init__(self, config: ServerConfig) -> None:
-        self.config = config
+    def __init__(self, kw: dict[str, Any]) -> None:
+        self.config, self.kw = kw["config"], kw
 
 
-def _replica_config(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> tuple[ServerConfig, Any]:
+def _deployment(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> tuple[Built, Any]:
     args = build_parser().parse_args(["serve", "--card", CARD, "--replicas", "2", *argv])
 
     def deployment(card: str, **kw: Any) -> Any:
-        raise Built(kw["config"])
+        raise Built(kw)
 
     monkeypatch.setattr(cluster_serve, "start_ray", lambda show_logs: None)
     monkeypatch.setattr(cluster_serve.ray, "cluster_resources", lambda: {})
     monkeypatch.setattr(cluster_serve, "deployment", deployment)
     with pytest.raises(Built) as built:
         cluster_serve.run(args)
-    return built.value.config, args
+    return built.value, args
+
+
+def _replica_config(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> tuple[ServerConfig, Any]:
+    built, args = _deployment(monkeypatch, argv)
+    return built.config, args
 
 
 def test_every_config_option_reaches_the_replicas(monkeypatch, tmp_path: Path):
@@ -56,3 +62,14 @@ def test_every_config_option_reaches_the_replicas(monkeypatch, tmp_path: Path):
 def test_the_replicas_defaults_are_the_servers(monkeypatch):
     config, _ = _replica_config(monkeypatch, [])
     assert config == ServerConfig.for_card(CARD, api_key=config.api_key)  # $V2_API_KEY may set the key
+
+
+@pytest.mark.parametrize("argv, level, access", [([], "INFO", True),
+                                                 (["--log-level", "warning", "--no-access-log"], "WARNING", False)])
+def test_the_logging_options_reach_serves_logging_config(monkeypatch, argv, level, access):
+    from ray.serve.schema import LoggingConfig
+
+    built, _ = _deployment(monkeypatch, argv)
+    logging = built.kw["logging_config"]
+    assert logging == {"log_level": level, "enable_access_log": access}
+    assert LoggingConfig(**logging).log_level == level  # Serve takes it as given

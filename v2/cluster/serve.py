@@ -100,8 +100,11 @@ class SpeechReplica:
 
 
 def deployment(card: str, *, replicas: int, runtime_options: dict[str, Any], config: ServerConfig,
-               resources: dict[str, Any], drain_timeout: float = 30.0) -> Any:
+               resources: dict[str, Any], drain_timeout: float = 30.0,
+               logging_config: dict[str, Any] | None = None) -> Any:
     """The bound Serve application: `replicas` copies of the speech app, least-loaded routing.
+    `logging_config`: Serve's for the replicas (`log_level`, `enable_access_log`: `serve`'s --log-level and
+    --no-access-log, which uvicorn takes with one runtime).
 
     A replica takes up to the card's `max_running` requests at once (its batch); the rest wait at the
     router for whichever replica frees a place first, up to `max_waiting` per replica, then get a 503.
@@ -113,7 +116,8 @@ def deployment(card: str, *, replicas: int, runtime_options: dict[str, Any], con
     # the decorator form: `serve.deployment(cls, **options)` is the same call, but Ray types only this one
     d = serve.deployment(name="speech", num_replicas=replicas, ray_actor_options=resources,
                          max_ongoing_requests=loop.max_running, max_queued_requests=loop.max_waiting * replicas,
-                         graceful_shutdown_timeout_s=drain_timeout, request_router_config=router)(ingress)
+                         graceful_shutdown_timeout_s=drain_timeout, request_router_config=router,
+                         logging_config=logging_config)(ingress)
     return d.bind(card, runtime_options, config, replicas)
 
 
@@ -149,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
     gpus = ray.cluster_resources().get("GPU", 0) > 0
     resources = {"num_gpus": 1} if gpus else {"num_cpus": 1}
     options = {"checkpoint": args.checkpoint, "codec_checkpoint": args.codec_checkpoint, "device": args.device}
+    logs_config = {"log_level": args.log_level.upper(), "enable_access_log": not args.no_access_log}
     app = deployment(args.card, replicas=args.replicas, runtime_options=options, config=config,
-                     resources=resources, drain_timeout=args.drain_timeout)
+                     resources=resources, drain_timeout=args.drain_timeout, logging_config=logs_config)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
