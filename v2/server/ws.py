@@ -176,7 +176,8 @@ class Session:
 
     async def append(self, msg: dict[str, Any]) -> None:
         """context.append: one more turn of the conversation (the other party's), between utterances; the
-        utterance opened already is opened again with it, which is how the family checks it."""
+        utterance opened already is opened again with it, which is how the family checks it (and drops the
+        oldest turns while it refuses the conversation)."""
         if self.sp.config is None:
             await self.out.error("type: send session.config before context.append", "type")
             return
@@ -193,7 +194,9 @@ class Session:
         except ApiError as e:
             await self.out.error(e.message, e.param, e.code or "invalid_value")
             return
-        opened = await self.sp.open(self.sp.config, self.sp.bounded([*self.sp.history, turn]))
+        # the oldest turns are dropped while the family refuses the conversation as too long, as when an
+        # utterance opens; the new turn is refused only where the family refuses it alone
+        opened = await self.sp.open(self.sp.config, self.sp.bounded([*self.sp.history, turn]), keep=1)
         if opened is None:
             return
         self.sp.withdraw()

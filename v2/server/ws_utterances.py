@@ -57,13 +57,14 @@ class Speaker:
         return bounded(turns, self.st.config.conversation_turns, self.st.config.conversation_seconds,
                        float(self.st.runtime.frame_rate))
 
-    async def open(self, config: Config,
-                   history: list[ResolvedTurn] | None = None) -> tuple[Any, list[ResolvedTurn]] | None:
+    async def open(self, config: Config, history: list[ResolvedTurn] | None = None,
+                   keep: int | None = None) -> tuple[Any, list[ResolvedTurn]] | None:
         """The next utterance's request under `config` (opened at once: references encode while its text is
         written), with the conversation as its context where the family takes one: `history`, a new one, kept
-        only if the family takes it whole; without, the session's, less its oldest turns while the family
-        refuses it as context (grown past the family's own caps). None (an error sent) when refused."""
-        strict = history is not None
+        only if the family takes it whole (`keep` given: its last `keep` turns whole, its older ones dropped,
+        oldest first, while the family refuses it); without, the session's, less its oldest turns while the
+        family refuses it as context (grown past the family's own caps). None (an error sent) when refused."""
+        least = 0 if history is None else len(history) if keep is None else keep  # turns that are never dropped
         turns = list(self.history if history is None else history) if config.takes_context else []
         while True:
             fields = config.request(tuple(turns) if turns else None)
@@ -72,7 +73,7 @@ class Speaker:
                 return handle, turns
             except RequestError as e:
                 err = runtime_field_error(e, config.names)
-                if turns and not strict and err.param == "context":
+                if len(turns) > least and err.param == "context":
                     turns = turns[1:]
                     continue
                 await self.out.error(err.message, err.param)
