@@ -16,12 +16,12 @@ import argparse
 import copy
 import json
 import sys
-import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from v2.bench.__main__ import machine
+from v2.bench.framestep_kit import graph_bucket_row, scatter_blocks
 from v2.card import load_card
 from v2.families.csm.bench.launches import RELEASE, SAMPLING
 from v2.families.csm.card import CsmCard, config_dict, model_source, seeded
@@ -29,24 +29,9 @@ from v2.families.csm.frame_executor import FrameExecutor
 from v2.models.csm.config import CsmConfig
 from v2.models.csm.model import Csm
 from v2.models.weights import empty_model
-from v2.runtime.graphs import StepGraphs
 from v2.runtime.sequence import FramePlan
 
 BLOCK_SIZE = 16
-
-
-def timed(fn: Callable[[], Any], iters: int, device: torch.device) -> float:
-    """Mean milliseconds per call after two warm-up calls."""
-    for _ in range(2):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / iters * 1e3
 
 
 @torch.no_grad()
@@ -77,8 +62,7 @@ def executor(model: Csm, slots: int, context: int, buckets: list[int], *, graphs
     width = -(-context // BLOCK_SIZE)
     ex = FrameExecutor(model, num_slots=slots, max_len=context, batch_buckets=buckets, num_blocks=slots * width,
                        block_size=BLOCK_SIZE, graphs=graphs)
-    order = torch.randperm(slots * width, generator=torch.Generator().manual_seed(0)).tolist()
-    ex.apply([], [(s, i, order[s * width + i]) for s in range(slots) for i in range(width)])
+    scatter_blocks(ex, slots, width)
     g = torch.Generator().manual_seed(1)
     for slot in range(slots):
         ex.admit_host(slot, SAMPLING)
@@ -96,23 +80,7 @@ def bucket_row(ex: FrameExecutor, bucket: int, context: int, iters: int, device:
     """One bucket: eager ms, and on CUDA graph ms and whether a replay equals an eager step from the same state."""
     plans = [FramePlan(i, (37 * i) % (context - 64) + 32, 5, True) for i in range(bucket)]  # mixed positions
     key = ex.graph_key(bucket, ex.stage(plans, bucket))
-    row: dict[str, Any] = {"bucket": bucket, "eager_ms": timed(lambda: ex.frame_step(key), iters, device)}
-    if device.type == "cuda":
-        graphs = StepGraphs("bench", ex.frame_step, [key], device=device, enabled=True)
-        graphs.capture()
-        saved = [t.clone() for t in state(ex)]
-        replayed = graphs.run(key)
-        after = [t.clone() for t in state(ex)]
-        for t, s in zip(state(ex), saved):
-            t.copy_(s)
-        direct = ex.frame_step(key)
-        row["graph_equals_eager"] = bool(torch.equal(replayed[:bucket], direct[:bucket])
-                                         and all(torch.equal(a, t) for a, t in zip(after, state(ex))))
-        row["graph_ms"] = timed(lambda: graphs.run(key), iters, device)
-        row["frames_per_s"] = bucket / row["graph_ms"] * 1e3
-    else:
-        row["frames_per_s"] = bucket / row["eager_ms"] * 1e3
-    return row
+    return graph_bucket_row(ex.frame_step, key, bucket, lambda: state(ex), iters, device)
 
 
 def main(argv: list[str] | None = None) -> int:

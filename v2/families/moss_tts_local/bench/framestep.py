@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from v2.bench.__main__ import machine
+from v2.bench.framestep_kit import timed
 from v2.families.moss_tts_local.bench.kv import spread_blocks
 from v2.families.moss_tts_local.shapes import SHAPES
 from v2.card import build_model, load_card
@@ -30,20 +30,6 @@ from v2.models.moss_tts_local.model import MossTTSLocal
 from v2.sampling_settings import SamplingSettings
 from v2.families.moss_tts_local.ar_executor import ARExecutor
 from v2.runtime.graphs import StepGraphs
-
-
-def timed(fn: Callable[[], Any], iters: int, device: torch.device) -> float:
-    """Mean milliseconds per call after two warm-up calls."""
-    for _ in range(2):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / iters * 1e3
 
 
 def attention_row(model: MossTTSLocal, bucket: int, context: int, iters: int) -> dict[str, Any]:

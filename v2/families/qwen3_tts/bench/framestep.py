@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from v2.bench.__main__ import machine
+from v2.bench.framestep_kit import graph_bucket_row, scatter_blocks
 from v2.card import load_card
 from v2.families.qwen3_tts.bench.launches import SIZES
 from v2.families.qwen3_tts.card import Qwen3Card
@@ -28,24 +28,9 @@ from v2.families.qwen3_tts.shapes import SHAPES
 from v2.families.qwen3_tts.talker_executor import TalkerExecutor
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.qwen3_tts.model import Qwen3TTS
-from v2.runtime.graphs import StepGraphs
 from v2.runtime.sequence import FramePlan
 
 BLOCK_SIZE = 16
-
-
-def timed(fn: Callable[[], Any], iters: int, device: torch.device) -> float:
-    """Mean milliseconds per call after two warm-up calls."""
-    for _ in range(2):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / iters * 1e3
 
 
 def model_for(size: str | None, device: torch.device) -> Qwen3TTS:
@@ -67,8 +52,7 @@ def executor(model: Qwen3TTS, slots: int, context: int, buckets: list[int], *, g
     width = -(-context // BLOCK_SIZE)
     ex = TalkerExecutor(model, num_slots=slots, max_len=context, batch_buckets=buckets, num_blocks=slots * width,
                         block_size=BLOCK_SIZE, graphs=graphs)
-    order = torch.randperm(slots * width, generator=torch.Generator().manual_seed(0)).tolist()
-    ex.apply([], [(s, i, order[s * width + i]) for s in range(slots) for i in range(width)])
+    scatter_blocks(ex, slots, width)
     g = torch.Generator().manual_seed(1)
     settings = settings or [Qwen3TTSSampling()]
     for slot in range(slots):
@@ -88,23 +72,7 @@ def bucket_row(ex: TalkerExecutor, bucket: int, context: int, iters: int, device
     pad = ex.model.cfg.text.tts_pad
     plans = [FramePlan(i, (37 * i) % (context - 64) + 32, 5, True, feed=pad) for i in range(bucket)]  # mixed positions
     key = ex.graph_key(bucket, ex.stage(plans, bucket))
-    row: dict[str, Any] = {"bucket": bucket, "eager_ms": timed(lambda: ex.frame_step(key), iters, device)}
-    if device.type == "cuda":
-        graphs = StepGraphs("bench", ex.frame_step, [key], device=device, enabled=True)
-        graphs.capture()
-        saved = [t.clone() for t in state(ex)]
-        replayed = graphs.run(key)
-        after = [t.clone() for t in state(ex)]
-        for t, s in zip(state(ex), saved):
-            t.copy_(s)
-        direct = ex.frame_step(key)
-        row["graph_equals_eager"] = bool(torch.equal(replayed[:bucket], direct[:bucket])
-                                         and all(torch.equal(a, t) for a, t in zip(after, state(ex))))
-        row["graph_ms"] = timed(lambda: graphs.run(key), iters, device)
-        row["frames_per_s"] = bucket / row["graph_ms"] * 1e3
-    else:
-        row["frames_per_s"] = bucket / row["eager_ms"] * 1e3
-    return row
+    return graph_bucket_row(ex.frame_step, key, bucket, lambda: state(ex), iters, device)
 
 
 def main(argv: list[str] | None = None) -> int:
