@@ -135,6 +135,25 @@ def _family_fields(family: str, args: argparse.Namespace) -> dict[str, Any]:
 MAX_TEXT_FILE_BYTES = 1 << 20  # a text file or stdin is read up to this much (a card takes 20 000 characters)
 
 
+def read_utf8(source: str, where: str, limit: int) -> str:
+    """A file's text (`-`: stdin's), refused naming `where` when it cannot be read, is over `limit` bytes (no
+    more is read) or is not UTF-8; a byte-order mark is dropped."""
+    try:
+        if source == "-":
+            raw = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(source, "rb") as f:
+                raw = f.read(limit + 1)
+    except OSError as e:
+        raise CliError(f"{where}: cannot be read ({e.strerror or e})") from None
+    if len(raw) > limit:
+        raise CliError(f"{where}: over {limit} bytes")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise CliError(f"{where}: not UTF-8 text (byte {e.start})") from None
+
+
 def _text(args: argparse.Namespace) -> tuple[str, str]:
     """What to say, and the option that gave it (for errors): the argument, stdin (`-`) or `--text-file`."""
     if args.text_file is not None and args.text is not None:
@@ -146,20 +165,7 @@ def _text(args: argparse.Namespace) -> tuple[str, str]:
     if source != "-" and option == "text":
         return source, option
     where = "stdin (-)" if source == "-" else f"{option} {source}"
-    try:
-        if source == "-":
-            raw = sys.stdin.buffer.read(MAX_TEXT_FILE_BYTES + 1)
-        else:
-            with open(source, "rb") as f:
-                raw = f.read(MAX_TEXT_FILE_BYTES + 1)
-    except OSError as e:
-        raise CliError(f"{where}: cannot be read ({e.strerror or e})") from None
-    if len(raw) > MAX_TEXT_FILE_BYTES:
-        raise CliError(f"{where}: over {MAX_TEXT_FILE_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise CliError(f"{where}: not UTF-8 text (byte {e.start})") from None
+    text = read_utf8(source, where, MAX_TEXT_FILE_BYTES)
     if not text.strip():
         raise CliError(f"{where}: no text in it")
     return text.strip(), option

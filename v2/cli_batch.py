@@ -26,7 +26,7 @@ from typing import Any
 
 from v2.audiofile import FORMATS, OutputError, write_audio
 from v2.card import load_card
-from v2.cli import DEFAULT_OUT, CliError, _check_device, _expected, _precheck, _request, _runtime
+from v2.cli import DEFAULT_OUT, CliError, _check_device, _expected, _precheck, _request, _runtime, read_utf8
 from v2.cli_options import add_synth_arguments, family_dest
 from v2.progress import Progress
 
@@ -124,17 +124,7 @@ def _item(args: argparse.Namespace, index: int, line_no: int, raw: str) -> tuple
 
 
 def _read(path: str, args: argparse.Namespace) -> tuple[list[Item], list[argparse.Namespace | None]]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_ITEMS_BYTES + 1)
-    except OSError as e:
-        raise CliError(f"--batch {path}: cannot be read ({e.strerror or e})") from None
-    if len(data) > MAX_ITEMS_BYTES:
-        raise CliError(f"--batch {path}: over {MAX_ITEMS_BYTES} bytes")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise CliError(f"--batch {path}: not UTF-8 (byte {e.start})") from None
+    text = read_utf8(path, f"--batch {path}", MAX_ITEMS_BYTES)
     lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines:
         raise CliError(f"--batch {path}: no items in it (one JSON object a line)")
