@@ -171,7 +171,11 @@ class Session:
             return
         self.sp.withdraw()
         self.sp.config = config
-        await self.out.send(ws_config.ready(config))
+        try:
+            await self.out.send(ws_config.ready(config))
+        except BaseException:  # the client left (or the session ends) before ready: its request is not kept
+            opened[0].cancel()
+            raise
         self.sp.start(*opened)
 
     async def append(self, msg: dict[str, Any]) -> None:
