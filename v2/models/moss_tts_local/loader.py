@@ -10,14 +10,14 @@ Must not know: the runtime, cards, requests.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
-from v2.models.qwen3 import fused_parts
+from v2.models.qwen3 import Part
+from v2.models.qwen3 import release_layout as qwen3_layout
 from v2.models.weights import (
     M, CheckpointError, empty_model, fill_seeded, open_weights, raise_mismatch, read_config, read_tensor,
     set_tensor, stored_by_file, stored_shapes, weight_files,
@@ -47,32 +47,13 @@ def tied_target(key: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Part:
-    """Where one release key lives in the model: rows [start, start + shape[0]) of parameter `param`."""
-
-    param: str
-    start: int
-    shape: tuple[int, ...]
-
-
 def release_layout(model: nn.Module) -> dict[str, Part]:
-    """Every release key the model's parameters are made of (fused parameters split into their parts)."""
+    """Every release key the model's parameters are made of (fused parameters split into their parts: the
+    decoder stack's own layout, `qwen3.release_layout`)."""
     cfg = getattr(model, "cfg", None)
     if not isinstance(cfg, MossTTSLocalConfig):
         raise TypeError(f"model: expected a module with a MossTTSLocalConfig `cfg`, got {type(model).__name__}")
-    fused = fused_parts(cfg.backbone)
-    layout: dict[str, Part] = {}
-    for name, p in model.named_parameters():
-        suffix = next((s for s in fused if name.endswith(s)), None)
-        if suffix is None:
-            layout[name] = Part(name, 0, tuple(p.shape))
-            continue
-        prefix, start = name[: -len(suffix)], 0
-        for part, rows in fused[suffix]:
-            layout[prefix + part] = Part(name, start, (rows, *p.shape[1:]))
-            start += rows
-    return layout
+    return qwen3_layout(model)
 
 
 def check_keys(expected: dict[str, tuple[int, ...]], stored: dict[str, tuple[int, ...]]) -> dict[str, str]:
