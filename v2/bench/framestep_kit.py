@@ -2,7 +2,7 @@
 tables scattered over its pool, and time one bucket's step eager and replayed from a CUDA graph, checking that
 a replay equals an eager step from the same state.
 
-Owns: `timed`, `scatter_blocks`, `graph_bucket_row`. Each family's bench (v2/families/<name>/bench/framestep.py)
+Owns: `timed`, `scatter_blocks`, `graph_bucket_row`, `say_row` (a row's line on stderr). Each family's bench (v2/families/<name>/bench/framestep.py)
 builds its executor and plans and names what its step writes.
 Must not know: any family, model or executor class (an executor here is anything with `frame_step(key)` and, for
 `scatter_blocks`, `apply(copies, entries)`).
@@ -10,6 +10,7 @@ Must not know: any family, model or executor class (an executor here is anything
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Callable, Protocol
 
@@ -63,4 +64,10 @@ def graph_bucket_row(step: Callable[[tuple[int, ...]], torch.Tensor], key: tuple
                                      and all(torch.equal(a, t) for a, t in zip(after, state())))
     row["graph_ms"] = timed(lambda: graphs.run(key), iters, device)
     row["frames_per_s"] = bucket / row["graph_ms"] * 1e3
+    return row
+
+
+def say_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A bench row as one `key=value` line on stderr (floats to 3 places); the row, for the JSON."""
+    print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), file=sys.stderr)
     return row

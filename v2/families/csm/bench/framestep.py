@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from v2.bench.__main__ import machine
-from v2.bench.framestep_kit import graph_bucket_row, scatter_blocks
+from v2.bench.framestep_kit import graph_bucket_row, say_row, scatter_blocks
 from v2.card import load_card
 from v2.families.csm.bench.launches import RELEASE, SAMPLING
 from v2.families.csm.card import CsmCard, config_dict, model_source, seeded
@@ -99,12 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     model = release_model(device) if release else tiny_model(device)
     buckets = sorted(args.buckets)
     ex = executor(model, buckets[-1], args.context, buckets)
-    rows = []
     with torch.no_grad():
-        for bucket in buckets:
-            rows.append(bucket_row(ex, bucket, args.context, args.iters, device))
-            print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in rows[-1].items()),
-                  file=sys.stderr)
+        rows = [say_row(bucket_row(ex, bucket, args.context, args.iters, device)) for bucket in buckets]
     print(json.dumps({"bench": "v2.csm.framestep", "dims": "release (random weights, bf16)" if release
                       else "tiny card (seeded, float32)", "context": args.context, "machine": machine(args.device),
                       "buckets": rows}))

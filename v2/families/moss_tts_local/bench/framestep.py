@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from v2.bench.__main__ import machine
-from v2.bench.framestep_kit import timed
+from v2.bench.framestep_kit import say_row, timed
 from v2.families.moss_tts_local.bench.kv import spread_blocks
 from v2.families.moss_tts_local.shapes import SHAPES
 from v2.card import build_model, load_card
@@ -91,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                     row["compile_reduce_overhead_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         else:
             row["frames_per_s"] = bucket / row["eager_ms"] * 1e3
-        rows.append(row)
-        print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), file=sys.stderr)
+        rows.append(say_row(row))
     attention = []
     if kernels_on(device):
         for bucket in (1, 16, 64):
