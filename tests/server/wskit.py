@@ -26,28 +26,29 @@ async def recv_json(ws: Any, timeout: float = 60) -> dict:
 
 async def until(ws: Any, kind: str, timeout: float = 60) -> tuple[list[dict], list[bytes]]:
     """Every event and binary frame up to and including the first event of `kind`."""
-    events, frames = [], []
-    while True:
-        msg = await asyncio.wait_for(ws.recv(), timeout)
-        if isinstance(msg, bytes):
-            frames.append(msg)
-            continue
-        events.append(json.loads(msg))
-        if events[-1]["type"] == kind:
-            return events, frames
+    events: list[dict] = []
+    frames: list[bytes] = []
+    while not _took(await asyncio.wait_for(ws.recv(), timeout), kind, events, frames):
+        pass
+    return events, frames
 
 
 def sync_until(ws: Any, kind: str, timeout: float = 60) -> tuple[list[dict], list[bytes]]:
     """`until` for the sync client (websockets.sync.client)."""
-    events, frames = [], []
-    while True:
-        msg = ws.recv(timeout)
-        if isinstance(msg, bytes):
-            frames.append(msg)
-            continue
-        events.append(json.loads(msg))
-        if events[-1]["type"] == kind:
-            return events, frames
+    events: list[dict] = []
+    frames: list[bytes] = []
+    while not _took(ws.recv(timeout), kind, events, frames):
+        pass
+    return events, frames
+
+
+def _took(msg: str | bytes, kind: str, events: list[dict], frames: list[bytes]) -> bool:
+    """One message into `events` or `frames`; True once it is an event of `kind`."""
+    if isinstance(msg, bytes):
+        frames.append(msg)
+        return False
+    events.append(json.loads(msg))
+    return events[-1]["type"] == kind
 
 
 class Records(logging.Handler):
