@@ -1,5 +1,5 @@
 """Command line: `v2 synth "text" -o out.wav` speaks a text through the runtime (a cloned voice with
-`--reference speaker.wav` or `--voice NAME`; many texts together with `--batch items.jsonl -o DIR`: v2/cli_batch.py); `v2 voices add|list|remove` manages stored voices (the card,
+`--reference speaker.wav` or `--voice NAME`; many texts together with `--batch items.jsonl -o DIR`: v2/cli_batch.py); `v2 voices add|list|remove` manages stored voices (v2/cli_voices.py; the card,
 checkpoint and store options before or after the action); `v2 cards` lists the cards; `v2 serve` serves the runtime over HTTP (v2/server). `python -m v2` is the same command.
 
 Owns: the options (every default shown by --help), the text (the argument, a file or stdin), checking
@@ -237,99 +237,9 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _voices(args: argparse.Namespace) -> int:
-    card = load_card(args.card)
-    store = _store(args, card)
-    if args.action == "add":
-        print(json.dumps(_add_voice(args, card, store).info()))
-    elif args.action == "remove":
-        store.remove(args.name)
-    elif args.json:
-        for voice in store.list():
-            print(json.dumps(voice.info()))
-    else:
-        print(_voice_table(store.list(), store.directory))
-    for problem in store.errors:
-        print(f"skipped a corrupt voice entry: {problem}", file=sys.stderr)
-    return 0
+    from v2.cli_voices import run_voices
 
-
-def _store(args: argparse.Namespace, card: ModelCard) -> Any:
-    """The card's voice store without a model: its checks from the checkpoint's config (the family's
-    `voice_spec`), the folder a runtime's store would have; it encodes nothing (`_add_voice` does, through
-    a runtime)."""
-    from v2.runtime.voices import VoiceStore, store_directory
-
-    spec = family_of(card).voice_spec(card, args.checkpoint)
-    return VoiceStore(store_directory(card.name, args.voices_dir, card.runtime.voices_dir), encode=_no_encoder,
-                      width=spec.width, codebook_size=spec.codebook_size, arrays=spec.arrays)
-
-
-def _no_encoder(audio: Any) -> NoReturn:
-    raise RuntimeError("this voice store loads no model; a recording is encoded through a runtime's store")
-
-
-def _add_voice(args: argparse.Namespace, card: ModelCard, store: Any) -> Any:
-    """A taken name (without --replace) refused before the model loads; then the recording encoded and
-    stored through a runtime's store (on the same folder)."""
-    from v2.runtime.voices import VoiceExists
-
-    if not args.replace and store.taken(args.name):
-        raise _taken(args.name, store.directory)
-    if (args.audio is None) == (args.speaker_embedding is None):
-        raise CliError("voices add: give a recording (AUDIO) or --speaker-embedding FILE, one of the two")
-    embedding = None if args.speaker_embedding is None else _read_embedding(args.speaker_embedding)
-    runtime = _runtime(args, card, _check_device(args.device))
-    try:
-        if embedding is not None:
-            return runtime.voices.add(args.name, speaker_embedding=embedding, text=args.text, replace=args.replace)
-        return runtime.voices.add(args.name, args.audio, text=args.text, replace=args.replace)
-    except VoiceExists:  # stored by another process meanwhile
-        raise _taken(args.name, store.directory) from None
-    finally:
-        runtime.close()
-
-
-def _read_embedding(path: str) -> list[float]:
-    """A speaker embedding from a file: a JSON list of numbers, or a 1-D `.npy` array (the store checks its
-    width and values, naming `speaker_embedding`)."""
-    import numpy as np
-
-    where = f"--speaker-embedding {path!r}"
-    try:
-        if path.endswith(".npy"):
-            array = np.load(path, allow_pickle=False)
-            if array.ndim != 1 or not np.issubdtype(array.dtype, np.number):
-                raise CliError(f"{where}: expected a 1-D array of numbers, got shape {array.shape} {array.dtype}")
-            return [float(v) for v in array]
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except OSError as e:
-        raise CliError(f"{where}: cannot read it ({e.strerror or e})") from None
-    except ValueError as e:
-        raise CliError(f"{where}: not a JSON list of numbers or a .npy array ({e})") from None
-    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
-        raise CliError(f"{where}: expected a JSON list of numbers")
-    return [float(v) for v in value]
-
-
-def _taken(name: str, directory: Any) -> CliError:
-    return CliError(f"voices add: a voice named {name!r} is stored already in {directory}; "
-                    "pass --replace to replace it")
-
-
-def _voice_table(voices: list[Any], directory: Any) -> str:
-    """Stored voices as a table for people: name, frames, when added, the transcript (clipped)."""
-    import time
-
-    from v2.runtime.voices import clip
-
-    if not voices:
-        return f"no stored voices in {directory}"
-    rows = [("NAME", "FRAMES", "ADDED", "TEXT")]
-    rows += [(v.name, str(len(v.codes)), time.strftime("%Y-%m-%d %H:%M", time.localtime(v.created)),
-              "-" if v.text is None else clip(v.text, 48)) for v in voices]
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows)
+    return run_voices(args)
 
 
 def _cards(args: argparse.Namespace) -> int:

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from v2.cli import _store, build_parser, main
+from v2.cli import build_parser, main
+from v2.cli_voices import _store
 from v2.card import load_card
 
 CARD = ["--card", "qwen3_tts_tiny"]
