@@ -67,3 +67,43 @@ def test_appended_turns_past_the_familys_cap_drop_the_oldest_and_are_never_refus
     assert [e for e in events if e["type"] == "error"] == [] and events[-1]["type"] == "session.done", events
     assert not log.tracebacks(), log.tracebacks()
     wait_idle(rt)
+
+
+@pytest.mark.parametrize("granularity", ["none", "sentence"])
+def test_an_utterance_whose_own_text_passes_the_cap_drops_the_oldest_turns(live, granularity):
+    """The conversation fits the cap with the placeholder an utterance opens with; its own text then pushes the
+    prompt past it (at `input.done` when held, at `input.text` when fed as written): the oldest turns are
+    dropped until it fits, and it is spoken. A text that does not fit even alone is refused naming `text`."""
+    rt, url = live
+    said = "Then I will say a somewhat longer answer now."  # fits alone, not after the turns below
+
+    async def go() -> tuple[list[int], list[dict], list[dict], list[dict]]:
+        async with connect(url) as ws:
+            await ws.send(json.dumps({"type": "session.config", "voice": "0", "max_new_tokens": 4,
+                                      "split_granularity": granularity}))
+            assert (await recv_json(ws))["type"] == "session.ready"
+            held = []
+            for i in range(4):
+                await ws.send(json.dumps({"type": "context.append", "speaker": i % 2, "text": f"{i}. {TURN}"}))
+                held.append((await recv_json(ws))["context_turns"])
+            await ws.send(json.dumps({"type": "input.text", "text": said}))
+            await ws.send(json.dumps({"type": "input.done"}))
+            spoken, _ = await until(ws, "session.done")
+            await ws.send(json.dumps({"type": "input.text", "text": "Next."}))
+            await ws.send(json.dumps({"type": "input.done"}))
+            after, _ = await until(ws, "session.done")
+            await ws.send(json.dumps({"type": "input.text", "text": TURN * 20}))  # too long with no context
+            await ws.send(json.dumps({"type": "input.done"}))
+            alone, _ = await until(ws, "session.done")
+            return held, spoken, after, alone
+
+    with server_log() as log:
+        held, spoken, after, alone = asyncio.run(go())
+    assert held == [1, 2, 3, 4], held  # all four fit with a placeholder
+    assert [e for e in spoken if e["type"] == "error"] == [], spoken
+    assert [e["type"] for e in spoken].count("audio.start") >= 1 and not spoken[-1].get("cancelled"), spoken
+    assert [e for e in after if e["type"] == "error"] == [], after
+    errors = [e for e in alone if e["type"] == "error"]
+    assert [e["param"] for e in errors] == ["text"], alone
+    assert not log.tracebacks(), log.tracebacks()
+    wait_idle(rt)

@@ -45,6 +45,7 @@ class Utterance:
     index: int
     handle: Any
     text: str = ""            # what was fed (the marks' spans index into it)
+    fed: str = ""             # what its request has taken of `text` (pieces held for input.done are not yet)
     held: list[str] = field(default_factory=list)  # pieces waiting for input.done (not fed as written)
     sender: asyncio.Task[None] | None = None
     out: Sentences | None = None

@@ -4,7 +4,8 @@ and speaking it.
 Owns: `Speaker`, what a session holds of its utterances: the config they are opened with, the utterance
 opened (for text that has not come), being written or being spoken, the conversation (a family that takes
 `context`: earlier turns, each utterance spoken added with its codes, at most `conversation_turns` turns and
-`conversation_seconds` of their audio, and fewer of the oldest while the family refuses them as too long),
+`conversation_seconds` of their audio, and fewer of the oldest while the family refuses them as too long,
+when an utterance opens and when its own text, as it comes, leaves them no room: it is opened anew with fewer),
 the sender task of each utterance (its audio out: ws_speak.py) and which one is being spoken after its
 `input.done` (`finishing`). Opening a request is the config's last check (the family's own), so a refusal
 here is an `error` and nothing of the session changes.
@@ -23,7 +24,7 @@ import anyio
 from v2.errors import OverloadedError, RequestError
 from v2.params import ResolvedTurn
 from v2.server.conversation import bounded
-from v2.server.errors import runtime_field_error
+from v2.server.errors import ApiError, runtime_field_error
 from v2.server.state import ServerState
 from v2.server.streaming import GOOD_ENDINGS
 from v2.server.ws_config import Config
@@ -83,12 +84,17 @@ class Speaker:
                 await self.out.error(f"the runtime is not taking requests: {e}", None, "shutting_down")
             return None
 
-    def start(self, handle: Any, turns: list[ResolvedTurn]) -> None:
-        """The utterance opened becomes the session's next, its sender started."""
+    def start(self, handle: Any, turns: list[ResolvedTurn], again: Utterance | None = None) -> None:
+        """The utterance opened becomes the session's next, its sender started (`again`: the utterance it is
+        opened anew for, whose index, text and state it takes)."""
         self.history = turns
         handle.on_done(self.st.metrics.observe)
-        u = self.utterance = Utterance(self.count, handle)
-        self.count += 1
+        if again is None:
+            u = self.utterance = Utterance(self.count, handle)
+            self.count += 1
+        else:
+            u = self.utterance = Utterance(again.index, handle, text=again.text, fed=again.fed,
+                                           held=list(again.held), ended=again.ended)
         u.sender = asyncio.create_task(self.speak(u))
         self.senders.add(u.sender)
         u.sender.add_done_callback(self.senders.discard)
@@ -129,25 +135,77 @@ class Speaker:
             return
         assert self.config is not None
         if self.config.feeds_as_written:
-            if not await self.feed(u, piece, False):
+            took = await self.feed(u, piece, False)
+            if took is None:
                 return
+            u = took
         else:
             u.held.append(piece)
             await self.feed(u, "", False)  # nothing to say yet; the request is not idle
         u.text += piece
 
-    async def feed(self, u: Utterance, piece: str, end: bool) -> bool:
+    async def feed(self, u: Utterance, piece: str, end: bool) -> Utterance | None:
+        """`piece` (or the text's end) into `u`'s request: the utterance that took it, or None (an error sent).
+        A piece the family refuses because the conversation leaves it no room (a refusal naming `context`,
+        before any audio of the utterance went out) is taken by the utterance opened anew with fewer turns
+        (`fewer_turns`)."""
         try:
             await anyio.to_thread.run_sync(lambda: u.handle.end_text() if end else u.handle.feed(piece))
-        except RequestError as e:  # a piece's refusal names input.text's own field, not REST's `input`
-            err = runtime_field_error(e, self.config.names if self.config is not None else None,
-                                      aliases={"text": "text"})
+        except RequestError as e:
+            err = self.piece_error(e)
+            if err.param == "context" and self.history and (u.out is None or u.out.count == 0):
+                return await self.fewer_turns(u, piece, end, err)
             await self.out.error(err.message, err.param)
-            return False
+            return None
         except RuntimeError as e:  # the request has ended (its sender reports why)
             await self.out.error(f"text: {e}", "text", "ended")
-            return False
-        return True
+            return None
+        u.fed += piece
+        return u
+
+    async def fewer_turns(self, u: Utterance, piece: str, end: bool, err: ApiError) -> Utterance | None:
+        """`u`, whose `piece` (or end) the family refused as too long with the conversation: opened anew with
+        its oldest turns dropped, one at a time, its text so far and `piece` fed again each time, until the
+        family takes it; then that request is the session's utterance (`u`'s withdrawn, nothing sent for it)
+        and the conversation is the turns it kept. Refused even with no turns: the error (naming the
+        utterance's own field, `text`), and the session's utterance and conversation stay as they were."""
+        assert self.config is not None
+        turns = self.history
+        while turns and err.param == "context":
+            opened = await self.open(self.config, turns[1:], keep=0)
+            if opened is None:  # refused (said): the session as it was
+                return None
+            handle, turns = opened
+
+            def give(h: Any = handle) -> None:
+                if u.fed:
+                    h.feed(u.fed)
+                if piece or not end:
+                    h.feed(piece)
+                if end:
+                    h.end_text()
+            try:
+                await anyio.to_thread.run_sync(give)
+            except RequestError as e:
+                handle.cancel()
+                err = self.piece_error(e)
+                continue
+            except RuntimeError as e:
+                handle.cancel()
+                await self.out.error(f"text: {e}", "text", "ended")
+                return None
+            self.withdraw()
+            self.start(handle, turns, u)
+            assert self.utterance is not None
+            self.utterance.fed = u.fed + piece
+            return self.utterance
+        await self.out.error(err.message, err.param)
+        return None
+
+    def piece_error(self, e: RequestError) -> ApiError:
+        """A piece's refusal names input.text's own field, not REST's `input`."""
+        return runtime_field_error(e, self.config.names if self.config is not None else None,
+                                   aliases={"text": "text"})
 
     async def done(self) -> None:
         """input.done: the utterance's text is complete; it is spoken while the session reads on (session.done
@@ -155,12 +213,16 @@ class Speaker:
         u = await self.begin()
         if u is None:
             return
-        ok = True
+        took: Utterance | None = u
         if u.held:
             held, u.held = "".join(u.held), []
-            ok = await self.feed(u, held, False)
+            took = await self.feed(u, held, False)
+            u = took or u
         u.ended = True
-        if not (ok and await self.feed(u, "", True)):
+        if took is not None:
+            took = await self.feed(u, "", True)
+            u = took or u
+        if took is None:
             u.handle.cancel()  # said already: the sender closes it without another error
             u.refused = True
         self.finishing = u.sender
