@@ -34,6 +34,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--card", default=DEFAULT_CARD, help="card name in cards/ or a path to a card file")
     p.add_argument("--checkpoint", default=None, help="model checkpoint directory (overrides the card's)")
@@ -61,6 +71,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ws-config-timeout", type=_seconds, default=30.0, metavar="SECONDS",
                    help="a /v1/audio/speech/stream connection that sends no session.config within this is sent an "
                         "error (code config_timeout) and closed (default: 30)")
+    p.add_argument("--conversation-turns", type=_count, default=16, metavar="N",
+                   help="a /v1/audio/speech/stream conversation (a model that takes context) holds at most N "
+                        "earlier turns, the oldest dropped (0: each utterance spoken without the ones before)")
+    p.add_argument("--conversation-seconds", type=_seconds, default=120.0, metavar="SECONDS",
+                   help="and at most this much of their audio, the oldest turns dropped (default: 120)")
     p.add_argument("--allowed-local-media-path", type=Path, default=None,
                    help="folder that file:// reference audio may be read from (default: none)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])

@@ -57,6 +57,8 @@ class ServerConfig:
         return cls.for_card(card_name, served_names=args.served_model_name, openai_aliases=not args.no_openai_aliases,
                             api_key=args.api_key or None, max_body_bytes=int(args.max_body_mb * 2**20),
                             max_input_chars=args.max_input_chars, ws_config_timeout_s=args.ws_config_timeout,
+                            conversation_turns=args.conversation_turns,
+                            conversation_seconds=args.conversation_seconds,
                             max_batch_items=args.max_batch_items, allowed_media_path=args.allowed_local_media_path,
                             allowed_origins=tuple(getattr(args, "allow_origin", None) or ()),
                             seeded_noise=False if args.checkpoint else None)  # given weights speak
