@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -46,10 +45,17 @@ def _script(tmp_path: Path, body: str) -> Path:
     return path
 
 
+# A script starts as from a terminal, with SIGINT's default action: a shell starts a background job with SIGINT
+# ignored, Python then installs no KeyboardInterrupt handler, and a test run so (`pytest ... &`) would wait on a
+# child that cannot be interrupted. Exec keeps a default action, so the script's Python installs its handler.
+AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                      "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
 def _start(args: list[str]) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+    return subprocess.Popen([sys.executable, "-c", AS_FROM_A_TERMINAL, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
 def _end(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
@@ -78,6 +84,38 @@ def test_a_script_exits_with_pythons_status_while_requests_run(tmp_path, name):
         assert "ValueError: boom" in err
 
 
+# Readiness is a handshake, never a sleep: a script prints "waiting" only once its main thread is inside the wait
+# that the SIGINT must interrupt, and that wait notices a signal whenever it lands (even one that lands between
+# the last check for signals and the blocking call), so the signal can neither come early nor be lost.
+CONTROL = """
+import time
+print('waiting', flush=True)
+while True:  # short sleeps: a SIGINT that lands anywhere in the loop is raised by the next one at the latest
+    time.sleep(0.05)
+"""
+
+# A daemon thread prints "waiting" once the main thread's stack holds `SpeechHandle.result` (the request has
+# ~595 frames to go then: many seconds on this CPU). A signal that lands before the blocking call inside it is
+# raised at the handle's next notify (its end at the latest), still inside `result()`.
+IN_RESULT = """
+import threading
+
+def _announce(main=threading.main_thread().ident):
+    while True:
+        frame = sys._current_frames().get(main)
+        while frame is not None and not (frame.f_code.co_name == "result" and
+                                         frame.f_code.co_filename.endswith("handles.py")):
+            frame = frame.f_back
+        if frame is not None:
+            print("waiting", flush=True)
+            return
+        time.sleep(0.001)
+
+threading.Thread(target=_announce, daemon=True).start()
+handles[1].result()
+"""
+
+
 def _interrupted(args: list[str]) -> tuple[int, str, str]:
     """Start the script, wait for its "waiting" line, send SIGINT, and return how it ended."""
     proc = _start(args)
@@ -85,20 +123,23 @@ def _interrupted(args: list[str]) -> tuple[int, str, str]:
     lines = []
     while (line := proc.stdout.readline()) and not line.startswith("waiting"):
         lines.append(line)
-    time.sleep(0.5)  # into result() (a signal before it would end the script the same way)
-    proc.send_signal(signal.SIGINT)
+    if line:
+        proc.send_signal(signal.SIGINT)
     code, out, err = _end(proc)
+    assert line, f"the script ended (status {code}) before it was waiting; stderr:\n{err[-2000:]}"
     return code, "".join(lines) + out, err
 
 
 def test_ctrl_c_while_waiting_in_result_exits_as_python_does(tmp_path):
     plain = tmp_path / "plain.py"
-    plain.write_text("import threading\nprint('waiting', flush=True)\nthreading.Event().wait()\n")
+    plain.write_text(textwrap.dedent(CONTROL))
     python_code, _, python_err = _interrupted([str(plain)])  # what Python does on an uncaught KeyboardInterrupt
     assert "KeyboardInterrupt" in python_err
+    if os.name == "posix":  # Python >= 3.8 ends by re-raising SIGINT with its default action
+        assert python_code == -signal.SIGINT, python_err[-2000:]
 
-    script = _script(tmp_path, "print('waiting', flush=True)\nhandles[1].result()")
-    code, out, err = _interrupted([str(script)])
+    code, out, err = _interrupted([str(_script(tmp_path, textwrap.dedent(IN_RESULT)))])
     _check_clean(out, err)
     assert "KeyboardInterrupt" in err
+    assert ", in result" in err, f"not interrupted inside result(); stderr:\n{err[-2000:]}"
     assert code == python_code, f"exit status {code}, Python's is {python_code}; stderr:\n{err[-2000:]}"
