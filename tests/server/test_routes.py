@@ -23,7 +23,7 @@ def live():
         yield server
 
 
-def _running_soon(rt, timeout: float = 10.0) -> None:
+def _running_soon(rt, timeout: float = 120.0) -> None:
     deadline = time.time() + timeout
     while rt.stats()["running"] == 0:
         assert time.time() < deadline, "the request never started"
@@ -35,7 +35,6 @@ def test_a_client_that_leaves_frees_its_slots(live, stream):
     rt = shared_runtime()
     wait_idle(rt)
     steps_before = rt.stats()["steps"]
-    start = time.perf_counter()
     if stream:
         with httpx.stream("POST", live.url + SPEECH, json={**LONG, "response_format": "pcm"}, timeout=30) as r:
             pieces = r.iter_bytes()
@@ -46,8 +45,7 @@ def test_a_client_that_leaves_frees_its_slots(live, stream):
             sock.sendall(f"POST {SPEECH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
             _running_soon(rt)
-    stats = wait_idle(rt, timeout=5)
-    assert time.perf_counter() - start < 5  # 600 frames would take far longer: it was cancelled
+    stats = wait_idle(rt, timeout=120)  # a hang check: the steps show it was cancelled, not run to its end
     assert stats["steps"] - steps_before < 300
 
 

@@ -7,7 +7,6 @@ import asyncio
 import base64
 import io
 import json
-import time
 
 import httpx
 import numpy as np
@@ -143,9 +142,7 @@ def test_sixteen_concurrent_streams_each_get_their_own_audio(live):
         async with httpx.AsyncClient(base_url=live.url, timeout=120, limits=limits) as client:
             return await asyncio.gather(*(one(client, i) for i in range(16)))
 
-    start = time.perf_counter()
     results = asyncio.run(run_all())
-    assert time.perf_counter() - start < 60
     assert len({w.tobytes() for w in want}) == 16  # sixteen different utterances
     for (data, _), expected in zip(results, want):
         assert np.array_equal(np.frombuffer(data[44:], "<i2").reshape(-1, 2), expected)
