@@ -25,8 +25,8 @@ from v2.audiofile import FORMATS, OutputError, check_writable, format_for
 from v2.card import DEFAULT_CARD, CardError, ModelCard, family_of, known_cards, load_card
 from v2.checkpoints import CheckpointNotFound
 from v2.cli_options import (
-    DEFAULT_OUT, DEFAULT_TEXT, add_runtime_arguments, add_synth_arguments, in_option_names, sampling_fields,
-    share_wording,
+    DEFAULT_OUT, DEFAULT_TEXT, add_runtime_arguments, add_synth_arguments, chosen_parser, in_option_names,
+    sampling_fields, share_wording, unrecognized,
 )
 from v2.progress import Progress
 from v2.registry import family_options
@@ -43,6 +43,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"error: {message} (see: {self.prog} --help)\n")
         raise SystemExit(2)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """An unknown argument is refused by the command it was given to, with the closest of its options."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = chosen_parser(self, parsed)
+            parser.error(unrecognized(extras, parser))
+        return parsed
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -155,14 +163,15 @@ def read_utf8(source: str, where: str, limit: int) -> str:
 
 
 def _text(args: argparse.Namespace) -> tuple[str, str]:
-    """What to say, and the option that gave it (for errors): the argument, stdin (`-`) or `--text-file`."""
+    """What to say, and the option that gave it (for errors): the argument (`TEXT`, as --help names it), stdin
+    (`-`) or `--text-file`."""
     if args.text_file is not None and args.text is not None:
         raise CliError("--text-file: give the text or --text-file, not both")
     source = args.text_file if args.text_file is not None else args.text
     if source is None:
-        return DEFAULT_TEXT, "text"
-    option = "--text-file" if args.text_file is not None else "text"
-    if source != "-" and option == "text":
+        return DEFAULT_TEXT, "TEXT"
+    option = "--text-file" if args.text_file is not None else "TEXT"
+    if source != "-" and option == "TEXT":
         return source, option
     where = "stdin (-)" if source == "-" else f"{option} {source}"
     text = read_utf8(source, where, MAX_TEXT_FILE_BYTES)
@@ -189,6 +198,10 @@ def _synth(args: argparse.Namespace) -> int:
     device = _check_device(args.device)
     request = _request(args, card.family, text)
     _precheck(card, request, args.checkpoint, text_option)
+    if args.voice is not None:  # an unknown stored voice is refused before the model loads
+        from v2.cli_voices import check_voice
+
+        check_voice(args, card)
     with Progress(enabled=not args.quiet) as progress:
         runtime = _runtime(args, card, device, progress)
         try:

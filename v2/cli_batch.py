@@ -3,8 +3,9 @@
 Owns: reading the items file (UTF-8 JSON Lines, at most `MAX_ITEMS_BYTES` and `MAX_ITEMS` items; blank lines
 skipped), each line as one item: a JSON object of synth's options by name (`text` required; `voice`, `seed`,
 `max_frames` or `max-frames`, `temperature`, `reference`, a family's own options, ...: `ITEM_OPTIONS`),
-each overriding the value the command line gave, checked as the option checks it; an optional `id` or
-`name` naming its file (else its index among the items, from 0, zero-padded) and `format`; the folder `-o`
+each overriding the value the command line gave, checked as the option checks it (a mistyped key refused
+with the closest one); an optional `id` or `name` naming its file (else its line number in the file, from 1,
+zero-padded: the number its errors carry too) and `format`; the folder `-o`
 (made with --mkdir); every good item submitted before any is awaited (the engine batches them); writing each
 audio; a bad line (JSON, a field, a refusal, a name taken twice, a failed run) reported as `error:
 FILE:LINE: FIELD: why` on stderr while the others are still written; the summary as one JSON line on
@@ -28,6 +29,7 @@ from v2.audiofile import FORMATS, OutputError, write_audio
 from v2.card import load_card
 from v2.cli import DEFAULT_OUT, CliError, _check_device, _expected, _precheck, _request, _runtime, read_utf8
 from v2.cli_options import add_synth_arguments, family_dest
+from v2.errors import did_you_mean
 from v2.progress import Progress
 
 MAX_ITEMS_BYTES = 16 << 20
@@ -117,7 +119,9 @@ def _item(args: argparse.Namespace, index: int, line_no: int, raw: str) -> tuple
             except ValueError as e:
                 raise ValueError(f"{key}: {e}") from None
         else:
-            raise ValueError(f"{key}: not an option an item sets (text, voice, seed, max_frames, temperature, ...)")
+            hint = did_you_mean(field, [k for k in (*ITEM_OPTIONS, "id", "name", "format") if not k.startswith("family_")])
+            raise ValueError(f"{key}: not an option an item sets (text, voice, seed, max_frames, temperature, ...; "
+                             f"{hint + ' ' if hint else ''}see: v2 synth --help)")
     if not isinstance(ns.text, str) or not ns.text.strip():
         raise ValueError("text: every item needs its text")
     return item, ns
@@ -138,10 +142,10 @@ def _read(path: str, args: argparse.Namespace) -> tuple[list[Item], list[argpars
             item, ns = Item(index, n, error=str(e)), None
         items.append(item)
         spaces.append(ns)
-    width = max(3, len(str(len(items) - 1)))
+    width = max(3, len(str(items[-1].line)))
     taken: set[str] = set()
-    for item in items:
-        item.name = item.name or f"{item.index:0{width}d}"
+    for item in items:  # unnamed: by its line number, as its errors are
+        item.name = item.name or f"{item.line:0{width}d}"
         if item.error is None and f"{item.name}.{item.fmt}" in taken:
             item.error = f"{item.named_by}: the file {item.name}.{item.fmt} is another item's"
         taken.add(f"{item.name}.{item.fmt}")
@@ -149,7 +153,7 @@ def _read(path: str, args: argparse.Namespace) -> tuple[list[Item], list[argpars
 
 
 def _check_args(args: argparse.Namespace) -> Path:
-    for given, option in ((args.text, "text"), (args.text_file, "--text-file"), (args.codes_out, "--codes-out")):
+    for given, option in ((args.text, "TEXT"), (args.text_file, "--text-file"), (args.codes_out, "--codes-out")):
         if given is not None:
             raise CliError(f"{option}: not with --batch (each line gives its text; the files go into -o)")
     if args.stream:

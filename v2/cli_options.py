@@ -5,7 +5,8 @@ come from its package, `v2.registry.family_options`, each saying whose it is; th
 runtime options read the same on every command, serve's too: `share_wording`); refusing a bad value at parse
 time, naming the option, with the same ranges a request or a card accepts (v2/fields.py); mapping the
 sampling knobs onto the request's audio head (`sampling.audio.*`) and `sampling.repetition_penalty`; and
-back: a refused request's message with its fields named as the options that set them (`in_option_names`).
+back: a refused request's message with its fields named as the options that set them (`in_option_names`);
+an argument no parser knows, with the closest option of the command it was given to (`unrecognized`).
 Must not know: the runtime, models, the server (serve's options are only reworded, as argparse holds them).
 """
 
@@ -18,6 +19,7 @@ from typing import Any, Callable
 
 from v2.audiofile import FORMATS
 from v2.card import DEFAULT_CARD
+from v2.errors import did_you_mean
 from v2.fields import INT64_MAX, TOP_K_MAX, check_penalty, check_temperature
 from v2.registry import FamilyOption, family_options
 
@@ -116,7 +118,7 @@ DEFAULT_OUT = "out/speech.wav"  # the default output; its folder is created
 
 
 def add_synth_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("text", nargs="?", default=None,
+    p.add_argument("text", nargs="?", default=None, metavar="TEXT",
                    help=f"what to say; - reads it from stdin (default: {DEFAULT_TEXT!r})")
     p.add_argument("--text-file", default=None, metavar="PATH",
                    help="read what to say from this UTF-8 file, - for stdin (default: none)")
@@ -125,7 +127,8 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
                         "says which); a folder you name must exist unless --mkdir")
     p.add_argument("--mkdir", action="store_true", help="create the missing folders of -o and --codes-out (default: off)")
     p.add_argument("--format", choices=list(FORMATS), default=None,
-                   help="wav and flac: 16-bit PCM; ogg: Vorbis; mp3 (default: from the --out suffix)")
+                   help="wav and flac: 16-bit PCM; ogg: Vorbis; mp3; opus (Ogg) and aac (ADTS), as the server "
+                        "streams them, through PyAV (the server extra) (default: from the --out suffix)")
     p.add_argument("--stream", action="store_true",
                    help="write the file chunk by chunk as audio arrives (default: off, written once at the end)")
     p.add_argument("--reference", action="append", default=[], metavar="AUDIO",
@@ -163,7 +166,7 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
                    help="speak many texts together: one JSON object a line, each setting these options by name "
                         "(text required; e.g. {\"text\": \"...\", \"seed\": 3, \"voice\": \"v\"}) over the ones "
                         "given here, with an optional id or name for its file and a format; -o is then a folder, "
-                        "the files named ID.FORMAT or by the item's index (000.wav, ...); a bad line is reported "
+                        "the files named ID.FORMAT or by the item's line number (001.wav, ...); a bad line is reported "
                         "with its line number while the others are written, and the exit code is 1 (default: none)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line (default: off)")
 
@@ -232,3 +235,21 @@ def in_option_names(message: str, text_option: str = "text") -> str:
         return _NAME.sub(option, part)
 
     return "; ".join(rename(part.removeprefix("request: ")) for part in message.split("; "))
+
+
+def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)command's parser that `args` went to: `v2 voices remove ...` -> the parser of `remove`."""
+    while True:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = None if sub is None else getattr(args, sub.dest, None)
+        if sub is None or name not in sub.choices:
+            return parser
+        parser = sub.choices[name]
+
+
+def unrecognized(extras: list[str], parser: argparse.ArgumentParser) -> str:
+    """argparse's refusal of arguments no option takes, with the closest option of `parser` for each
+    mistyped one (`--temprature` -> `--temperature`)."""
+    known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    hints = [did_you_mean(e.split("=", 1)[0], known) for e in extras if e.startswith("--")]
+    return "; ".join([f"unrecognized arguments: {' '.join(extras)}", *(h.replace("'", "") for h in hints if h)])

@@ -2,7 +2,8 @@
 
 Owns: the card's voice store without a model (list and remove load none; a taken name for add is refused before
 the model loads), adding a recording or a speaker embedding read from a file (a JSON list or a 1-D .npy) through
-a runtime's store, the table `voices list` prints.
+a runtime's store, the table `voices list` prints, what `voices remove` removed, and synth's `--voice` looked up
+before a model loads (an unknown name refused listing the stored voices and the store's folder).
 Must not know: a family (the store's checks come from the family's `voice_spec`), how a voice is encoded.
 """
 
@@ -24,7 +25,7 @@ def run_voices(args: argparse.Namespace) -> int:
     if args.action == "add":
         print(json.dumps(_add_voice(args, card, store).info()))
     elif args.action == "remove":
-        store.remove(args.name)
+        print(_remove(args.name, store))
     elif args.json:
         for voice in store.list():
             print(json.dumps(voice.info()))
@@ -33,6 +34,49 @@ def run_voices(args: argparse.Namespace) -> int:
     for problem in store.errors:
         print(f"skipped a corrupt voice entry: {problem}", file=sys.stderr)
     return 0
+
+
+def _remove(name: str, store: Any) -> str:
+    """Remove a stored voice: what was removed, or refused naming the action (listing the stored voices)."""
+    from v2.runtime.voices import VoiceError, clip
+
+    _checked_name(name, "voices remove")
+    if not store.taken(name):
+        raise CliError(f"voices remove: {_unknown(name, store)}")
+    try:
+        voice = store.get(name)
+        what = f"{len(voice.codes)} frames" + ("" if voice.text is None else f", text {clip(voice.text, 48)!r}")
+    except VoiceError:  # an unusable entry is removed all the same
+        what = "an unusable entry"
+    try:
+        store.remove(name)
+    except VoiceError:  # removed by another process meanwhile
+        raise CliError(f"voices remove: {_unknown(name, store)}") from None
+    return f"removed the voice {name!r} ({what}) from {store.directory}"
+
+
+def _checked_name(name: str, where: str) -> None:
+    from v2.runtime.voices import VoiceError, check_name
+
+    try:
+        check_name(name)
+    except VoiceError as e:
+        raise CliError(f"{where}: {str(e).removeprefix('voice: ')}") from None
+
+
+def _unknown(name: str, store: Any) -> str:
+    """No stored voice `name`: which are stored, and where (as the server's unknown `voice` says)."""
+    names = [v.name for v in store.list()] if store.directory.is_dir() else []
+    stored = f"stored: {', '.join(names)}" if names else "none stored"
+    return f"no stored voice named {name!r} in {store.directory} ({stored}; see v2 voices list)"
+
+
+def check_voice(args: argparse.Namespace, card: ModelCard) -> None:
+    """synth's `--voice`: a stored voice of the card's store, refused before a model loads where it is not."""
+    _checked_name(args.voice, "--voice")
+    store = _store(args, card)
+    if not store.taken(args.voice):
+        raise CliError(f"--voice: {_unknown(args.voice, store)}")
 
 
 def _store(args: argparse.Namespace, card: ModelCard) -> Any:

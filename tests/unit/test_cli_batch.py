@@ -1,5 +1,5 @@
 """`v2 synth --batch items.jsonl -o DIR`: each line's options over the command line's, every item run
-together, one file each (named by its `id`/`name` or its index) holding the runtime's own audio for that
+together, one file each (named by its `id`/`name` or its line number, as its errors are) holding the runtime's own audio for that
 request; a bad line reported as `error: FILE:LINE: FIELD: why` while the others are still written; exit 1 if
 any failed, 0 if none; what --batch cannot go with is refused before any model loads."""
 
@@ -49,14 +49,14 @@ def test_good_lines_are_written_and_bad_ones_named_by_line_and_field(tmp_path, c
     captured = capsys.readouterr()
     report = json.loads(captured.out.strip().splitlines()[-1])
     assert (report["items"], report["succeeded"], report["failed"]) == (9, 2, 7)
-    assert report["files"] == ["first.wav", None, "002.flac", None, None, None, None, None, None]
+    assert report["files"] == ["first.wav", None, "004.flac", None, None, None, None, None, None]
     errors = [line for line in captured.err.splitlines() if line.startswith("error: ")]
     fields = [line.split(": ")[1].rsplit(":", 1)[1] + ":" + line.split(": ")[2] for line in errors]
     assert [e.split(":")[0] for e in fields] == ["2", "5", "6", "7", "8", "9", "10"], errors
     assert [e.split(":")[1] for e in fields] == ["seed", "line", "bogus", "text", "name", "voice", "top_k"], errors
-    assert sorted(p.name for p in out.iterdir()) == ["002.flac", "first.wav"]
+    assert sorted(p.name for p in out.iterdir()) == ["004.flac", "first.wav"]
     for name, request in (("first.wav", {"text": "First line here.", "seed": 1, "max_frames": 8}),
-                          ("002.flac", {"text": "Third line.", "seed": 2, "max_frames": 5,
+                          ("004.flac", {"text": "Third line.", "seed": 2, "max_frames": 5,
                                         "sampling": {"audio": {"temperature": 0.7}}})):
         want = runtime.submit(request).result(120)  # the same request in process, written the same way
         write_audio(tmp_path / name, name.rsplit(".", 1)[1], want.audio, want.sample_rate)
@@ -71,11 +71,11 @@ def test_every_line_good_exits_zero(tmp_path, capsys):
     argv = ["synth", "--batch", items, "-o", str(tmp_path), "--card", CARD, "--max-frames", "4", "-q"]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert report["files"] == ["000.wav", "001.wav", "002.wav"] and report["failed"] == 0
+    assert report["files"] == ["001.wav", "002.wav", "003.wav"] and report["failed"] == 0
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["Some text."], "text: not with --batch"), (["--stream"], "--stream: not with --batch"),
+    (["Some text."], "TEXT: not with --batch"), (["--stream"], "--stream: not with --batch"),
     (["--codes-out", "c.npy"], "--codes-out: not with --batch"),
 ])
 def test_what_batch_cannot_go_with_is_refused(tmp_path, capsys, extra, message):

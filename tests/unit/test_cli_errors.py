@@ -70,7 +70,7 @@ def test_found_before_anything_loads(tmp_path, capsys, no_synthesis, args, messa
     (["--duration", "0"], "error: argument --duration: must be a positive number of seconds, got '0'"),
     (["--duration", "inf"], "error: argument --duration: must be a positive number of seconds"),
     (["--max-frames", "-3"], "error: argument --max-frames: must lie in [0, "),
-    (["--format", "aac"], "error: argument --format: invalid choice: 'aac'"),
+    (["--format", "aiff"], "error: argument --format: invalid choice: 'aiff'"),
     (["--no-such-option"], "error: unrecognized arguments: --no-such-option"),
 ])
 def test_a_bad_option_value_is_one_line_naming_the_option(tmp_path, capsys, no_synthesis, args, message):

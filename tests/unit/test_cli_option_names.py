@@ -18,14 +18,14 @@ LONG = "x" * 20_001  # over the card's max_text_chars
 # each synth option with a value that is refused (argparse's check, the request's, or the card's), and what
 # the error line must say; flags take no value
 CASES: dict[str, tuple[list[str], str]] = {
-    "text": (["   "], "error: text: must not be empty or whitespace"),
+    "text": (["   "], "error: TEXT: must not be empty or whitespace"),
     "--text-file": (["--text-file", "{tmp}/none.txt"], "error: --text-file {tmp}/none.txt: cannot be read"),
     "--out": (["-o", "{tmp}"], "error: --out {tmp}: is a directory"),
-    "--format": (["--format", "aac"], "error: argument --format: invalid choice: 'aac'"),
+    "--format": (["--format", "aiff"], "error: argument --format: invalid choice: 'aiff'"),
     "--reference": (["--reference", "{tmp}/noise.wav", "--reference", "{tmp}/none.wav"],
                     "error: --reference #2: no such file"),
     "--reference-text": (["--reference-text", "Hello."], "error: --reference-text: continuation needs"),
-    "--voice": (["--voice", "nobody"], "error: --voice: no stored voice named 'nobody'"),
+    "--voice": (["--voice", "nobody"], "error: --voice: no stored voice named 'nobody' in {tmp}/v (none stored"),
     "--seed": (["--seed", "-1"], "error: argument --seed: must lie in [0, "),
     "--temperature": (["--temperature", "0.1"], "error: argument --temperature: must be 0 (greedy) or lie in"),
     "--top-k": (["--top-k", "2.5"], "error: argument --top-k: expected a whole number, got '2.5'"),
