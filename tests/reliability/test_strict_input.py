@@ -3,7 +3,6 @@ strict and checked cheap-first, and instances are validated again at submit."""
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 
 import numpy as np
@@ -127,15 +126,13 @@ def test_strict_scalars_are_refused_naming_the_field(runtime, request_, field):
     refused(runtime, request_, field)
 
 
-def test_a_ten_megabyte_text_is_refused_in_milliseconds_without_building_its_prompt(runtime):
+def test_a_ten_megabyte_text_is_refused_without_building_its_prompt(runtime):
     text = "a" * 10_000_000
     tracemalloc.start()
-    start = time.perf_counter()
     message = refused(runtime, {"text": text}, "text")
-    elapsed = time.perf_counter() - start
-    peak = tracemalloc.get_traced_memory()[1]
+    peak = tracemalloc.get_traced_memory()[1]  # the proof, as a wall-clock bound on a loaded machine is not
     tracemalloc.stop()
-    assert "max_text_chars" in message and elapsed < 1.0 and peak < 50e6, (elapsed, peak)
+    assert "max_text_chars" in message and peak < 50e6, peak
 
 
 def test_instances_are_validated_again_at_submit(runtime):

