@@ -31,6 +31,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.types import Receive
 
+from v2.errors import did_you_mean
 from v2.params import FamilyParams
 from v2.server import audio
 from v2.server.errors import ApiError
@@ -73,8 +74,9 @@ def _body(st: ServerState, raw: bytes, content_type: str) -> tuple[dict[str, Any
     for name in body:
         if name not in SpeechBody.model_fields:
             name = _encodable(name)  # echoed: a lone surrogate in it would make the answer unencodable
-            raise ApiError(400, f"{name}: not a field of a batch (the fields of /v1/audio/speech and items)",
-                           param=name, code="invalid_value")
+            hint = did_you_mean(name, (*SpeechBody.model_fields, "items"))
+            raise ApiError(400, f"{name}: not a field of a batch (the fields of /v1/audio/speech and items"
+                           f"{'; ' + hint if hint else ''})", param=name, code="invalid_value")
     for name in WHOLE_ONLY:
         if body.get(name) not in (None, False):
             raise ApiError(400, f"{name}: a batch answers whole files (omit it)", param=name, code="invalid_value")

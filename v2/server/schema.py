@@ -29,7 +29,7 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
 
-from v2.errors import FieldError
+from v2.errors import FieldError, explain_unknown
 from v2.params import ContextTurn, FamilyParams, Resolved, ResolvedTurn, SpeechParams
 from v2.server.audio import OutputSpec, output_spec
 from v2.server.errors import ApiError
@@ -70,7 +70,7 @@ def parse_body(raw: dict[str, Any]) -> SpeechParams:
     try:
         return SpeechParams.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
+        err = explain_unknown(e.errors()[0], e.title)  # an unknown field: the closest known one, the fields' page
         param = ".".join(str(x) for x in err["loc"]) or None
         param = param.split(".")[0] if param else None
         where = _turn_path(err["loc"]) if param == "context" else param
@@ -145,7 +145,8 @@ def plan(body: SpeechParams, limits: Limits, *, native_rate: int, native_channel
         raise ApiError(404, f"model: {body.model!r} is not served here (served: {', '.join(limits.model_names)})",
                        param="model", code="model_not_found")
     if len(body.input) > limits.max_input_chars:
-        raise ApiError(400, f"input: {len(body.input)} characters, over the limit of {limits.max_input_chars}",
+        raise ApiError(400, f"input: {len(body.input)} characters, over this server's limit of "
+                       f"{limits.max_input_chars} (--max-input-chars)",
                        param="input", code="string_above_max_length")
     if body.speed != 1.0:
         raise ApiError(400, f"speed: only 1.0 is supported, got {body.speed}", param="speed", code="invalid_value")
