@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import io
-import time
 
 import httpx
 import numpy as np
@@ -39,9 +38,9 @@ def test_sixteen_items_one_bad_fifteen_audios_in_order_faster_than_one_by_one(li
     items = [{"input": f"Item number {i}. {TEXT}", "seed": i, "id": f"line-{i}"} for i in range(16)]
     items[5]["speed"] = 2.0  # the bad one
     defaults = {"response_format": "wav", "max_frames": FRAMES, "min_frames": FRAMES}
-    started = time.perf_counter()
+    steps = rt.stats()["steps"]  # speed in engine steps, not seconds: the machine's load cannot change it
     r = httpx.post(live.url + BATCH, json={**defaults, "items": items}, timeout=600)
-    batch_s = time.perf_counter() - started
+    batch_steps = rt.stats()["steps"] - steps
     assert r.status_code == 200, r.text
     body = r.json()
     assert (body["object"], body["total"], body["succeeded"], body["failed"]) == ("speech.batch", 16, 15, 1)
@@ -56,14 +55,14 @@ def test_sixteen_items_one_bad_fifteen_audios_in_order_faster_than_one_by_one(li
         want = in_process(rt, text=items[i]["input"], seed=i, max_frames=FRAMES, min_frames=FRAMES)
         assert np.array_equal(_wav(results[i]), s16(want.audio))
     assert all(x["frames"] == FRAMES for j, x in enumerate(results) if j != 5)
-    started = time.perf_counter()  # the same fifteen, one after the other
+    steps = rt.stats()["steps"]  # the same fifteen, one after the other
     for i, item in enumerate(items):
         if i != 5:
             one = {k: v for k, v in item.items() if k != "id"}
             assert httpx.post(live.url + SPEECH, json={**defaults, **one, "stream": False},
                               timeout=600).status_code == 200
-    one_by_one_s = time.perf_counter() - started
-    assert batch_s < one_by_one_s, (batch_s, one_by_one_s)
+    one_by_one_steps = rt.stats()["steps"] - steps
+    assert batch_steps < one_by_one_steps, (batch_steps, one_by_one_steps)
     wait_idle(rt)
 
 
@@ -89,6 +88,8 @@ def test_overrides_formats_and_the_openai_client(live):
 
 @pytest.mark.parametrize("body, param", [
     ({}, "items"), ({"items": []}, "items"), ({"items": "Hello"}, "items"),
+    ({"items": [{"input": "x"}, "text"]}, "items[1]"), ({"items": [{"input": "x"}, ["input", "x"]]}, "items[1]"),
+    ({"items": [None]}, "items[0]"),  # an item that is not an object is no request: the batch is malformed
     ({"items": [{"input": "x"}], "speed": 3.0}, None),  # a default: checked when planned, every item's error
     ({"items": [{"input": "x"}], "temperature": "hot"}, "temperature"),
     ({"items": [{"input": "x"}], "stream": True}, "stream"),
@@ -104,12 +105,12 @@ def test_a_bad_batch_is_refused_whole_naming_its_field(live, body, param):
 
 
 def test_each_bad_item_names_its_field_and_the_others_run(live):
-    items = [{"input": TEXT}, {"input": TEXT, "stream_format": "sse"}, "text", {"input": TEXT, "id": 7},
+    items = [{"input": TEXT}, {"input": TEXT, "stream_format": "sse"}, {"input": TEXT, "id": 7},
              {"voice": "nobody-here"}, {"input": TEXT, "voice": "nobody-here"}, {"input": TEXT, "max_frames": 10**6}]
     r = httpx.post(live.url + BATCH, json={"max_frames": 4, "response_format": "wav", "items": items}, timeout=120)
     assert r.status_code == 200, r.text
     params = [x["error"]["param"] if x["status"] == "error" else None for x in r.json()["results"]]
-    assert params == [None, "stream_format", "items", "id", "input", "voice", "max_frames"]
+    assert params == [None, "stream_format", "id", "input", "voice", "max_frames"]
     wait_idle(shared_runtime())
 
 
@@ -120,7 +121,7 @@ def test_a_client_that_leaves_cancels_every_item(live):
     aborted = _aborted(live)
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(live.url + BATCH, json=body, timeout=httpx.Timeout(60, read=1.0))
-    wait_idle(rt, timeout=20)  # cancelled when the socket closed, not 600 frames later
+    wait_idle(rt, timeout=120)  # a hang check: the count below shows they were cancelled, not run to the end
     assert _aborted(live) == aborted + len(items)
 
 

@@ -5,9 +5,11 @@ Owns: the batch body (the fields of `POST /v1/audio/speech` as request-level def
 too; `items`: a list of objects with the same fields, each overriding the defaults, plus an optional `id`
 echoed in its result), bounding what a batch may cost before any work starts (the body's bytes by the
 gate's `max_body_bytes`; its JSON members by jsonbody.py with a budget per item; at most `max_batch_items`
-items, refused naming `items`; each item's `input` at most `max_input_chars`, so a batch says at most items x
-chars), planning and submitting every item before waiting on any (the engine batches them; a bad item, a
-refusal or an overload is that item's error, in OpenAI's error shape naming its field, and the others run),
+items, counted as the body is scanned and refused naming `items`; each item's `input` at most
+`max_input_chars`, so a batch says at most items x chars; an item that is not an object is no request: the
+batch is refused naming it, `items[i]`), planning and submitting every item before waiting on any (the engine
+batches them; a bad item, a refusal or an overload is that item's error, in OpenAI's error shape naming its
+field as /v1/audio/speech would, a key with a lone surrogate by its path in the item, and the others run),
 gathering the results in the order given while watching the socket (a client that leaves cancels every
 item at once), and the answer: JSON, `{"id", "object": "speech.batch", "results": [...], "total",
 "succeeded", "failed"}`, each result `{"index", "id", "status": "success" | "error", ...}` with its audio
@@ -35,6 +37,7 @@ from v2.errors import did_you_mean
 from v2.params import FamilyParams
 from v2.server import audio
 from v2.server.errors import ApiError
+from v2.server.jsonbody import refuse_unencodable_key
 from v2.server.schema import SpeechBody, family_params, parse_body, plan
 from v2.server.speech import read_json, submit_plan
 from v2.server.state import ServerState, server_state
@@ -61,16 +64,24 @@ class _Item:
 def _body(st: ServerState, raw: bytes, content_type: str) -> tuple[dict[str, Any], list[Any]]:
     """The defaults and the items, refused whole (400 naming the field) where the batch itself is wrong."""
     limit = st.config.max_batch_items
-    body = read_json(raw, content_type, known=(*SpeechBody.model_fields, "items"),
-                     max_members=MEMBERS_PER_ITEM * (limit + 1))
+    over = ApiError(400, f"items: more than {limit} items; this server takes at most {limit} a batch "
+                    "(--max-batch-items): split the batch", param="items", code="too_many_items")
+    try:  # the items counted as the body is scanned, before it is parsed
+        body = read_json(raw, content_type, known=(*SpeechBody.model_fields, "items"),
+                         max_members=MEMBERS_PER_ITEM * (limit + 1), lists={"items": limit})
+    except ApiError as e:
+        raise over if e.code == "too_many_items" and e.param == "items" else e from None
     items = body.pop("items", None)
     if not isinstance(items, list) or not items:
         raise ApiError(400, "items: give a non-empty list of speech requests (objects with the fields of "
                        "/v1/audio/speech, each overriding the request-level ones)", param="items",
                        code="invalid_value")
     if len(items) > limit:
-        raise ApiError(400, f"items: {len(items)} items, over this server's limit of {limit} a batch "
-                       "(--max-batch-items); split the batch", param="items", code="too_many_items")
+        raise over
+    for i, item in enumerate(items):  # not a request at all: the batch is malformed (its schema says objects)
+        if not isinstance(item, dict):
+            raise ApiError(400, f"items[{i}]: must be an object of speech fields (those of /v1/audio/speech), "
+                           f"not {_json_type(item)}", param=f"items[{i}]", code="invalid_value")
     for name in body:
         if name not in SpeechBody.model_fields:
             name = _encodable(name)  # echoed: a lone surrogate in it would make the answer unencodable
@@ -84,13 +95,12 @@ def _body(st: ServerState, raw: bytes, content_type: str) -> tuple[dict[str, Any
     return body, items
 
 
-def _accept_item(st: ServerState, family: FamilyParams, defaults: dict[str, Any], index: int, given: Any) -> _Item:
+def _accept_item(st: ServerState, family: FamilyParams, defaults: dict[str, Any], index: int,
+                 given: dict[str, Any]) -> _Item:
     """Check, plan and submit one item: its handle, or its error (never raised: one item fails alone)."""
     item = _Item(index, None)
     try:
-        if not isinstance(given, dict):
-            raise ApiError(400, f"items[{index}]: must be an object of speech fields, not {type(given).__name__}",
-                           param="items", code="invalid_value")
+        refuse_unencodable_key(given)  # a field's name with a lone surrogate, named by its path in the item
         given = dict(given)
         name = given.pop("id", None)
         if name is not None and not isinstance(name, str):
@@ -111,6 +121,12 @@ def _accept_item(st: ServerState, family: FamilyParams, defaults: dict[str, Any]
     except ApiError as e:
         item.error = e
     return item
+
+
+def _json_type(value: Any) -> str:
+    """What JSON calls a parsed value's type (a list is an array)."""
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def _encodable(text: str) -> str:

@@ -44,6 +44,16 @@ def _count(text: str) -> int:
     return value
 
 
+def _megabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of MiB, got {text!r}") from None
+    if not 0 < value <= 2**20:  # NaN and inf fail too
+        raise argparse.ArgumentTypeError(f"must lie in (0, 1048576] MiB, got {text}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--card", default=DEFAULT_CARD, help="card name in cards/ or a path to a card file")
     p.add_argument("--checkpoint", default=None, help="model checkpoint directory (overrides the card's)")
@@ -64,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain-timeout", type=float, default=30.0,
                    help="seconds in-flight requests may run on after SIGTERM before they are aborted")
     p.add_argument("--max-body-mb", type=float, default=16.0, help="larger request bodies get 413")
+    p.add_argument("--max-part-mb", type=_megabytes, default=1.0,
+                   help="the most a text field of POST /v1/audio/voices (name, ref_text, speaker_embedding) may "
+                        "hold; more get 400 naming the field (default: 1, ample for any speaker encoder's width)")
     p.add_argument("--max-input-chars", type=int, default=4096, help="longer `input` gets 400 (OpenAI's cap)")
     p.add_argument("--max-batch-items", type=_positive, default=32,
                    help="the most items one POST /v1/audio/speech/batch may hold; more get 400 naming `items` "

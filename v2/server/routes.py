@@ -4,7 +4,9 @@ Owns: `GET /v1/models` (the served names, aliases included, each with `seeded_no
 are seeded noise, which the playground plays quieter), `GET/POST/DELETE /v1/audio/voices` (GET
 `?legacy=true`: Kokoro's plain list of names; POST: multipart `name`, `audio_sample` or `speaker_embedding` (a
 JSON list of numbers: a voice from a precomputed speaker embedding, where the family's voices can be one),
-optional `ref_text` and `replace` (a taken name is a 409 unless it is true); `DELETE /v1/audio/voices/{name}` or `?name=`), `GET
+optional `ref_text` and `replace` (a taken name is a 409 unless it is true); each text part at most the
+server's `max_part_bytes` (`--max-part-mb`), refused naming it: the form parser's own cap is lifted to the body's,
+which the gate bounds; `DELETE /v1/audio/voices/{name}` or `?name=`), `GET
 /health` (the engine answers `stats()` within 2 s, version, weight version), `GET /metrics` (Prometheus text)
 and `GET /` (the static playground page). Store calls and stats run in worker threads.
 Must not know: the engine's internals, audio encoding, how the speech route streams.
@@ -21,6 +23,7 @@ from fastapi import APIRouter, File, Form, Request, Response, UploadFile
 from fastapi.responses import FileResponse, JSONResponse
 
 from v2 import __version__
+from v2.fields import shown
 from v2.server.errors import ApiError
 from v2.server.metrics import CONTENT_TYPE
 from v2.server.state import server_state
@@ -28,6 +31,7 @@ from v2.server.state import server_state
 STATIC = Path(__file__).resolve().parent / "static"
 router = APIRouter()
 _STARTED = int(time.time())
+_BODY_BOUNDS_IT = 2**62  # the form parser's cap on a text part: lifted (the gate bounds the body; the route, each part)
 
 
 @router.get("/v1/models")
@@ -47,13 +51,19 @@ async def list_voices(request: Request, legacy: bool = False) -> dict[str, objec
     return {"voices": entries, "cloning": book.store is not None}
 
 
-@router.post("/v1/audio/voices")
+@router.post("/v1/audio/voices", form_limits={"max_part_size": _BODY_BOUNDS_IT})
 async def add_voice(request: Request, name: str = Form(...), audio_sample: UploadFile | None = File(None),
                     ref_text: str | None = Form(None), replace: bool = Form(False),
                     speaker_embedding: str | None = Form(None, description=(
                         "instead of audio_sample: a precomputed speaker embedding, a JSON list of the speaker "
                         "encoder's width (where the model's voices are one)"))) -> dict[str, object]:
-    book = server_state(request).voices
+    st = server_state(request)
+    book = st.voices
+    for part, text in (("name", name), ("ref_text", ref_text), ("speaker_embedding", speaker_embedding)):
+        if text is not None and len(text) * 4 > st.config.max_part_bytes and \
+                (size := len(text.encode("utf-8", "surrogatepass"))) > st.config.max_part_bytes:
+            raise ApiError(400, f"{part}: {size} bytes, over this server's limit of {st.config.max_part_bytes} "
+                           "bytes a form field (--max-part-mb)", param=part, code="string_above_max_length")
     if not name.strip():
         raise ApiError(400, "name: must not be empty", param="name", code="invalid_value")
     if speaker_embedding is not None:
@@ -86,7 +96,14 @@ def embedding_list(text: str) -> list[float]:
             isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
         raise ApiError(400, "speaker_embedding: expected a JSON list of numbers (the speaker encoder's output)",
                        param="speaker_embedding", code="invalid_value")
-    return [float(x) for x in value]
+    numbers = []
+    for i, x in enumerate(value):
+        try:
+            numbers.append(float(x))
+        except OverflowError:  # an integer past float's range (JSON has no bound on integers)
+            raise ApiError(400, f"speaker_embedding: value {i} is {shown(x)}, beyond a float's range (every value "
+                           "must be finite)", param="speaker_embedding", code="invalid_value") from None
+    return numbers
 
 
 @router.delete("/v1/audio/voices/{name}")

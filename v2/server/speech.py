@@ -14,7 +14,7 @@ Must not know: the engine's internals, how formats are encoded (audio.py), how b
 
 from __future__ import annotations
 
-from typing import Any, Collection
+from typing import Any, Collection, Mapping
 
 import anyio
 from fastapi import APIRouter, Request, Response
@@ -33,12 +33,12 @@ router = APIRouter()
 
 
 def read_json(raw: bytes, content_type: str, *, known: Collection[str] = SpeechBody.model_fields,
-              max_members: int = MAX_MEMBERS) -> dict[str, Any]:
-    """A JSON object body (415 for another type; jsonbody.py's bounds, `max_members` of them)."""
+              max_members: int = MAX_MEMBERS, lists: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """A JSON object body (415 for another type; jsonbody.py's bounds, `max_members` and `lists` of them)."""
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise ApiError(415, f"the body must be application/json, not {content_type or 'unlabelled'}",
                        code="unsupported_media_type")
-    return read_object(raw, known=known, max_members=max_members)
+    return read_object(raw, known=known, max_members=max_members, lists=lists)
 
 
 def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[SpeechPlan, Encoder | None, Any]:

@@ -37,6 +37,7 @@ class ServerConfig:
     conversation_turns: int = 16                 # a WebSocket conversation's context: at most this many turns
     conversation_seconds: float = 120.0          # and this much of their audio (the oldest turns are dropped)
     max_batch_items: int = 32                    # items in one POST /v1/audio/speech/batch (more: 400 naming items)
+    max_part_bytes: int = 2**20                  # a text field of the voice form (more: 400 naming the field)
 
     @classmethod
     def for_card(cls, card_name: str, *, served_names: list[str] | None = None, openai_aliases: bool = True,
@@ -60,6 +61,7 @@ class ServerConfig:
                             conversation_turns=args.conversation_turns,
                             conversation_seconds=args.conversation_seconds,
                             max_batch_items=args.max_batch_items, allowed_media_path=args.allowed_local_media_path,
+                            max_part_bytes=int(args.max_part_mb * 2**20),
                             allowed_origins=tuple(getattr(args, "allow_origin", None) or ()),
                             seeded_noise=False if args.checkpoint else None)  # given weights speak
 
