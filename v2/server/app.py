@@ -20,6 +20,7 @@ from starlette.routing import Match
 
 from v2 import __version__
 from v2.server import batch, openapi, routes, speech, ws
+from v2.server.docs import add_docs
 from v2.server.errors import ApiError
 from v2.server.metrics import ServerMetrics
 from v2.server.middleware import Gate
@@ -33,7 +34,7 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     state = ServerState(runtime=runtime, config=config, metrics=ServerMetrics(runtime.stats),
                         voices=VoiceBook(runtime), native_rate=int(runtime.sample_rate),
                         native_channels=int(runtime.channels), seeded_noise=config.seeded_for(runtime))
-    # no /docs: Swagger UI would load its scripts from a CDN; the schema stays at /openapi.json
+    # /docs is docs.py's: Swagger UI with its files served from here, not FastAPI's default (a CDN)
     app = FastAPI(title="v2 speech server", version=__version__, docs_url=None, redoc_url=None)
     app.state.server = state
     app.include_router(speech.router)
@@ -41,6 +42,7 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     app.include_router(routes.router)
     app.include_router(ws.router)
     app.mount("/static", StaticFiles(directory=routes.STATIC), name="static")
+    add_docs(app)
     app.add_middleware(Gate, state=state)
     app.openapi = lambda: openapi.describe(app)  # type: ignore[method-assign]
 
