@@ -320,3 +320,114 @@ def test_live_mode_speaks_over_the_stream_and_stop_cancels_the_utterance(live, r
     state = speak(browser, session)
     assert state["seconds"] == pytest.approx(want.metrics.audio_seconds, abs=1e-6), state
     assert browser.evaluate(session, "window.liveLog").count("session.ready") == 2  # the new config, same socket
+
+
+# The live checkbox's words after the box, as one paragraph: in reading order each piece of text is on the same
+# line to the right of the one before, or on a later line starting where the first line starts (words laid
+# out side by side in columns go back up, or start a line elsewhere).
+LABEL_FLOWS = ("(() => { const box = document.getElementById('live'), label = box.closest('label'); "
+               "const walk = document.createTreeWalker(label, NodeFilter.SHOW_TEXT); const rects = []; "
+               "for (let n = walk.nextNode(); n; n = walk.nextNode()) { const r = document.createRange(); "
+               "r.selectNodeContents(n); rects.push(...[...r.getClientRects()].filter(x => x.width > 0)); } "
+               "const x0 = rects[0].left, b = box.getBoundingClientRect(); "
+               "const ok = rects.every((r, i) => i === 0 || (Math.abs(r.top - rects[i - 1].top) < 2 "
+               "? r.left >= rects[i - 1].right - 1 : r.top > rects[i - 1].top && Math.abs(r.left - x0) < 2)); "
+               "return {ok, beside: b.right <= x0 && b.top < rects[0].bottom && b.bottom > rects[0].top, "
+               "rects: rects.map(r => [Math.round(r.left), Math.round(r.top)])}; })()")
+
+
+def test_the_live_checkbox_label_reads_as_one_paragraph_beside_its_box(live, browser):
+    session = open_page(browser, live.url + "/")
+    for width in (1000, 520, 360):  # wide, and narrow enough that the words wrap
+        browser.call("Emulation.setDeviceMetricsOverride", session, width=width, height=800, deviceScaleFactor=1,
+                     mobile=False)
+        flow = browser.evaluate(session, LABEL_FLOWS)
+        assert flow["ok"] and flow["beside"], (width, flow)
+
+
+def _result(browser: Browser, session: str) -> dict:
+    return json.loads(browser.evaluate(session, RESULT))
+
+
+def assert_live_pcm(file: bytes, url: str, text: str, **knobs: int) -> None:
+    """`file` is a wav of the pcm the speech stream sends for `text`: the server's streamed pcm (its default
+    rate, 24 kHz) for the same request, sample for sample."""
+    body = {"input": text, "response_format": "pcm", "stream_format": "audio", **knobs}
+    sent = httpx.post(url + "/v1/audio/speech", json=body, timeout=60)
+    assert sent.status_code == 200, sent.text
+    samples, rate = sf.read(io.BytesIO(file), dtype="int16")
+    assert rate == int(sent.headers["X-Sample-Rate"]) and samples.tobytes() == sent.content
+
+
+def test_live_mode_offers_its_own_whole_audio_and_no_run_leaves_the_last_ones(live, runtime, browser):
+    """A live run ends with its own player, download (a wav built from the pcm received, sizes filled in: the
+    runtime's samples) and waveform, in place of the previous run's; a run that is stopped or refused leaves
+    no earlier run's audio on the page."""
+    session = open_page(browser, live.url + "/")
+    set_value(browser, session, "text", "Over HTTP first.")
+    set_value(browser, session, "max-frames", 8)
+    speak(browser, session)
+    before = _result(browser, session)
+    assert before["shown"] and before["name"] == "speech.wav", before
+
+    browser.evaluate(session, "document.getElementById('live').checked = true")
+    for element, value in {"text": "Then live.", "seed": 3, "max-frames": 12}.items():
+        set_value(browser, session, element, value)
+    speak(browser, session)
+    after = _result(browser, session)
+    assert after["shown"] and after["name"] == "speech.wav", after
+    assert after["href"] != before["href"] and after["player"] != before["player"], (before, after)
+    file = downloaded(browser, session)
+    assert struct.unpack("<I", file[4:8])[0] == len(file) - 8 and struct.unpack("<I", file[40:44])[0] == len(file) - 44
+    assert_live_pcm(file, live.url, "Then live.", seed=3, max_frames=12)
+    pixels = browser.evaluate(session, PIXELS)
+    assert pixels["drawn"] == "1" and pixels["painted"] > pixels["width"], pixels
+
+    # stopped: neither this run's partial audio nor the last run's is offered
+    set_value(browser, session, "text", "A long sentence to stop early. " * 4)
+    set_value(browser, session, "max-frames", 300)
+    browser.evaluate(session, "window.liveLog = []; document.getElementById('speak').click()")
+    assert browser.wait_for(session, "window.liveLog.includes('binary')", timeout=60)
+    browser.evaluate(session, "document.getElementById('stop').click()")
+    assert browser.wait_for(session, "document.getElementById('status').dataset.state === 'stopped'", timeout=30)
+    gone = _result(browser, session)
+    assert not gone["shown"] and after["href"] not in (gone["href"], gone["player"]), gone
+    wait_idle(runtime, timeout=10)
+
+    # refused (over HTTP, a bad knob): the page shows the error and no audio
+    browser.evaluate(session, "document.getElementById('live').checked = false")
+    set_value(browser, session, "max-frames", 8)
+    speak(browser, session)
+    assert _result(browser, session)["shown"]
+    set_value(browser, session, "top-k", 2.5)
+    browser.evaluate(session, "document.getElementById('speak').click()")
+    assert browser.wait_for(session, "document.getElementById('status').dataset.state === 'error'", timeout=30)
+    assert not _result(browser, session)["shown"]
+
+
+KEY = "page-ключ/+="  # not ASCII, and the characters base64 and base64url differ in
+
+
+@pytest.fixture(scope="module")
+def keyed(runtime):
+    with LiveServer(runtime, api_key=KEY) as server:
+        yield server
+
+
+def test_live_mode_reaches_a_server_that_needs_a_key(keyed, live, runtime, browser):
+    """The key typed into the page's key field goes with the live socket (a subprotocol entry; a browser can
+    set no header on a WebSocket); a wrong key is refused and the page says so; the right one, typed after,
+    connects anew and speaks."""
+    want = in_process(runtime, text="Keyed.", seed=1, max_frames=8)
+    session = open_page(browser, keyed.url + "/")
+    browser.evaluate(session, "document.getElementById('live').checked = true")
+    for element, value in {"text": "Keyed.", "seed": 1, "max-frames": 8, "api-key": "wrong"}.items():
+        set_value(browser, session, element, value)
+    browser.evaluate(session, "document.getElementById('speak').click()")
+    assert browser.wait_for(session, "document.getElementById('status').dataset.state === 'error'", timeout=30)
+    assert "API key" in browser.evaluate(session, "document.getElementById('status').textContent")
+    set_value(browser, session, "api-key", KEY)
+    state = speak(browser, session)
+    assert state["seconds"] == pytest.approx(want.metrics.audio_seconds, abs=1e-6), state
+    assert_live_pcm(downloaded(browser, session), live.url, "Keyed.", seed=1, max_frames=8)  # same runtime
+    wait_idle(runtime, timeout=10)

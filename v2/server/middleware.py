@@ -5,7 +5,9 @@ the same rules (its Origin always checked, as for a state-changing method) and r
 Owns: refusing a request before a route sees it (shutting down; a state-changing method, anything but
 GET/HEAD/OPTIONS, whose `Origin` is neither this server's own, by its `Host`, nor one of `--allow-origin`,
 so a web page elsewhere cannot use the server through the user's browser; `/v1/*` without
-`Authorization: Bearer KEY` when a key is set, compared in constant time; a body over the limit, by
+`Authorization: Bearer KEY` when a key is set, compared in constant time, or for a WebSocket handshake
+without that header (a browser can set no header on one) a `Sec-WebSocket-Protocol` entry
+`v2.bearer.<KEY as unpadded base64url>`, which the route never sees; a body over the limit, by
 Content-Length or by counting the bytes as they arrive); answering HEAD with the GET route's headers and no
 body; turning an exception no route handled into a 500 in OpenAI's shape here, inside the app, so uvicorn
 never sees it (it would close a keep-alive connection) and the response is counted (a client that left
@@ -16,6 +18,8 @@ Must not know: the runtime, audio, request fields.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import logging
 from typing import Any
@@ -29,6 +33,7 @@ from v2.server.state import ServerState
 
 log = logging.getLogger("v2.server")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+KEY_PROTOCOL = "v2.bearer."  # a WebSocket subprotocol entry carrying the API key: KEY_PROTOCOL + base64url(KEY)
 
 
 class _TooLarge(Exception):
@@ -42,9 +47,11 @@ class Gate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-            refusal = self._refusal("WEBSOCKET", scope["path"], headers)
-            if refusal is None:
-                await self.app(scope, receive, send)
+            protocols = [str(p) for p in scope.get("subprotocols") or ()]
+            keys = [p for p in protocols if p.startswith(KEY_PROTOCOL)]
+            refusal = self._refusal("WEBSOCKET", scope["path"], headers, keys)
+            if refusal is None:  # the route sees the other entries only (one of them it may echo)
+                await self.app({**scope, "subprotocols": [p for p in protocols if p not in keys]}, receive, send)
             else:
                 await self._deny(scope, send, refusal)
             return
@@ -96,7 +103,10 @@ class Gate:
                 raise
             await self._reply(send, ApiError(500, f"internal error: {type(e).__name__}", code="internal_error"))
 
-    def _refusal(self, method: str, path: str, headers: dict[str, str]) -> ApiError | None:
+    def _refusal(self, method: str, path: str, headers: dict[str, str],
+                 protocol_keys: list[str] | None = None) -> ApiError | None:
+        """Why a request (or a WebSocket handshake, with its subprotocol entries that carry a key) is refused
+        before a route sees it; None: it is not."""
         cfg = self.state.config
         if self.state.draining:
             return ApiError(503, "the server is shutting down; try another replica or later", code="shutting_down")
@@ -106,11 +116,11 @@ class Gate:
             return ApiError(403, f"Origin {origin} is not this server's ({headers.get('host', 'no Host')}): "
                                  f"cross-origin {method} refused (allow it with --allow-origin {origin})",
                             code="cross_origin")
-        if cfg.api_key and path.startswith("/v1"):
-            scheme, _, token = headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
-                return ApiError(401, "a valid API key is required (Authorization: Bearer KEY)",
-                                code="invalid_api_key")
+        if cfg.api_key and path.startswith("/v1") and not _key_given(headers, protocol_keys, cfg.api_key):
+            how = "Authorization: Bearer KEY" + (
+                "; from a browser, the WebSocket subprotocols 'v2.speech' and 'v2.bearer.' followed by the key "
+                "in unpadded base64url" if protocol_keys is not None else "")
+            return ApiError(401, f"a valid API key is required ({how})", code="invalid_api_key")
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > cfg.max_body_bytes:
             return _too_large(cfg.max_body_bytes)
@@ -134,6 +144,22 @@ class Gate:
             headers.append((b"www-authenticate", b"Bearer"))
         await send({"type": prefix + "http.response.start", "status": error.status, "headers": headers})
         await send({"type": prefix + "http.response.body", "body": body})
+
+
+def _key_given(headers: dict[str, str], protocol_keys: list[str] | None, key: str) -> bool:
+    """The request carries `key`, compared in constant time: as `Authorization: Bearer KEY`, or, a WebSocket
+    handshake without that header, as its one subprotocol entry `v2.bearer.<base64url KEY>`."""
+    if "authorization" in headers or not protocol_keys:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
+    if len(protocol_keys) != 1:
+        return False
+    text = protocol_keys[0][len(KEY_PROTOCOL):]
+    try:
+        given = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return False
+    return hmac.compare_digest(given, key.encode())
 
 
 def _origin_allowed(origin: str, host: str, allowed: tuple[str, ...]) -> bool:

@@ -16,7 +16,9 @@ once; every other message waits, in order, until the utterance's `session.done`.
 A conversation, for a family that takes `context` (`FamilyParams.takes`): the session holds earlier turns
 (the config's `context`, turns a `context.append` adds, and each utterance it spoke; conversation.py makes
 turns ready, ws_utterances.py bounds them).
-The API key, the Origin rule and draining apply at the handshake (middleware.py).
+The API key, the Origin rule and draining apply at the handshake (middleware.py; a browser, which can set no
+header there, offers the key as a subprotocol entry and `PROTOCOL` beside it, which is echoed back so the
+browser takes the connection).
 Must not know: the engine's internals, how formats are encoded (audio.py), how the text is cut (the family).
 """
 
@@ -39,6 +41,7 @@ from v2.server.ws_utterances import Speaker
 
 router = APIRouter()
 log = logging.getLogger("v2.server")
+PROTOCOL = "v2.speech"  # the subprotocol echoed back when offered (never the entry that carries the key)
 MAX_WAITING = 256  # messages held while an utterance is spoken (more: refused, naming `message`)
 
 
@@ -222,7 +225,7 @@ class Session:
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(ws: WebSocket) -> None:
     try:
-        await ws.accept()
+        await ws.accept(subprotocol=PROTOCOL if PROTOCOL in ws.scope.get("subprotocols", ()) else None)
     except LEFT as e:  # gone during the handshake
         log.info("speech stream: the client left (%s)", type(e).__name__)
         return

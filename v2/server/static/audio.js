@@ -2,7 +2,7 @@
 // pcm and wav scheduled on Web Audio; `StreamPlayer`: mp3 and aac appended to a MediaSource where the browser
 // takes them), playing a whole file once complete (`WholePlayer`: opus, flac, and the others where
 // MediaSource does not take them), and, once a request ends, the whole audio: a player, a download link with
-// the right file name, and a drawn waveform. Everything plays at the page's gain (`setGain`; a card whose
+// the right file name, and a drawn waveform (cleared when the next run begins: `clearWhole`). Everything plays at the page's gain (`setGain`; a card whose
 // weights are seeded noise is played 20 dB down): the gain is in the playback graph, the bytes are never
 // changed. Every player has `stop()`, `handed()` (seconds given to the browser) and `heard()` (seconds played).
 // Must not know: the request, the voice store.
@@ -203,6 +203,16 @@ export function drawWaveform(canvas, channels) {
 }
 
 let urls = [];
+
+// Nothing offered: a run has begun (its own audio is offered when it is done; a stopped or failed one has none).
+export function clearWhole() {
+  $("result").hidden = true;
+  $("player").pause();
+  $("player").removeAttribute("src");
+  $("download").removeAttribute("href");
+  for (const u of urls) URL.revokeObjectURL(u);
+  urls = [];
+}
 
 // Offer the whole audio: `file` for the download (as asked for), `playable` for the player (a wav where the
 // format is raw pcm), `channels` for the waveform. The player starts at the page's gain.

@@ -4,15 +4,17 @@
 // format's menu entry says which. The default format is wav, so the default download is a wav file with its
 // sizes filled in. A card whose weights are seeded noise (`seeded_noise` in GET /v1/models) is played 20 dB
 // down, with a note on the page; the bytes offered for download are the server's, unchanged. When a request
-// is done, the whole audio is offered in a player, as a download and as a waveform (audio.js).
+// is done, the whole audio is offered in a player, as a download and as a waveform (audio.js); a run that
+// begins takes the last one's off the page, so only a run that is done offers audio, its own.
 // The sampling knobs left empty keep the card's settings; a reference recording clones (voices.js).
-// "live" speaks over the speech stream instead (live.js), where Stop cancels the utterance (input.cancel).
+// "live" speaks over the speech stream instead (live.js), where Stop cancels the utterance (input.cancel); its
+// whole audio is a wav built from the pcm received.
 // ?text=...&format=...&seed=...&max_frames=...&temperature=...&top_p=...&top_k=...&repetition_penalty=...
 // &voice=...&autorun=1 fills the form and speaks on load.
 "use strict";
 
 import { $, authHeaders, errorText, setStatus } from "./util.js";
-import { PcmPlayer, StreamPlayer, WholePlayer, channelsOf, decode, howStreamed, setGain, showWhole,
+import { PcmPlayer, StreamPlayer, WholePlayer, channelsOf, clearWhole, decode, howStreamed, setGain, showWhole,
          wavBlob } from "./audio.js";
 import { loadVoices, referenceFields, wireVoices } from "./voices.js";
 import { speakLive, stopLive } from "./live.js";
@@ -207,6 +209,7 @@ async function speak() {
   const format = $("format").value;
   const stats = { ttfa: null, seconds: 0, bytes: 0, reads: 0 };
   show(stats);
+  clearWhole();
   setStatus("status", "running", "Speaking…");
   const t0 = performance.now();
   try {
@@ -246,7 +249,12 @@ async function live(stats) {
   if (outcome.cancelled) setStatus("status", "stopped", "Stopped.");
   else if (outcome.error) setStatus("status", "error", outcome.error);
   else if (outcome.closed) setStatus("status", "error", "The speech stream closed.");
-  else setStatus("status", "done", `Done: ${stats.seconds.toFixed(3)} s of audio.`);
+  else {
+    const { pcm, rate, channels } = outcome;
+    const wav = wavBlob(pcm, rate, channels);
+    showWhole({ file: wav, filename: "speech.wav", playable: wav, channels: channelsOf(pcm, channels) });
+    setStatus("status", "done", `Done: ${stats.seconds.toFixed(3)} s of audio.`);
+  }
 }
 
 $("speak").addEventListener("click", speak);
