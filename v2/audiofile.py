@@ -20,7 +20,8 @@ FORMATS: dict[str, tuple[str, str]] = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC"
                                        "ogg": ("OGG", "VORBIS"), "mp3": ("MP3", "MPEG_LAYER_III"),
                                        "opus": ("", ""), "aac": ("", "")}
 ENCODED = frozenset({"opus", "aac"})
-INSTALL_SERVER = 'pip install -e ".[server]"'  # the README's command for the server extra (PyAV with it)
+INSTALL_SERVER = 'pip install -e ".[server]"'  # the README's commands for the server extra (PyAV with it)
+INSTALL_RAY = 'pip install -e ".[ray,server]"'  # and for serving replicas on Ray
 _SUFFIXES = {".wav": "wav", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg", ".mp3": "mp3", ".opus": "opus",
              ".aac": "aac"}
 _BLOCK = 1 << 15  # frames per soundfile write: libsndfile's Vorbis and MP3 encoders take bounded blocks best

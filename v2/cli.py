@@ -21,7 +21,7 @@ import sys
 import traceback
 from typing import Any, Callable, NoReturn
 
-from v2.audiofile import FORMATS, OutputError, check_writable, format_for
+from v2.audiofile import FORMATS, INSTALL_RAY, INSTALL_SERVER, OutputError, check_writable, format_for
 from v2.card import DEFAULT_CARD, CardError, ModelCard, family_of, known_cards, load_card
 from v2.checkpoints import CheckpointNotFound
 from v2.cli_options import (
@@ -277,12 +277,12 @@ def _serve(args: argparse.Namespace) -> int:
             from v2.cluster.serve import run as run_replicas  # the ray extra, imported only for replicas
         except ImportError as e:
             raise CliError(f"serve --replicas needs the ray extra ({e.name or e} is missing): "
-                           "pip install 'v2[ray,server]'") from None
+                           f"{INSTALL_RAY}") from None
         return run_replicas(args)
     try:
         from v2.server.serve import run  # the server extra, imported only when serving
     except ImportError as e:
-        raise CliError(f"serve needs the server extra ({e.name or e} is missing): pip install 'v2[server]'") from None
+        raise CliError(f"serve needs the server extra ({e.name or e} is missing): {INSTALL_SERVER}") from None
     return run(args)
 
 

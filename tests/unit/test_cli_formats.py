@@ -13,7 +13,7 @@ import av
 import numpy as np
 import pytest
 
-from v2.audiofile import FORMATS, INSTALL_SERVER, AudioWriter, OutputError, format_for, write_audio
+from v2.audiofile import FORMATS, INSTALL_RAY, INSTALL_SERVER, AudioWriter, OutputError, format_for, write_audio
 from v2.cli import main
 from v2.server.audio import FORMATS as SERVED
 
@@ -79,3 +79,14 @@ def test_synth_writes_opus_and_aac(tmp_path, capsys, fmt, stream):
     codec, rate, channels, samples = _decoded(out)
     assert (report["format"], codec, rate, channels) == (fmt, fmt, report["sample_rate"], report["channels"])
     assert abs(samples - round(report["audio_seconds"] * rate)) <= 2048
+
+
+@pytest.mark.parametrize("argv, module, command", [(["serve"], "v2.server.serve", INSTALL_SERVER),
+                                                   (["serve", "--replicas", "2", "--port", "8000"], "v2.cluster.serve",
+                                                    INSTALL_RAY)])
+def test_a_missing_extra_is_named_with_the_readmes_command(argv, module, command, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, module, None)  # `from MODULE import ...` raises ImportError
+    assert main([*argv, "--device", "cpu"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f": {command}") and len(err.splitlines()) == 1, err
+    assert f"`{command}`" in (ROOT / "README.md").read_text()
