@@ -29,6 +29,7 @@ from v2.audiofile import FORMATS, OutputError, write_audio
 from v2.card import load_card
 from v2.cli import DEFAULT_OUT, CliError, _check_device, _expected, _precheck, _request, _runtime, read_utf8
 from v2.cli_options import add_synth_arguments, family_dest
+from v2.cli_voices import unknown_voice
 from v2.errors import did_you_mean
 from v2.progress import Progress
 
@@ -218,6 +219,8 @@ def _submit(runtime: Any, item: Item, ns: Any) -> None:
         if not _expected(e):
             raise
         item.error = str(e)
+        if str(e).startswith("voice: no stored voice named") and ns.voice is not None and runtime.voices is not None:
+            item.error = f"voice: {unknown_voice(ns.voice, runtime.voices)}"  # the stored ones, and where
 
 
 def _finish(runtime: Any, item: Item, out: Path) -> None:

@@ -42,7 +42,7 @@ def _remove(name: str, store: Any) -> str:
 
     _checked_name(name, "voices remove")
     if not store.taken(name):
-        raise CliError(f"voices remove: {_unknown(name, store)}")
+        raise CliError(f"voices remove: {unknown_voice(name, store)}")
     try:
         voice = store.get(name)
         what = f"{len(voice.codes)} frames" + ("" if voice.text is None else f", text {clip(voice.text, 48)!r}")
@@ -51,7 +51,7 @@ def _remove(name: str, store: Any) -> str:
     try:
         store.remove(name)
     except VoiceError:  # removed by another process meanwhile
-        raise CliError(f"voices remove: {_unknown(name, store)}") from None
+        raise CliError(f"voices remove: {unknown_voice(name, store)}") from None
     return f"removed the voice {name!r} ({what}) from {store.directory}"
 
 
@@ -64,7 +64,7 @@ def _checked_name(name: str, where: str) -> None:
         raise CliError(f"{where}: {str(e).removeprefix('voice: ')}") from None
 
 
-def _unknown(name: str, store: Any) -> str:
+def unknown_voice(name: str, store: Any) -> str:
     """No stored voice `name`: which are stored, and where (as the server's unknown `voice` says)."""
     names = [v.name for v in store.list()] if store.directory.is_dir() else []
     stored = f"stored: {', '.join(names)}" if names else "none stored"
@@ -76,7 +76,7 @@ def check_voice(args: argparse.Namespace, card: ModelCard) -> None:
     _checked_name(args.voice, "--voice")
     store = _store(args, card)
     if not store.taken(args.voice):
-        raise CliError(f"--voice: {_unknown(args.voice, store)}")
+        raise CliError(f"--voice: {unknown_voice(args.voice, store)}")
 
 
 def _store(args: argparse.Namespace, card: ModelCard) -> Any:

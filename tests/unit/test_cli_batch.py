@@ -54,6 +54,8 @@ def test_good_lines_are_written_and_bad_ones_named_by_line_and_field(tmp_path, c
     fields = [line.split(": ")[1].rsplit(":", 1)[1] + ":" + line.split(": ")[2] for line in errors]
     assert [e.split(":")[0] for e in fields] == ["2", "5", "6", "7", "8", "9", "10"], errors
     assert [e.split(":")[1] for e in fields] == ["seed", "line", "bogus", "text", "name", "voice", "top_k"], errors
+    assert report["errors"]["9"] == (f"voice: no stored voice named 'nobody' in {tmp_path / 'voices'} (none stored; "
+                                     "see v2 voices list)")  # the stored ones and where, as synth's --voice says
     assert sorted(p.name for p in out.iterdir()) == ["004.flac", "first.wav"]
     for name, request in (("first.wav", {"text": "First line here.", "seed": 1, "max_frames": 8}),
                           ("004.flac", {"text": "Third line.", "seed": 2, "max_frames": 5,
