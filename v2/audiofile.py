@@ -44,7 +44,8 @@ def format_for(path: str | Path, explicit: str | None = None) -> str:
         try:
             import av  # noqa: F401 - only whether it is there
         except ImportError:
-            raise OutputError(f"--format {fmt}: needs PyAV, which the server extra installs: {INSTALL_SERVER}") from None
+            raise OutputError(f"--format {fmt}: needs PyAV, which the server extra installs: "
+                              f"{INSTALL_SERVER}") from None
         return fmt
     import soundfile as sf
 

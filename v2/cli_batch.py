@@ -120,7 +120,8 @@ def _item(args: argparse.Namespace, index: int, line_no: int, raw: str) -> tuple
             except ValueError as e:
                 raise ValueError(f"{key}: {e}") from None
         else:
-            hint = did_you_mean(field, [k for k in (*ITEM_OPTIONS, "id", "name", "format") if not k.startswith("family_")])
+            keys = [k for k in (*ITEM_OPTIONS, "id", "name", "format") if not k.startswith("family_")]
+            hint = did_you_mean(field, keys)
             raise ValueError(f"{key}: not an option an item sets (text, voice, seed, max_frames, temperature, ...; "
                              f"{hint + ' ' if hint else ''}see: v2 synth --help)")
     if not isinstance(ns.text, str) or not ns.text.strip():

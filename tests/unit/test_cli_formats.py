@@ -74,7 +74,8 @@ def test_writing_opus_loads_none_of_the_servers_web_parts(tmp_path):
 @pytest.mark.parametrize("fmt, stream", [("opus", False), ("aac", True)])
 def test_synth_writes_opus_and_aac(tmp_path, capsys, fmt, stream):
     out = tmp_path / f"speech.{fmt}"
-    assert main(["synth", "Testing.", "-o", str(out), "--max-frames", "6", "-q", *(["--stream"] if stream else [])]) == 0
+    argv = ["synth", "Testing.", "-o", str(out), "--max-frames", "6", "-q", *(["--stream"] if stream else [])]
+    assert main(argv) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     codec, rate, channels, samples = _decoded(out)
     assert (report["format"], codec, rate, channels) == (fmt, fmt, report["sample_rate"], report["channels"])

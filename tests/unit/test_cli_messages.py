@@ -41,8 +41,10 @@ def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 @pytest.mark.parametrize("argv, expected", [
     (["synth", "Hi.", "--temprature", "1"],
      "error: unrecognized arguments: --temprature 1; did you mean --temperature? (see: v2 synth --help)"),
-    (["synth", "Hi.", "--top-kk=3"], "error: unrecognized arguments: --top-kk=3; did you mean --top-k? (see: v2 synth --help)"),
-    (["voices", "list", "--jsn"], "error: unrecognized arguments: --jsn; did you mean --json? (see: v2 voices list --help)"),
+    (["synth", "Hi.", "--top-kk=3"],
+     "error: unrecognized arguments: --top-kk=3; did you mean --top-k? (see: v2 synth --help)"),
+    (["voices", "list", "--jsn"],
+     "error: unrecognized arguments: --jsn; did you mean --json? (see: v2 voices list --help)"),
     (["voices", "add", "a", "x.wav", "--replase"],
      "error: unrecognized arguments: --replase; did you mean --replace? (see: v2 voices add --help)"),
     (["voices", "remove", "a", "--voices-dri", "d"],

@@ -70,9 +70,11 @@ def test_voices_list_and_remove_load_no_model(tmp_path, capsys, no_model, card):
     assert table[0].split() == ["NAME", "FRAMES", "ADDED", "TEXT"] and table[1].split()[:2] == ["alice", "7"]
     capsys.readouterr()
     assert main(["voices", *store, "remove", "alice"]) == 0
-    assert capsys.readouterr().out.strip() == f"removed the voice 'alice' (7 frames, text 'Hello there.') from {tmp_path}"
+    removed = f"removed the voice 'alice' (7 frames, text 'Hello there.') from {tmp_path}"
+    assert capsys.readouterr().out.strip() == removed
     assert main(["voices", *store, "remove", "alice"]) == 1
-    assert error_line(capsys) == f"error: voices remove: no stored voice named 'alice' in {tmp_path} (none stored; see v2 voices list)"
+    assert error_line(capsys) == (f"error: voices remove: no stored voice named 'alice' in {tmp_path} "
+                                  "(none stored; see v2 voices list)")
     assert main(["voices", *store, "list"]) == 0
     assert capsys.readouterr().out.strip() == f"no stored voices in {tmp_path}"
 
