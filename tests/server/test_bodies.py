@@ -175,7 +175,8 @@ def test_a_bystander_keeps_its_pace_while_hostile_bodies_are_refused(live):
     during = [gap for a, gap in gaps if a + gap > start and a < end]
     outside = [gap for a, gap in gaps if not (a + gap > start and a < end)]
     assert arrivals[-1] > end, "the stream ended before the refusals: make it longer"
-    assert outside and max(during, default=0.0) <= 2 * max(outside) + 1.0, (max(outside), during)
+    # loose enough for a loaded machine's uneven pace, far below a stall for the parse (21.6 s against 0.44 s)
+    assert outside and max(during, default=0.0) <= 3 * max(outside) + 3.0, (max(outside), during)
     for r in answers:
         assert r.status_code == 400 and r.json()["error"]["code"] == "too_complex", r.text
     assert got and np.array_equal(np.frombuffer(got[0][44:], "<i2").reshape(-1, 2), want)

@@ -85,7 +85,7 @@ def test_any_message_sequence_leaves_a_usable_session_and_no_traceback(live, mes
                 events, _ = sync_until(ws, "session.done", timeout=60)
             except ConnectionClosed as e:
                 pytest.fail(f"the server closed the connection: {e}")
-        wait_idle(rt, timeout=10)
+        wait_idle(rt, timeout=rt.card.runtime.input_idle_timeout_s / 2)  # nothing left to its idle timeout
         time.sleep(0.05)
     assert events[-1]["type"] == "session.done"
     assert log.tracebacks() == []
