@@ -4,7 +4,7 @@ Owns: the command line, which scenarios run (end-to-end serving at several concu
 not; the sequential baseline on the same weights; engine overhead where the card's family has stand-ins
 for its executors; with `--reference DIR`, the frame step against the reference implementation's own
 generate(), `v2.bench.reference`, where the family has one), on any card (its family builds the runtime, the requests and the
-baseline), the progress bar, the table (with the engine's seconds per kind of work in each scenario), the
+baseline), the progress bar (on a terminal only), the table (with the engine's seconds per kind of work in each scenario), the
 picture (`--plot FILE.png`: audio-s/s and TTFA against concurrency, the baseline drawn across), and the
 final JSON line with every figure, the machine, the torch version and the git commit.
 Must not know: engine or model internals, any family.
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import torch
@@ -34,8 +34,12 @@ from v2.runtime import Runtime
 
 
 class Bar:
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled, self.label = total, 0, enabled, ""
+    """The progress bar: `\\r` frames redrawn in place, so only on a terminal (a log or a pipe gets none)."""
+
+    def __init__(self, total: int, enabled: bool, out: TextIO | None = None) -> None:
+        self.out = out or sys.stderr
+        self.total, self.done, self.label = total, 0, ""
+        self.enabled = enabled and self.out.isatty()
         self.start = time.perf_counter()
 
     def tick(self) -> None:
@@ -49,13 +53,13 @@ class Bar:
     def draw(self) -> None:
         if self.enabled:
             filled = int(30 * self.done / max(1, self.total))
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} "
-                             f"{time.perf_counter() - self.start:6.1f} s  {self.label:<40}")
-            sys.stderr.flush()
+            self.out.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} "
+                           f"{time.perf_counter() - self.start:6.1f} s  {self.label:<40}")
+            self.out.flush()
 
     def close(self) -> None:
         if self.enabled:
-            sys.stderr.write("\n")
+            self.out.write("\n")
 
 
 def machine(device: str) -> dict[str, Any]:
@@ -135,15 +139,21 @@ def plot(report: dict[str, Any], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default=DEFAULT_CARD)
+    p.add_argument("--card", default=DEFAULT_CARD, help="the card to measure, a name or a path (default: %(default)s)")
     p.add_argument("--random-weights", action="store_true", help="the release's dimensions with random weights")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="cpu, cuda or cuda:N (default: cuda when available, else cpu; here %(default)s)")
     p.add_argument("--quick", action="store_true", help="a small run (under a minute on a 2-core CPU)")
-    p.add_argument("--requests", type=int, default=None)
-    p.add_argument("--max-frames", type=int, default=None)
-    p.add_argument("--concurrency", type=int, nargs="+", default=None)
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the sweep (needs the plot extra)")
+    p.add_argument("--requests", type=int, default=None,
+                   help="requests per scenario (default: 48; 8 with --quick)")
+    p.add_argument("--max-frames", type=int, default=None,
+                   help="frames each request may speak (default: 100; 24 with --quick)")
+    p.add_argument("--concurrency", type=int, nargs="+", default=None,
+                   help="requests in flight, one scenario each (default: 1 4 16 64; 1 4 with --quick)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (default: a bar on stderr when it is a terminal)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also draw the sweep (needs the plot extra; default: no picture)")
     p.add_argument("--reference", default=None,
                    help="a local copy of the card's family's reference implementation: adds the frame-step comparison "
                         "with its own generate() (v2.bench.reference; default: the family's environment variable, "

@@ -52,13 +52,15 @@ def batched(url: str, items: list[dict[str, Any]], defaults: dict[str, Any]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.batch", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default=DEFAULT_CARD)
-    p.add_argument("--device", default=None)
-    p.add_argument("--items", type=int, default=16)
-    p.add_argument("--frames", type=int, default=24, help="frames each item speaks (min = max: a fixed workload)")
-    p.add_argument("--bad", type=int, default=5, help="the index of an item made bad (speed 2.0); -1: none")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--format", default="wav")
+    p.add_argument("--card", default=DEFAULT_CARD, help="the card to measure, a name or a path (default: %(default)s)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the card's)")
+    p.add_argument("--items", type=int, default=16, help="items in the batch (default: %(default)s)")
+    p.add_argument("--frames", type=int, default=24,
+                   help="frames each item speaks (min = max: a fixed workload) (default: %(default)s)")
+    p.add_argument("--bad", type=int, default=5,
+                   help="the index of an item made bad (speed 2.0); -1: none (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=3, help="batches sent, one after another (default: %(default)s)")
+    p.add_argument("--format", default="wav", help="every item's response_format (default: %(default)s)")
     args = p.parse_args(argv)
 
     from v2.runtime import Runtime

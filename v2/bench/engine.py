@@ -269,12 +269,14 @@ def plot(report: dict[str, Any], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.engine", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default=DEFAULT_CARD)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--card", default=DEFAULT_CARD, help="the card to measure, a name or a path (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="the device the engine's tensors live on (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="a short run (well under a minute on a 2-core CPU)")
-    p.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is reported")
-    p.add_argument("--latency", type=float, default=0.005, help="the simulated device's time per step, seconds")
-    p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the overhead sweep (the plot extra)")
+    p.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is reported (default: %(default)s)")
+    p.add_argument("--latency", type=float, default=0.005,
+                   help="the simulated device's time per step, seconds (default: %(default)s)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also draw the overhead sweep (the plot extra; default: no picture)")
     args = p.parse_args(argv)
     check_plot(p, args.plot)
     frames = 40 if args.quick else 100

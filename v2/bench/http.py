@@ -156,15 +156,21 @@ def plot(rows: list[dict[str, Any]], card: str, path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.http", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default=DEFAULT_CARD)
+    p.add_argument("--card", default=DEFAULT_CARD, help="the card to measure, a name or a path (default: %(default)s)")
     p.add_argument("--random-weights", action="store_true", help="the release's dimensions with random weights")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
-    p.add_argument("--requests", type=int, default=0, help="per level; 0: max(8, 2 x concurrency)")
-    p.add_argument("--max-frames", type=int, default=40)
-    p.add_argument("--repeat", type=int, default=3, help="runs per way and level, alternating; medians reported")
-    p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the sweep (needs the plot extra)")
-    p.add_argument("--ttfb-requests", type=int, default=8, help="per format in the TTFB sweep (0: no sweep)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="cpu, cuda or cuda:N (default: cuda when available, else cpu; here %(default)s)")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64],
+                   help="requests in flight, one level each (default: 1 16 64)")
+    p.add_argument("--requests", type=int, default=0,
+                   help="requests per level; 0: max(8, 2 x concurrency) (default: %(default)s)")
+    p.add_argument("--max-frames", type=int, default=40, help="frames each request may speak (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs per way and level, alternating; medians reported (default: %(default)s)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also draw the sweep (needs the plot extra; default: no picture)")
+    p.add_argument("--ttfb-requests", type=int, default=8,
+                   help="requests per format in the TTFB sweep (0: no sweep) (default: %(default)s)")
     p.add_argument("--ttfb-only", action="store_true", help="only the per-format TTFB sweep")
     args = p.parse_args(argv)
     check_plot(p, args.plot)

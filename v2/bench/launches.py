@@ -106,9 +106,12 @@ def counted(step: Callable[[], Any], use_kernels: bool, warm_up: bool = True) ->
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.launches", description=__doc__.splitlines()[0])
     p.add_argument("--card", default=None, help="count this card's family's frame step (default: the default card)")
-    p.add_argument("--family", default=None, help="count this family's frame step (a registered family's name)")
-    p.add_argument("--buckets", type=int, nargs="+", default=[1, 64])
-    p.add_argument("--context", type=int, default=512)
+    p.add_argument("--family", default=None,
+                   help="count this family's frame step (a registered family's name; default: the card's)")
+    p.add_argument("--buckets", type=int, nargs="+", default=[1, 64],
+                   help="batch sizes whose frame step is counted (default: 1 64)")
+    p.add_argument("--context", type=int, default=512,
+                   help="tokens already in each sequence's KV cache (default: %(default)s)")
     known, _ = p.parse_known_args(argv)
     family, _card = choose(known.card, known.family, p)
     hooks = part(family, "launches")

@@ -196,16 +196,21 @@ def summary(opened: list[dict[str, Any]], plain: list[dict[str, Any]]) -> dict[s
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.opentext", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default=DEFAULT_CARD)
-    p.add_argument("--device", default=None)
-    p.add_argument("--concurrency", type=int, nargs="*", default=[1, 16])
-    p.add_argument("--rounds", type=int, default=3, help="sweeps at concurrency 1 (more sessions for its p99)")
-    p.add_argument("--sentences", type=int, default=5)
+    p.add_argument("--card", default=DEFAULT_CARD, help="the card to measure, a name or a path (default: %(default)s)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the card's)")
+    p.add_argument("--concurrency", type=int, nargs="*", default=[1, 16],
+                   help="sessions at once, one sweep each (default: 1 16)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="sweeps at concurrency 1 (more sessions for its p99) (default: %(default)s)")
+    p.add_argument("--sentences", type=int, default=5, help="sentences in each session's reply (default: %(default)s)")
     p.add_argument("--frames", type=int, default=30,
                    help="frames each sentence speaks (min = max: a fixed workload); a family that speaks an open "
-                        "request as one sequence gets frames x sentences for the whole reply, at most the card's cap")
-    p.add_argument("--tokens-per-s", type=float, default=30.0)
-    p.add_argument("--seed", type=int, default=0)
+                        "request as one sequence gets frames x sentences for the whole reply, at most the card's cap "
+                        "(default: %(default)s)")
+    p.add_argument("--tokens-per-s", type=float, default=30.0,
+                   help="the pace the text is written at, as an LLM streams it (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seeds the replies' text, their pieces and the sampling (default: %(default)s)")
     p.add_argument("--no-cancel", action="store_true", help="skip the barge-in timing over the speech stream")
     args = p.parse_args(argv)
     from v2.runtime import Runtime

@@ -63,14 +63,15 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m v2.bench.reference", description=__doc__.splitlines()[0])
     p.add_argument("--card", default=None, help="compare this card's family (default: the default card's)")
-    p.add_argument("--family", default=None, help="compare this family (a registered family's name)")
+    p.add_argument("--family", default=None,
+                   help="compare this family (a registered family's name; default: the card's)")
     p.add_argument("--reference", default=None,
                    help="a local copy of the family's reference implementation (default: its environment variable)")
     p.add_argument("--reference-python", default=None,
                    help="python with its dependencies (default: the family's environment variable, else this one)")
-    p.add_argument("--frames", type=int, default=64)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--frames", type=int, default=64, help="frames each request speaks (default: %(default)s)")
+    p.add_argument("--batch", type=int, default=16, help="requests at once in the batched rows (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=5, help="runs per row; the median is reported (default: %(default)s)")
     args = p.parse_args(argv)
     family, _ = choose(args.card, args.family, p)
     reference, python, why = locate(family, args.reference, args.reference_python)

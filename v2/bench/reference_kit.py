@@ -227,13 +227,15 @@ def main(argv: list[str] | None, *, family: str, doc: str, checkpoint: str, pyth
 
     p = argparse.ArgumentParser(prog=f"python -m v2.families.{family}.bench.reference",
                                 description=doc.splitlines()[0])
-    p.add_argument("--checkpoint", default=checkpoint)
+    p.add_argument("--checkpoint", default=checkpoint,
+                   help="the tiny fixture's checkpoint folder (default: %(default)s)")
     p.add_argument("--reference-python", default=None, help=f"python with {needs} (default: ${python_env}, "
                    "else this one)")
-    p.add_argument("--frames", type=int, default=64)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--modes", nargs="+", choices=modes, default=list(modes))
+    p.add_argument("--frames", type=int, default=64, help="frames each request speaks (default: %(default)s)")
+    p.add_argument("--batch", type=int, default=16, help="requests at once in the batched rows (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=5, help="runs per row; the median is reported (default: %(default)s)")
+    p.add_argument("--modes", nargs="+", choices=modes, default=list(modes),
+                   help="greedy and/or sampled decoding (default: %s)" % " ".join(modes))
     args = p.parse_args(argv)
     python = args.reference_python or reference_python()
     path = Path(args.checkpoint)

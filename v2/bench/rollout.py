@@ -76,15 +76,19 @@ def weight_transport(gb: float) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.rollout", description=__doc__.splitlines()[0])
-    p.add_argument("--card", default=DEFAULT_CARD)
-    p.add_argument("--replicas", type=int, nargs="+", default=[1, 2], help="pool sizes to measure")
-    p.add_argument("--prompts", type=int, default=16)
-    p.add_argument("--n", type=int, default=4, help="samples per prompt")
-    p.add_argument("--frames", type=int, default=60, help="frames per trajectory (forced: min = max)")
-    p.add_argument("--repeat", type=int, default=2)
-    p.add_argument("--cpus-per-replica", type=float, default=1.0, help="Ray CPUs per replica without GPUs")
+    p.add_argument("--card", default=DEFAULT_CARD, help="the card to measure, a name or a path (default: %(default)s)")
+    p.add_argument("--replicas", type=int, nargs="+", default=[1, 2], help="pool sizes to measure (default: 1 2)")
+    p.add_argument("--prompts", type=int, default=16, help="prompts in the workload (default: %(default)s)")
+    p.add_argument("--n", type=int, default=4, help="samples per prompt (default: %(default)s)")
+    p.add_argument("--frames", type=int, default=60,
+                   help="frames per trajectory (forced: min = max) (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=2,
+                   help="runs per pool size; the best is reported (default: %(default)s)")
+    p.add_argument("--cpus-per-replica", type=float, default=1.0,
+                   help="Ray CPUs per replica without GPUs (default: %(default)s)")
     p.add_argument("--no-baseline", action="store_true", help="skip the runtime in this process")
-    p.add_argument("--weights-gb", type=float, default=1.0, help="weight transport measured (0: skip)")
+    p.add_argument("--weights-gb", type=float, default=1.0,
+                   help="gigabytes of weights whose transport is measured (0: skip) (default: %(default)s)")
     args = p.parse_args(argv)
     card = load_card(args.card)
     results: dict[str, Any] = {}

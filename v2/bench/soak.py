@@ -79,10 +79,10 @@ def run(runtime: Runtime, n: int, *, seed: int = 0, concurrency: int = 32) -> di
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.soak", description=__doc__.splitlines()[0])
-    p.add_argument("--requests", type=int, default=1000)
-    p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--card", default=DEFAULT_CARD)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--requests", type=int, default=1000, help="requests in all (default: %(default)s)")
+    p.add_argument("--concurrency", type=int, default=32, help="requests in flight (default: %(default)s)")
+    p.add_argument("--card", default=DEFAULT_CARD, help="the card to load, a name or a path (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
     args = p.parse_args(argv)
     with Runtime.from_card(args.card, device=args.device) as runtime:
         report = run(runtime, args.requests, concurrency=args.concurrency)
