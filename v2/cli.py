@@ -25,8 +25,8 @@ from v2.audiofile import FORMATS, INSTALL_RAY, INSTALL_SERVER, OutputError, chec
 from v2.card import DEFAULT_CARD, CardError, ModelCard, family_of, known_cards, load_card
 from v2.checkpoints import CheckpointNotFound
 from v2.cli_options import (
-    DEFAULT_OUT, DEFAULT_TEXT, add_runtime_arguments, add_synth_arguments, chosen_parser, in_option_names,
-    sampling_fields, share_wording, unrecognized,
+    DEFAULT_OUT, DEFAULT_TEXT, add_runtime_arguments, add_synth_arguments, choice_hint, chosen_parser,
+    in_option_names, sampling_fields, share_wording, unrecognized,
 )
 from v2.progress import Progress
 from v2.registry import family_options
@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error as one `error: ...` line (exit 2) instead of the usage text."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"error: {message} (see: {self.prog} --help)\n")
+        sys.stderr.write(f"error: {choice_hint(message)} (see: {self.prog} --help)\n")
         raise SystemExit(2)
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]

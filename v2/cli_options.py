@@ -6,13 +6,15 @@ runtime options read the same on every command, serve's too: `share_wording`); r
 time, naming the option, with the same ranges a request or a card accepts (v2/fields.py); mapping the
 sampling knobs onto the request's audio head (`sampling.audio.*`) and `sampling.repetition_penalty`; and
 back: a refused request's message with its fields named as the options that set them (`in_option_names`);
-an argument no parser knows, with the closest option of the command it was given to (`unrecognized`).
+an argument no parser knows, with the closest option of the command it was given to (`unrecognized`), and an
+invalid choice (a command, an action, a format) with the closest one (`choice_hint`).
 Must not know: the runtime, models, the server (serve's options are only reworded, as argparse holds them).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import math
 import re
 from typing import Any, Callable
@@ -253,3 +255,21 @@ def unrecognized(extras: list[str], parser: argparse.ArgumentParser) -> str:
     known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
     hints = [did_you_mean(e.split("=", 1)[0], known) for e in extras if e.startswith("--")]
     return "; ".join([f"unrecognized arguments: {' '.join(extras)}", *(h.replace("'", "") for h in hints if h)])
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: (?P<given>'.*') \(choose from (?P<choices>.*)\)$")
+
+
+def choice_hint(message: str) -> str:
+    """argparse's `invalid choice: 'synht' (choose from 'synth', ...)` with `; did you mean synth?` where one
+    choice is close; any other message as it is."""
+    m = _INVALID_CHOICE.search(message)
+    if m is None:
+        return message
+    try:
+        given = ast.literal_eval(m["given"])
+        choices = [str(c) for c in ast.literal_eval(f"[{m['choices']}]")]
+    except (ValueError, SyntaxError):
+        return message
+    hint = did_you_mean(str(given), choices)
+    return f"{message}; {hint.replace(chr(39), '')}" if hint else message

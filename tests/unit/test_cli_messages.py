@@ -1,5 +1,6 @@
 """What the command line says when a user mistypes or asks for something absent: an unknown option is refused
-by the (sub)command it was given to, with its closest option and that command's help page; the argument is
+by the (sub)command it was given to, with its closest option and that command's help page (a mistyped
+command, action or format: the closest choice); the argument is
 named as --help names it (`TEXT`); an unknown `--voice` lists the stored voices and the store's folder before
 any model loads; `voices remove` says what it removed, and an unknown name as `--voice` does; a mistyped
 `--batch` key gets its closest option; files and errors of a batch share one numbering (line numbers)."""
@@ -54,6 +55,20 @@ def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["synth", "Hi.", "--zzzz"], "error: unrecognized arguments: --zzzz (see: v2 synth --help)"),
 ])
 def test_a_mistyped_option_gets_the_closest_one_and_its_commands_help(argv, expected, capsys, no_model):
+    assert usage_error(argv, capsys) == expected
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["synht"], "error: argument COMMAND: invalid choice: 'synht' (choose from 'synth', 'voices', 'cards', 'serve'); "
+                "did you mean synth? (see: v2 --help)"),
+    (["voices", "rmove", "x"], "error: argument action: invalid choice: 'rmove' (choose from 'add', 'list', "
+                               "'remove'); did you mean remove? (see: v2 voices --help)"),
+    (["synth", "--format", "opsu"], "error: argument --format: invalid choice: 'opsu' (choose from 'wav', 'flac', "
+                                    "'ogg', 'mp3', 'opus', 'aac'); did you mean opus? (see: v2 synth --help)"),
+    (["synth", "--format", "zzz"], "error: argument --format: invalid choice: 'zzz' (choose from 'wav', 'flac', "
+                                   "'ogg', 'mp3', 'opus', 'aac') (see: v2 synth --help)"),
+])
+def test_a_mistyped_choice_gets_the_closest_one(argv, expected, capsys, no_model):
     assert usage_error(argv, capsys) == expected
 
 
