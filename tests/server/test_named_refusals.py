@@ -171,3 +171,30 @@ def test_a_listed_members_items_keep_their_keys_for_the_caller():
         read_object(raw, lists={"items": 3})
     assert e.value.param == "v.k\\ud800"  # the request-level one; the item's is left to the caller
     assert read_object(b'{"items": [{"k\\ud800": 1}]}', lists={"items": 3})["items"] == [{"k\ud800": 1}]
+
+
+def test_an_integer_past_a_float_in_any_field_is_named_never_a_500(live):
+    """Wherever a JSON number lands (speech, a batch's defaults and items, a stream's session.config), a
+    401-digit integer is a refusal naming its field or taken as the field allows; never a server error."""
+    from v2.server.schema import SpeechBody
+    from websockets.sync.client import connect
+    from wskit import ws_url
+    fields = [f for f in SpeechBody.model_fields if f != "input"]
+    with server_log() as log:
+        for field in fields:
+            for value in (HUGE, "-" + HUGE):
+                for path, raw in ((SPEECH, '{"input": "Hi.", "max_frames": 2, "stream": false, "%s": %s}'),
+                                  (BATCH, '{"max_frames": 2, "%s": %s, "items": [{"input": "Hi."}]}'),
+                                  (BATCH, '{"max_frames": 2, "items": [{"input": "Hi.", "%s": %s}]}')):
+                    r = _json(live, path, raw % (field, value))
+                    assert r.status_code < 500, (path, field, r.text)
+                    errors = [r.json()["error"]] if r.status_code >= 400 else \
+                        [x["error"] for x in r.json()["results"] if x["status"] == "error"]
+                    assert all(e["param"] and e["type"] != "server_error" for e in errors), (path, field, errors)
+            with connect(ws_url(live)) as ws:
+                ws.send('{"type": "session.config", "max_frames": 2, "%s": %s}' % (field, HUGE))
+                event = json.loads(ws.recv(60))
+                assert event["type"] == "session.ready" or (event["param"] and event["code"] != "internal_error"), \
+                    (field, event)
+    assert not log.tracebacks(), log.tracebacks()
+    wait_idle(shared_runtime())

@@ -95,7 +95,7 @@ def check_shape(text: str, *, known: Collection[str] = (), max_depth: int = MAX_
                 top, elements = last, 0
                 if first_unknown is None and top not in known:
                     first_unknown = top
-            elif c == "," and len(open_) == 2 and lists and top in lists:  # in the array a listed member holds
+            elif c == "," and len(open_) == 2 and lists and top is not None and top in lists:  # its array's
                 elements += 1
                 if elements >= lists[top]:  # one more element than separators
                     raise ApiError(400, f"{top}: more than {lists[top]} items (refused before parsing)",
