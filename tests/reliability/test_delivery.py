@@ -81,18 +81,22 @@ def test_a_subscriber_raising_keyboard_interrupt_or_blocking_loses_nothing(runti
 def test_close_with_a_tiny_timeout_while_streaming_still_delivers_every_result():
     rt = _runtime()
     apply_cancels = rt.engine.requests.apply_cancels
+    closing, release = threading.Event(), threading.Event()
 
-    def slow_cancels() -> None:  # the engine is mid-step when close() is called, as on a loaded device
-        time.sleep(0.2)
+    def held_cancels() -> None:  # the engine is mid-step when close() is called, as on a loaded device
+        if closing.is_set():
+            release.wait(BOUND)  # held until the check below, however slow this machine is
         apply_cancels()
 
-    rt.engine.requests.apply_cancels = slow_cancels
+    rt.engine.requests.apply_cancels = held_cancels
     handles = rt.submit_many([_req(s, frames=200, stream=True) for s in range(4)])
     for h in handles:
         h.subscribe(lambda _c: None)
     next(iter(handles[0]))  # streaming is under way
+    closing.set()
     rt.close(timeout=0.01)
     assert not any(h.done for h in handles)  # close() returned before the engine ended them
+    release.set()
     results = [h.result(BOUND) for h in handles]
     assert {r.finish_reason for r in results} <= {"abort", "length"}
     assert rt.stats()["kv_slots_in_use"] == rt.stats()["codec_slots_in_use"] == 0
