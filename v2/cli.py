@@ -7,7 +7,8 @@ options, the device and the output path (the caller's directory for a relative o
 loads, and what the card and the checkpoint's config refuse (the family's `precheck`: e.g. an unknown
 speaker or language of the checkpoint; a taken voice name); a model only for a job that needs one (one runtime
 per job: synth, voices add; voices list and remove read the store alone, its checks from the family's
-`voice_spec`), the progress line on stderr, writing the audio file, and turning each expected
+`voice_spec`), the progress line on stderr, writing the audio file (on Ctrl-C the audio made so far, said in one
+line, exit 130), and turning each expected
 failure into one line `error: ...` on stderr, in the options' names, and a non-zero exit (`--debug` adds
 the traceback).
 Must not know: model internals, scheduling, the server's internals.
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import traceback
 from typing import Any, Callable, NoReturn
 
@@ -218,15 +221,22 @@ def _synth(args: argparse.Namespace) -> int:
             progress.started()
             channels, rate = runtime.channels, runtime.sample_rate
             writer = AudioWriter(out, fmt, rate, channels) if args.stream else None
+            made: list[Any] = []  # the chunks' audio so far (the handle holds them too): kept on Ctrl-C
+            ctrl_c = _CtrlC(handle)
             try:
                 for chunk in handle:
-                    progress.update(chunk.frames, chunk.audio.shape[1] / chunk.sample_rate)
+                    progress.update(chunk.frames, chunk.audio.shape[1] / chunk.sample_rate, handle.segments)
                     if writer is not None:
                         writer.write(chunk.audio)
+                    made.append(chunk.audio)
+                result = handle.result()
             finally:
+                ctrl_c.restore()
                 if writer is not None:
                     writer.close()
-            result = handle.result()
+            if ctrl_c.hit:
+                progress.clear()
+                return _interrupted(out, fmt, rate, made, writer is not None)
             m = result.metrics
             noise = ("the card's weights are seeded: this is noise, not speech, at up to full scale (turn the volume "
                      "down)") if card.seeded and args.checkpoint is None else None
@@ -247,6 +257,46 @@ def _synth(args: argparse.Namespace) -> int:
                       "ttfa_s": None if m.ttfa_s is None else round(m.ttfa_s, 4), "total_s": round(m.total_s, 3),
                       "rtf": None if m.rtf is None else round(m.rtf, 4)}))
     return 0
+
+
+class _CtrlC:
+    """While a request runs, the first Ctrl-C cancels it instead of raising: the chunks made until the engine
+    aborts it still arrive, then the handle ends, so every chunk read is whole in the file (a KeyboardInterrupt
+    could land inside a write). A second Ctrl-C raises KeyboardInterrupt as usual. Only where Python's own
+    handler is installed (the main thread; not where SIGINT is ignored or an embedding program has its own)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.hit = handle, False
+        mine = threading.current_thread() is threading.main_thread()
+        self.installed = mine and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        if self.installed:
+            signal.signal(signal.SIGINT, self._cancel)
+
+    def _cancel(self, sig: int, frame: Any) -> None:
+        self.hit = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.handle.cancel()  # posts to the engine; this thread holds none of the runtime's locks here
+
+    def restore(self) -> None:
+        if self.installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _interrupted(out: Any, fmt: str, rate: int, made: list[Any], streamed: bool) -> int:
+    """Ctrl-C while the audio is made: the audio so far is kept as a whole file (with --stream it is in the
+    file already, closed), said in one line; the exit status is a Ctrl-C'd program's."""
+    from v2.audiofile import write_audio
+
+    samples = sum(int(a.shape[1]) for a in made)
+    if samples and not streamed:
+        import numpy as np
+
+        write_audio(out, fmt, np.concatenate(made, axis=1), rate)
+    if not streamed and not samples:
+        print("interrupted: no audio was made yet; nothing written", file=sys.stderr)
+    else:
+        print(f"interrupted: wrote {samples / rate:.2f} s of audio to {out.absolute()}", file=sys.stderr)
+    return 130
 
 
 def _voices(args: argparse.Namespace) -> int:

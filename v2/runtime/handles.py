@@ -144,6 +144,9 @@ class SpeechHandle:
         self._result: SpeechResult | None = None
         self._marks: list[SegmentMark] = []
         self.callback_errors: list[str] = []
+        # a long text's progress as its family reports it: (segments ended, segments planned); (0, 1) for a text
+        # spoken as one prompt (and for open text, whose segments are its marks); for a progress display
+        self.segments: tuple[int, int] = (0, 1)
 
     # ----- consumer side ---------------------------------------------------------------------------
     @property

@@ -227,6 +227,8 @@ class MossFamily(PagedFamily):
             self.ar_loop.share(ar, share_from)
         if opened:
             self.opened.started(record)
+        else:
+            record.handle.segments = (0, max(1, len(work.segments)))
         return self.with_codec(record, slots, {AR: ar})
 
     def admitted(self, record: Any) -> None:

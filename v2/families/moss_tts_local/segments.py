@@ -44,6 +44,7 @@ def next_segment(req: Any, ar: ARState, loop: ARDecodeLoop, executor: Any, assis
     segment = req.work.segments[ar.segment + 1]
     assert segment.rows is not None
     rows = carried_rows(segment.rows, ar.codes, assistant_slot)
+    req.handle.segments = (ar.segment + 1, len(req.work.segments))  # the progress a caller may show
     loop.begin_segment(ar, rows)
     executor.admit(ar.slot, req.work.sampling, segment_seed(req.request.seed, ar.segment))
     return rows

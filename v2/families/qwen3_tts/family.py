@@ -194,6 +194,8 @@ class Qwen3Family(PagedFamily):
             self.talker_loop.share(talker, share_from)
         if isinstance(work, OpenWork):
             self.opened.started(record, talker)
+        else:
+            record.handle.segments = (0, max(1, len(work.segments)))
         return self.with_codec(record, slots, {TALKER: talker}, context=work.context)
 
     def admitted(self, record: Any) -> None:

@@ -87,6 +87,7 @@ def next_segment(req: Any, state: TalkerState, loop: TalkerLoop, calls: Any, cfg
     codes = np.array(state.codes, dtype=np.int64).reshape(len(state.codes), cfg.num_code_groups)  # [R, G]
     lay = layout(cfg, replace(spec, ref_frames=len(codes)))
     rows = rows_of(lay, cfg.num_code_groups, ref_codes=codes, xvector=work.xvector)
+    req.handle.segments = (state.segment + 1, len(work.segments))  # the progress a caller may show
     loop.begin_text_segment(state, rows, lay.trailing)
     xvec = None if work.xvector is None else torch.from_numpy(work.xvector)
     calls.admit(state.slot, work.sampling, segment_seed(req.request.seed, state.segment), xvec)
