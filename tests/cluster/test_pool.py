@@ -102,7 +102,7 @@ def test_a_replica_that_cannot_start_fails_the_pool_with_its_reason(pool, tmp_pa
 
 def test_groups_follow_outstanding_work_not_round_robin(pool):
     long = pool.rollout([PROMPTS[0]], n=4, seed=1, max_frames=400, min_frames=400)
-    wait_for(lambda: long.placements[0], 10, "the long group to be placed")
+    wait_for(lambda: long.placements[0], 60, "the long group to be placed")
     (busy,) = long.placements[0]
     short = pool.rollout([PROMPTS[1], PROMPTS[0], PROMPTS[1]], n=1, seed=2, max_frames=8)
     assert len(short.trajectories(60)) == 3
@@ -110,8 +110,8 @@ def test_groups_follow_outstanding_work_not_round_robin(pool):
     assert not long.ended
     long.cancel()
     with pytest.raises(RolloutCancelled):
-        long.trajectories(10)
-    wait_for(lambda: pool.stats()["replicas"][busy]["runtime"]["running"] == 0, 10, "the cancelled group to end")
+        long.trajectories(60)
+    wait_for(lambda: pool.stats()["replicas"][busy]["runtime"]["running"] == 0, 60, "the cancelled group to end")
 
 
 @pytest.mark.exact
@@ -135,14 +135,14 @@ def test_update_weights_orders_versions(pool, single, tmp_path):
     assert pool.weight_version == version
 
     # wait: rollouts in flight finish on the old weights; any rollout started after the call runs on the new
-    running = pool.rollout(PROMPTS, n=2, seed=5, max_frames=60, min_frames=60)
-    wait_for(lambda: pool.stats()["total"]["runtime"]["running"] == 4, 10, "both groups to run")
+    running = pool.rollout(PROMPTS, n=2, seed=5, max_frames=120, min_frames=120)  # long enough to see both run
+    wait_for(lambda: pool.stats()["total"]["runtime"]["running"] == 4, 60, "both groups to run")
     newer = push(pool, single, 0.97, mode="wait")
     assert {t.weight_version for t in running.trajectories(60)} == {version}
     assert {t.weight_version for t in pool.rollout(PROMPTS, n=1, seed=6, max_frames=4).trajectories(60)} == {newer}
     # abort: what runs ends with "abort" under the old version
     running = pool.rollout(PROMPTS, n=2, seed=5, max_frames=400, min_frames=400)
-    wait_for(lambda: pool.stats()["total"]["runtime"]["running"] == 4, 10, "both groups to run")
+    wait_for(lambda: pool.stats()["total"]["runtime"]["running"] == 4, 60, "both groups to run")
     newest = push(pool, single, 1.02, mode="abort")
     aborted = running.trajectories(60)
     assert {(t.finish_reason, t.weight_version) for t in aborted} == {("abort", newer)}
@@ -166,7 +166,7 @@ def test_a_killed_replica_costs_no_trajectory_and_returns_with_the_current_weigh
     options = dict(n=2, seed=3, max_frames=60, min_frames=20, **UNCUT)
     batch = pool.rollout(MORE, **options)
     wait_for(lambda: pool.stats()["replicas"][0]["in_flight"]["groups"] > 0 and
-             pool.stats()["total"]["runtime"]["running"] > 0, 10, "replica 0 to run groups")
+             pool.stats()["total"]["runtime"]["running"] > 0, 60, "replica 0 to run groups")
     ray.kill(pool.actors[0], no_restart=False)  # Ray restarts it (max_restarts); the pool reloads its weights
     got = batch.trajectories(120)
     assert len(got) == 8 and [(t.group_id, t.sample_id) for t in got] == [(g, i) for g in range(4) for i in range(2)]
