@@ -103,13 +103,13 @@ def started(url: str, request: dict) -> Stream:
 
 
 def test_streams_through_two_least_loaded_replicas_equal_the_runtime(endpoint, single):
-    a = started(endpoint, body(21, 60))
+    a = started(endpoint, body(21, 120))  # long enough to be in flight still when b comes, on a loaded machine
     b = started(endpoint, body(22, 12))  # a is in flight on one replica: the other one takes b
     a.join(120)
     b.join(120)
     assert (a.status, b.status, a.error, b.error) == (200, 200, None, None)
     assert a.replica and b.replica and a.replica != b.replica
-    assert np.array_equal(a.audio(), expected(single, 21, 60))
+    assert np.array_equal(a.audio(), expected(single, 21, 120))
     assert np.array_equal(b.audio(), expected(single, 22, 12))
     answered = set()
     for _ in range(6):  # whichever replica answers, the body lists both
@@ -142,7 +142,7 @@ def ended(samples: dict[str, dict[tuple, float]], replica: str) -> float:
 
 def test_metrics_carry_every_replica_whichever_answers(endpoint):
     _, before = scrape(endpoint)
-    a = started(endpoint, body(23, 40))
+    a = started(endpoint, body(23, 120))  # in flight still when b comes
     b = started(endpoint, body(24, 12))
     a.join(120)
     b.join(120)
@@ -193,7 +193,7 @@ def test_a_killed_replica_fails_only_its_own_request_and_comes_back(endpoint, si
 
     wait_for(two_running, 60, "Serve to replace the killed replica")
     names = set()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a hang check
     while len(names) < 2 and time.monotonic() < deadline:  # both replicas answer, the new one included
         pair = [started(endpoint, body(40 + i, 24)) for i in range(2)]
         for s in pair:
@@ -227,6 +227,7 @@ def test_serve_replicas_prints_its_own_lines_only(tmp_path):
                  "the server's URL")
         assert proc.poll() is None, lines
         health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30)
+        wait_for(lambda: len(lines) >= 2 or proc.poll() is not None, 60, "the line after the URL")
         shown = list(lines)
     finally:
         proc.send_signal(signal.SIGTERM)
