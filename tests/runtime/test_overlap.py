@@ -153,10 +153,10 @@ def test_a_cancel_between_launch_and_read_ends_the_request_and_frees_everything(
     rt = Runtime.from_card("moss_tts_local_tiny", device="cpu", stream=SimulatedStream(0.05))
     try:
         handle = rt.submit({"text": "cancelled", "seed": 1, "max_frames": 100, "min_frames": 100, "stream": True})
-        deadline = time.time() + 20
-        while rt.stats()["steps_in_flight"] == 0 and time.time() < deadline:
+        deadline = time.time() + 120  # a hang check
+        while (in_flight := rt.stats()["steps_in_flight"]) == 0 and time.time() < deadline:
             time.sleep(0.001)
-        assert rt.stats()["steps_in_flight"] == 1
+        assert in_flight == 1  # the value seen, not a second look that a slow thread may take between steps
         handle.cancel()
         r = handle.result(20)
         assert r.finish_reason == "abort" and len(r.codes) < 100

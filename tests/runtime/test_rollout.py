@@ -95,8 +95,9 @@ def test_weight_update_changes_logprobs_and_version_and_wait_finishes_on_old_wei
     try:
         (first,) = rt.rollout([TEXTS[0]], n=1, seed=3, max_frames=25, min_frames=25).trajectories(60)
         in_flight = rt.rollout([TEXTS[0]], n=1, seed=3, max_frames=200, min_frames=200)
-        deadline = time.time() + 10
-        while rt.stats()["running"] == 0 and time.time() < deadline:  # admitted before the update is asked for
+        deadline = time.time() + 120  # a hang check
+        while rt.stats()["running"] == 0:  # admitted before the update is asked for
+            assert time.time() < deadline, rt.stats()
             time.sleep(0.001)
         old = {k: v.clone() for k, v in rt.model.named_parameters()}
         new = {"local_transformer.ln_f.weight": old["local_transformer.ln_f.weight"] * 1.5,
