@@ -81,3 +81,22 @@ def test_without_a_key_set_the_name_is_echoed_and_nothing_is_needed():
     with LiveServer(shared_runtime()) as server:
         assert handshake(ws_url(server), ["v2.speech"]) == (101, "v2.speech")
         assert handshake(ws_url(server), None) == (101, None)
+
+
+def test_the_route_never_sees_the_key_entry():
+    """The Gate takes the key's entry out of the handshake's `subprotocols` before the route runs."""
+    from types import SimpleNamespace
+
+    from v2.server.middleware import Gate
+    from v2.server.state import ServerConfig
+
+    seen: list[dict] = []
+
+    async def app(scope, receive, send) -> None:
+        seen.append(scope)
+
+    state = SimpleNamespace(config=ServerConfig.for_card("csm_tiny", api_key=KEY), draining=False)
+    scope = {"type": "websocket", "path": "/v1/audio/speech/stream", "headers": [(b"host", b"x")],
+             "subprotocols": ["v2.speech", entry(KEY), "other"]}
+    asyncio.run(Gate(app, state)(scope, None, None))
+    assert [s["subprotocols"] for s in seen] == [["v2.speech", "other"]]
