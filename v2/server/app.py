@@ -3,7 +3,7 @@
 Owns: putting the parts together (the gate middleware, the speech route and its batch (batch.py), the speech stream's WebSocket
 (ws.py), the other routes, the static playground files, the published schema from openapi.py), the state routes reach, and turning every error
 (ours, FastAPI's validation errors, unknown routes, a method a path does not take: 405 with every method
-the path takes in `Allow`) into OpenAI's error shape; anything unexpected is the gate's 500.
+the path takes in `Allow`, the static files' mount and the stream's WebSocket path included) into OpenAI's error shape; anything unexpected is the gate's 500.
 Must not know: the engine's internals, uvicorn, signals, the command line.
 """
 
@@ -16,13 +16,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 
 from v2 import __version__
 from v2.server import batch, openapi, routes, speech, ws
 from v2.server.docs import add_docs
 from v2.server.errors import ApiError
 from v2.server.metrics import ServerMetrics
+from v2.server.openapi_ws import STREAM
 from v2.server.middleware import Gate
 from v2.server.state import ServerConfig, ServerState
 from v2.server.voices import VoiceBook
@@ -41,6 +42,7 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     app.include_router(batch.router)
     app.include_router(routes.router)
     app.include_router(ws.router)
+    app.add_api_route(STREAM, _plain_get, methods=["GET"], include_in_schema=False)  # its HTTP side: 404, else 405
     app.mount("/static", StaticFiles(directory=routes.STATIC), name="static")
     add_docs(app)
     app.add_middleware(Gate, state=state)
@@ -69,14 +71,26 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     return app
 
 
+async def _plain_get() -> None:
+    """The stream's path over plain HTTP: its one HTTP method is the WebSocket handshake's GET, so every other
+    method is a 405 (`Allow: GET, HEAD`) and a GET that is no handshake a 404 that says what the path is."""
+    raise ApiError(404, f"{STREAM} is a WebSocket: open it with a WebSocket handshake (GET with "
+                   "`Connection: Upgrade`, `Upgrade: websocket`)", code="http_404")
+
+
 def allowed_methods(app: FastAPI, scope: Any) -> str:
     """Every method some route of this path takes (Starlette names only the first route's), HEAD with GET.
     The routers' own routes are read too: FastAPI may wrap included routers in routes without methods."""
     methods: set[str] = set()
+    # a mount (the static files) rewrites `root_path` for what it serves: match from the app's own root again
+    scope = {"type": "http", "path": scope["path"], "method": scope.get("method", "GET"),
+             "root_path": scope.get("app_root_path", scope.get("root_path", ""))}
     for route in [*app.router.routes, *speech.router.routes, *batch.router.routes, *routes.router.routes]:
         match, _ = route.matches(scope)
         if match is not Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())
+            if isinstance(route, Mount) and isinstance(route.app, StaticFiles):
+                methods |= {"GET"}  # StaticFiles takes GET and HEAD and names neither in its 405
     if "GET" in methods:
         methods.add("HEAD")
     return ", ".join(sorted(methods))

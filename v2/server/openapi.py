@@ -18,8 +18,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from v2.runtime.family import VoiceEmbedding
+from v2.runtime.voices import NAME as VOICE_NAME
 from v2.server.audio import CONTENT_TYPES
 from v2.server.middleware import SAFE_METHODS
+from v2.server.openapi_body import batch_item, bounded, voice_form
 from v2.server.openapi_ws import STREAM
 from v2.server.openapi_ws import path_item as stream_path
 from v2.server.openapi_ws import schemas as stream_schemas
@@ -102,34 +105,44 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
 
 
 def describe(app: FastAPI) -> dict[str, Any]:
-    """The schema, built once per app."""
-    if app.openapi_schema is None:
-        spec = get_openapi(title=app.title, version=app.version, routes=app.routes,
-                           description="OpenAI-compatible speech. HEAD is answered wherever GET is.")
-        amend(spec)
-        app.openapi_schema = spec
-    return app.openapi_schema
+    """The schema, built when asked for: the voices `voice` takes are those served then."""
+    spec = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                       description="OpenAI-compatible speech. HEAD is answered wherever GET is.")
+    amend(spec, app.state.server)
+    return spec
 
 
-def amend(spec: dict[str, Any]) -> None:
+def amend(spec: dict[str, Any], server: Any) -> None:
+    """`server`: the app's `ServerState` (its config, runtime and voices bound the published fields)."""
     components = spec.setdefault("components", {}).setdefault("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
     components["Error"] = _ERROR_SCHEMA
     body = SpeechBody.model_json_schema(ref_template="#/components/schemas/{model}")
     components.update(body.pop("$defs", {}))
+    body = bounded(body, server)
     components["SpeechBody"] = {**body, "title": "SpeechBody"}  # v2.params.SpeechParams, published as the body
-    optional = {k: v for k, v in body.items() if k not in ("required", "title")}
+    optional = batch_item(body)
+    for name, form in components.items():
+        if name.startswith("Body_add_voice"):
+            components[name] = voice_form(form, isinstance(getattr(server.runtime, "family", None),
+                                                           VoiceEmbedding))
     components["SpeechBatchItem"] = {
         **optional, "title": "SpeechBatchItem", "description": "one item: the fields of SpeechBody, each "
         "overriding the request-level one (`input` where none is given there), and an `id` echoed in its result",
-        "properties": {**optional["properties"], "id": {"type": "string", "description": "echoed in the result"}}}
+        "properties": {**optional["properties"], "id": {"type": ["string", "null"], "description": "echoed in the result"}}}
+    whole = {"stream": {"anyOf": [{"const": False}, {"type": "null"}], "default": None,
+                        "description": "a batch answers whole files: false or omitted"},
+             "stream_format": {"type": "null", "default": None, "description": "a batch answers whole files: omit it"}}
+    optional["properties"].update(whole)
+    components["SpeechBatchItem"]["properties"].update(whole)
     components["SpeechBatchBody"] = {
         **optional, "title": "SpeechBatchBody", "required": ["items"],
         "description": "the fields of SpeechBody as every item's defaults (none required) and `items`; a batch "
                        "answers whole files (`stream: true` and `stream_format` are refused)",
         "properties": {**optional["properties"], "items": {
-            "type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/SpeechBatchItem"},
+            "type": "array", "minItems": 1, "maxItems": server.config.max_batch_items,
+            "items": {"$ref": "#/components/schemas/SpeechBatchItem"},
             "description": "the requests, run together; at most the server's --max-batch-items (default 32)"}}}
     components.update(stream_schemas(components["SpeechBody"]))
     spec.setdefault("paths", {})[STREAM] = stream_path()
@@ -154,6 +167,15 @@ def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:
     elif (method, path) == ("get", "/v1/audio/voices"):
         responses["200"] = {"description": "stored voices, then OpenAI's names; `?legacy=true`: the names alone",
                             "content": {"application/json": {"schema": _VOICES_SCHEMA}}}
+    elif (method, path) == ("post", "/v1/audio/voices"):
+        form = op.get("requestBody", {}).get("content", {}).get("multipart/form-data")
+        if form is not None:
+            form["encoding"] = {"audio_sample": {"contentType": "audio/wav"}}
+    elif path.startswith("/v1/audio/voices") and method == "delete":
+        for param in op.get("parameters", []):
+            if param.get("name") == "name":
+                param.update({"required": True, "schema": {"type": "string", "pattern": f"^{VOICE_NAME.pattern}$"},
+                              "description": "the stored voice to delete"})
     elif (method, path) == ("get", "/v1/models"):
         responses["200"] = {"description": "the served names (aliases included), all one model",
                             "content": {"application/json": {"schema": _MODELS_SCHEMA}}}

@@ -12,7 +12,8 @@ them onto its request and names its fields' parameters) and `param_names` (its f
 client sent). The server never builds a family's request itself.
 Reference audio is read from base64 or a data URL; a `file://` path only inside the allow-listed folder, a
 regular file read only up to the cap (every path that cannot be one, NUL bytes, overlong names and symlink
-loops included, is a 400 naming `ref_audio`, or `context` for a turn's audio); never a URL on the network.
+loops included, is a 400 naming `ref_audio`, or `context` for a turn's audio, whose message holds no server path);
+never a URL on the network.
 Must not know: FastAPI, the engine, handles, encoders beyond their spec, any family or its request fields.
 """
 
@@ -66,9 +67,29 @@ StoredTurn = Callable[[str, str], tuple[Any, str]]
 ApiError naming `context` (voices.py `VoiceBook.turn_voice`)."""
 
 
+_INTEGERS = frozenset(name for name, f in SpeechParams.model_fields.items() if f.annotation in (int, int | None))
+
+
+def _whole(value: Any) -> Any:
+    """A float with no fraction as the int it is (JSON has one number type, and JSON Schema's `integer` is
+    `7.0` as well as `7`); anything else as it is, for the strict model to judge."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def integral(raw: dict[str, Any]) -> dict[str, Any]:
+    """The body with the integer fields' whole floats as ints (a context turn's `speaker` and `text_ids` too)."""
+    out = {k: _whole(v) if k in _INTEGERS else v for k, v in raw.items()}
+    turns = out.get("context")
+    if isinstance(turns, list):
+        out["context"] = [{**t, **{k: (_whole(t[k]) if k == "speaker" else [_whole(x) for x in t[k]])
+                                   for k in ("speaker", "text_ids") if isinstance(t.get(k), (float, list))}}
+                          if isinstance(t, dict) else t for t in turns]
+    return out
+
+
 def parse_body(raw: dict[str, Any]) -> SpeechParams:
     try:
-        return SpeechParams.model_validate(raw)
+        return SpeechParams.model_validate(integral(raw))
     except ValidationError as e:
         err = explain_unknown(e.errors()[0], e.title)  # an unknown field: the closest known one, the fields' page
         param = ".".join(str(x) for x in err["loc"]) or None
@@ -272,4 +293,12 @@ def _local(url: str, allowed: Path | None, max_bytes: int, name: str, param: str
 
 
 def _reason(e: BaseException) -> str:
-    return e.strerror if isinstance(e, OSError) and e.strerror else str(e)[:120]
+    """Why a path is unusable, in words that never hold the path: an exception's own text may quote it (Python
+    3.11's symlink loop names the folder), and the server's folders are not the client's to see."""
+    if isinstance(e, OSError) and e.errno:
+        return os.strerror(e.errno)
+    if isinstance(e, RuntimeError):
+        return "a symlink loop"
+    if isinstance(e, ValueError):
+        return "a NUL byte in the path"
+    return "the system refused it"
