@@ -22,7 +22,7 @@ from v2.runtime.family import VoiceEmbedding
 from v2.runtime.voices import NAME as VOICE_NAME
 from v2.server.audio import CONTENT_TYPES
 from v2.server.middleware import SAFE_METHODS
-from v2.server.openapi_body import batch_item, bounded, voice_form
+from v2.server.openapi_body import batch_item, bounded, context_turn, voice_form
 from v2.server.openapi_ws import STREAM
 from v2.server.openapi_ws import path_item as stream_path
 from v2.server.openapi_ws import schemas as stream_schemas
@@ -120,6 +120,7 @@ def amend(spec: dict[str, Any], server: Any) -> None:
     components["Error"] = _ERROR_SCHEMA
     body = SpeechBody.model_json_schema(ref_template="#/components/schemas/{model}")
     components.update(body.pop("$defs", {}))
+    components["ContextTurn"] = context_turn(components["ContextTurn"], server)
     body = bounded(body, server)
     components["SpeechBody"] = {**body, "title": "SpeechBody"}  # v2.params.SpeechParams, published as the body
     optional = batch_item(body)
@@ -144,7 +145,7 @@ def amend(spec: dict[str, Any], server: Any) -> None:
             "type": "array", "minItems": 1, "maxItems": server.config.max_batch_items,
             "items": {"$ref": "#/components/schemas/SpeechBatchItem"},
             "description": "the requests, run together; at most the server's --max-batch-items (default 32)"}}}
-    components.update(stream_schemas(components["SpeechBody"]))
+    components.update(stream_schemas(components["SpeechBody"], components["ContextTurn"]))
     spec.setdefault("paths", {})[STREAM] = stream_path()
     for path, item in spec.get("paths", {}).items():
         for method, op in item.items():

@@ -65,7 +65,8 @@ def bounded(body: dict[str, Any], server: Any) -> dict[str, Any]:
                             {"type": "object", "required": ["id"], "additionalProperties": False,
                              "properties": {"id": {"type": "string", "enum": names}}}, NULL], "default": None,
                   "description": "a voice served here (GET /v1/audio/voices lists them; OpenAI's names speak with "
-                                 "the card's default voice), as a name or OpenAI's {\"id\": name}"}
+                                 "the card's default voice; a built-in speaker in any case), as a name or OpenAI's "
+                                 "{\"id\": name}"}
     p["speed"] = {"type": "number", "minimum": 1, "maximum": 1, "default": 1.0,
                   "description": "only 1.0 (OpenAI's field; other speeds are refused)"}
     p["seed"] = _optional({"type": "integer", "minimum": 0, "maximum": INT64_MAX})
@@ -93,6 +94,18 @@ def bounded(body: dict[str, Any], server: Any) -> dict[str, Any]:
     return out
 
 
+def context_turn(turn: dict[str, Any], server: Any) -> dict[str, Any]:
+    """A context turn (`ContextTurn`'s schema) whose `voice` is one of the voices stored now, given alone (with
+    its speaker): a stored voice is the turn's text and audio."""
+    out = copy.deepcopy(turn)
+    stored = server.voices.stored_names()
+    out["properties"]["voice"] = {**_optional({"type": "string", "enum": stored} if stored else NULL),
+                                  "description": turn["properties"]["voice"].get("description", "")}
+    out["allOf"] = [{"if": {"required": ["voice"], "properties": {"voice": {"type": "string"}}},
+                     "then": {"properties": {k: NULL for k in ("text", "text_ids", "audio")}}}]
+    return out
+
+
 def _rates() -> list[dict[str, Any]]:
     """`sample_rate` per `response_format` (mp3 when none is given)."""
     out = []
@@ -107,9 +120,12 @@ def _rates() -> list[dict[str, Any]]:
 
 
 def _together() -> list[dict[str, Any]]:
-    """The fields that go only with another: `ref_text` with `ref_audio`, SSE with a stream."""
+    """The fields that go only with another: `ref_text` and `x_vector_only_mode` with `ref_audio`, SSE with a
+    stream."""
     return [
         {"if": {"required": ["ref_text"], "properties": {"ref_text": {"type": "string"}}},
+         "then": {"required": ["ref_audio"], "properties": {"ref_audio": {"type": "string"}}}},
+        {"if": {"required": ["x_vector_only_mode"], "properties": {"x_vector_only_mode": {"type": "boolean"}}},
          "then": {"required": ["ref_audio"], "properties": {"ref_audio": {"type": "string"}}}},
         {"if": {"required": ["stream_format"], "properties": {"stream_format": {"const": "sse"}}},
          "then": {"not": {"required": ["stream"], "properties": {"stream": {"const": False}}}}},

@@ -99,12 +99,14 @@ def _message(kind: str, properties: dict[str, Any], required: list[str], descrip
             "properties": {"type": {"const": kind}, **properties}, "additionalProperties": not closed}
 
 
-def schemas(speech_body: dict[str, Any]) -> dict[str, Any]:
-    """The stream's components (`speech_body`: the published SpeechBody, whose fields a config takes)."""
+def schemas(speech_body: dict[str, Any], turn: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The stream's components (`speech_body`: the published SpeechBody, whose fields a config takes; `turn`:
+    the published ContextTurn, whose fields `context.append` takes, default pydantic's)."""
     out: dict[str, Any] = {}
     config_fields = {k: v for k, v in speech_body["properties"].items() if k != "input"}
-    turn = ContextTurn.model_json_schema(ref_template=_REF + "{model}")
-    out.update(turn.pop("$defs", {}))
+    if turn is None:
+        turn = ContextTurn.model_json_schema(ref_template=_REF + "{model}")
+        out.update(turn.pop("$defs", {}))
     fields: dict[str, dict[str, Any]] = {
         "session.config": {**config_fields, "stream_audio": {
             **_BOOL, "default": False, "description": "raw pcm s16le chunks as they are made (response_format pcm); "
