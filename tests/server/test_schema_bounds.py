@@ -42,7 +42,8 @@ def _valid(spec: dict[str, Any], name: str, body: Any) -> bool:
 
 X = "Hi."
 BODIES: list[tuple[dict[str, Any], str | None]] = [  # (body, the field a refusal names)
-    ({"input": X}, None), ({"input": ""}, "input"), ({"input": " \n\t"}, "input"), ({"input": "x" * CHARS}, None),
+    ({"input": X}, None), ({"input": ""}, "input"), ({"input": " \n\t"}, "input"), ({"input": "\x85\u3000"}, "input"),
+    ({"input": "x" * CHARS}, None),
     ({"input": "x" * (CHARS + 1)}, "input"),
     *(({"input": X, k: v}, k if bad else None) for k, v, bad in [
         ("speed", 1, False), ("speed", 1.0, False), ("speed", 1.5, True), ("speed", 0.99, True),

@@ -57,6 +57,21 @@ _VOICES_SCHEMA = {"oneOf": [
 _SPEECH_200 = ("the audio, streamed as it is made in every format (chunked, no Content-Length) unless `stream` is "
                "false: then the whole file, with Content-Length, X-Finish-Reason, X-Audio-Seconds and X-Frames; or "
                "SSE events (`stream_format: sse`), each one `data: {json}` block whose `type` names it")
+_INT = {"type": "integer", "minimum": 0}
+_SSE_DATA = {"oneOf": [
+    {"type": "object", "required": ["type", "audio"], "additionalProperties": False, "properties": {
+        "type": {"const": "speech.audio.delta"}, "audio": {"type": "string", "contentEncoding": "base64",
+                                                           "description": "the next bytes of the audio, base64"}}},
+    {"type": "object", "required": ["type", "usage"], "additionalProperties": False, "properties": {
+        "type": {"const": "speech.audio.done"}, "usage": {
+            "type": "object", "required": ["input_tokens", "output_tokens", "total_tokens"],
+            "properties": {"input_tokens": _INT, "output_tokens": _INT, "total_tokens": _INT}}}},
+    {"type": "object", "required": ["type", "error"], "additionalProperties": False, "properties": {
+        "type": {"const": "error"}, "error": _ERROR_SCHEMA["properties"]["error"]}}]}  # type: ignore[index]
+_SSE_EVENT = {"type": "object", "required": ["data"], "description": "one SSE event: a `data:` line holding a JSON "
+              "object whose `type` names it (no `event:` line)",
+              "properties": {"data": {"type": "string", "contentMediaType": "application/json",
+                                      "contentSchema": _SSE_DATA}}}
 _BATCH_RESULT = {
     "type": "object", "required": ["index", "id", "status"],
     "properties": {"index": {"type": "integer", "description": "the item's place in `items`"},
@@ -159,7 +174,7 @@ def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:
         op["requestBody"] = {"required": True, "content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/SpeechBody"}}}}
         media = {t: {"schema": {"type": "string", "format": "binary"}} for t in dict.fromkeys(CONTENT_TYPES.values())}
-        media["text/event-stream"] = {"schema": {"type": "string"}}
+        media["text/event-stream"] = {"schema": _SSE_EVENT}
         responses["200"] = {"description": _SPEECH_200, "content": media, "headers": _AUDIO_HEADERS}
     elif (method, path) == ("post", "/v1/audio/speech/batch"):
         op["requestBody"] = {"required": True, "content": {"application/json": {

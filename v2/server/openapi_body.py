@@ -27,7 +27,8 @@ from v2.server.audio import FORMATS, MAX_RATE, MIN_RATE, RATES
 from v2.server.schema import OPENAI_VOICES, family_params
 
 NULL = {"type": "null"}
-NOT_BLANK = r"\S"  # not empty and not only whitespace (the server's `.strip()`)
+_SPACE = "".join(f"\\u{c:04x}" for c in range(0x10000) if chr(c).isspace())  # what Python's `.strip()` strips
+NOT_BLANK = f"[^{_SPACE}]"  # a character `.strip()` keeps (ECMA's \S differs: U+0085, U+FEFF)
 
 
 def _optional(schema: dict[str, Any], doc: str | None = None) -> dict[str, Any]:
