@@ -173,7 +173,8 @@ def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:
     if (method, path) == ("post", "/v1/audio/speech"):
         op["requestBody"] = {"required": True, "content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/SpeechBody"}}}}
-        media = {t: {"schema": {"type": "string", "format": "binary"}} for t in dict.fromkeys(CONTENT_TYPES.values())}
+        media: dict[str, Any] = {t: {"schema": {"type": "string", "format": "binary"}}
+                                 for t in dict.fromkeys(CONTENT_TYPES.values())}
         media["text/event-stream"] = {"schema": _SSE_EVENT}
         responses["200"] = {"description": _SPEECH_200, "content": media, "headers": _AUDIO_HEADERS}
     elif (method, path) == ("post", "/v1/audio/speech/batch"):
