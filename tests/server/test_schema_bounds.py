@@ -118,7 +118,7 @@ def test_delete_without_a_name_is_outside_the_schema_and_refused(live):
 def test_the_voice_forms_name_is_published_as_the_store_takes_it(live, name, ok):
     form = live.spec["components"]["schemas"]["Body_add_voice_v1_audio_voices_post"]
     assert jsonschema.Draft202012Validator(form).is_valid({"name": name, "audio_sample": "x"}) == ok
-    assert "audio_sample" in form["required"] and form["properties"]["speaker_embedding"] == {**form["properties"]["speaker_embedding"], "not": {}}
+    assert "audio_sample" in form["required"] and form["properties"]["speaker_embedding"]["not"] == {}
     if not ok:
         r = httpx.post(live.url + VOICES, data={"name": name}, files={"audio_sample": ("a.wav", io.BytesIO(b"RIFF"))},
                        timeout=60)

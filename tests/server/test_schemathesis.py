@@ -5,8 +5,8 @@ forbids is not taken), a bounded, deterministic run (schemathesis's deterministi
 example database; a few examples an operation), of the tiny card with caps that keep each request cheap (12
 frames, 48 characters, 3 items). `negative_data_rejection` runs as the hooks' `negative_data_rejection_by_item`:
 the same check, but a batch's items fail alone in a 200 by design, so a forbidden batch answered 200 must hold an item
-refused naming its field (tests/server/schemathesis_hooks.py). The voice store is a temporary folder. No timing is assumed: the response-time limit is
-the request timeout's, far over any answer on a loaded machine."""
+refused naming its field (tests/server/schemathesis_hooks.py). The voice store is a temporary folder. No
+timing is assumed: the response-time limit is the request timeout's, far over any answer on a loaded machine."""
 
 from __future__ import annotations
 

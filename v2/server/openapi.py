@@ -7,8 +7,10 @@ body (`SpeechBatchBody`: SpeechBody's fields as defaults and `items`) and its JS
 listing (with `seeded_noise`), the voice listing (both shapes), every error answer of every operation in
 OpenAI's error shape (the gate's: 503 while draining and 500 on every operation, 401 on `/v1/*`, 403 on state-changing methods, 413 where a body is
 taken; the routes' own: 400, 404, 409, 415, 429), `/metrics` as Prometheus text, `/health`'s 503; and no 422 (validation errors are answered as 400);
-the speech stream's WebSocket as its handshake's GET, with its protocol (openapi_ws.py).
-Must not know: the runtime, the engine, how the routes do their work.
+the speech stream's WebSocket as its handshake's GET, with its protocol (openapi_ws.py); every field's bounds
+as this server enforces them (openapi_body.py: built when asked for, from the server's config, its runtime's
+card and family, its voices), SSE answers as events, DELETE's required `name`.
+Must not know: the engine, how the routes do their work.
 """
 
 from __future__ import annotations
@@ -146,7 +148,8 @@ def amend(spec: dict[str, Any], server: Any) -> None:
     components["SpeechBatchItem"] = {
         **optional, "title": "SpeechBatchItem", "description": "one item: the fields of SpeechBody, each "
         "overriding the request-level one (`input` where none is given there), and an `id` echoed in its result",
-        "properties": {**optional["properties"], "id": {"type": ["string", "null"], "description": "echoed in the result"}}}
+        "properties": {**optional["properties"],
+                       "id": {"type": ["string", "null"], "description": "echoed in the result"}}}
     whole = {"stream": {"anyOf": [{"const": False}, {"type": "null"}], "default": None,
                         "description": "a batch answers whole files: false or omitted"},
              "stream_format": {"type": "null", "default": None, "description": "a batch answers whole files: omit it"}}
