@@ -1,12 +1,13 @@
-"""The errors a request meets, in no family's terms.
+"""The errors a request or a command meets, in no family's terms.
 
-Owns: `RequestError` (a request field is invalid; its `field` names the field to blame), `FieldError` (a
-value a validator or converter cannot use, raised inside a schema's checks), `OverloadedError` (the queue
-is full), and turning a pydantic validation error into a `RequestError` (`from_validation`: its `field`
-comes from the first error's location, or from the `FieldError` a rule raised, never from the message;
-every error is in the message; `describe`, `blamed_field` and `reason` for one error of it; an unknown field
-with the closest known one, `did_you_mean`, and the page of the fields). A family's request schema and the
-server both use these; none of them knows the other.
+Owns: `CliError` (an expected failure of a command, shown as its one line: raised by the command line and by
+`serve`'s socket binding in the server, so neither imports the other for it), `RequestError` (a request field
+is invalid; its `field` names the field to blame), `FieldError` (a value a validator or converter cannot use,
+raised inside a schema's checks), `OverloadedError` (the queue is full), and turning a pydantic validation
+error into a `RequestError` (`from_validation`: its `field` comes from the first error's location, or from the
+`FieldError` a rule raised, never from the message; every error is in the message; `describe`, `blamed_field`
+and `reason` for one error of it; an unknown field with the closest known one, `did_you_mean`, and the page of
+the fields). A family's request schema and the server both use these; none of them knows the other.
 Must not know: any family, the runtime, the server, pydantic's import (only the shape of its errors and models:
 an unknown field's neighbours are the fields of the model the error names, found among those loaded).
 """
@@ -53,6 +54,10 @@ class FieldError(ValueError):
 
 class OverloadedError(RuntimeError):
     """The waiting queue is full: try again later (nothing was queued)."""
+
+
+class CliError(Exception):
+    """An expected failure of a command; its message is the one line the user sees (`error: ...`)."""
 
 
 def from_validation(error: ValidationError, *, at: Sequence[str | int] = ()) -> RequestError:

@@ -59,7 +59,7 @@ def test_the_wheel_carries_the_cards_the_marker_and_the_package_data(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
     cards = {f"v2/cards/{p.name}" for p in (ROOT / "cards").glob("*.toml")}
     assert cards and cards <= names
-    assert {"v2/py.typed", "v2/server/static/index.html", "v2/cli.py", "v2/checkpoints.py"} <= names
+    assert {"v2/py.typed", "v2/server/static/index.html", "v2/cli/__init__.py", "v2/checkpoints.py"} <= names
     shapes = {str(p.relative_to(ROOT)) for p in (ROOT / "v2" / "families").glob("*/shapes/*.json")}
     assert len(shapes) >= 4 and shapes <= names  # each family's release shapes, package data next to it
     packages = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "v2").rglob("__init__.py")}

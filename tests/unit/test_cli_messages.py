@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from v2.cli import build_parser, main
-from v2.cli_batch import _read
+from v2.cli.batch import _read
 from v2.runtime.runtime import Runtime
 from v2.runtime.voices import VoiceStore
 

@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from v2.cli import build_parser, main
-from v2.cli_options import OPTION_FOR_FIELD, in_option_names
+from v2.cli.options import OPTION_FOR_FIELD, in_option_names
 
 LONG = "x" * 20_001  # over the card's max_text_chars
 # each synth option with a value that is refused (argparse's check, the request's, or the card's), and what

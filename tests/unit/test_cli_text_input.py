@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from v2.cli import MAX_TEXT_FILE_BYTES, main
+from v2.cli import main
+from v2.cli.synth import MAX_TEXT_FILE_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "The river runs past old stone houses."

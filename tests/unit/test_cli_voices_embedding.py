@@ -11,7 +11,7 @@ import numpy as np
 import soundfile as sf
 
 from v2.cli import build_parser, main
-from v2.cli_voices import _store
+from v2.cli.voices import _store
 from v2.card import load_card
 
 CARD = ["--card", "qwen3_tts_tiny"]

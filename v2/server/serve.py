@@ -25,6 +25,7 @@ from typing import Any
 
 import uvicorn
 
+from v2.errors import CliError
 from v2.runtime import Runtime
 from v2.server.app import create_app
 from v2.server.state import ServerConfig, ServerState
@@ -144,8 +145,6 @@ class ThreadedServer:
 
 def bind_or_explain(host: str, port: int) -> socket.socket:
     """`bind`, with a port in use (or any address the system refuses) as one line for the command line."""
-    from v2.cli import CliError
-
     try:
         return bind(host, port)
     except OSError as e:

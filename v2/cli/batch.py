@@ -27,10 +27,10 @@ from typing import Any
 
 from v2.audiofile import FORMATS, OutputError, write_audio
 from v2.card import load_card
-from v2.cli import DEFAULT_OUT, CliError, _check_device, _expected, _precheck, _request, _runtime, read_utf8
-from v2.cli_options import add_synth_arguments, family_dest
-from v2.cli_voices import unknown_voice
-from v2.errors import did_you_mean
+from v2.cli.common import check_device, expected, load_runtime, precheck, read_utf8, request
+from v2.cli.options import DEFAULT_OUT, add_synth_arguments
+from v2.cli.voices import unknown_voice
+from v2.errors import CliError, did_you_mean
 from v2.progress import Progress
 
 MAX_ITEMS_BYTES = 16 << 20
@@ -175,18 +175,18 @@ def _check_args(args: argparse.Namespace) -> Path:
 def run_batch(args: argparse.Namespace) -> int:
     out = _check_args(args)
     card = load_card(args.card)
-    device = _check_device(args.device)
+    device = check_device(args.device)
     items, spaces = _read(args.batch, args)
     for item, ns in zip(items, spaces):
         if item.error is None and ns is not None:
             try:
-                item.request = {**_request(ns, card.family, ns.text), "stream": False}
-                _precheck(card, item.request, args.checkpoint, "text")
+                item.request = {**request(ns, card.family, ns.text), "stream": False}
+                precheck(card, item.request, args.checkpoint, "text")
             except CliError as e:
                 item.error = str(e)
     started = time.perf_counter()
     with Progress(enabled=not args.quiet) as progress:
-        runtime = _runtime(args, card, device, progress)
+        runtime = load_runtime(args, card, device, progress)
         try:
             started = time.perf_counter()
             for item, ns in zip(items, spaces):  # every item submitted before any is awaited
@@ -217,7 +217,7 @@ def _submit(runtime: Any, item: Item, ns: Any) -> None:
             item.request["duration_frames"] = max(1, round(ns.duration * runtime.frame_rate))
         item.handle = runtime.submit(item.request)
     except Exception as e:  # noqa: BLE001 - a refused item is reported with its line; a bug is raised
-        if not _expected(e):
+        if not expected(e):
             raise
         item.error = str(e)
         if str(e).startswith("voice: no stored voice named") and ns.voice is not None and runtime.voices is not None:

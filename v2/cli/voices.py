@@ -1,4 +1,4 @@
-"""`v2 voices add|list|remove`: stored voices from the command line (v2/cli.py parses; this runs it).
+"""`v2 voices add|list|remove`: stored voices from the command line (v2/cli/commands.py parses; this runs it).
 
 Owns: the card's voice store without a model (list and remove load none; a taken name for add is refused before
 the model loads), adding a recording or a speaker embedding read from a file (a JSON list or a 1-D .npy) through
@@ -15,7 +15,8 @@ import sys
 from typing import Any, NoReturn
 
 from v2.card import ModelCard, family_of, load_card
-from v2.cli import CliError, _check_device, _runtime
+from v2.cli.common import check_device, load_runtime
+from v2.errors import CliError
 
 
 def run_voices(args: argparse.Namespace) -> int:
@@ -104,7 +105,7 @@ def _add_voice(args: argparse.Namespace, card: ModelCard, store: Any) -> Any:
     if (args.audio is None) == (args.speaker_embedding is None):
         raise CliError("voices add: give a recording (AUDIO) or --speaker-embedding FILE, one of the two")
     embedding = None if args.speaker_embedding is None else _read_embedding(args.speaker_embedding)
-    runtime = _runtime(args, card, _check_device(args.device))
+    runtime = load_runtime(args, card, check_device(args.device))
     try:
         if embedding is not None:
             return runtime.voices.add(args.name, speaker_embedding=embedding, text=args.text, replace=args.replace)
