@@ -46,6 +46,18 @@ def test_openai_create_returns_the_runtimes_samples(client, reference):
     assert len(samples) > 0 and np.array_equal(samples, s16(reference.audio))
 
 
+def test_a_request_is_parsed_once_on_its_way_to_the_runtime(live, monkeypatch):
+    """The fields the family maps the body onto become its typed request once (in the runtime's submit), not
+    once in the server and again in the runtime."""
+    family = live.state.runtime.family
+    parse, seen = family.parse, []
+    monkeypatch.setattr(family, "parse", lambda request: seen.append(type(request).__name__) or parse(request))
+    body = {"input": TEXT, "seed": SEED, "max_frames": FRAMES, "response_format": "wav", "stream": False}
+    r = httpx.post(live.url + "/v1/audio/speech", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert seen == ["dict"]
+
+
 def test_tts_1_with_alloy_speaks_with_the_default_voice(client, reference):
     data = client.audio.speech.create(model="tts-1", voice="alloy", input=TEXT, response_format="flac",
                                       extra_body={"seed": SEED, "max_new_tokens": FRAMES}).content

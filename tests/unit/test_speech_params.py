@@ -219,3 +219,21 @@ def test_the_server_and_the_shared_request_layer_name_no_family():
     named = [f.name for f in shared if re.search(r"moss|qwen|csm|families\.", f.read_text(), re.IGNORECASE)]
     assert named == []
     assert not (V2 / "request.py").exists()  # a family's request lives in its package
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_server_finds_the_mapping_through_the_speech_family_protocol(family):
+    """`family_params` reads a bound family typed as `SpeechFamily`; a family without `speech_params` cannot be
+    served and is refused naming it."""
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from v2.server.schema import SpeechFamily, family_params
+
+    module = import_module(f"v2.families.{family}.family")
+    cls = next(c for c in vars(module).values() if isinstance(c, type) and getattr(c, "speech_params", None))
+    bound = cls.__new__(cls)  # the class's attribute is what a bound instance reads
+    assert isinstance(bound, SpeechFamily)
+    assert family_params(SimpleNamespace(family=bound)) is mapping(family)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="speech_params"):
+        family_params(SimpleNamespace(family=object()))  # type: ignore[arg-type]

@@ -7,9 +7,10 @@ audio sources, an input the family does not take), and `plan()`: a `SpeechPlan` 
 the reference recording's bytes, the context turns' recordings (`context`: each turn's `audio` read as
 `ref_audio` is; a turn with a stored `voice` takes nothing else but its speaker), the output spec and how to
 answer; `resolved()` (what the server resolved, for the family's mapping: a context turn's stored voice
-becomes its transcript and codes through the caller's lookup), `family_params(runtime)` (how the runtime's family takes `SpeechParams`: it maps
-them onto its request and names its fields' parameters) and `param_names` (its field table in the names the
-client sent). The server never builds a family's request itself.
+becomes its transcript and codes through the caller's lookup), `family_params(runtime)` (how the runtime's
+family takes `SpeechParams`, the `SpeechFamily` protocol: it maps them onto its request and names its fields'
+parameters) and `param_names` (its field table in the names the client sent). The server never builds a
+family's request itself.
 Reference audio is read from base64 or a data URL; a `file://` path only inside the allow-listed folder, a
 regular file read only up to the cap (every path that cannot be one, NUL bytes, overlong names and symlink
 loops included, is a 400 naming `ref_audio`, or `context` for a turn's audio, whose message holds no server path);
@@ -25,7 +26,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
@@ -34,6 +35,9 @@ from v2.errors import FieldError, explain_unknown
 from v2.params import ContextTurn, FamilyParams, Resolved, ResolvedTurn, SpeechParams
 from v2.server.audio import OutputSpec, output_spec
 from v2.server.errors import ApiError
+
+if TYPE_CHECKING:
+    from v2.runtime import Runtime
 
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
@@ -115,13 +119,23 @@ def runtime_supports(field: str) -> bool:
     return field in RUNTIME_INPUTS
 
 
-def family_params(runtime: Any) -> FamilyParams:
-    """How the runtime's family takes `SpeechParams` (its bound family's `speech_params`)."""
-    found = getattr(getattr(runtime, "family", None), "speech_params", None)
-    if not isinstance(found, FamilyParams):
-        raise TypeError("the runtime's family gives no `speech_params` (a v2.params.FamilyParams), so a server "
-                        "cannot map a speech request onto its request")
-    return found
+@runtime_checkable
+class SpeechFamily(Protocol):
+    """A bound family a server can serve: how it takes `SpeechParams` (each shipped family's class attribute
+    `speech_params`, from its params.py)."""
+
+    @property
+    def speech_params(self) -> FamilyParams: ...
+
+
+def family_params(runtime: Runtime) -> FamilyParams:
+    """How the runtime's family takes `SpeechParams` (its bound family's `speech_params`); a family without
+    one cannot be served (a TypeError naming `speech_params`)."""
+    family = runtime.family
+    if not isinstance(family, SpeechFamily) or not isinstance(family.speech_params, FamilyParams):
+        raise TypeError(f"the {type(family).__name__} family gives no `speech_params` (a v2.params.FamilyParams), "
+                        "so a server cannot map a speech request onto its request")
+    return family.speech_params
 
 
 def param_names(family: FamilyParams, params: SpeechParams) -> dict[str, str]:

@@ -4,8 +4,8 @@ Owns: reading the body (JSON only: 415 otherwise; 400 for malformed JSON, or JSO
 members, refused before it is parsed: jsonbody.py), then in a worker thread (the event loop never waits on
 parsing, reference audio or the runtime) planning it (schema.py), resolving the voice (a speaker of the
 checkpoint, a stored voice, or an OpenAI name; a context turn's stored voice: voices.py), having the family
-map the params onto its request's fields (`FamilyParams.request`), the runtime parse them into its typed
-request and submitting that, mapping refusals (a `RequestError` -> 400 naming the OpenAI param by its
+map the params onto its request's fields (`FamilyParams.request`), submitting those (the runtime parses them
+into the family's typed request, once), mapping refusals (a `RequestError` -> 400 naming the OpenAI param by its
 `field` through the family's table, overload -> 429 with Retry-After, a closed runtime -> 503), recording
 every request's result in the metrics, and choosing the response: a watched stream (every format, unless
 `stream: false`) or the whole file with its Content-Length, rate, channels and timings in headers.
@@ -59,7 +59,7 @@ def submit_plan(st: ServerState, family: FamilyParams, p: SpeechPlan) -> Any:
     # + a speaker, a stored voice, or neither; a context turn's stored voice as its codes and transcript
     given = resolved(p, st.voices.voice_fields(p.voice), stored=st.voices.turn_voice)
     try:
-        handle = st.runtime.submit(st.runtime.parse(family.request(p.params, given)))  # the family's typed request
+        handle = st.runtime.submit(family.request(p.params, given))  # parsed once, into its typed request, there
     except RequestError as e:
         raise runtime_field_error(e, param_names(family, p.params)) from None
     except OverloadedError as e:
