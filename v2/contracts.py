@@ -3,9 +3,9 @@
 Owns: the kinds of work the runtime knows (`WorkUnitKind`; a family may add its own), `Kind` (an enum
 hashed by identity, for a family's own kinds and loop names), execution profiles, the batch key
 (`ShapeSignature`) and its buckets (`bucket_for`), what a loop asks for one step (`WorkPlan`, typed by
-its payload; its `loop` is the family's name for the loop), and what it made (`LoopResult`). `LoopState` is
-the base of every per-request loop state: loops themselves hold none, and a loop has ended exactly when
-its state's `finish` is set (the engine reads it there).
+its payload; its `loop` is the family's name for the loop). `LoopState` is the base of every per-request
+loop state: loops themselves hold none, and a loop has ended exactly when its state's `finish` is set (the
+engine reads it there).
 Must not know: tensors, models, devices, threads.
 """
 
@@ -106,11 +106,3 @@ class AudioChunk:
     sample_rate: int
     frames: int
     final: bool
-
-
-@dataclass(frozen=True)
-class LoopResult:  # kept for loops with untyped outputs; the shipped loops return typed results
-    """What `finalize()` hands to the request's result: how the loop ended and what it made."""
-
-    finish: FinishReason
-    outputs: dict[str, Any] = field(default_factory=dict)
