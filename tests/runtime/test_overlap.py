@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from v2.card import load_card
+from v2.contracts import WorkUnitKind
 from v2.families.moss_tts_local.kinds import LoopKind
 from v2.runtime import Runtime
 from v2.runtime.device import HostStream, SimulatedStream
@@ -226,17 +227,18 @@ def test_failures_on_the_device_fail_whom_they_concern_and_no_one_else(monkeypat
     try:
         request = {"text": "stops early", "seed": 5, "max_frames": 200}
         frames = len(rt.submit(request).result(60).codes)
-        real_launch = rt.family.ar_exec.launch
+        frame_halves, prefill_halves = rt.family.executors[WorkUnitKind.AR_FRAME], rt.family.executors[WorkUnitKind.PREFILL]
+        real_launch = frame_halves.launch
 
         def past_stop(batch):  # the frame after the stop decision (frame `frames`)
             if int(batch.host[2, 0]) == frames + 1:
                 raise RuntimeError("injected failure past the stop")
             return real_launch(batch)
 
-        monkeypatch.setattr(rt.family.ar_exec, "launch", past_stop)
+        monkeypatch.setattr(frame_halves, "launch", past_stop)
         r = rt.submit(request).result(60)
         assert r.finish_reason == "stop" and r.error is None and len(r.codes) == frames
-        monkeypatch.setattr(rt.family.ar_exec, "launch", real_launch)
+        monkeypatch.setattr(frame_halves, "launch", real_launch)
 
         real_admit = rt.family.ar_exec.admit_device
 
@@ -256,7 +258,7 @@ def test_failures_on_the_device_fail_whom_they_concern_and_no_one_else(monkeypat
         def failing_prefill(plans):
             raise RuntimeError("injected prefill failure")
 
-        monkeypatch.setattr(rt.family.ar_exec, "prefill", failing_prefill)
+        monkeypatch.setattr(prefill_halves, "launch", failing_prefill)
         real_cancels, cancelled = rt.engine.requests.apply_cancels, []
 
         def cancel_leader_in_flight():  # the leader's prompt is launched (members took it), not yet read

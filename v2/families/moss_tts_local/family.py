@@ -3,8 +3,9 @@
 Owns: building the experts a card names (`experts`), what the checkpoint's config.json alone decides
 (`voice_spec`: what its stored voices carry), and `MossFamily`: the loop graph its card declares
 (`ar_decode` -> `vocoder`, or `ar_decode` alone: no audio; `encode` in front; `ar_decode` holds the paged
-KV), the executors registered per work kind (ENCODE, PREFILL, AR_FRAME, AUDIO_CHUNK: thin halves over
-`ARExecutor`, `CodecExecutor`, `EncodeExecutor`; no codec work without the vocoder loop), the slot pools
+KV), the executors registered per work kind (PREFILL and AR_FRAME: `ARExecutor.executors()`, the runtime's
+frame plumbing; AUDIO_CHUNK: `CodecExecutor.executor()`, only with the vocoder loop; ENCODE: `EncodeExecutor`'s
+halves, only with the codec's encoder), the slot pools
 (`kv`, `codec`, `encode`), the KV pool's geometry, and the family's side
 of a request's life: parsing and preparing it, its loops' states at admission (each made by its loop, with
 its slot), device state at admission, the prompt laid out again once references are encoded, the next
@@ -25,7 +26,7 @@ from v2.errors import RequestError
 from v2.families.moss_tts_local.kinds import LoopKind
 from v2.families.moss_tts_local import results, segments
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
-from v2.families.moss_tts_local.ar_executor import ARExecutor, FrameBatch, OnStream, read
+from v2.families.moss_tts_local.ar_executor import ARExecutor, OnStream
 from v2.families.moss_tts_local.card import (
     MossCard, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config,
 )
@@ -34,84 +35,16 @@ from v2.families.moss_tts_local.encode import EncodeLoop
 from v2.families.moss_tts_local.encode_executor import EncodeExecutor
 from v2.families.moss_tts_local.open_text import OpenText, OpenWork
 from v2.families.moss_tts_local.params import SPEECH_PARAMS
-from v2.families.moss_tts_local.prepare import CodecSpec, build_rows, prepare, prepare_recording
+from v2.families.moss_tts_local.long_text import build_rows
+from v2.families.moss_tts_local.prepare import CodecSpec, prepare, prepare_recording
 from v2.families.moss_tts_local.request import SamplingParams, SpeechRequest, parse_request
 from v2.families.moss_tts_local.vocoder import VocoderLoop
 from v2.families.moss_tts_local.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
-from v2.runtime.family import AnyExecutor, Batch, Factory, FactoryBase, LaunchState, Prepared, TextInput, VoiceSpec
+from v2.runtime.family import AnyExecutor, Factory, FactoryBase, Halves, LaunchState, Prepared, TextInput, VoiceSpec
 from v2.runtime.paged_family import PagedFamily, graph_stats, pool_blocks
 
 AR, VOC = LoopKind.AR_DECODE, LoopKind.VOCODER
-
-
-# ----- the executors, one per work kind (each looks its expert up at call time) ---------------------------
-class _Encodes:
-    def __init__(self, fam: "MossFamily") -> None:
-        self.fam = fam
-
-    def prepare(self, batch: Batch) -> Any:
-        return self._exec.prepare(batch)
-
-    def launch(self, prepared: Any) -> Any:
-        return self._exec.launch(prepared)
-
-    def read(self, host: Any, batch: Batch) -> Sequence[Any]:
-        return self._exec.read(host, batch)
-
-    @property
-    def _exec(self) -> EncodeExecutor:
-        executor = self.fam.encode_exec
-        assert executor is not None, "ENCODE work without an encoder"
-        return executor
-
-
-class _Prefills:
-    def __init__(self, fam: "MossFamily") -> None:
-        self.fam = fam
-
-    def prepare(self, batch: Batch) -> Any:
-        return [p.payload for p in batch.plans]
-
-    def launch(self, payloads: Any) -> None:
-        self.fam.ar_exec.prefill(payloads)
-
-    def read(self, host: Any, batch: Batch) -> Sequence[Any]:
-        return [None] * len(batch.plans)
-
-
-class _Frames:
-    def __init__(self, fam: "MossFamily") -> None:
-        self.fam = fam
-
-    def prepare(self, batch: Batch) -> Any:
-        return self.fam.ar_exec.prepare([p.payload for p in batch.plans], batch.bucket)
-
-    def launch(self, frames: Any) -> Any:
-        return self.fam.ar_exec.launch(frames)
-
-    def read(self, host: Any, batch: Batch) -> FrameBatch:
-        return read(host, len(batch.plans))
-
-
-class _Chunks:
-    def __init__(self, fam: "MossFamily") -> None:
-        self.fam = fam
-
-    def prepare(self, batch: Batch) -> Any:
-        return self._exec.prepare([p.payload for p in batch.plans], batch.bucket, batch.plans[0].signature.bucket)
-
-    def launch(self, chunks: Any) -> Any:
-        return self._exec.launch(chunks)
-
-    def read(self, host: Any, batch: Batch) -> Any:
-        return self._exec.read(host, [p.payload for p in batch.plans])
-
-    @property
-    def _exec(self) -> CodecExecutor:
-        executor = self.fam.codec_exec
-        assert executor is not None, "AUDIO_CHUNK work on a card without a vocoder loop"
-        return executor
 
 
 class MossFamily(PagedFamily):
@@ -149,13 +82,16 @@ class MossFamily(PagedFamily):
         # the graph the card declares: its loops and edges (ar_decode -> vocoder, or ar_decode alone: no audio)
         self.graph = self.declared_graph(AR, self.ar_loop, self.enc_loop if encoder is not None else None,
                                          names=LoopKind)
-        self.executors: dict[Hashable, AnyExecutor] = {
-            WorkUnitKind.ENCODE: _Encodes(self), WorkUnitKind.PREFILL: _Prefills(self), WorkUnitKind.AR_FRAME: _Frames(self)}
+        self.executors: dict[Hashable, AnyExecutor] = {}
+        if self.encode_exec is not None:  # without the encoder reference audio is refused at submit
+            e = self.encode_exec
+            self.executors[WorkUnitKind.ENCODE] = Halves(e.prepare, e.launch, e.read)
+        self.executors |= self.ar_exec.executors()
         self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: ar.batch_buckets}
         self.pools = {"kv": ar.max_running, **({"codec": voc.max_streams} if voc is not None else {}),
                       "encode": enc.max_streams}
-        if voc is not None:  # audio work only where the card declares the vocoder loop
-            self.executors[WorkUnitKind.AUDIO_CHUNK] = _Chunks(self)
+        if self.codec_exec is not None:  # audio work only where the card declares the vocoder loop
+            self.executors[WorkUnitKind.AUDIO_CHUNK] = self.codec_exec.executor()
             self.buckets[WorkUnitKind.AUDIO_CHUNK] = voc.batch_buckets
         self.paged_limits(ar, self.ar_exec.kv.num_blocks)
         self.kv_ops = self.ar_calls
@@ -169,13 +105,10 @@ class MossFamily(PagedFamily):
         return prepare(request, self.card, self.model.cfg, self.tokenizer, codec=self.codec_spec, voice=voice)
 
     def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
-        """Requests (request, prepared) that share one prompt: at most max_running, each needs a codec stream
-        to decode audio, one prompt for all, no recording to encode, one segment."""
-        voc, prepared = self.card.loops.vocoder, [p for _, p in group]
-        if len(group) > self.max_group:
-            raise ValueError(f"n: a group of {len(group)} exceeds the card's max_running")
-        if voc is not None and sum(r.decode_audio for r, _ in group) > voc.max_streams:
-            raise ValueError(f"n: a group decoding audio needs a codec stream each; the card has {voc.max_streams}")
+        """Requests (request, prepared) that share one prompt: `check_group_size`'s bounds, one prompt for all,
+        no recording to encode, one segment."""
+        prepared = [p for _, p in group]
+        self.check_group_size(group)
         if any(not torch.equal(p.rows, prepared[0].rows) for p in prepared):
             raise ValueError("prompts: a shared prompt must be the same for every request of the group")
         if prepared[0].audio:

@@ -29,13 +29,13 @@ from v2.contracts import ExecutionProfile
 from v2.errors import RequestError
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
 from v2.families.moss_tts_local.card import MossCard
-from v2.families.moss_tts_local.prepare import CodecSpec, build_rows, prepare
+from v2.families.moss_tts_local.prepare import CodecSpec, prepare
 from v2.families.moss_tts_local.request import SpeechRequest, parse_request
 from v2.families.moss_tts_local.segments import carried_rows, segment_seed
 from v2.families.moss_tts_local.vocoder import VocoderLoop, VocoderState
-from v2.families.moss_tts_local.long_text import TextSegment
+from v2.families.moss_tts_local.long_text import TextSegment, build_rows, later_rows
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
-from v2.models.moss_tts_local.prompt import PromptError, build_prompt
+from v2.models.moss_tts_local.prompt import PromptError
 from v2.models.moss_tts_local.tokenizer import TextTokenizer
 from v2.runtime.handles import SegmentMark
 from v2.sampling_settings import SamplingSettings
@@ -135,8 +135,7 @@ class OpenText:
                 raise RequestError(f"text: the first segment's prompt (characters {s}-{e}) is {len(rows)} rows, over "
                                    f"the card's max_prompt_rows ({limit})", field='text')
             return TextSegment(s, e, said, rows, work.max_frames)
-        rows = build_prompt(self.tokenizer, self.cfg, spoken(text[before:e]), instruction=request.instruction,
-                            language=request.language)
+        rows = later_rows(request, self.cfg, self.tokenizer, text[before:e])
         if limit - len(rows) < 1:
             raise RequestError(f"text: segment {i + 1} (characters {s}-{e}) lays out {len(rows)} prompt rows, leaving "
                                f"no room within max_prompt_rows ({limit}) for the previous segment's frames: lower the "

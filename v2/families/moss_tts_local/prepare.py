@@ -5,7 +5,8 @@ level-setting reference recordings (refusals name `reference_audio`), the prompt
 the template with references in the user turn, "clone"; or one reference as assistant audio after its
 transcript, "continuation"), placeholder codes of the right length while recordings wait for the encoder,
 naming the field that makes a prompt too long, frame limits, resolving sampling against the card, and
-long text's segments (`long_text.py` beside this: the first segment's prompt is laid out here, the others' there).
+long text's segments. Every prompt's text and rows come from `long_text.py` beside this (the family's one
+text route: the split, the first prompt's rows, the later segments' plans).
 Must not know: the engine, slots, devices, the encoder's weights.
 """
 
@@ -19,12 +20,12 @@ import torch
 
 from v2.errors import RequestError
 from v2.families.moss_tts_local.card import MossCard as ModelCard
-from v2.families.moss_tts_local.long_text import TextSegment, plan
+from v2.families.moss_tts_local.long_text import TextSegment, build_rows, plan, split
 from v2.families.moss_tts_local.request import SpeechRequest
 from v2.fields import check_text_chars
-from v2.long_text import first_text, spans, unsplit
+from v2.long_text import unsplit
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
-from v2.models.moss_tts_local.prompt import PromptError, build_prompt, check_rows
+from v2.models.moss_tts_local.prompt import PromptError
 from v2.sampling_settings import SamplingSettings
 from v2.models.moss_tts_local.tokenizer import TextTokenizer
 
@@ -107,21 +108,6 @@ def _recordings(request: SpeechRequest, card: ModelCard, codec: CodecSpec | None
                  for i, source in enumerate(audio))
 
 
-def build_rows(request: SpeechRequest, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer,
-               references: tuple[torch.Tensor, ...], transcript: str | None, text: str | None = None) -> torch.Tensor:
-    """The prompt rows [T, 13]: explicit rows, or the template with the references in the user turn ("clone")
-    or, with a transcript, the one reference as assistant audio after `transcript + text` ("continuation").
-    `text`: what the prompt says, when not the request's whole text (the first segment of a long text)."""
-    if request.prompt_rows is not None:
-        return check_rows(cfg, request.prompt_rows)
-    common: dict[str, Any] = dict(instruction=request.instruction, language=request.language,
-                                  tokens=request.duration_frames)
-    said = (request.text or "") if text is None else text
-    if transcript is not None:
-        return build_prompt(tokenizer, cfg, transcript + said, assistant_codes=references[0], **common)
-    return build_prompt(tokenizer, cfg, said, reference_codes=references or None, **common)
-
-
 def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer, *,
             codec: CodecSpec | None = None, voice: Any = None) -> Prepared:
     """Check a request against the card and lay out its prompt. `voice`: the stored voice `request.voice`
@@ -129,7 +115,7 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
     read and prepared here; their rows hold placeholder codes of the right length until encoded."""
     limits = card.loops.ar_decode
     _text_limits(request, limits)
-    parts = spans(request, limits.max_segment_chars)  # long text: split at sentence ends (refusals name `text`)
+    parts, said = split(request, limits.max_segment_chars)  # long text: split at sentence ends (refusals name `text`)
     audio = _recordings(request, card, codec)
     if audio:
         assert codec is not None
@@ -139,7 +125,6 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
     else:
         references = tuple(request.reference_codes or ())
     transcript = request.reference_text if request.reference_text is not None else getattr(voice, "text", None)
-    said = first_text(request, parts, limits.max_segment_chars)
     try:
         rows = build_rows(request, cfg, tokenizer, references, transcript, said)
     except PromptError as e:
@@ -160,6 +145,6 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
         sampling = request.sampling.resolve(limits.sampling.settings())
     except ValueError as e:
         raise RequestError(f"sampling: {e}", field="sampling") from None
-    segments = plan(request, parts, cfg, tokenizer, max_frames=max_frames, min_frames=request.min_frames,
-                    max_prompt_rows=limits.max_prompt_rows, max_chars=limits.max_segment_chars)
+    segments = plan(request, parts, said, cfg, tokenizer, max_frames=max_frames, min_frames=request.min_frames,
+                    max_prompt_rows=limits.max_prompt_rows)
     return Prepared(rows, sampling, segments[0].max_frames if segments else max_frames, audio, transcript, segments)
