@@ -52,12 +52,12 @@ class ShapeSignature:
     the kind has none (every AR_FRAME batches with every other).
     """
 
-    kind: WorkUnitKind
+    kind: Kind   # a `WorkUnitKind`, or a family's own (a `Kind` subclass)
     expert: str
     bucket: int = 0
 
     @property
-    def batch_key(self) -> tuple[WorkUnitKind, str, int]:
+    def batch_key(self) -> tuple[Kind, str, int]:
         return (self.kind, self.expert, self.bucket)
 
 

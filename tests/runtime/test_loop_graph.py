@@ -151,6 +151,9 @@ class ChainFamily:
         return {k: Step(record.id, slot=slots.get(k.value, -1)) for k in Kind}
 
     def admitted(self, record: Any) -> None: ...
+    def paged_kv(self) -> dict[Hashable, Any]:
+        return {}
+
     def more_input(self, record: Any, loop: Hashable) -> None: ...
     def stats(self) -> dict[str, Any]:
         return {}
@@ -202,7 +205,7 @@ def test_a_loop_graph_refuses_an_edge_to_an_unknown_or_earlier_loop():
         LoopGraph((LoopSpec(Kind.THINK, a), LoopSpec(Kind.TALK, b, (Kind.THINK,))))
 
 
-def test_a_loop_graph_refuses_a_target_that_takes_no_input_a_paged_loop_without_kv_and_a_feeding_audio_loop():
+def test_a_loop_graph_refuses_a_target_that_takes_no_input_a_paged_loop_without_kv_and_an_unknown_audio_loop():
     a, b = ChainLoop(Kind.THINK, 1), ChainLoop(Kind.TALK)
     unfed = SimpleNamespace(next=b.next, launched=b.launched, expects=b.expects, advance=b.advance,
                             finalize=b.finalize)  # a loop with no `feed`
@@ -210,8 +213,10 @@ def test_a_loop_graph_refuses_a_target_that_takes_no_input_a_paged_loop_without_
         LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, unfed)))
     with pytest.raises(ValueError, match="paged: .* PagedLoop"):
         LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, b)), paged=Kind.THINK)
-    with pytest.raises(ValueError, match="audio: .* feeds none"):
-        LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, b)), audio=Kind.THINK)
+    with pytest.raises(ValueError, match="audio: .* no loop of the graph"):
+        LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, b)), audio=Kind.VOICE)
+    feeding = LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, b)), audio=Kind.THINK)
+    assert feeding.audio is Kind.THINK  # the audio loop may feed further loops (an aligner of its chunks)
     assert LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, b))).audio is Kind.TALK  # the last
     graph = LoopGraph((LoopSpec(Kind.THINK, a, (Kind.TALK,)), LoopSpec(Kind.TALK, b)), audio=None)
     assert graph.audio is None and graph.feeding[Kind.THINK] == ((Kind.TALK, b),) and graph.feeding[Kind.TALK] == ()

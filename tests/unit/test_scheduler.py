@@ -21,14 +21,14 @@ def plan(rid: int, kind: WorkUnitKind, bucket: int = 0) -> WorkPlan:
 
 def test_equal_keys_run_as_one_batch_in_kind_order():
     plans = [plan(0, AUDIO, 32), plan(1, AR), plan(2, AUDIO, 4), plan(3, AR), plan(4, PRE), plan(5, AUDIO, 32)]
-    batches = schedule(plans, prefill_budget=100, prefill_rows={4: 10}, buckets=BUCKETS)
+    batches = schedule(plans, prefill_budget=100, prefill_rows={(4, LoopKind.AR_DECODE): 10}, buckets=BUCKETS)
     assert [(b.kind, [p.request_id for p in b.plans], b.bucket) for b in batches] == [
         (PRE, [4], 1), (AR, [1, 3], 2), (AUDIO, [2], 1), (AUDIO, [0, 5], 2)]
 
 
 def test_prefill_budget_lets_the_first_chunk_through_and_defers_the_rest():
     plans = [plan(i, PRE) for i in range(4)]
-    rows = {0: 300, 1: 150, 2: 100, 3: 50}
+    rows = {(i, LoopKind.AR_DECODE): r for i, r in enumerate([300, 150, 100, 50])}  # by (request, loop)
     batches = schedule(plans, prefill_budget=256, prefill_rows=rows, buckets=BUCKETS)
     assert [p.request_id for p in batches[0].plans] == [0]  # over budget alone, yet it runs
     batches = schedule(plans[1:], prefill_budget=256, prefill_rows=rows, buckets=BUCKETS)
@@ -52,7 +52,8 @@ def test_batch_bucket():
 def test_every_plan_runs_at_most_once_and_only_prefill_waits(specs, budget):
     plans = [plan(i, kind, bucket if kind is AUDIO else 0) for i, (kind, bucket, _) in enumerate(specs)]
     rows = {i: r for i, (kind, _, r) in enumerate(specs) if kind is PRE}
-    batches = schedule(plans, prefill_budget=budget, prefill_rows=rows, buckets=BUCKETS)
+    keyed = {(i, LoopKind.AR_DECODE): r for i, r in rows.items()}
+    batches = schedule(plans, prefill_budget=budget, prefill_rows=keyed, buckets=BUCKETS)
     ran = [p.request_id for b in batches for p in b.plans]
     assert len(ran) == len(set(ran))
     assert {p.request_id for p in plans if p.signature.kind is not PRE} <= set(ran)

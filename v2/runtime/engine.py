@@ -22,16 +22,17 @@ import threading
 import time
 from collections import deque
 from functools import partial
-from typing import Any
+from typing import Any, Hashable, Mapping
 
-from v2.contracts import FinishReason, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, WorkPlan
 from v2.runtime.device import Pending, Stream
 from v2.runtime.encoding import EncodeStage
-from v2.runtime.family import EngineFamily, LoopSpec
+from v2.runtime.family import EngineFamily, LoopGraph, LoopSpec, PagedKV
 from v2.runtime.groups import GroupSharing
 from v2.runtime.handles import Dispatcher
 from v2.runtime.inbox import Inbox, deliver
 from v2.runtime.kv import RequestKV
+from v2.runtime.paged_loops import PagedLoops
 from v2.runtime.lifecycle import Requests
 from v2.runtime.scatter import InFlight, Scatter
 from v2.runtime.scheduler import Batch, Scheduler
@@ -55,6 +56,34 @@ class _Condition(threading.Condition):
 IDLE_WAIT_S = 0.05  # at most this long asleep after a step that did nothing (deadlines wake it sooner)
 
 
+def paged_loops(graph: LoopGraph, given: Mapping[Hashable, PagedKV]) -> PagedLoops | None:
+    """The engine's paged KV: one pool per paged loop of the graph, each from what its family gives
+    (`paged_kv`), in the graph's order; None when the graph has none. Refused (ValueError naming the loop):
+    a paged loop without its KV, a KV for no paged loop, two paged loops handed one pool (the same
+    `KVSpec` object or the same device side: a copy-and-paste that would make them write each other's
+    blocks)."""
+    if not graph.paged_loops:
+        if given:
+            raise ValueError(f"loops.{next(iter(given))}: a paged KV for a loop the graph does not page")
+        return None
+    for name in given:
+        if name not in graph.paged_loops:
+            raise ValueError(f"loops.{name}: a paged KV for a loop the graph does not page")
+    kvs: list[RequestKV] = []
+    seen: dict[int, Hashable] = {}
+    for i, (name, loop) in enumerate(graph.paged_loops.items()):
+        kv = given.get(name)
+        if kv is None:
+            raise ValueError(f"loops.{name}: a paged loop without a paged KV (its family gives none)")
+        for part in (kv.spec, kv.ops):
+            if id(part) in seen:
+                raise ValueError(f"loops.{name}.kv: the KV of loops.{seen[id(part)]} too; two paged loops share one "
+                                 "KV spec by accident (each paged loop holds its own pool)")
+            seen[id(part)] = name
+        kvs.append(RequestKV.build(kv.spec, kv.ops, loop, name, kv.recompute, first=i == 0, prefill=kv.prefill))
+    return PagedLoops(kvs, {name: graph.specs[name].pools for name in graph.paged_loops})
+
+
 class Engine:
     def __init__(self, family: EngineFamily, stream: Stream) -> None:
         self.family, self.stream, self.graph = family, stream, family.graph
@@ -68,12 +97,12 @@ class Engine:
         self.scheduler = Scheduler(order=list(self.executors), buckets=family.buckets,
                                    prefill_budget=family.prefill_budget)
         graph = self.graph
-        kv_ops, paged = family.kv_ops, graph.paged_loop
-        self.kv = (RequestKV.build(family.kv, kv_ops, paged, graph.paged, family.recompute_rows)
-                   if family.kv is not None and kv_ops is not None and paged is not None else None)
+        self.paged = paged_loops(graph, family.paged_kv())
+        self.kv = self.paged.first if self.paged is not None else None  # the first paged loop's (groups share it)
+        self.scheduler.prefill_kinds = self.paged.prefill_kinds if self.paged is not None else frozenset()
         self.encoding = EncodeStage(graph.front, self.pools.get(graph.front_pool or ""),
                                     family.front_start if graph.front is not None else lambda slots: None)
-        self.requests = Requests(family, stream, self.kv, self.encoding, self.pools, self.groups, self.gate,
+        self.requests = Requests(family, stream, self.paged, self.encoding, self.pools, self.groups, self.gate,
                                  self.cond, self.results)
         self.inbox = Inbox(self.cond)  # what callers post (submit, feed, cancel, encode): taken at each step's top
         family.bind(self.requests.launch_state)
@@ -86,7 +115,8 @@ class Engine:
         self.prefilled_rows = 0
         self.inflight: deque[InFlight] = deque()
         self._front = graph.front
-        self.scatter = Scatter(family, self.executors, self.requests, self.encoding, self.groups, self.kv, self.cond)
+        self._fed_paged = self.paged is not None and any(s.name in self.paged.by_name for s in graph.fed)
+        self.scatter = Scatter(family, self.executors, self.requests, self.encoding, self.groups, self.paged, self.cond)
         self.thread = threading.Thread(target=self._serve, name="v2-engine", daemon=True)
 
     # ----- the loop --------------------------------------------------------------------------------
@@ -213,29 +243,29 @@ class Engine:
     def _collect(self) -> list[WorkPlan]:
         """The plans of the loops no other loop feeds, KV blocks for their writes (may preempt), encodes."""
         plans = self._plans(self.graph.sources)
-        kv = self.kv
-        if kv is not None:
-            running = self.requests.running
-            plans, preempted = kv.before_step(running, plans)  # KV blocks for every write
-            for rid in preempted:
-                req = running[rid]
-                kv.loop.preempted(kv.state(req))
-                kv.pause(req)
-            kv.flush()
+        if self.paged is not None:
+            plans = self.paged.before_step(self.requests.running, plans)  # KV blocks for every write
         with self.cond:
             plans.extend(self.encoding.plans())
         return plans
 
     def _collect_fed(self) -> list[WorkPlan]:
-        """The plans of the loops another loop feeds (of what was read so far: due audio chunks)."""
-        return self._plans(self.graph.fed) if self.graph.fed else []
+        """The plans of the loops another loop feeds (of what was read so far: due audio chunks, a fed paged
+        loop's prefills and steps), KV blocks for their writes (may preempt)."""
+        if not self.graph.fed:
+            return []
+        plans = self._plans(self.graph.fed)
+        if self._fed_paged and plans:
+            plans = self.paged.before_step(self.requests.running, plans)  # type: ignore[union-attr]
+        return plans
 
     def _launch(self, plans: list[WorkPlan]) -> list[tuple[Batch, Pending[Any]]]:
         """Schedule the plans; per batch, the host half, then the device half on the stream; the loops
         learn what went. Returns each launched batch with its device result."""
         if not plans:
             return []
-        prefill_rows = {p.request_id: self._rows(p) for p in plans if p.signature.kind is WorkUnitKind.PREFILL}
+        kinds = self.scheduler.prefill_kinds
+        prefill_rows = {(p.request_id, p.loop): self._rows(p) for p in plans if p.signature.kind in kinds}
         step = self.scheduler.plan(plans, prefill_rows)
         launched = []
         for batch in step.batches:
@@ -254,19 +284,18 @@ class Engine:
                 counter["rows"] += len(batch.plans)
                 counter["padded_rows"] += batch.bucket
                 counter["seconds"] += time.perf_counter() - start
-                if batch.kind is WorkUnitKind.PREFILL:
-                    self.prefilled_rows += sum(prefill_rows[p.request_id] for p in batch.plans)
+                if batch.kind in kinds:
+                    self.prefilled_rows += sum(prefill_rows[p.request_id, p.loop] for p in batch.plans)
         return launched
 
     def _rows(self, plan: WorkPlan) -> int:
-        """Prompt rows a PREFILL plan writes."""
-        assert self.kv is not None, "PREFILL work needs a paged KV"
-        start, end = self.kv.loop.kv_span(plan)
-        return end - start
+        """Prompt rows a prefill plan writes."""
+        assert self.paged is not None, "prefill work needs a paged KV"
+        return self.paged.kv_rows(plan)
 
     def _launched(self, batch: Batch) -> None:
         """Tell the loops what went to the device (a request ended by an earlier batch's failure is skipped)."""
-        if batch.plans[0].loop not in self.graph.specs:
+        if self.graph.is_front(batch.plans[0].loop):
             self.encoding.launched(batch.plans)
             return
         running, specs = self.requests.running, self.graph.specs

@@ -4,8 +4,9 @@ Owns: the parts a family hands the engine thread: `Executor` (the device work of
 made of three calls), the driven
 loops (`Loop`; `FedLoop`: one that takes what another loop makes; `PagedLoop`: the one whose plans write the
 paged KV), `FrontLoop` (work done before admission, e.g. encoding reference recordings), `LoopSpec` /
-`LoopGraph` (the loops a card declares and the edges between them, which loop feeds which, and which loop's
-output is the caller's audio: checked when built), `KVSpec` (the paged KV pool's geometry), `KVOps`, `Needs`
+`LoopGraph` (the loops a card declares and the edges between them, which loop feeds which, which loops hold
+a paged KV, and which loop's output is the caller's audio: checked when built), `KVSpec` (a paged KV pool's
+geometry), `KVOps`, `PagedKV` (one paged loop's pool, device side, recompute and prefill kind), `Needs`
 (what a request holds from admission); what the runtime reads of a family's own values (`Request`,
 `Prepared`, `FrontState`); and the protocols each consumer of a bound family types against, no more:
 - `EngineFamily`: what the engine thread drives (engine.py, lifecycle.py, scatter.py);
@@ -29,7 +30,7 @@ from typing import (
     runtime_checkable,
 )
 
-from v2.contracts import FinishReason, LoopState, WorkPlan
+from v2.contracts import FinishReason, LoopState, WorkPlan, WorkUnitKind
 
 if TYPE_CHECKING:
     import numpy as np
@@ -121,7 +122,8 @@ class PagedState(Protocol):
 
 @runtime_checkable
 class PagedLoop(Loop[S, R], Protocol[S, R]):
-    """The loop whose plans write the paged KV (one per request). The engine tells it what the pager did."""
+    """A loop whose plans write a paged KV (a graph may hold several, each with its own pool: `PagedKV`). The
+    engine tells it what its pager did."""
 
     def kv_span(self, plan: WorkPlan) -> tuple[int, int]: ...  # KV rows [start, end) the plan writes
     def kv_given(self, state: S, cached: int) -> None: ...     # blocks given; `cached` rows came from the cache
@@ -189,26 +191,32 @@ class LoopSpec:
 @dataclass(frozen=True)
 class LoopGraph:
     """A family's loops in the topology its card declares. `loops` in topological order (a loop only feeds
-    loops after it); `paged`: the loop holding the paged KV (None: no paged KV); `audio`: the loop whose
-    items are the audio chunks that stream to the caller (default: the last loop; None: the graph makes no
-    audio: nothing streams, a result's audio is empty); `front`: the loop run before admission (None: none) and `front_pool` its slot
-    pool. Loops that no other loop feeds plan before the engine reads the last step; the others plan after
-    it, from what was just read; a request ends when every loop has ended (with the last one's reason).
+    loops after it); `paged`: the loop holding a paged KV, or a tuple of them (any number; the first is the
+    one whose prompt is the request's prompt at admission; the others get theirs while the request runs,
+    through `Family.more_input`; None or (): no paged KV); `audio`: the loop whose items are the audio
+    chunks that stream to the caller (default: the last loop; None: the graph makes no audio: nothing
+    streams, a result's audio is empty; it may feed further loops, e.g. an aligner); `front`: the loop run
+    before admission (None: none), `front_name` the `loop` its plans carry (a declared node: None takes
+    the front loop's `kind`) and `front_pool` its slot pool. Loops that no other loop feeds plan before the
+    engine reads the last step; the others plan after it, from what was just read; a request ends when
+    every loop has ended (with the last one's reason).
     Refused when built (`ValueError` naming the loop): an edge to no loop or to an earlier one, a loop fed
-    that takes no input (not a `FedLoop`), a `paged` loop that is not a `PagedLoop`, an `audio` loop that
-    feeds another or is no loop of the graph."""
+    that takes no input (not a `FedLoop`), a `paged` loop that is not a `PagedLoop` or is named twice, an
+    `audio` loop that is no loop of the graph, a front loop named like a driven one."""
 
     loops: tuple[LoopSpec, ...]
-    paged: Hashable | None = None
+    paged: Hashable | tuple[Hashable, ...] | None = None
     audio: Hashable | None = LAST
     front: AnyFrontLoop | None = None
     front_pool: str | None = None
+    front_name: Hashable | None = None
     specs: dict[Hashable, LoopSpec] = field(init=False, repr=False, compare=False)
     sources: tuple[LoopSpec, ...] = field(init=False, repr=False, compare=False)
     fed: tuple[LoopSpec, ...] = field(init=False, repr=False, compare=False)
     feeding: dict[Hashable, tuple[tuple[Hashable, AnyFedLoop], ...]] = field(
         init=False, repr=False, compare=False)  # loop name -> the loops it feeds (name, loop)
-    paged_loop: AnyPagedLoop | None = field(init=False, repr=False, compare=False)  # `paged`'s loop
+    paged_loop: AnyPagedLoop | None = field(init=False, repr=False, compare=False)  # the first paged loop
+    paged_loops: dict[Hashable, AnyPagedLoop] = field(init=False, repr=False, compare=False)  # in `paged`'s order
 
     def __post_init__(self) -> None:
         if not self.loops:
@@ -231,30 +239,45 @@ class LoopGraph:
                 fed.append((d, target))
             feeding[s.name] = tuple(fed)
             seen.add(s.name)
-        paged = specs[self.paged].loop if self.paged in specs else None
-        if self.paged is not None and not isinstance(paged, PagedLoop):
-            raise ValueError(f"paged: {self.paged!r} is no loop of the graph that holds a paged KV (a PagedLoop)")
+        names = self.paged if isinstance(self.paged, tuple) else () if self.paged is None else (self.paged,)
+        paged_loops: dict[Hashable, AnyPagedLoop] = {}
+        for name in names:
+            loop = specs[name].loop if name in specs else None
+            if not isinstance(loop, PagedLoop):
+                raise ValueError(f"paged: {name!r} is no loop of the graph that holds a paged KV (a PagedLoop)")
+            if name in paged_loops:
+                raise ValueError(f"paged: {name!r} is named twice")
+            paged_loops[name] = loop
         if self.audio is LAST:
             object.__setattr__(self, "audio", self.loops[-1].name)
-        if self.audio is not None and (self.audio not in specs or specs[self.audio].feeds):
-            raise ValueError(f"audio: {self.audio!r} is no loop of the graph that feeds none")
+        if self.audio is not None and self.audio not in specs:
+            raise ValueError(f"audio: {self.audio!r} is no loop of the graph")
+        if self.front is not None and self.front_name is None:
+            object.__setattr__(self, "front_name", getattr(self.front, "kind", None))
+        if self.front_name is not None and self.front_name in specs:
+            raise ValueError(f"front: {self.front_name!r} is the name of a driven loop too")
         targets = {d for s in self.loops for d in s.feeds}
         object.__setattr__(self, "specs", specs)
         object.__setattr__(self, "sources", tuple(s for s in self.loops if s.name not in targets))
         object.__setattr__(self, "fed", tuple(s for s in self.loops if s.name in targets))
         object.__setattr__(self, "feeding", feeding)
-        object.__setattr__(self, "paged_loop", paged if isinstance(paged, PagedLoop) else None)
+        object.__setattr__(self, "paged_loops", paged_loops)
+        object.__setattr__(self, "paged_loop", next(iter(paged_loops.values()), None))
 
     @classmethod
     def declared(cls, edges: Iterable[tuple[Hashable, Iterable[Hashable]]], loops: Mapping[Hashable, AnyLoop],
                  pools: Mapping[Hashable, tuple[str, ...]], *, paged: Hashable | None = None,
                  audio: Hashable | None = LAST, front: AnyFrontLoop | None = None,
-                 front_pool: str | None = None) -> LoopGraph:
+                 front_pool: str | None = None, front_name: Hashable | None = None) -> LoopGraph:
         """The graph a card declares: `edges`, each declared loop's name with the names of the loops it feeds,
         in feeding order (`v2.card.LoopTable.driven`, names mapped to the family's); the family's loop and
         the pools it holds, by name."""
         return cls(tuple(LoopSpec(name, loops[name], tuple(feeds), pools.get(name, ())) for name, feeds in edges),
-                   paged=paged, audio=audio, front=front, front_pool=front_pool)
+                   paged=paged, audio=audio, front=front, front_pool=front_pool, front_name=front_name)
+
+    def is_front(self, loop: Hashable) -> bool:
+        """Whether plans of loop `loop` are the front loop's (encodes before admission)."""
+        return loop == self.front_name if self.front_name is not None else loop not in self.specs
 
     @property
     def sink(self) -> LoopSpec:
@@ -280,12 +303,28 @@ class KVOps(Protocol):
     def fork(self, src: int, dst: int) -> None: ...
 
 
+@dataclass(frozen=True, eq=False)
+class PagedKV:
+    """One paged loop's KV, as its family gives it: its pool (`spec`: its own layers, heads and block size
+    live in the family's pool; the engine sees blocks), its device side (`ops`), the rows a resumed request
+    recomputes from the loop's state (`recompute`: its prompt, then a row per item it made, the fed items
+    it consumed included), and the kind of its prefill plans (`prefill`: counted against the step's prefill
+    budget; a loop's own kind where two paged loops run different models)."""
+
+    spec: KVSpec
+    ops: KVOps
+    recompute: Callable[[LoopState], Tensor]
+    prefill: Hashable = WorkUnitKind.PREFILL
+
+
 @dataclass(frozen=True)
 class Needs:
-    """What one request holds from admission: slots per pool, and KV rows at its longest."""
+    """What one request holds from admission: slots per pool, and KV rows at its longest (in its first paged
+    loop; `loop_rows`: in the others, by loop name, where known)."""
 
     slots: Mapping[str, int]
     kv_rows: int = 0
+    loop_rows: Mapping[Hashable, int] = field(default_factory=dict)
 
 
 # ----- what the runtime reads of a family's own values ----------------------------------------------------
@@ -313,11 +352,12 @@ class Prepared(Protocol):
 class EngineFamily(Protocol):
     """What the engine thread drives. The loops through `graph` and the executors through `executors` every
     step; in a request's order: `encoded` once its front work is done (the prompt laid out again), `needs` and
-    `start` at admission (then `admitted` for device state: settings, fresh codec state), `recompute_rows`
-    after a preemption, `more_input` when a loop waits for input (a long text's next segment, text fed to
+    `start` at admission (then `admitted` for device state: settings, fresh codec state), each paged loop's
+    `recompute` (`paged_kv`) after a preemption, `more_input` when a loop waits for input (a long text's next segment, text fed to
     an open request) or, with `loop` None, when an open request waiting for admission got input (its first
     prompt's rows, or None while it has not enough), and `result` at the end. `more_input(record, loop)`
-    returns a new prompt for the paged loop (the runtime gives it KV blocks), or None: the family handed the
+    returns a new prompt for a paged loop (the runtime gives it KV blocks; a fed paged loop's first prompt
+    comes this way, once its first input arrived), or None: the family handed the
     loop what it needed itself (through the loop's own calls), or there is nothing yet (the loop stays
     waiting, holding no batch row; the runtime asks again when more input arrives), or the input has ended
     (the loop ends)."""
@@ -330,10 +370,6 @@ class EngineFamily(Protocol):
     def buckets(self) -> Mapping[Hashable, list[int]]: ...  # batch-size buckets per kind (absent: unpadded)
     @property
     def pools(self) -> Mapping[str, int]: ...             # slot pools: name -> slots
-    @property
-    def kv(self) -> KVSpec | None: ...
-    @property
-    def kv_ops(self) -> KVOps | None: ...
     @property
     def prefill_budget(self) -> int: ...                  # prompt rows prefilled per step, all requests together
     @property
@@ -355,7 +391,7 @@ class EngineFamily(Protocol):
     def start(self, record: RequestRecord, slots: Mapping[str, int],
               share_from: int | None) -> dict[Hashable, LoopState]: ...
     def admitted(self, record: RequestRecord) -> None: ...
-    def recompute_rows(self, state: LoopState) -> Tensor: ...  # the paged loop's state
+    def paged_kv(self) -> Mapping[Hashable, PagedKV]: ...  # each paged loop's KV, by loop name (graph.paged's)
     def more_input(self, record: RequestRecord, loop: Hashable | None) -> Tensor | None: ...
     def result(self, record: RequestRecord, outputs: Mapping[Hashable, object], reason: FinishReason,
                now: float) -> SpeechResult: ...

@@ -1,7 +1,8 @@
 """The engine's paged KV: requests' records meet the block pager (policy), the loop that holds the KV (its
 state, written only by that loop) and the family's device side (block copies, table entries, forks).
 
-Owns: `RequestKV`: a request's prompt keys (chained hashes of its rows, made once per record), whether a
+Owns: `RequestKV`, one paged loop's (a graph may hold several: `v2.runtime.paged_loops` drives them
+together): a request's prompt keys (chained hashes of its rows, made once per record), whether a
 request fits (admission by free blocks), taking blocks at admission (rows found in the prefix cache count
 as prefilled), growing every request's blocks before a step, oldest first, and preempting the newest
 when the pool runs dry (its KV goes back; its slot, codec stream, backbone state and frames stay, and
@@ -9,7 +10,8 @@ once blocks are free again it recomputes the prompt and its frames' rows, then d
 preempted requests oldest first, a group member sharing its leader's prompt blocks, entering computed
 prompt blocks into the prefix cache, releasing, the cache's invalidation by new weights, and handing the
 device its work (block copies, table entries) once per step. The rows a resumed request recomputes are
-the family's layout (`recompute`).
+the family's layout (`recompute`). The first paged loop's prompt is the request's (`record.rows`, known
+at admission); another's is given while the request runs (`new_prompt`: `record.prompts[name]`).
 Must not know: any family, tensors' contents, scheduling, threads, streams, the engine's queues.
 """
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable
 
-from v2.contracts import LoopState, WorkPlan
+from v2.contracts import LoopState, WorkPlan, WorkUnitKind
 from v2.runtime.blocks import chain_keys
 from v2.runtime.family import KVOps, KVSpec, PagedLoop
 from v2.runtime.paging import KVPager
@@ -31,23 +33,35 @@ Recompute = Callable[[LoopState], "Tensor"]  # the rows a resumed request recomp
 
 class RequestKV:
     def __init__(self, pager: KVPager, executor: KVOps, loop: PagedLoop[Any, Any], name: Hashable,
-                 recompute: Recompute) -> None:
+                 recompute: Recompute, *, first: bool = True, prefill: Hashable = WorkUnitKind.PREFILL) -> None:
         """`executor`: where block copies, table entries and forks go (`apply`, `fork`: the family's, queued
         on the device stream); `loop` / `name`: the loop that holds the KV and its name in a record;
-        `recompute(state)`: the rows a resumed request recomputes (the family's layout)."""
+        `recompute(state)`: the rows a resumed request recomputes (the family's layout); `first`: its prompt
+        is the request's (`record.rows`), else one given while the request runs; `prefill`: its prefill kind."""
         self.pager = pager
         self.executor = executor
         self.loop, self.name, self.recompute = loop, name, recompute
+        self.first, self.prefill = first, prefill
         self.version = 0  # weights the cached blocks were computed with
         self.paused: dict[int, RequestRecord] = {}  # requests waiting for blocks to (re)compute their rows
 
     @classmethod
     def build(cls, spec: KVSpec, executor: KVOps, loop: PagedLoop[Any, Any], name: Hashable,
-              recompute: Recompute) -> "RequestKV":
+              recompute: Recompute, *, first: bool = True, prefill: Hashable = WorkUnitKind.PREFILL) -> "RequestKV":
         """The pager over the family's pool; admissions keep 1% of the pool free while anything runs."""
         pager = KVPager(spec.num_blocks, spec.block_size, max_blocks=spec.max_blocks,
                         prefix_cache=spec.prefix_cache, watermark=spec.num_blocks // 100)
-        return cls(pager, executor, loop, name, recompute)
+        return cls(pager, executor, loop, name, recompute, first=first, prefill=prefill)
+
+    def rows(self, req: RequestRecord) -> Tensor:
+        """The loop's current prompt (ready: laid out)."""
+        rows = req.rows if self.first else req.prompts.get(self.name)
+        assert rows is not None, "a request without a prompt reached the paged KV"
+        return rows
+
+    def holds(self, rid: int) -> bool:
+        """Whether the request holds blocks of this pool."""
+        return rid in self.pager.tables
 
     def state(self, req: RequestRecord) -> Any:
         """The state of the request's KV-holding loop (None before admission)."""
@@ -62,19 +76,24 @@ class RequestKV:
     def keys(self, req: RequestRecord) -> list[bytes]:
         """Chained keys of the full blocks of the request's prompt (made once; the prompt never changes
         after it is ready)."""
-        if req.kv_keys is None:
-            rows = _rows(req).contiguous().numpy()
-            req.kv_keys = chain_keys(rows.tobytes(), rows.shape[1] * rows.itemsize, self.pager.block_size)
-        return req.kv_keys
+        keys = req.kv_keys if self.first else req.prompt_keys.get(self.name)
+        if keys is None:
+            rows = self.rows(req).contiguous().numpy()
+            keys = chain_keys(rows.tobytes(), rows.shape[1] * rows.itemsize, self.pager.block_size)
+            if self.first:
+                req.kv_keys = keys
+            else:
+                req.prompt_keys[self.name] = keys
+        return keys
 
     def fits(self, req: RequestRecord) -> bool:
         """Whether the request's prompt (what is not cached) fits in the free blocks now."""
-        return self.pager.can_admit(self.keys(req), int(_rows(req).shape[0]))
+        return self.pager.can_admit(self.keys(req), int(self.rows(req).shape[0]))
 
     def admit(self, req: RequestRecord) -> None:
         """Blocks for the prompt of an admitted request (not a group member that will share its leader's)."""
         state = self.state(req)
-        self.loop.kv_given(state, self.pager.admit(req.id, state.slot, self.keys(req), int(_rows(req).shape[0])))
+        self.loop.kv_given(state, self.pager.admit(req.id, state.slot, self.keys(req), int(self.rows(req).shape[0])))
 
     def set_weights(self, version: int) -> None:
         """New weights: nothing computed before may be reused."""
@@ -156,7 +175,11 @@ class RequestKV:
         """The request goes on with a new prompt (a long text's next segment, laid out by its family): its
         blocks go back, and it waits for blocks for the new rows, as a preempted request does."""
         self.release(req)
-        req.rows, req.kv_keys = rows, None
+        if self.first:
+            req.rows, req.kv_keys = rows, None
+        else:
+            req.prompts[self.name] = rows
+            req.prompt_keys.pop(self.name, None)
         self.pause(req)
 
     def preempted_count(self, running: Iterable[RequestRecord]) -> int:
@@ -173,8 +196,3 @@ class RequestKV:
     def stats(self) -> dict[str, int]:
         return self.pager.stats()
 
-
-def _rows(req: RequestRecord) -> Tensor:
-    """The prompt of a request the KV sees (ready: its prompt is laid out)."""
-    assert req.rows is not None, "a request without a prompt reached the paged KV"
-    return req.rows

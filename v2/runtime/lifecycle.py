@@ -2,7 +2,8 @@
 
 Owns: the queues of waiting and running requests, cancels, deadlines, and the request lifecycle:
 admission (preempted requests first, then waiting ones in order while slots and KV blocks last, the
-scheduler's `admissible`; a group all together), starting a request's loops (its family makes their states
+scheduler's `admissible`; a group all together; with several paged loops, the first one's prompt
+fits and no loop has a request waiting for blocks), starting a request's loops (its family makes their states
 with the slots it was given), cancels, deadlines, device state changes queued on behalf of a request (a
 failure fails that request), the one way a request fails (`fail`: ERROR with the message; a failed batch
 fails only its requests, and a group leader's failed prompt fails the members that took it), and the end
@@ -22,13 +23,13 @@ from typing import Any, Callable, Hashable, Mapping
 
 import numpy as np
 
-from v2.contracts import AudioChunk, FinishReason, WorkUnitKind
+from v2.contracts import AudioChunk, FinishReason
 from v2.runtime.device import Pending, Stream
 from v2.runtime.encoding import EncodeStage
 from v2.runtime.family import EngineFamily
 from v2.runtime.groups import GroupSharing
 from v2.runtime.handles import Dispatcher, Metrics, SpeechResult
-from v2.runtime.kv import RequestKV
+from v2.runtime.paged_loops import PagedLoops
 from v2.runtime.records import RequestRecord
 from v2.runtime.scheduler import Batch, admissible
 from v2.runtime.slots import SlotPool
@@ -36,7 +37,7 @@ from v2.runtime.weight_updates import UpdateGate
 
 
 class Requests:
-    def __init__(self, family: EngineFamily, stream: Stream, kv: RequestKV | None, encoding: EncodeStage,
+    def __init__(self, family: EngineFamily, stream: Stream, kv: PagedLoops | None, encoding: EncodeStage,
                  pools: Mapping[str, SlotPool], groups: GroupSharing, gate: UpdateGate, cond: threading.Condition,
                  results: Dispatcher) -> None:
         self.family, self.stream, self.kv, self.encoding = family, stream, kv, encoding
@@ -106,8 +107,11 @@ class Requests:
         state (settings, fresh codec state)."""
         req.version = self.gate.version
         need = self.family.needs(req)
-        if self.kv is not None and need.kv_rows > self.kv.max_rows:
-            raise RuntimeError(f"needs {need.kv_rows} KV rows; a request may hold {self.kv.max_rows}")
+        if self.kv is not None:
+            for name, rows in ((self.kv.first.name, need.kv_rows), *need.loop_rows.items()):
+                most = self.kv.by_name[name].max_rows
+                if rows > most:
+                    raise RuntimeError(f"needs {rows} KV rows in loop {name!r}; a request may hold {most}")
         group = req.group
         leader = group.members[0] if group is not None and group.members[0] != req.id and not group.shared else None
         with self.cond:
@@ -116,7 +120,7 @@ class Requests:
                     req.slots[pool] = self.pools[pool].allocate(req.id)
         req.states = self.family.start(req, dict(req.slots), leader)
         if self.kv is not None and leader is None:  # a group member shares its leader's blocks instead
-            self.kv.admit(req)
+            self.kv.first.admit(req)
         self.family.admitted(req)
 
     def apply_cancels(self) -> None:
@@ -209,8 +213,9 @@ class Requests:
         ended segment) fails nobody."""
         message = f"{getattr(batch.kind, 'value', batch.kind)} failed: {type(error).__name__}: {error}"
         specs = self.graph.specs
+        first = self.kv.first.name if self.kv is not None else None
         for plan in batch.plans:
-            if batch.kind is WorkUnitKind.PREFILL:
+            if plan.loop == first and batch.kind == self.kv.first.prefill:  # type: ignore[union-attr]
                 for member in self.groups.prefill_read(plan, failed=True):
                     self.fail(member, message)  # it took the leader's prompt
             req = self.running.get(plan.request_id)
@@ -250,8 +255,9 @@ class Requests:
     def release(self, req: RequestRecord, pool: str) -> None:
         slot = req.slots.pop(pool, None)
         if slot is not None:
-            if self.kv is not None and pool in self.graph.specs[self.kv.name].pools:
-                self.kv.release(req)  # its blocks (prompt blocks stay cached until evicted)
+            kv = self.kv.by_pool.get(pool) if self.kv is not None else None
+            if kv is not None:
+                kv.release(req)  # its blocks in that loop's pool (prompt blocks stay cached until evicted)
             with self.cond:
                 self.pools[pool].release(slot, req.id)
 

@@ -6,7 +6,8 @@ loop and executor `codec_loop` / `codec_exec` (None: the card declares no codec 
 `_launch`. It gives the wiring: `declared_graph` (the graph the card declares: the AR loop holds the paged KV
 and a "kv" slot, the codec loop a "codec" slot and makes the caller's audio, the front loop uses the
 "encode" pool) and `paged_limits` (the KV pool's spec and the queue limits from the AR loop's settings);
-and the steps of a request's life that follow from these alone: `bind` (the engine's stream), `thread_setup`,
+and the steps of a request's life that follow from these alone: `paged_kv` (the AR loop's pool, the family's
+`kv_ops` and `recompute_rows`), `bind` (the engine's stream), `thread_setup`,
 `front_start` (nothing to reset), `needs` (a KV slot, a codec slot when the request decodes audio, KV rows
 for its prompt and frame cap), `with_codec` (the codec loop's state next to the AR loop's at admission),
 `admit_codec` (fresh codec state for its stream), `check_group_size` (a group's size against the slots)
@@ -26,7 +27,9 @@ import torch
 from v2.contracts import LoopState
 from v2.runtime.chunk_executor import ChunkExecutor
 from v2.runtime.chunks import ChunkLoop
-from v2.runtime.family import AnyFrontLoop, AnyLoop, AnyPagedLoop, KVSpec, LaunchState, LoopGraph, Needs
+from v2.runtime.family import (
+    AnyFrontLoop, AnyLoop, AnyPagedLoop, KVOps, KVSpec, LaunchState, LoopGraph, Needs, PagedKV,
+)
 from v2.runtime.frames import PagedFrames
 
 
@@ -68,12 +71,18 @@ class PagedFamily:
     frames: PagedFrames
     codec_loop: ChunkLoop | None
     codec_exec: ChunkExecutor | None
+    graph: LoopGraph
     kv: KVSpec
+    kv_ops: KVOps
     prefill_budget: int
     max_waiting: int
     max_group: int
     max_buffered_chunks: int
     _launch: LaunchState
+
+    def recompute_rows(self, state: LoopState) -> torch.Tensor:
+        """The rows a resumed request recomputes (the family's layout)."""
+        raise NotImplementedError
 
     # ----- wiring ---------------------------------------------------------------------------------
     def declared_graph(self, paged: Hashable, loop: AnyPagedLoop, front: AnyFrontLoop | None,
@@ -89,6 +98,13 @@ class PagedFamily:
             loops[audio], pools[audio] = self.codec_loop, ("codec",)
         edges = [(names(name), [names(t) for t in decl.feeds]) for name, decl in self.card.loops.driven()]
         return LoopGraph.declared(edges, loops, pools, paged=paged, audio=audio, front=front, front_pool="encode")
+
+    def paged_kv(self) -> dict[Hashable, PagedKV]:
+        """The one paged loop's KV (the graph's `paged`): the pool, the family's device side, its recompute."""
+        paged = self.graph.paged_loop
+        if paged is None:
+            return {}
+        return {self.graph.paged: PagedKV(self.kv, self.kv_ops, self.recompute_rows)}
 
     def paged_limits(self, settings: Any, num_blocks: int) -> None:
         """The KV pool's spec (`num_blocks` blocks) and the queue limits from the AR loop's settings."""

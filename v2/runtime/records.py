@@ -2,7 +2,8 @@
 
 Owns: what the engine tracks per request between submit and result (the request, what its family prepared
 of it, its prompt rows, its loops' states by loop name, the state of the work done before admission,
-slots held, timestamps, group membership, weight version, its prompt's KV block keys).
+slots held, timestamps, group membership, weight version, its prompt's KV block keys; the prompts of its
+other paged loops, given while it runs).
 Must not know: any family's fields (they live in `work`), scheduling, executors.
 """
 
@@ -41,6 +42,8 @@ class RequestRecord:
     sample_id: int = 0
     version: int = 0  # weights it runs under, fixed at admission
     kv_keys: list[bytes] | None = None  # chained keys of its prompt's full KV blocks (made once it is ready)
+    prompts: dict[Hashable, Tensor] = field(default_factory=dict)  # another paged loop's prompt, by loop name
+    prompt_keys: dict[Hashable, list[bytes]] = field(default_factory=dict)  # and its blocks' keys
     input_ended: bool = False  # an open request: all its input has been given (`end_text`)
     unprompted: bool = False   # an open request waiting for the input its first prompt needs (not admissible)
 

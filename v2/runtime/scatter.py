@@ -4,7 +4,8 @@ Owns: `InFlight` (a launched step: its batches, their device results and their c
 `Scatter`, which reads one back: it waits for the host copy (that wait is reported, not counted as host
 work), has each batch's rows read by the executor registered for its kind and hands each row to the loop
 that planned it (the front loop's rows to the encode stage; a prefill's read to the group sharing, under the
-request's guard), feeds what a loop made along the card's edges to the loops it feeds, delivers the audio
+request's guard), feeds what a loop made along the card's edges to the loops it feeds (a loop waiting for
+its input settles: a fed paged loop's first prompt is laid out by its family), delivers the audio
 loop's output to the caller (the graph's `audio`; none when the card declares no loop that makes audio;
 aborting a stream whose subscriber fell too far behind), and settles each
 request that moved: computed prompt blocks into the prefix cache, new input for a loop that waits for it (a
@@ -22,12 +23,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Hashable, Mapping
 
-from v2.contracts import FinishReason, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, WorkPlan
 from v2.runtime.device import Pending
 from v2.runtime.encoding import EncodeStage
 from v2.runtime.family import AnyExecutor, EngineFamily
 from v2.runtime.groups import GroupSharing
-from v2.runtime.kv import RequestKV
+from v2.runtime.paged_loops import PagedLoops
 from v2.runtime.lifecycle import Requests
 from v2.runtime.records import RequestRecord
 from v2.runtime.scheduler import Batch
@@ -45,12 +46,14 @@ class Scatter:
     """Reads launched steps back into the loops and requests of one engine (its thread alone calls it)."""
 
     def __init__(self, family: EngineFamily, executors: Mapping[Hashable, AnyExecutor], requests: Requests,
-                 encoding: EncodeStage, groups: GroupSharing, kv: RequestKV | None, cond: threading.Condition) -> None:
+                 encoding: EncodeStage, groups: GroupSharing, kv: PagedLoops | None, cond: threading.Condition) -> None:
         self.family, self.graph, self.executors = family, family.graph, executors
         self.requests, self.encoding, self.groups, self.kv, self.cond = requests, encoding, groups, kv, cond
         self._sink = family.graph.sink
         audio = family.graph.audio
         self._audio = family.graph.specs[audio] if audio is not None else None  # its output streams to the caller
+        self._prefills = kv.prefill_kinds if kv is not None else frozenset()
+        self._first = kv.first.name if kv is not None else None  # the paged loop a group shares
 
     def read(self, step: InFlight) -> float:
         """Read a launched step back: each batch's rows to the loops that planned them, then settle. Returns
@@ -66,12 +69,13 @@ class Scatter:
                 q.fail_batch(batch, out, read=True)
                 continue
             rows = self.executors[batch.kind].read(out, batch)
-            if batch.plans[0].loop not in self.graph.specs:  # the front loop's (encodes)
+            if self.graph.is_front(batch.plans[0].loop):  # the front loop's (encodes)
                 with self.cond:
                     self.encoding.scatter(batch.plans, rows, q.encoded, q.fail_id)
-            elif batch.kind is WorkUnitKind.PREFILL:
+            elif batch.kind in self._prefills:
                 for plan, row in zip(batch.plans, rows):
-                    self.groups.prefill_read(plan, failed=False)
+                    if plan.loop == self._first:
+                        self.groups.prefill_read(plan, failed=False)
                     req = q.running.get(plan.request_id)
                     if req is not None:
                         q.guard(req, partial(self._advance, req, plan, row, touched, True))
@@ -100,8 +104,9 @@ class Scatter:
         moved = settle or state.finish is not None or state.wants_input
         for name, loop in self.graph.feeding[plan.loop]:
             down = req.states[name]
+            waited = down.wants_input
             loop.feed(down, state.fresh, state.finish)
-            moved = moved or down.finish is not None
+            moved = moved or waited or down.finish is not None  # a loop that waited for input may have it now
         if spec is self._audio and not self._deliver(req, state):
             return
         if moved:
@@ -131,8 +136,8 @@ class Scatter:
             state = req.states[spec.name]
             if state.wants_input:
                 rows = self.family.more_input(req, spec.name)
-                if rows is not None and self.kv is not None and spec.name == self.kv.name:
-                    self.kv.new_prompt(req, rows)  # prefilled once KV blocks are given
+                if rows is not None and self.kv is not None and spec.name in self.kv.by_name:
+                    self.kv.new_prompt(req, spec.name, rows)  # prefilled once KV blocks are given
                 if state.finish is not None:  # its input ended: the loops it feeds learn it (made nothing more)
                     for name, loop in self.graph.feeding[spec.name]:
                         loop.feed(req.states[name], [], state.finish)

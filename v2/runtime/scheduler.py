@@ -4,8 +4,10 @@ Python, no torch.
 Owns: admission (`admissible`: the first waiting request that is ready and, when it leads a group, its
 whole group, while every pool has the slots they need and the KV fits its prompt), grouping plans by
 their batch key (equal keys run as one call), the order of kinds in a step (the family's executors' order;
-by default ENCODE, PREFILL, AR_FRAME, AUDIO_CHUNK), the prefill row budget (the first prefill chunk always
-runs; others join while the step's prompt rows stay within the budget, the rest wait a step), splitting a
+by default ENCODE, PREFILL, AR_FRAME, AUDIO_CHUNK), the prefill row budget (every paged loop's prefills
+together, each loop's kind counted: the first prefill chunk always runs; others join while the step's
+prompt rows stay within the budget, the rest wait a step, so one loop's long prompt cannot stall another's
+frames), splitting a
 group that exceeds the largest batch bucket, padding a batch size up to its bucket, and the typed
 `StepPlan` the engine runs. (The preemption victim, the newest request holding KV blocks, is the pager's:
 `KVPager.grow`.)
@@ -46,18 +48,21 @@ class Scheduler:
     """Per-family policy: the kinds' order, batch-size buckets per kind, the prefill row budget."""
 
     def __init__(self, *, order: Sequence[Hashable] = KIND_ORDER, buckets: Mapping[Hashable, list[int]],
-                 prefill_budget: int) -> None:
+                 prefill_budget: int, prefill_kinds: frozenset[Hashable] = frozenset({WorkUnitKind.PREFILL})) -> None:
         self.order, self.buckets, self.prefill_budget = tuple(order), dict(buckets), prefill_budget
+        self.prefill_kinds = prefill_kinds  # every paged loop's prefill kind: one budget for them all
 
-    def plan(self, plans: Iterable[WorkPlan], prefill_rows: Mapping[int, int]) -> StepPlan:
-        """Group this step's plans into batches, in kind order. prefill_rows: rows of each PREFILL plan, by
-        request id. A kind absent from `buckets` runs unpadded, as one call."""
+    def plan(self, plans: Iterable[WorkPlan], prefill_rows: Mapping[tuple[int, Hashable], int]) -> StepPlan:
+        """Group this step's plans into batches, in kind order. prefill_rows: rows of each prefill plan (of
+        any of `prefill_kinds`), by (request id, loop). A kind absent from `buckets` runs unpadded, as one
+        call."""
         groups: dict[tuple[Any, ...], list[WorkPlan]] = {}
         deferred: list[WorkPlan] = []
         used = 0
+        kinds = self.prefill_kinds
         for plan in plans:
-            if plan.signature.kind is WorkUnitKind.PREFILL:
-                rows = prefill_rows[plan.request_id]
+            if plan.signature.kind in kinds:
+                rows = prefill_rows[plan.request_id, plan.loop]
                 if used and used + rows > self.prefill_budget:
                     deferred.append(plan)  # waits for a later step
                     continue
@@ -77,7 +82,7 @@ class Scheduler:
         return StepPlan(batches, deferred, used)
 
 
-def schedule(plans: list[WorkPlan], *, prefill_budget: int, prefill_rows: dict[int, int],
+def schedule(plans: list[WorkPlan], *, prefill_budget: int, prefill_rows: Mapping[tuple[int, Hashable], int],
              buckets: Mapping[Hashable, list[int]], order: Sequence[Hashable] = KIND_ORDER) -> list[Batch]:
     """`Scheduler(...).plan(plans, prefill_rows).batches`."""
     return Scheduler(order=order, buckets=buckets, prefill_budget=prefill_budget).plan(plans, prefill_rows).batches
