@@ -1,5 +1,6 @@
-"""The rollout pool drives every family's card: it is sized by the card's driven AR loop (whatever the family
-names it), and a replica's trajectories equal a single runtime's, codes and logprobs, on a real local Ray."""
+"""The rollout pool drives every family's card (each family of the registry, by its tiny card:
+tests/tiny_cards.py): it is sized by the card's driven AR loop (whatever the family names it), and a replica's
+trajectories equal a single runtime's, codes and logprobs, on a real local Ray."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ ray = pytest.importorskip("ray", reason="the cluster tests need Ray: pip install
 
 import numpy as np  # noqa: E402
 
+from tiny_cards import tiny_cards  # noqa: E402
 from v2.card import load_card  # noqa: E402
 from v2.cluster import RolloutPool  # noqa: E402
 from v2.cluster.pool import decode_limits  # noqa: E402
 from v2.runtime import Runtime  # noqa: E402
 
-CARDS = ["csm_tiny", "qwen3_tts_tiny"]
+CARDS = list(tiny_cards().values())
 
 
 @pytest.mark.parametrize("card", CARDS)

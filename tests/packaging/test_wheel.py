@@ -21,6 +21,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ["pyproject.toml", "setup.py", "README.md", "v2", "cards"]
+# a family's shapes file that pyproject.toml has never heard of, added to the copy the wheel is built from
+FAMILY = sorted(p.name for p in (ROOT / "v2" / "families").iterdir() if (p / "family.py").is_file())[0]
+PROBE_SHAPES = f"v2/families/{FAMILY}/shapes/probe_shapes.json"
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -40,6 +43,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(ROOT / name, src / name)
+    (src / PROBE_SHAPES).parent.mkdir(exist_ok=True)
+    (src / PROBE_SHAPES).write_text("{}")
     dist.mkdir()
     built = _run([sys.executable, "-c", "import sys, setuptools.build_meta as b; print(b.build_wheel(sys.argv[1]))",
                   str(dist)], cwd=src)
@@ -62,11 +67,21 @@ def test_the_wheel_carries_the_cards_the_marker_and_the_package_data(installed):
     assert {"v2/py.typed", "v2/server/static/index.html", "v2/cli/__init__.py", "v2/checkpoints.py"} <= names
     shapes = {str(p.relative_to(ROOT)) for p in (ROOT / "v2" / "families").glob("*/shapes/*.json")}
     assert len(shapes) >= 4 and shapes <= names  # each family's release shapes, package data next to it
+    assert PROBE_SHAPES in names  # any family's: pyproject.toml names no family
     packages = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "v2").rglob("__init__.py")}
     assert {f"{p}/__init__.py" for p in packages} <= names  # every subpackage
     assert not any(n.startswith(("tests/", "cards/", "designs/")) for n in names)
     metadata = zipfile.ZipFile(installed["wheel"]).read("v2-0.1.0.dist-info/METADATA").decode()
     assert "Requires-Dist: huggingface_hub" in metadata and "Requires-Dist: torch" in metadata
+
+
+def test_the_package_data_names_no_family():
+    """A family's `shapes/` ride along by one pattern for every family, not a line per family."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert not [key for key in data if key.startswith("v2.families.")], data
+    assert "*/shapes/*.json" in data["v2.families"]
 
 
 def test_the_console_script_runs_the_main_job_from_an_empty_folder(installed):

@@ -1,5 +1,5 @@
-"""`/v1/audio/speech/stream` under a hostile or careless client, with a real websocket client, on both tiny
-cards and CSM's: a config is checked whole before `session.ready` (a refused one gets an
+"""`/v1/audio/speech/stream` under a hostile or careless client, with a real websocket client, on every
+family's tiny card (the registry's families: tests/tiny_cards.py): a config is checked whole before `session.ready` (a refused one gets an
 `error` naming the parameter and the session keeps its previous config, or none); messages are bounded as
 REST bodies are (depth, members) and refused naming the problem, the connection kept; text UTF-8 cannot
 encode (a lone surrogate) is refused naming its field wherever it is, and an utterance ends at once, not at
@@ -22,11 +22,12 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as sync_connect
 
-from serverkit import LiveServer, shared_runtime, wait_idle
+from serverkit import CARD, LiveServer, shared_runtime, wait_idle
+from tiny_cards import tiny_cards
 from v2.server import ServerConfig
 from wskit import recv_json, server_log, sync_until, until, ws_url
 
-CARDS = ["moss_tts_local_tiny", "qwen3_tts_tiny", "csm_tiny"]
+CARDS = list(tiny_cards().values())
 BOUND = 120.0  # seconds: a hang check
 
 
@@ -34,14 +35,15 @@ def idle_s(rt: Any) -> float:
     """An open request's input idle timeout: what "ended at once" is told apart from (a loaded machine may be
     slow, never that slow), so a duration is bounded by it and by nothing tighter."""
     return float(rt.card.runtime.input_idle_timeout_s)
-VOICES = {"qwen3_tts_tiny": "Vivian", "csm_tiny": "0"}
 
 
 class Live:
     def __init__(self, card: str, rt: Any, server: LiveServer) -> None:
         self.card, self.rt, self.server, self.url = card, rt, server, ws_url(server)
+        speaker = rt.speakers[0] if rt.speakers else None  # the checkpoint's first built-in voice, where it has any
+        self.speaker: dict[str, Any] = {} if speaker is None else {"speaker": speaker}  # as a Python request names it
         self.config = {"type": "session.config", "seed": 3, "max_new_tokens": 4, "response_format": "pcm",
-                       **({"voice": VOICES[card]} if card in VOICES else {})}
+                       **({} if speaker is None else {"voice": speaker})}
 
 
 @pytest.fixture(scope="module", params=CARDS)
@@ -49,7 +51,7 @@ def live(request) -> Iterator[Live]:
     from v2.runtime import Runtime
 
     card = request.param
-    rt = shared_runtime() if card == "moss_tts_local_tiny" else Runtime.from_card(card)
+    rt = shared_runtime() if card == CARD else Runtime.from_card(card)
     try:
         with LiveServer(rt, ServerConfig.for_card(card)) as server:
             yield Live(card, rt, server)
@@ -190,8 +192,7 @@ def test_pieces_of_any_code_points_are_taken_or_refused_naming_text_and_the_utte
         events, frames = sync_until(ws, "session.done", timeout=BOUND)
         assert time.monotonic() - start < idle_s(live.rt)
     assert [e for e in events if e["type"] == "error"] == [] and log.tracebacks() == []
-    speaker = {"qwen3_tts_tiny": {"speaker": "vivian"}, "csm_tiny": {"speaker": 0}}.get(live.card, {})
-    h = live.rt.open({"seed": 3, "max_frames": 4, **speaker})
+    h = live.rt.open({"seed": 3, "max_frames": 4, **live.speaker})
     for piece in pieces:
         if not any(0xD800 <= ord(c) <= 0xDFFF for c in piece):
             h.feed(piece)
@@ -232,7 +233,7 @@ def test_python_refuses_such_text_naming_text_in_feed_open_and_submit(live, piec
     from v2.errors import RequestError
 
     rt = live.rt
-    h = rt.open({"max_frames": 2, "seed": 1, **({"speaker": "vivian"} if live.card == "qwen3_tts_tiny" else {})})
+    h = rt.open({"max_frames": 2, "seed": 1, **live.speaker})
     with pytest.raises(RequestError) as fed:
         h.feed(piece)
     h.feed("Fine.")
@@ -300,7 +301,7 @@ def test_clients_that_leave_abruptly_leave_no_traceback(live):
 
 
 # ----- 5. the pre-config timeout -----------------------------------------------------------------------
-DEFAULT_CONFIG_S = ServerConfig.for_card("moss_tts_local_tiny").ws_config_timeout_s  # 30 s
+DEFAULT_CONFIG_S = ServerConfig.for_card(CARD).ws_config_timeout_s  # 30 s
 
 
 def test_a_connection_that_sends_no_config_is_closed_after_the_timeout(live):

@@ -1,0 +1,16 @@
+"""The tests every family shares run over the registry's families by their tiny cards (tests/tiny_cards.py):
+each family ships one, so none is left out of them."""
+
+from __future__ import annotations
+
+from tiny_cards import tiny_cards, without_tiny_card
+from v2.card import load_card
+from v2.registry import families
+
+
+def test_every_family_of_the_registry_has_a_tiny_card():
+    found = tiny_cards()
+    assert without_tiny_card() == [] and set(found) == set(families())
+    for family, name in found.items():
+        card = load_card(name)
+        assert card.family == family and card.seeded  # seeded weights: no files to fetch
