@@ -25,6 +25,7 @@ from v2.card import (
     SEED_PREFIX, ChunkLoopDecl, DType, LoopDecl, LoopTable, ModelCard, PagedLoopDecl, StageSampling, _Frozen,
 )
 from v2.checkpoints import resolve_checkpoint
+from v2.families.kit import check_seeded
 
 MAX_SPEAKER = 2**31 - 1  # a speaker id is rendered as decimal text: bounded like any request integer
 
@@ -108,10 +109,8 @@ class CsmCard(ModelCard):
     @model_validator(mode="after")
     def _consistent(self) -> "CsmCard":
         model = self.experts.model
-        if model.tokenizer == "bytes" and not model.checkpoint.startswith(SEED_PREFIX):
-            raise ValueError("experts.model.tokenizer: 'bytes' is for seeded weights; a release uses 'release'")
-        if self.experts.codec.checkpoint is None and model.checkpoint.startswith(SEED_PREFIX):
-            raise ValueError("experts.codec.checkpoint: seeded model weights hold no codec; name the codec's checkpoint")
+        check_seeded(model.tokenizer, model.checkpoint, self.experts.codec.checkpoint, "model",
+                     "seeded model weights hold no codec")
         return self
 
 

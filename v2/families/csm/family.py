@@ -16,19 +16,19 @@ Must not know: the engine's queues, scheduling policy, threads.
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 
-import torch
 
-from v2.contracts import LoopState, WorkUnitKind
+from v2.contracts import FinishReason, LoopState, WorkUnitKind
 from v2.errors import RequestError
 from v2.families.csm import builders, results
+from v2.families.kit import shared_prompt
 from v2.families.csm.audio import read_context
-from v2.families.csm.backbone import BACKBONE, CsmLoop, recompute_rows
+from v2.families.csm.backbone import BACKBONE, CsmLoop, CsmState, recompute_rows
 from v2.families.csm.card import CsmCard, codec_config, config_dict, generation_config, model_source
 from v2.families.csm.codec import CODEC, CodecLoop
 from v2.families.csm.codec_executor import CodecExecutor
-from v2.families.csm.encode import EncodeLoop
+from v2.families.csm.encode import EncodeLoop, EncodeState
 from v2.families.csm.encode_executor import EncodeExecutor
 from v2.families.csm.frame_executor import FrameExecutor, OnStream
 from v2.families.csm.open_text import OpenText, OpenWork, spoken_text
@@ -40,9 +40,20 @@ from v2.families.csm.weights import NAMES
 from v2.models.csm.config import CsmConfig, CsmSampling, GenerationDefaults
 from v2.models.kv_cache import PagedKVCache
 from v2.runtime.family import AnyExecutor, Factory, FactoryBase, Halves, LaunchState, VoiceSpec
-from v2.runtime.handles import SegmentMark
+from v2.runtime import family as seam
+from v2.runtime.handles import SegmentMark, SpeechResult
 from v2.runtime.paged_family import PagedFamily, pool_blocks
 from v2.sampling_settings import HeadSampling
+
+if TYPE_CHECKING:
+    import torch
+
+    from v2.families.csm.builders import ByteTokenizer
+    from v2.models.csm.model import Csm
+    from v2.models.csm.tokenizer import CsmTokenizer
+    from v2.models.mimi.model import MimiModel
+    from v2.runtime.records import RequestRecord
+    from v2.runtime.voices import Voice
 
 
 def defaults(card: CsmCard, generation: dict[str, Any] | None) -> tuple[CsmSampling, int]:
@@ -67,7 +78,8 @@ class CsmFamily(PagedFamily):
     sampling_keys = SAMPLING_KEYS  # a rollout's sampling options: its nested `sampling`
     speech_params = SPEECH_PARAMS  # how a server's `SpeechParams` become this family's request (params.py)
 
-    def __init__(self, card: CsmCard, model: Any, codec: Any, tokenizer: Any = None, *, encoder: Any = None,
+    def __init__(self, card: CsmCard, model: Csm, codec: MimiModel,
+                 tokenizer: CsmTokenizer | ByteTokenizer | None = None, *, encoder: MimiModel | None = None,
                  generation: dict[str, Any] | None = None, graphs: bool = True) -> None:
         bb, cd, enc = card.loops.backbone, card.loops.codec, card.loops.encode
         cfg: CsmConfig = model.cfg
@@ -113,32 +125,30 @@ class CsmFamily(PagedFamily):
         self.opened = OpenText(card, cfg, tokenizer, self.prepare)
 
     # ----- submit --------------------------------------------------------------------------------
-    def parse(self, request: Any) -> CsmRequest:
+    def parse(self, request: object) -> CsmRequest:
         return parse(request)
 
-    def prepare(self, request: Any, *, voice: Any = None) -> Prepared:
+    def prepare(self, request: seam.Request, *, voice: Voice | None = None) -> Prepared:
+        assert isinstance(request, CsmRequest)  # what `parse` made
         return prepare(request, self.card, self.cfg, self.tokenizer, self.sampling, self.default_frames,
                        self.codec_spec, voice=voice)
 
-    def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[CsmRequest, OpenWork]:
+    def open_text(self, request: object, *, voice: Voice | None = None,
+                  split: str = "sentence") -> tuple[CsmRequest, OpenWork]:
         """An open request checked; its spoken turn's text comes through `feed` (open_text.py). `split` is
         another family's segment rule: a CSM turn is one prompt, spoken whole."""
         return self.opened.open_text(request, voice=voice)
 
-    def feed(self, request: Any, work: Any, text: str, *, end: bool = False) -> bool:
+    def feed(self, request: seam.Request, work: seam.Prepared, text: str, *, end: bool = False) -> bool:
         assert isinstance(work, OpenWork)  # what `open_text` prepared
         return self.opened.feed(work, text, end=end)
 
-    def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
-        prepared = [p for _, p in group]
-        self.check_group_size(group)
-        if any(not torch.equal(p.rows, prepared[0].rows) for p in prepared):
-            raise ValueError("prompts: a shared prompt must be the same for every request of the group")
-        if prepared[0].recordings:
+    def check_group(self, group: Sequence[tuple[seam.Request, seam.Prepared]]) -> None:
+        if shared_prompt(group, self.check_group_size).recordings:
             raise RequestError("context: a group shares one prompt; recordings to encode cannot be shared (give the "
                                "turns' codes)", field="context")
 
-    def read_input(self, source: Any) -> EncodeInput:
+    def read_input(self, source: object) -> EncodeInput:
         """One recording for an encode-only job (`rt.encode_audio`, a voice being stored)."""
         if self.encoder is None:
             raise RequestError("reference_audio: this runtime has no codec encoder", field="reference_audio")
@@ -146,18 +156,22 @@ class CsmFamily(PagedFamily):
                                          max_seconds=self.card.loops.encode.max_context_seconds,
                                          field="reference_audio"),))
 
-    def front_state(self, request_id: int, inputs: tuple[Any, ...]) -> Any:
+    def front_state(self, request_id: int, inputs: tuple[object, ...]) -> EncodeState:
         assert self.enc_loop is not None
         (one,) = inputs
+        assert isinstance(one, EncodeInput)  # what `prepare` or `read_input` gave
         return self.enc_loop.init(request_id, one.audio)
 
-    def encoded(self, record: Any) -> Any:
+    def encoded(self, record: RequestRecord) -> torch.Tensor | None:
+        front = record.front
+        assert isinstance(front, EncodeState) and front.codes is not None  # the encode loop has ended
         if isinstance(record.work, OpenWork):
-            return self.opened.encoded(record.work, record.front.codes)
-        return with_encoded(record.work, self.cfg, record.front.codes)
+            return self.opened.encoded(record.work, front.codes)
+        return with_encoded(record.work, self.cfg, front.codes)
 
     # ----- admission and after -------------------------------------------------------------------
-    def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
+    def start(self, record: RequestRecord, slots: Mapping[str, int],
+              share_from: int | None) -> dict[Hashable, LoopState]:
         state = self.backbone_loop.init(record.id, record.rows, max_frames=record.work.max_frames, slot=slots["kv"])
         if share_from is not None:
             self.backbone_loop.share(state, share_from)
@@ -165,22 +179,26 @@ class CsmFamily(PagedFamily):
             record.handle.mark(SegmentMark(0, 0, len(record.work.text), 0))
         return self.with_codec(record, slots, {BACKBONE: state})
 
-    def admitted(self, record: Any) -> None:
-        state = record.states[BACKBONE]
-        self.calls.admit(state.slot, record.work.sampling, record.request.seed)
+    def admitted(self, record: RequestRecord) -> None:
+        state, request = record.states[BACKBONE], record.request
+        assert isinstance(state, CsmState) and isinstance(request, CsmRequest)
+        self.calls.admit(state.slot, record.work.sampling, request.seed)
         self.admit_codec(record)
 
-    def recompute_rows(self, state: Any) -> Any:
+    def recompute_rows(self, state: LoopState) -> torch.Tensor:
+        assert isinstance(state, CsmState)  # the backbone's, the paged loop
         return recompute_rows(state, self.cfg.ids.audio)
 
-    def more_input(self, record: Any, loop: Hashable | None) -> Any:
+    def more_input(self, record: RequestRecord, loop: Hashable | None) -> torch.Tensor | None:
         """An open request waiting for admission: its prompt once its text has ended (one prompt per request:
         the backbone loop never waits for input)."""
         if loop is None and isinstance(record.work, OpenWork):
             return self.opened.first_prompt(record.work)
         return None
 
-    def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
+    def result(self, record: RequestRecord, outputs: Mapping[Hashable, Any], reason: FinishReason,
+               now: float) -> SpeechResult:
+        assert isinstance(record.request, CsmRequest)
         out = results.build_result(record, outputs.get(BACKBONE), outputs.get(CODEC), reason, now,
                                    sample_rate=self.sample_rate, width=self.code_width,
                                    eos=self.cfg.ids.codebook_eos, family=self.name,
@@ -199,7 +217,7 @@ class _Factory(FactoryBase[CsmCard]):
     bound = CsmFamily
 
     def experts(self, card: CsmCard, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
-                device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
+                device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> dict[str, object]:
         model = builders.build_model(card, checkpoint=checkpoint, dtype=dtype, device=device)
         codec = builders.build_codec(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint, dtype=dtype,
                                      device=device)
@@ -213,7 +231,7 @@ class _Factory(FactoryBase[CsmCard]):
         size = int(codec_config(card, checkpoint).get("codebook_size", 2048))
         return VoiceSpec(int(cfg["num_codebooks"]), size, {})
 
-    def precheck(self, card: CsmCard, fields: Mapping[str, Any], checkpoint: str | None = None) -> None:
+    def precheck(self, card: CsmCard, fields: Mapping[str, object], checkpoint: str | None = None) -> None:
         """Without weights: plain `text` on a checkpoint that ships no tokenizer.json."""
         if not isinstance(fields.get("text"), str) or fields.get("text_ids") is not None:
             return

@@ -25,8 +25,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from v2.contracts import ExecutionProfile
 from v2.errors import RequestError
+from v2.families.kit import check_open
 from v2.families.csm.prepare import Prepared, TurnPlan, check_rows, rows_of, turn_ids, with_encoded
 from v2.families.csm.request import CsmRequest, parse
 from v2.fields import check_text_chars
@@ -60,12 +60,7 @@ class OpenText:
         if given.get("text_ids") is not None:
             raise RequestError("text_ids: an open request takes its text in pieces (text)", field="text_ids")
         req = parse({**given, "text": PLACEHOLDER})
-        if req.profile is ExecutionProfile.ROLLOUT:
-            raise RequestError("profile: a rollout's prompt is given whole (rt.rollout); an open request's text "
-                               "arrives while it runs", field="profile")
-        if self.tokenizer is None:
-            raise RequestError("text: this checkpoint has no tokenizer (no tokenizer.json); an open request's pieces "
-                               "are text", field="text")
+        check_open(req, self.tokenizer, "no tokenizer.json")
         checked = self.prepare(req, voice=voice)
         work = OpenWork(**{f.name: getattr(checked, f.name) for f in fields(Prepared)})
         work.rows = None  # type: ignore[assignment]  # no prompt until its text has ended

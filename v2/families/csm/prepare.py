@@ -24,11 +24,11 @@ import torch
 
 from v2.errors import RequestError
 from v2.families.csm.audio import read_context
+from v2.families.kit import frame_budget, over
 from v2.families.csm.request import CsmRequest
 from v2.fields import check_text_chars
 from v2.models.csm.config import CsmConfig, CsmSampling
 from v2.models.csm.prompt import PromptError, Turn, layout
-from v2.sampling_settings import HeadSampling
 
 __all__ = ["CodecSpec", "EncodeInput", "Prepared", "TurnPlan", "check_rows", "prepare", "rows_of", "turn_ids", "with_encoded"]
 
@@ -107,16 +107,11 @@ def _codes(codes: Any, cfg: CsmConfig, name: str) -> np.ndarray:
 
 
 def _sampling(request: CsmRequest, defaults: CsmSampling) -> CsmSampling:
-    b, d = defaults.backbone, defaults.depth
-    backbone = HeadSampling(b.temperature if request.temperature is None else request.temperature,
-                            b.top_k if request.top_k is None else request.top_k,
-                            b.top_p if request.top_p is None else request.top_p)
+    backbone = over(defaults.backbone, request.temperature, request.top_k, request.top_p)
     depth_t = request.depth_decoder_temperature
     if depth_t is None:
-        depth_t = 0.0 if request.temperature == 0 else d.temperature  # temperature 0 alone: both stages greedy
-    depth = HeadSampling(depth_t, d.top_k if request.depth_decoder_top_k is None else request.depth_decoder_top_k,
-                         d.top_p if request.depth_decoder_top_p is None else request.depth_decoder_top_p)
-    return CsmSampling(backbone, depth)
+        depth_t = 0.0 if request.temperature == 0 else defaults.depth.temperature  # temperature 0 alone: both greedy
+    return CsmSampling(backbone, over(defaults.depth, depth_t, request.depth_decoder_top_k, request.depth_decoder_top_p))
 
 
 def rows_of(cfg: CsmConfig, turns: tuple[TurnPlan, ...]) -> torch.Tensor:
@@ -220,9 +215,7 @@ def prepare(request: CsmRequest, card: Any, cfg: CsmConfig, tokenizer: Any, defa
     turns, recordings = _turns(request, card, cfg, tokenizer, codec, voice)
     check_rows(tuple(turns), limits.max_prompt_rows)
     rows = rows_of(cfg, tuple(turns))
-    max_frames = request.max_frames if request.max_frames is not None else min(default_frames, limits.max_frames)
-    if max_frames > limits.max_frames:
-        raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})", field="max_frames")
+    max_frames = frame_budget(request.max_frames, limits.max_frames, min(default_frames, limits.max_frames))
     try:
         sampling = _sampling(request, defaults)
     except ValueError as e:

@@ -23,6 +23,7 @@ import torch
 
 from v2.contracts import LoopState, WorkUnitKind
 from v2.errors import RequestError
+from v2.families.kit import check_one_segment, shared_prompt
 from v2.families.moss_tts_local.kinds import LoopKind
 from v2.families.moss_tts_local import results, segments
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
@@ -107,16 +108,11 @@ class MossFamily(PagedFamily):
     def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
         """Requests (request, prepared) that share one prompt: `check_group_size`'s bounds, one prompt for all,
         no recording to encode, one segment."""
-        prepared = [p for _, p in group]
-        self.check_group_size(group)
-        if any(not torch.equal(p.rows, prepared[0].rows) for p in prepared):
-            raise ValueError("prompts: a shared prompt must be the same for every request of the group")
-        if prepared[0].audio:
+        first = shared_prompt(group, self.check_group_size)
+        if first.audio:
             raise RequestError("reference_audio: a group shares one prompt; store the voice once "
                                "(rt.voices.add) and pass voice=NAME, or pass reference_codes", field="reference_audio")
-        if len(prepared[0].segments) > 1:
-            raise RequestError("text: a group shares one prompt; this text is spoken as "
-                               f"{len(prepared[0].segments)} segments (max_segment_chars)", field="text")
+        check_one_segment(first)
 
     def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[Any, OpenWork]:
         """An open request checked (its text arrives through `feed`)."""

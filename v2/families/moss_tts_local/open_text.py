@@ -29,7 +29,7 @@ from v2.contracts import ExecutionProfile
 from v2.errors import RequestError
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
 from v2.families.moss_tts_local.card import MossCard
-from v2.families.moss_tts_local.prepare import CodecSpec, prepare
+from v2.families.moss_tts_local.prepare import CodecSpec, prepare, reference_codes
 from v2.families.moss_tts_local.request import SpeechRequest, parse_request
 from v2.families.moss_tts_local.segments import carried_rows, segment_seed
 from v2.families.moss_tts_local.vocoder import VocoderLoop, VocoderState
@@ -87,14 +87,7 @@ class OpenText:
                                "as segments", field='duration_frames')
         checked = prepare(req.model_copy(update={"text": PLACEHOLDER}), self.card, self.cfg, self.tokenizer,
                           codec=self.codec, voice=voice)
-        if checked.audio:
-            assert self.codec is not None
-            references = tuple(torch.zeros(a.shape[1] // self.codec.hop, self.cfg.n_vq, dtype=torch.long)
-                               for a in checked.audio)
-        elif voice is not None:
-            references = (torch.as_tensor(voice.codes, dtype=torch.long),)
-        else:
-            references = tuple(req.reference_codes or ())
+        references = reference_codes(req, checked.audio, voice, self.codec, self.cfg)
         work = OpenWork(checked.sampling, checked.max_frames, checked.audio, checked.transcript, references,
                         TextFeed(self.limits.open_segment_chars, split))
         return req, work

@@ -22,6 +22,7 @@ from v2.errors import RequestError
 from v2.families.moss_tts_local.card import MossCard as ModelCard
 from v2.families.moss_tts_local.long_text import TextSegment, build_rows, plan, split
 from v2.families.moss_tts_local.request import SpeechRequest
+from v2.families.kit import frame_budget
 from v2.fields import check_text_chars
 from v2.long_text import unsplit
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
@@ -108,6 +109,18 @@ def _recordings(request: SpeechRequest, card: ModelCard, codec: CodecSpec | None
                  for i, source in enumerate(audio))
 
 
+def reference_codes(request: SpeechRequest, audio: tuple[np.ndarray, ...], voice: Any, codec: CodecSpec | None,
+                    cfg: MossTTSLocalConfig) -> tuple[torch.Tensor, ...]:
+    """The codes a prompt carries: placeholders of the right length while `audio` waits for the encoder, else
+    the stored voice's, else the request's `reference_codes`."""
+    if audio:
+        assert codec is not None
+        return tuple(torch.zeros(a.shape[1] // codec.hop, cfg.n_vq, dtype=torch.long) for a in audio)
+    if voice is not None:
+        return (torch.as_tensor(voice.codes, dtype=torch.long),)
+    return tuple(request.reference_codes or ())
+
+
 def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, tokenizer: TextTokenizer, *,
             codec: CodecSpec | None = None, voice: Any = None) -> Prepared:
     """Check a request against the card and lay out its prompt. `voice`: the stored voice `request.voice`
@@ -117,13 +130,7 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
     _text_limits(request, limits)
     parts, said = split(request, limits.max_segment_chars)  # long text: split at sentence ends (refusals name `text`)
     audio = _recordings(request, card, codec)
-    if audio:
-        assert codec is not None
-        references = tuple(torch.zeros(a.shape[1] // codec.hop, cfg.n_vq, dtype=torch.long) for a in audio)
-    elif voice is not None:
-        references = (torch.as_tensor(voice.codes, dtype=torch.long),)
-    else:
-        references = tuple(request.reference_codes or ())
+    references = reference_codes(request, audio, voice, codec, cfg)
     transcript = request.reference_text if request.reference_text is not None else getattr(voice, "text", None)
     try:
         rows = build_rows(request, cfg, tokenizer, references, transcript, said)
@@ -136,11 +143,7 @@ def prepare(request: SpeechRequest, card: ModelCard, cfg: MossTTSLocalConfig, to
         why = unsplit(request, limits.max_segment_chars) if field == "text" else ""
         raise RequestError(f"{field}: the prompt is {len(rows)} rows, over the card's max_prompt_rows "
                            f"({limits.max_prompt_rows}){why}", field=field)
-    max_frames = request.max_frames if request.max_frames is not None else limits.max_frames
-    if max_frames > limits.max_frames:
-        raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})", field="max_frames")
-    if request.min_frames > max_frames:
-        raise RequestError(f"min_frames: {request.min_frames} exceeds max_frames ({max_frames})", field="min_frames")
+    max_frames = frame_budget(request.max_frames, limits.max_frames, limits.max_frames, request.min_frames)
     try:
         sampling = request.sampling.resolve(limits.sampling.settings())
     except ValueError as e:

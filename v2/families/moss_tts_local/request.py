@@ -21,6 +21,7 @@ import torch
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from v2.errors import FieldError, RequestError, from_validation, reason
+from v2.families.kit import over
 from v2.fields import (
     INT64_MAX, Penalty, RequestTail, StrictInt, StrictRequest, StrictText, Temperature, TopK, TopP, int_tensor,
 )
@@ -39,9 +40,7 @@ class HeadParams(StrictRequest):
     top_p: TopP = None
 
     def over(self, base: HeadSampling) -> HeadSampling:
-        return HeadSampling(base.temperature if self.temperature is None else self.temperature,
-                            base.top_k if self.top_k is None else self.top_k,
-                            base.top_p if self.top_p is None else self.top_p)
+        return over(base, self.temperature, self.top_k, self.top_p)
 
 
 class SamplingParams(StrictRequest):

@@ -24,6 +24,7 @@ from v2.card import (
     SEED_PREFIX, ChunkLoopDecl, DType, LoopDecl, LoopTable, ModelCard, PagedLoopDecl, StageSampling, _Frozen,
 )
 from v2.checkpoints import resolve_checkpoint
+from v2.families.kit import check_seeded
 from v2.fields import check_penalty
 
 SPEECH_TOKENIZER = "speech_tokenizer"  # the codec's folder inside a release checkpoint
@@ -102,11 +103,8 @@ class Qwen3Card(ModelCard):
     @model_validator(mode="after")
     def _consistent(self) -> "Qwen3Card":
         talker = self.experts.talker
-        if talker.tokenizer == "bytes" and not talker.checkpoint.startswith(SEED_PREFIX):
-            raise ValueError("experts.talker.tokenizer: 'bytes' is for seeded weights; a release uses 'release'")
-        if self.experts.codec.checkpoint is None and talker.checkpoint.startswith(SEED_PREFIX):
-            raise ValueError("experts.codec.checkpoint: seeded talker weights have no speech_tokenizer/; "
-                             "name the codec's checkpoint")
+        check_seeded(talker.tokenizer, talker.checkpoint, self.experts.codec.checkpoint, "talker",
+                     "seeded talker weights have no speech_tokenizer/")
         return self
 
 

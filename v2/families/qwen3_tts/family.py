@@ -22,19 +22,22 @@ from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 
 import torch
 
-from v2.contracts import LoopState, WorkUnitKind
+from v2.contracts import FinishReason, LoopState, WorkUnitKind
 from v2.errors import FieldError, RequestError
+from v2.families.kit import check_one_segment, shared_prompt
 from v2.families.qwen3_tts import languages, results, segments
 from v2.families.qwen3_tts.card import (
     Qwen3Card, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config, generation_config,
 )
 from v2.families.qwen3_tts.codec import CODEC, CodecLoop
 from v2.families.qwen3_tts.codec_executor import CodecExecutor
-from v2.families.qwen3_tts.encode import EncodeLoop, Qwen3Work
+from v2.families.qwen3_tts.encode import EncodeLoop, EncodeState, Qwen3Work
 from v2.families.qwen3_tts.encode_executor import CodesExecutor, SpeakerExecutor
 from v2.families.qwen3_tts.open_text import OpenText, OpenWork
 from v2.families.qwen3_tts.params import SPEECH_PARAMS
-from v2.families.qwen3_tts.prepare import CodecSpec, check_speaker, prepare, read_recording, rows_of, with_encoded
+from v2.families.qwen3_tts.prepare import (
+    CodecSpec, EncodeInput, check_speaker, prepare, read_recording, rows_of, with_encoded,
+)
 from v2.families.qwen3_tts.request import Qwen3Request, parse
 from v2.families.qwen3_tts.sampling_names import SAMPLING_KEYS
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState, recompute_rows
@@ -43,11 +46,25 @@ from v2.families.qwen3_tts.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
 from v2.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig, Qwen3TTSSampling
 from v2.runtime.family import (
-    AnyExecutor, Factory, FactoryBase, Halves, LaunchState, Prepared, TextInput, VoiceArrays, VoiceSpec,
+    AnyExecutor, Factory, FactoryBase, FrontState, Halves, LaunchState, Prepared, Request, TextInput, VoiceArrays,
+    VoiceSpec,
 )
 from v2.runtime.paged_family import PagedFamily, pool_blocks
 from v2.runtime.voice_arrays import check_embedding
 from v2.sampling_settings import HeadSampling
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from v2.families.qwen3_tts.card import ByteIds
+    from v2.models.qwen3_codec.decoder import Qwen3CodecDecoder
+    from v2.models.qwen3_codec.encoder import Qwen3CodecEncoder
+    from v2.models.qwen3_tts.model import Qwen3TTS
+    from v2.models.qwen3_tts.tokenizer import Qwen3TTSTokenizer
+    from v2.runtime.handles import SpeechResult
+    from v2.runtime.records import RequestRecord
+    from v2.runtime.voices import Voice
 
 
 def sampling_defaults(card: Qwen3Card, generation: dict[str, Any] | None) -> Qwen3TTSSampling:
@@ -73,7 +90,8 @@ class Qwen3Family(PagedFamily):
     sampling_keys = SAMPLING_KEYS  # a rollout's sampling options: its nested `sampling` (sampling_names.py)
     speech_params = SPEECH_PARAMS  # how a server's `SpeechParams` become this family's request (params.py)
 
-    def __init__(self, card: Qwen3Card, model: Any, codec: Any, tokenizer: Any = None, *, encoder: Any = None,
+    def __init__(self, card: Qwen3Card, model: Qwen3TTS, codec: Qwen3CodecDecoder,
+                 tokenizer: Qwen3TTSTokenizer | ByteIds | None = None, *, encoder: Qwen3CodecEncoder | None = None,
                  generation: dict[str, Any] | None = None, graphs: bool = True) -> None:
         tk, cd, enc = card.loops.talker, card.loops.codec, card.loops.encode
         cfg = model.cfg
@@ -125,45 +143,43 @@ class Qwen3Family(PagedFamily):
                                self.talker_loop)
 
     # ----- submit --------------------------------------------------------------------------------
-    def parse(self, request: Any) -> Any:
+    def parse(self, request: object) -> Qwen3Request:
         return parse(request, languages=self.cfg.languages)
 
-    def prepare(self, request: Any, *, voice: Any = None) -> Any:
+    def prepare(self, request: Request, *, voice: Voice | None = None) -> Prepared:
+        assert isinstance(request, Qwen3Request)  # what `parse` made
         return prepare(request, self.card, self.cfg, self.tokenizer, self.defaults,
                        self.codec_spec if self.enc_loop is not None else None, voice=voice)
 
-    def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
-        prepared = [p for _, p in group]
-        self.check_group_size(group)
-        if any(not torch.equal(p.rows, prepared[0].rows) or p.trailing != prepared[0].trailing for p in prepared):
-            raise ValueError("prompts: a shared prompt must be the same for every request of the group")
-        if prepared[0].recording is not None:
+    def check_group(self, group: Sequence[tuple[Request, Prepared]]) -> None:
+        first = shared_prompt(group, self.check_group_size, lambda p, first: p.trailing == first.trailing)
+        if first.recording is not None:
             raise RequestError("reference_audio: a group shares one prompt; a recording to encode cannot be shared", field='reference_audio')
-        if len(prepared[0].segments) > 1:
-            raise RequestError(f"text: a group shares one prompt; this text is spoken as {len(prepared[0].segments)} "
-                               "segments (max_segment_chars)", field='text')
+        check_one_segment(first)
 
-    def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[Any, OpenWork]:
+    def open_text(self, request: object, *, voice: Voice | None = None,
+                  split: str = "sentence") -> tuple[Qwen3Request, OpenWork]:
         """An open request checked (its text arrives through `feed`, as trailing text rows: open_text.py)."""
         return self.opened.open_text(request, split=split)
 
-    def feed(self, request: Any, work: Prepared, text: str, *, end: bool = False) -> bool:
+    def feed(self, request: Request, work: Prepared, text: str, *, end: bool = False) -> bool:
         assert isinstance(work, OpenWork)  # what `open_text` prepared
         return self.opened.feed(work, text, end=end)
 
-    def read_input(self, source: Any) -> Any:
+    def read_input(self, source: object) -> EncodeInput:
         return read_recording(source, self.codec_spec if self.encoder is not None else None,
                               self.card.loops.encode.max_reference_seconds, codes=True, speaker=False)
 
-    def read_voice(self, source: Any) -> Any:
+    def read_voice(self, source: object) -> EncodeInput:
         """A recording to store as a voice: through both encoders (codes and x-vector)."""
         return read_recording(source, self.codec_spec if self.encoder is not None else None,
                               self.card.loops.encode.max_reference_seconds, codes=True, speaker=True)
 
-    def voice_outputs(self, state: Any) -> dict[str, Any]:
+    def voice_outputs(self, state: FrontState) -> dict[str, NDArray[np.float32]]:
+        assert isinstance(state, EncodeState)  # the encode loop's
         return {"x_vector": state.xvector}
 
-    def voice_from_embedding(self, embedding: Any) -> dict[str, Any]:
+    def voice_from_embedding(self, embedding: object) -> dict[str, NDArray[np.float32]]:
         """A voice from a precomputed x-vector (vllm-omni's `speaker_embedding`: what the speaker encoder makes
         of a recording, a talker row): it speaks as an x-vector-only clone. A checkpoint without a speaker
         encoder (CustomVoice, VoiceDesign) makes none."""
@@ -173,19 +189,22 @@ class Qwen3Family(PagedFamily):
                              "no voice is an x-vector; name one of its speakers", field="speaker_embedding")
         return {"x_vector": check_embedding(embedding, width[0])}
 
-    def front_state(self, request_id: int, inputs: tuple[Any, ...]) -> Any:
+    def front_state(self, request_id: int, inputs: tuple[object, ...]) -> EncodeState:
         assert self.enc_loop is not None
         (one,) = inputs
+        assert isinstance(one, EncodeInput)  # what `prepare` or `read_input` gave
         return self.enc_loop.init(request_id, speaker_audio=one.speaker_audio, codec_audio=one.codec_audio)
 
-    def encoded(self, record: Any) -> Any:
+    def encoded(self, record: RequestRecord) -> torch.Tensor | None:
         front = record.front
+        assert isinstance(front, EncodeState)  # the encode loop has ended
         if isinstance(record.work, OpenWork):
             return self.opened.encoded(record, front.xvector, front.codes)
         return with_encoded(record.work, self.code_width, front.xvector, front.codes)
 
     # ----- admission and after -------------------------------------------------------------------
-    def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
+    def start(self, record: RequestRecord, slots: Mapping[str, int],
+              share_from: int | None) -> dict[Hashable, LoopState]:
         work, request = record.work, record.request
         talker = self.talker_loop.init(record.id, record.rows, trailing=work.trailing, pad_text=self.cfg.text.tts_pad,
                                        max_frames=work.max_frames, floor=work.floor, slot=slots["kv"],
@@ -198,24 +217,28 @@ class Qwen3Family(PagedFamily):
             record.handle.segments = (0, max(1, len(work.segments)))
         return self.with_codec(record, slots, {TALKER: talker}, context=work.context)
 
-    def admitted(self, record: Any) -> None:
-        state = record.states[TALKER]
+    def admitted(self, record: RequestRecord) -> None:
+        state, request = record.states[TALKER], record.request
+        assert isinstance(state, TalkerState) and isinstance(request, Qwen3Request)
         xvec = None if record.work.xvector is None else torch.from_numpy(record.work.xvector)
-        self.calls.admit(state.slot, record.work.sampling, record.request.seed, xvec)
+        self.calls.admit(state.slot, record.work.sampling, request.seed, xvec)
         self.admit_codec(record)
 
     def recompute_rows(self, state: LoopState) -> torch.Tensor:
         assert isinstance(state, TalkerState)  # the paged loop's: the AR loop's own state
         return recompute_rows(state)
 
-    def more_input(self, record: Any, loop: Hashable) -> Any:
+    def more_input(self, record: RequestRecord, loop: Hashable) -> torch.Tensor | None:
         """The next segment's prompt (the talker loop waits for it once a segment another follows has ended), or
         for an open request the trailing rows of the text fed since (open_text.py)."""
         if isinstance(record.work, OpenWork):
             return self.opened.more_input(record, loop)
-        return segments.next_segment(record, record.states[TALKER], self.talker_loop, self.calls, self.cfg, rows_of)
+        talker = record.states[TALKER]
+        assert isinstance(talker, TalkerState)
+        return segments.next_segment(record, talker, self.talker_loop, self.calls, self.cfg, rows_of)
 
-    def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
+    def result(self, record: RequestRecord, outputs: Mapping[Hashable, Any], reason: FinishReason,
+               now: float) -> SpeechResult:
         talker = outputs.get(TALKER)
         if isinstance(record.work, OpenWork) and talker is not None:
             self.opened.finished(record, len(talker.codes), talker.finish.value)
@@ -233,7 +256,7 @@ class _Factory(FactoryBase[Qwen3Card]):
     bound = Qwen3Family
 
     def experts(self, card: Qwen3Card, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
-                device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
+                device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> dict[str, object]:
         model = build_model(card, checkpoint=checkpoint, dtype=dtype, device=device)
         codec = build_codec(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint, dtype=dtype, device=device)
         encoder = (build_encoder(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint, dtype=dtype,
@@ -246,15 +269,16 @@ class _Factory(FactoryBase[Qwen3Card]):
         cfg = checkpoint_config(card, checkpoint)
         return VoiceSpec(cfg.num_code_groups, cfg.code_predictor.codebook_size, voice_arrays(cfg))
 
-    def precheck(self, card: Qwen3Card, fields: Mapping[str, Any], checkpoint: str | None = None) -> None:
+    def precheck(self, card: Qwen3Card, fields: Mapping[str, object], checkpoint: str | None = None) -> None:
         """From config.json alone: a `language` it does not speak, a `speaker` not in its table (where no
         voice clone is asked for: a clone with a speaker is `parse`'s refusal)."""
         cfg = checkpoint_config(card, checkpoint)
-        if isinstance(fields.get("language"), str):
-            languages.resolve(fields["language"], cfg.languages)
+        language, speaker = fields.get("language"), fields.get("speaker")
+        if isinstance(language, str):
+            languages.resolve(language, cfg.languages)
         clone = fields.get("voice") is not None or fields.get("reference_audio") is not None
-        if isinstance(fields.get("speaker"), str) and fields["speaker"].strip() and not clone:
-            check_speaker(fields["speaker"], cfg)
+        if isinstance(speaker, str) and speaker.strip() and not clone:
+            check_speaker(speaker, cfg)
 
 
 FAMILY: Factory[Qwen3Card] = _Factory()  # the checker holds `bind`'s family to the runtime's protocols (`Family`)

@@ -30,8 +30,8 @@ import threading
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from v2.contracts import ExecutionProfile
 from v2.errors import RequestError
+from v2.families.kit import check_open
 from v2.families.qwen3_tts.prepare import Prepared, _ids, _template, prepare, role_ids, rows_of
 from v2.families.qwen3_tts.request import Qwen3Request, parse
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState
@@ -71,12 +71,7 @@ class OpenText:
         if given.get("text_feed") == "whole":
             raise RequestError("text_feed: an open request feeds its text as it arrives ('streaming')", field='text_feed')
         req = parse({**given, "text": PLACEHOLDER, "text_feed": "streaming"}, languages=self.cfg.languages)
-        if req.profile is ExecutionProfile.ROLLOUT:
-            raise RequestError("profile: a rollout's prompt is given whole (rt.rollout); an open request's text "
-                               "arrives while it runs", field='profile')
-        if self.tokenizer is None:
-            raise RequestError("text: this checkpoint has no tokenizer (no tokenizer.json, nor vocab.json + "
-                               "merges.txt); an open request's pieces are text", field='text')
+        check_open(req, self.tokenizer, "no tokenizer.json, nor vocab.json + merges.txt")
         checked = prepare(req, self.card, self.cfg, self.tokenizer, self.defaults, self.codec)
         icl = checked.mode == "voice_clone" and not req.x_vector_only
         frames = sum(1 for r in checked.layout.ref_frame if r >= 0)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from v2.errors import RequestError
+from v2.families.kit import frame_budget, over
 from v2.families.qwen3_tts import segments as long_text
 from v2.families.qwen3_tts.request import Qwen3Request
 from v2.fields import check_text_chars
@@ -31,7 +32,6 @@ from v2.long_text import first_text, spans, unsplit
 from v2.sentences import spoken
 from v2.models.qwen3_tts.config import Qwen3TTSConfig, Qwen3TTSSampling
 from v2.models.qwen3_tts.prompt import SPEAKER, PromptError, PromptLayout, PromptSpec, layout
-from v2.sampling_settings import HeadSampling
 
 MIN_NEW_TOKENS = 2  # the reference's floor: EOS is masked at the first two group-0 choices
 QWEN_ROLE_IDS = {"assistant\n": (77091, 198), "user\n": (872, 198), "\n": (198,)}  # the Qwen2 vocab's
@@ -192,15 +192,11 @@ def rows_of(lay: PromptLayout, groups: int, *, ref_codes: np.ndarray | None = No
 
 
 def _sampling(request: Qwen3Request, defaults: Qwen3TTSSampling) -> Qwen3TTSSampling:
-    t, c = defaults.talker, defaults.subtalker
-    talker = HeadSampling(t.temperature if request.temperature is None else request.temperature,
-                          t.top_k if request.top_k is None else request.top_k,
-                          t.top_p if request.top_p is None else request.top_p)
+    talker = over(defaults.talker, request.temperature, request.top_k, request.top_p)
     sub_t = request.subtalker_temperature
     if sub_t is None:
-        sub_t = 0.0 if request.temperature == 0 else c.temperature  # temperature 0: greedy on both stages
-    sub = HeadSampling(sub_t, c.top_k if request.subtalker_top_k is None else request.subtalker_top_k,
-                       c.top_p if request.subtalker_top_p is None else request.subtalker_top_p)
+        sub_t = 0.0 if request.temperature == 0 else defaults.subtalker.temperature  # temperature 0: both greedy
+    sub = over(defaults.subtalker, sub_t, request.subtalker_top_k, request.subtalker_top_p)
     penalty = defaults.repetition_penalty if request.repetition_penalty is None else request.repetition_penalty
     return Qwen3TTSSampling(talker, sub, penalty)
 
@@ -265,11 +261,7 @@ def prepare(request: Qwen3Request, card: Any, cfg: Qwen3TTSConfig, tokenizer: An
         why = unsplit(request, limits.max_segment_chars) if name == "text" and request.text is not None else ""
         raise RequestError(f"{name}: the prompt is {len(lay)} rows, over the card's max_prompt_rows "
                            f"({limits.max_prompt_rows}){why}", field=name)
-    max_frames = request.max_frames if request.max_frames is not None else limits.max_frames
-    if max_frames > limits.max_frames:
-        raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({limits.max_frames})", field='max_frames')
-    if request.min_frames > max_frames:
-        raise RequestError(f"min_frames: {request.min_frames} exceeds max_frames ({max_frames})", field='min_frames')
+    max_frames = frame_budget(request.max_frames, limits.max_frames, limits.max_frames, request.min_frames)
     try:
         sampling = _sampling(request, defaults)
     except ValueError as e:
