@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, Hashable, TypeVar
 
-from v2.contracts import FinishReason, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
+from v2.contracts import FinishReason, Kind, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
 
 
 @dataclass(frozen=True)
@@ -121,10 +121,13 @@ class ARLoop(Generic[S]):
 
     stop_in_logprobs = False  # a stop row's logprobs join `logprobs` (True) or only `stop_logprob`
 
-    def __init__(self, settings: Any, name: Hashable, expert: str) -> None:
+    def __init__(self, settings: Any, name: Hashable, expert: str, *, prefill: Kind = WorkUnitKind.PREFILL,
+                 frame: Kind = WorkUnitKind.AR_FRAME) -> None:
+        """`prefill` / `frame`: its plans' kinds (a loop's own where two paged loops run different models)."""
         self.settings, self.kind, self.expert = settings, name, expert  # settings: `prefill_chunk_rows`
-        self.prefill_signature = ShapeSignature(WorkUnitKind.PREFILL, expert)
-        self.frame_signature = ShapeSignature(WorkUnitKind.AR_FRAME, expert)
+        self.prefill_signature = ShapeSignature(prefill, expert)
+        self.frame_signature = ShapeSignature(frame, expert)
+        self.prefill_kind = prefill
 
     def frame_feed(self, state: S, frame: int) -> int:
         """The family's per-frame input id for frame `frame` (none: 0)."""
@@ -156,7 +159,7 @@ class ARLoop(Generic[S]):
 
     def launched(self, state: S, plan: WorkPlan) -> None:
         """The plan went to the device: a prefill's rows count as in the KV, a frame as on its way."""
-        if plan.signature.kind is WorkUnitKind.PREFILL:
+        if plan.signature.kind is self.prefill_kind:
             state.prefilled = plan.payload.start + int(plan.payload.rows.shape[0])
         else:
             state.launched_frames = plan.payload.step + 1
@@ -164,7 +167,7 @@ class ARLoop(Generic[S]):
     def expects(self, state: S, plan: WorkPlan) -> bool:
         """Whether this launched plan's result is one the loop waits for."""
         p = plan.payload
-        if plan.signature.kind is WorkUnitKind.PREFILL:
+        if plan.signature.kind is self.prefill_kind:
             return bool(p.epoch == state.epoch)
         return state.finish is None and not state.switching and p.segment == state.segment and p.step == len(state.codes)
 
@@ -175,7 +178,7 @@ class ARLoop(Generic[S]):
         if not self.expects(state, plan):
             return False
         p = plan.payload
-        if plan.signature.kind is WorkUnitKind.PREFILL:
+        if plan.signature.kind is self.prefill_kind:
             state.computed = max(state.computed, p.start + int(p.rows.shape[0]))
             return True
         assert row is not None
@@ -234,7 +237,7 @@ class ARLoop(Generic[S]):
     def kv_span(self, plan: WorkPlan) -> tuple[int, int]:
         """The KV rows [start, end) a plan writes: a prefill chunk's rows, or a frame's one row."""
         p = plan.payload
-        if plan.signature.kind is WorkUnitKind.PREFILL:
+        if plan.signature.kind is self.prefill_kind:
             return p.start, p.start + int(p.rows.shape[0])
         return p.position, p.position + 1
 
