@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 
 import torch
 
-from v2.contracts import LoopState, WorkUnitKind
+from v2.contracts import FinishReason, LoopState, WorkUnitKind
 from v2.errors import RequestError
 from v2.families.kit import check_one_segment, shared_prompt
 from v2.families.moss_tts_local.kinds import LoopKind
@@ -32,18 +32,31 @@ from v2.families.moss_tts_local.card import (
     MossCard, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config,
 )
 from v2.families.moss_tts_local.codec_executor import CodecExecutor
-from v2.families.moss_tts_local.encode import EncodeLoop
+from v2.families.moss_tts_local.encode import EncodeLoop, EncodeState
 from v2.families.moss_tts_local.encode_executor import EncodeExecutor
 from v2.families.moss_tts_local.open_text import OpenText, OpenWork
 from v2.families.moss_tts_local.params import SPEECH_PARAMS
 from v2.families.moss_tts_local.long_text import build_rows
 from v2.families.moss_tts_local.prepare import CodecSpec, prepare, prepare_recording
 from v2.families.moss_tts_local.request import SamplingParams, SpeechRequest, parse_request
-from v2.families.moss_tts_local.vocoder import VocoderLoop
+from v2.families.moss_tts_local.vocoder import VocoderLoop, VocoderState
 from v2.families.moss_tts_local.weights import NAMES
 from v2.models.kv_cache import PagedKVCache
-from v2.runtime.family import AnyExecutor, Factory, FactoryBase, Halves, LaunchState, Prepared, TextInput, VoiceSpec
+from v2.runtime.family import (
+    AnyExecutor, Factory, FactoryBase, Halves, LaunchState, Prepared, Request, TextInput, VoiceSpec,
+)
 from v2.runtime.paged_family import PagedFamily, graph_stats, pool_blocks
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from v2.models.moss_codec.decoder import MossAudioDecoder
+    from v2.models.moss_codec.encoder import MossAudioEncoder
+    from v2.models.moss_tts_local.model import MossTTSLocal
+    from v2.models.moss_tts_local.tokenizer import TextTokenizer
+    from v2.runtime.handles import SpeechResult
+    from v2.runtime.records import RequestRecord
+    from v2.runtime.voices import Voice
 
 AR, VOC = LoopKind.AR_DECODE, LoopKind.VOCODER
 
@@ -56,8 +69,8 @@ class MossFamily(PagedFamily):
     sampling_keys = tuple(SamplingParams.model_fields)  # a rollout's sampling options: its nested `sampling`
     speech_params = SPEECH_PARAMS  # how a server's `SpeechParams` become this family's request (params.py)
 
-    def __init__(self, card: MossCard, model: Any, codec: Any, tokenizer: Any, *, encoder: Any = None,
-                 graphs: bool = True) -> None:
+    def __init__(self, card: MossCard, model: MossTTSLocal, codec: MossAudioDecoder, tokenizer: TextTokenizer, *,
+                 encoder: MossAudioEncoder | None = None, graphs: bool = True) -> None:
         ar, voc, enc = card.loops.ar_decode, card.loops.vocoder, card.loops.encode
         self.card, self.model, self.codec, self.tokenizer, self.encoder = card, model, codec, tokenizer, encoder
         self.name = card.family  # what its trajectories name (the registry finds the recompute by it)
@@ -91,7 +104,7 @@ class MossFamily(PagedFamily):
         self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: ar.batch_buckets}
         self.pools = {"kv": ar.max_running, **({"codec": voc.max_streams} if voc is not None else {}),
                       "encode": enc.max_streams}
-        if self.codec_exec is not None:  # audio work only where the card declares the vocoder loop
+        if voc is not None and self.codec_exec is not None:  # audio work only where the card declares the vocoder loop
             self.executors[WorkUnitKind.AUDIO_CHUNK] = self.codec_exec.executor()
             self.buckets[WorkUnitKind.AUDIO_CHUNK] = voc.batch_buckets
         self.paged_limits(ar, self.ar_exec.kv.num_blocks)
@@ -99,13 +112,14 @@ class MossFamily(PagedFamily):
         self.opened = OpenText(card, model.cfg, tokenizer, self.codec_spec, self.ar_loop, self.codec_loop, self.ar_calls)
 
     # ----- submit --------------------------------------------------------------------------------
-    def parse(self, request: Any) -> Any:
+    def parse(self, request: object) -> SpeechRequest:
         return parse_request(request)
 
-    def prepare(self, request: Any, *, voice: Any = None) -> Any:
+    def prepare(self, request: Request, *, voice: Voice | None = None) -> Prepared:
+        assert isinstance(request, SpeechRequest)  # what `parse` made
         return prepare(request, self.card, self.model.cfg, self.tokenizer, codec=self.codec_spec, voice=voice)
 
-    def check_group(self, group: Sequence[tuple[Any, Any]]) -> None:
+    def check_group(self, group: Sequence[tuple[Request, Prepared]]) -> None:
         """Requests (request, prepared) that share one prompt: `check_group_size`'s bounds, one prompt for all,
         no recording to encode, one segment."""
         first = shared_prompt(group, self.check_group_size)
@@ -114,19 +128,20 @@ class MossFamily(PagedFamily):
                                "(rt.voices.add) and pass voice=NAME, or pass reference_codes", field="reference_audio")
         check_one_segment(first)
 
-    def open_text(self, request: Any, *, voice: Any = None, split: str = "sentence") -> tuple[Any, OpenWork]:
+    def open_text(self, request: object, *, voice: Voice | None = None,
+                  split: str = "sentence") -> tuple[SpeechRequest, OpenWork]:
         """An open request checked (its text arrives through `feed`)."""
         return self.opened.open_text(request, voice=voice, split=split)
 
-    def feed(self, request: Any, work: Prepared, text: str, *, end: bool = False) -> bool:
+    def feed(self, request: Request, work: Prepared, text: str, *, end: bool = False) -> bool:
         """A piece of an open request's text (the caller's thread): the segments it completes, laid out."""
-        assert isinstance(work, OpenWork)  # what `open_text` prepared
+        assert isinstance(work, OpenWork) and isinstance(request, SpeechRequest)  # what `open_text` made
         return self.opened.feed(request, work, text, end=end)
 
-    def read_input(self, source: Any) -> Any:
+    def read_input(self, source: object) -> np.ndarray:
         return prepare_recording(source, self.card, self.codec_spec)
 
-    def front_state(self, request_id: int, inputs: tuple[Any, ...]) -> Any:
+    def front_state(self, request_id: int, inputs: tuple[object, ...]) -> EncodeState:
         assert self.codec_spec is not None
         return self.enc_loop.init(request_id, inputs, self.codec_spec.hop)
 
@@ -135,19 +150,22 @@ class MossFamily(PagedFamily):
         assert executor is not None
         self._launch(lambda: executor.start(slots))
 
-    def encoded(self, record: Any) -> Any:
+    def encoded(self, record: RequestRecord) -> torch.Tensor | None:
         """The prompt again, with the real codes of the request's recordings (an open request's: once its first
         segment is cut; None before)."""
-        work = record.work
-        references = tuple(torch.from_numpy(c) for c in self.enc_loop.finalize(record.front))
+        work, front, request = record.work, record.front, record.request
+        assert isinstance(front, EncodeState) and isinstance(request, SpeechRequest)
+        references = tuple(torch.from_numpy(c) for c in self.enc_loop.finalize(front))
         if isinstance(work, OpenWork):
             return self.opened.first_prompt(record, references)
-        return build_rows(record.request, self.model.cfg, self.tokenizer, references, work.transcript,
+        return build_rows(request, self.model.cfg, self.tokenizer, references, work.transcript,
                           work.segments[0].text if work.segments else None)
 
     # ----- admission and after -------------------------------------------------------------------
-    def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
+    def start(self, record: RequestRecord, slots: Mapping[str, int],
+              share_from: int | None) -> dict[Hashable, LoopState]:
         work, request = record.work, record.request
+        assert isinstance(request, SpeechRequest)
         opened = isinstance(work, OpenWork)
         caps = () if opened else tuple(s.max_frames for s in work.segments[1:])
         ar = self.ar_loop.init(record.id, record.rows, max_frames=work.max_frames, min_frames=request.min_frames,
@@ -160,34 +178,38 @@ class MossFamily(PagedFamily):
             record.handle.segments = (0, max(1, len(work.segments)))
         return self.with_codec(record, slots, {AR: ar})
 
-    def admitted(self, record: Any) -> None:
+    def admitted(self, record: RequestRecord) -> None:
         """The request's slot settings and seed; fresh codec state for its stream."""
-        ar = record.states[AR]
-        self.ar_calls.admit(ar.slot, record.work.sampling, record.request.seed)
+        ar, request = record.states[AR], record.request
+        assert isinstance(ar, ARState) and isinstance(request, SpeechRequest)
+        self.ar_calls.admit(ar.slot, record.work.sampling, request.seed)
         self.admit_codec(record)
 
     def recompute_rows(self, state: LoopState) -> torch.Tensor:
         assert isinstance(state, ARState)  # the paged loop's: the AR loop's own state
         return segments.recompute_rows(state, self.model.cfg.ids.audio_assistant_slot)
 
-    def more_input(self, record: Any, loop: Hashable | None) -> Any:
+    def more_input(self, record: RequestRecord, loop: Hashable | None) -> torch.Tensor | None:
         """The next segment's prompt (the AR loop waits for it once a segment another follows has ended); for
         an open request also its first prompt (`loop` None), or None while its text has not given it."""
+        if isinstance(record.work, OpenWork) and loop is None:
+            front = record.front
+            assert front is None or isinstance(front, EncodeState)
+            references = None if front is None else tuple(torch.from_numpy(c) for c in self.enc_loop.finalize(front))
+            return self.opened.first_prompt(record, references)
+        ar, voc = record.states[AR], record.states.get(VOC)
+        assert isinstance(ar, ARState) and (voc is None or isinstance(voc, VocoderState))
         if isinstance(record.work, OpenWork):
-            if loop is None:
-                front = record.front
-                references = None if front is None else tuple(torch.from_numpy(c) for c in self.enc_loop.finalize(front))
-                return self.opened.first_prompt(record, references)
-            return self.opened.next_segment(record, record.states[AR], record.states.get(VOC))
-        return segments.next_segment(record, record.states[AR], self.ar_loop, self.ar_calls,
-                                     self.model.cfg.ids.audio_assistant_slot)
+            return self.opened.next_segment(record, ar, voc)
+        return segments.next_segment(record, ar, self.ar_loop, self.ar_calls, self.model.cfg.ids.audio_assistant_slot)
 
-    def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: Any, now: float) -> Any:
+    def result(self, record: RequestRecord, outputs: Mapping[Hashable, Any], reason: FinishReason,
+               now: float) -> SpeechResult:
         return results.build_result(record, outputs.get(AR), outputs.get(VOC), reason, now,
                                     channels=self.codec.cfg.channels, sample_rate=self.codec.sample_rate,
                                     groups=self.code_width, family=self.name, decoded=self.codec_loop is not None)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, object]:
         return graph_stats(self.ar_exec, self.codec_exec)
 
 
@@ -199,7 +221,7 @@ class _Factory(FactoryBase[MossCard]):
     bound = MossFamily
 
     def experts(self, card: MossCard, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
-                device: Any = "cpu", dtype: Any = None) -> dict[str, Any]:
+                device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> dict[str, object]:
         model = build_model(card, checkpoint=checkpoint, dtype=dtype, device=device)
         codec = build_codec(card, checkpoint=codec_checkpoint, dtype=dtype, device=device)
         encoder = (build_encoder(card, checkpoint=codec_checkpoint, dtype=dtype, device=device, decoder=codec)
@@ -211,7 +233,7 @@ class _Factory(FactoryBase[MossCard]):
         cfg = checkpoint_config(card, checkpoint)
         return VoiceSpec(cfg.n_vq, cfg.codebook_size, {})
 
-    def precheck(self, card: MossCard, fields: Mapping[str, Any], checkpoint: str | None = None) -> None:
+    def precheck(self, card: MossCard, fields: Mapping[str, object], checkpoint: str | None = None) -> None:
         """Nothing the config decides: `language` is any text, put into the prompt as written."""
 
 
