@@ -208,3 +208,13 @@ def test_refused_at_load_naming_the_field():
     family.kv_specs[TALKER] = family.kv_specs[THINKER]  # one KV spec for both loops, by accident
     with pytest.raises(ValueError, match=r"loops\.talker\.kv: the KV of loops\.thinker too"):
         Runtime(card(), family=family)  # type: ignore[arg-type]
+
+
+def test_the_engine_bench_times_the_two_paged_loops_card():
+    from v2.bench.engine import two_paged_loops
+    from v2.card import load_card
+
+    report = two_paged_loops(load_card(str(Path(__file__).parent / "twoloop" / "twoloop.toml")), 4, 1)
+    assert report["paged_loops"] == ["thinker", "talker"] and [r["rows"] for r in report["rows"]] == [1, 16, 64]
+    at64 = report["rows"][-1]["best"]
+    assert at64["rows_per_step"] > 64  # both loops' rows (and chunks) in the same steps

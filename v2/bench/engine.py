@@ -1,6 +1,6 @@
 """`python -m v2.bench.engine`: the engine's own cost, on one card; a small table, then one JSON line last.
 
-Four parts:
+Four parts (five with `--two-loop`):
 - "overhead": the engine with instant experts (`v2.bench.overhead`: the family's stand-ins) on the synchronous CPU stream at 1, 16
   and 64 rows: wall and engine-thread microseconds per step and per row, best and median of `--repeat`
   runs; goal: engine time <= 15 us per row at 64 rows.
@@ -9,6 +9,9 @@ Four parts:
   the engine's steps, first and last few left out); goal: <= D + 0.25 ms, i.e. the host's work hides
   under the device's. For comparison, what it would be without overlap: D + the engine time per step on
   the CPU stream at 64 rows.
+- "two_paged_loops" (with `--two-loop CARD`): a card whose graph pages two loops, one feeding the other while
+  both decode (the test family's, tests/runtime/twoloop), instant experts on the CPU stream at 1, 16 and 64
+  requests: engine microseconds per step and per launched row, every kind's rows together.
 - "time_to_first_audio": one streaming request at a time on the real model, submit to first chunk in ms and
   in engine steps, on the CPU stream and on the simulated device (chunks go out in the step right after
   their frames are read).
@@ -20,7 +23,7 @@ Four parts:
   are the synchronous order (`CudaStream`, depth 0) and the overlapped one (depth 1); without audio, then
   with audio (runtime decoding chunks vs. one `codec.decode` per request afterwards: informative only).
 
-Owns: the command line, the three measurements above (a step-timestamp wrapper around the engine's step,
+Owns: the command line, the measurements above (a step-timestamp wrapper around the engine's step,
 the paired and alternated timing of the two sides), the table, the JSON line, and the picture of the one
 sweep (`--plot FILE.png`: the overhead's microseconds per row and per step against rows, the goal drawn).
 The card's family must have stand-ins and a fixed-batch reference (refused with the reason otherwise).
@@ -45,6 +48,7 @@ import torch
 
 from v2.bench.__main__ import check_plot, machine
 from v2.bench.family import family_bench
+from v2 import registry
 from v2.bench.overhead import instant_experts, one_row_requests, run_overhead
 from v2.bench.serving import workload
 from v2.card import DEFAULT_CARD, load_card
@@ -134,6 +138,41 @@ def simulated_device(card: Any, device: str, latency: float, frames: int, repeat
             "no_overlap_note": "D + the CPU stream's engine time per step at 64 rows (part 'overhead', best)",
             "goal": {"period_ms_max": d_ms + PERIOD_SLACK_MS, "value": best["period_ms"],
                      "met": best["period_ms"] <= d_ms + PERIOD_SLACK_MS}}
+
+
+# ----- 2b. two paged loops -----------------------------------------------------------------------------
+def two_paged_loops(card: Any, frames: int, repeat: int) -> dict[str, Any]:
+    """A card whose graph pages two loops or more (one fed by the other while both decode), its experts
+    instant, on the CPU stream: engine microseconds per step and per launched row (every kind's rows
+    together), best and median of `repeat` runs at each of OVERHEAD_ROWS requests."""
+    runtime = Runtime.from_card(card, device="cpu", stream=HostStream())
+    try:
+        paged = runtime.engine.paged
+        if paged is None or len(paged.kvs) < 2:
+            raise ValueError(f"--two-loop {card.name}: its graph pages {0 if paged is None else len(paged.kvs)} loop(s)")
+        with instant_experts(runtime):
+            for h in runtime.submit_many(one_row_requests(runtime, 64, frames=5)):  # warm up
+                h.result()
+        out = []
+        for rows in OVERHEAD_ROWS:
+            runs = []
+            for _ in range(repeat):
+                with instant_experts(runtime):
+                    before = runtime.stats()
+                    for h in runtime.submit_many(one_row_requests(runtime, rows, frames=frames)):
+                        h.result()
+                    after = runtime.stats()
+                steps = after["steps"] - before["steps"]
+                launched = sum(after["kinds"][k]["rows"] - before["kinds"][k]["rows"] for k in after["kinds"])
+                host = after["host_seconds"] - before["host_seconds"]
+                runs.append({"steps": steps, "rows_per_step": launched / steps,
+                             "engine_us_per_step": host / steps * 1e6, "engine_us_per_row": host / launched * 1e6})
+            best = min(runs, key=lambda r: r["engine_us_per_row"])
+            out.append({"rows": rows, "best": best, "median_engine_us_per_row":
+                        statistics.median(r["engine_us_per_row"] for r in runs)})
+        return {"card": card.name, "paged_loops": [str(kv.name) for kv in paged.kvs], "frames": frames, "rows": out}
+    finally:
+        runtime.close()
 
 
 # ----- 3. serving vs generate_batch ---------------------------------------------------------------
@@ -249,6 +288,13 @@ def table(report: dict[str, Any]) -> str:
                      f"{str(r['codes_equal']):>11}{mark}")
     for r in report["time_to_first_audio"]:
         lines.append(f"time to first audio, {r['stream']}: {r['ttfa_ms_p50']:.1f} ms, {r['ttfa_steps_p50']:.0f} steps (p50)")
+    two = report.get("two_paged_loops")
+    if two:
+        lines.append(f"two paged loops ({two['card']}: {' -> '.join(two['paged_loops'])}; instant experts, CPU stream)")
+        for r in two["rows"]:
+            b = r["best"]
+            lines.append(f"{r['rows']:>5} requests: {b['rows_per_step']:.1f} rows/step, engine {b['engine_us_per_step']:.0f} "
+                         f"us/step, {b['engine_us_per_row']:.1f} us/row (median {r['median_engine_us_per_row']:.1f})")
     return "\n".join(lines)
 
 
@@ -277,8 +323,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="the simulated device's time per step, seconds (default: %(default)s)")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="also draw the overhead sweep (the plot extra; default: no picture)")
+    p.add_argument("--two-loop", default=None, metavar="CARD",
+                   help="also time a card whose graph pages two loops (a name or a path; e.g. the test family's "
+                        "tests/runtime/twoloop/twoloop.toml with --register twoloop=twoloop and tests/runtime on "
+                        "PYTHONPATH)")
+    p.add_argument("--register", action="append", default=[], metavar="NAME=PACKAGE",
+                   help="a family package to find by name (v2.registry.register), for --card or --two-loop")
     args = p.parse_args(argv)
     check_plot(p, args.plot)
+    for entry in args.register:
+        name, _, package = entry.partition("=")
+        if not name or not package:
+            p.error(f"--register {entry}: give NAME=PACKAGE")
+        registry.register(name, package)
     frames = 40 if args.quick else 100
     sim_frames = 60 if args.quick else 100
     load_before = os.getloadavg()
@@ -308,6 +365,12 @@ def main(argv: list[str] | None = None) -> int:
         serving = serving_vs_generate_batch({"host": host, "threaded": threaded}, 16, frames, args.repeat)
         log("time to first audio ...")
         ttfa = time_to_first_audio(card, args.device, args.latency, 3 if args.quick else 7)
+        two = None
+        if args.two_loop:
+            log("two paged loops ...")
+            two_card = load_card(args.two_loop)
+            two_card = two_card.model_copy(update={"runtime": two_card.runtime.model_copy(update={"cpu_threads": 1})})
+            two = two_paged_loops(two_card, 30, args.repeat)
     finally:
         host.close()
         threaded.close()
@@ -315,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
               "machine": machine(args.device), "load_average_before": list(load_before),
               "load_average_after": list(os.getloadavg()), "seconds": time.perf_counter() - started,
               "overhead": over, "simulated_device": sim, "serving_vs_generate_batch": serving,
-              "time_to_first_audio": ttfa}
+              "time_to_first_audio": ttfa, **({"two_paged_loops": two} if two is not None else {})}
     print(table(report))
     if args.plot:
         plot(report, args.plot)
