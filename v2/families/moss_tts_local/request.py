@@ -182,7 +182,7 @@ class SpeechRequest(RequestTail, _SpeechFields):
         return self.checked_stream()
 
 
-def parse_request(request: SpeechRequest | dict[str, Any]) -> SpeechRequest:
+def parse_request(request: object) -> SpeechRequest:
     """A validated `SpeechRequest` (an instance is validated again, and its arrays copied again); a pydantic
     error becomes a RequestError of the first error's field (every error is in the message)."""
     if not isinstance(request, (SpeechRequest, dict)):
