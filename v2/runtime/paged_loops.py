@@ -65,8 +65,9 @@ class PagedLoops:
         """Blocks for every paged write among `plans`, pool by pool; a victim's loops all give theirs back.
         Returns the plans that may run; the step's block copies and table entries go to the device."""
         victims: set[int] = set()
+        single = len(self.kvs) == 1  # the common case: no scan for whose plans these are
         for kv in self.kvs:
-            if not any(p.loop == kv.name for p in plans):
+            if not single and not any(p.loop == kv.name for p in plans):
                 kv.resume(running)  # preempted requests resume here too (admission waits during an update)
                 continue
             plans, preempted = kv.before_step(running, plans)
