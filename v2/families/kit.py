@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-import torch
-
 from v2.card import SEED_PREFIX
 from v2.contracts import ExecutionProfile
 from v2.errors import RequestError
@@ -38,6 +36,8 @@ def shared_prompt(group: Sequence[tuple[Any, Any]], check_size: Callable[[Sequen
     """A group's (request, prepared) pairs that share one prompt, checked: `check_size` (the paged family's
     `check_group_size`), then one prompt for all: the same `rows` (and `same(p, first)` where the family lays
     out more than rows). Returns the first's prepared."""
+    import torch  # here, not at the top: a card module imports this one, and `v2 cards` loads no torch
+
     check_size(group)
     prepared = [p for _, p in group]
     first = prepared[0]
