@@ -218,3 +218,20 @@ def test_the_engine_bench_times_the_two_paged_loops_card():
     assert report["paged_loops"] == ["thinker", "talker"] and [r["rows"] for r in report["rows"]] == [1, 16, 64]
     at64 = report["rows"][-1]["best"]
     assert at64["rows_per_step"] > 64  # both loops' rows (and chunks) in the same steps
+
+
+def test_a_graph_refuses_a_paged_loop_named_twice_or_not_paged_and_a_request_too_long_for_the_talker():
+    from types import SimpleNamespace
+
+    from v2.runtime.family import LoopGraph, LoopSpec
+    from v2.runtime.sequence import ARLoop
+
+    a = ARLoop(SimpleNamespace(prefill_chunk_rows=16), "a", "e")
+    with pytest.raises(ValueError, match="paged: 'a' is named twice"):
+        LoopGraph((LoopSpec("a", a),), paged=("a", "a"))
+    with pytest.raises(ValueError, match="paged: 'b' is no loop of the graph"):
+        LoopGraph((LoopSpec("a", a),), paged=("a", "b"))
+    with Runtime(card()) as rt:  # 96 + 1 + 32 talker rows: one more than the talker's 8 blocks of 16
+        r = rt.submit({"prompt": [1], "talker_prefix": [2] * 96, "tokens": 32}).result(60)
+        assert r.finish_reason == "error" and "KV rows in loop 'talker'" in (r.error or "")
+        leak_free(rt)
