@@ -235,3 +235,25 @@ def test_a_graph_refuses_a_paged_loop_named_twice_or_not_paged_and_a_request_too
         r = rt.submit({"prompt": [1], "talker_prefix": [2] * 96, "tokens": 32}).result(60)
         assert r.finish_reason == "error" and "KV rows in loop 'talker'" in (r.error or "")
         leak_free(rt)
+
+
+def test_a_loop_after_the_audio_loop_takes_its_chunks_and_changes_nothing_it_consumes(alone):
+    """The card adds `aligner` after the audio loop (`codec` feeds it): it takes every chunk, batched across
+    requests, and the requests' tokens, codes, logprobs and audio are those without it."""
+    from twoloop.family import ALIGNER, energy
+
+    with Runtime(card(aligner=True)) as rt:
+        assert rt.engine.graph.audio == "codec" and rt.engine.graph.sink.name == ALIGNER
+        handles = rt.submit_many([dict(r, stream=True) for r in REQUESTS])
+        got = []
+        for h in handles:
+            r = h.result(120)
+            assert r.error is None and r.finish_reason == "length"
+            chunks = list(h)
+            o = rt.family.outputs[h.request_id]
+            assert o[ALIGNER] == [energy(c.audio) for c in chunks] and len(chunks) > 1  # every chunk, in order
+            got.append((o[THINKER].codes, o[THINKER].logprobs, o[TALKER].codes, o[TALKER].logprobs, r.audio))
+        s = rt.stats()
+        assert s["kinds"]["align"]["calls"] < s["kinds"]["align"]["rows"]  # chunks of several requests at once
+        leak_free(rt)
+    same(got, alone)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from v2.contracts import FinishReason, Kind, LoopState, WorkPlan, WorkUnitKind
+from v2.contracts import AudioChunk, FinishReason, Kind, LoopState, ShapeSignature, WorkPlan, WorkUnitKind
 from v2.models import exact
 from v2.models.config import BackboneConfig
 from v2.models.kv_cache import PagedKVCache
@@ -34,7 +34,7 @@ from v2.runtime.sequence import ARLoop, ARSequence, FrameRow
 
 from twoloop.card import TwoLoopCard
 
-THINKER, TALKER, CODEC = "thinker", "talker", "codec"  # the card's loop names
+THINKER, TALKER, CODEC, ALIGNER = "thinker", "talker", "codec", "aligner"  # the card's loop names
 THINK_VOCAB, TALK_VOCAB = 48, 40
 BOS = TALK_VOCAB        # the code id of the talker prompt's last row
 HOP = 4                 # samples per frame
@@ -250,6 +250,64 @@ class Codec:
                 for b, p in enumerate(batch.plans)]
 
 
+class Align(Kind):
+    ALIGN = "align"
+
+
+@dataclass
+class AlignState(LoopState):
+    pending: list[AudioChunk] = field(default_factory=list)  # chunks fed, not yet launched
+    inflight: bool = False
+    upstream: FinishReason | None = None
+    marks: list[float] = field(default_factory=list)         # one per chunk: its energy
+
+
+class AlignLoop:
+    """A loop fed by the audio loop (a stand-in for a word aligner): one ALIGN plan per chunk, batched across
+    requests, each giving the chunk's energy; it ends when the audio loop has and every chunk is measured."""
+
+    kind = ALIGNER
+
+    def next(self, s: AlignState) -> WorkPlan | None:
+        if s.finish is not None or s.inflight or not s.pending:
+            return None
+        return WorkPlan(s.request_id, ALIGNER, ShapeSignature(Align.ALIGN, "aligner"), s.pending[0].audio)
+
+    def launched(self, s: AlignState, plan: WorkPlan) -> None:
+        s.pending.pop(0)
+        s.inflight = True
+
+    def expects(self, s: AlignState, plan: WorkPlan) -> bool:
+        return s.finish is None
+
+    def advance(self, s: AlignState, plan: WorkPlan, row: float) -> bool:
+        s.inflight = False
+        s.marks.append(row)
+        s.fresh = [row]
+        if s.upstream is not None and not s.pending:
+            s.finish = s.upstream
+        return True
+
+    def feed(self, s: AlignState, items: Sequence[AudioChunk], upstream: FinishReason | None) -> None:
+        s.pending += items
+        if upstream is not None:
+            s.upstream = upstream
+            if not s.pending and not s.inflight:
+                s.finish = upstream
+
+    def finalize(self, s: AlignState) -> list[float]:
+        return list(s.marks)
+
+
+def energy(audio: np.ndarray) -> float:
+    return float(np.sum(np.asarray(audio, dtype=np.float64) ** 2))
+
+
+aligner_executor = Halves(lambda batch: [p.payload for p in batch.plans],
+                          lambda chunks: torch.tensor([energy(a) for a in chunks], dtype=torch.float64),
+                          lambda host, batch: [float(v) for v in np.asarray(host)[: len(batch.plans)]])
+
+
 class TwoLoopFamily:
     name = "twoloop"
     device = torch.device("cpu")
@@ -284,6 +342,8 @@ class TwoLoopFamily:
         if self.codec_loop is not None and codec is not None:
             loops[CODEC], pools[CODEC] = self.codec_loop, ("codec",)
             self.pools["codec"] = codec.max_streams
+        if card.loops.aligner is not None:
+            loops[ALIGNER] = AlignLoop()
         edges = [(name, list(decl.feeds)) for name, decl in card.loops.driven()]
         self.graph = LoopGraph.declared(edges, loops, pools, paged=(THINKER, TALKER),
                                         audio=CODEC if self.codec_loop is not None else None)
@@ -293,6 +353,8 @@ class TwoLoopFamily:
                                                Work.THINK_TOKEN: think_token, Work.TALK_FRAME: talk_frame}
         if self.codec_loop is not None:
             self.executors[WorkUnitKind.AUDIO_CHUNK] = Halves(self.codec.prepare, self.codec.launch, self.codec.read)
+        if card.loops.aligner is not None:
+            self.executors[Align.ALIGN] = aligner_executor
         self.buckets: dict[Hashable, list[int]] = {}
         self.kv_specs = {THINKER: KVSpec(blocks[THINKER], th.block_size, th.max_blocks, th.prefix_cache),
                          TALKER: KVSpec(blocks[TALKER], tk.block_size, tk.max_blocks, tk.prefix_cache)}
@@ -337,6 +399,8 @@ class TwoLoopFamily:
         }
         if self.codec_loop is not None:
             states[CODEC] = self.codec_loop.init(record.id, sample_rate=SAMPLE_RATE, slot=slots["codec"])
+        if ALIGNER in self.graph.specs:
+            states[ALIGNER] = AlignState(record.id)
         return states
 
     def admitted(self, record: Any) -> None:
