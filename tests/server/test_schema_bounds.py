@@ -123,3 +123,17 @@ def test_the_voice_forms_name_is_published_as_the_store_takes_it(live, name, ok)
         r = httpx.post(live.url + VOICES, data={"name": name}, files={"audio_sample": ("a.wav", io.BytesIO(b"RIFF"))},
                        timeout=60)
         assert r.status_code == 400 and r.json()["error"]["param"] in ("name", "voice"), r.text
+
+
+def test_a_stored_voice_with_ref_audio_is_outside_the_schema_and_refused(live):
+    from schemathesis_hooks import TONE_B64, tone_wav
+
+    r = httpx.post(live.url + VOICES, data={"name": "kept"}, files={"audio_sample": ("a.wav", tone_wav())}, timeout=60)
+    assert r.status_code == 200, r.text
+    spec = httpx.get(live.url + "/openapi.json").json()  # built when asked for: the stored voice is in it now
+    for voice in ("kept", {"id": "kept"}):
+        body = {"input": X, "voice": voice, "ref_audio": TONE_B64, "stream": False}
+        assert _valid(spec, "SpeechBody", {**body, "ref_audio": None}) and not _valid(spec, "SpeechBody", body)
+        r = httpx.post(live.url + SPEECH, json=body, timeout=120)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "voice", r.text
+    assert _valid(spec, "SpeechBody", {"input": X, "voice": "alloy", "ref_audio": TONE_B64})

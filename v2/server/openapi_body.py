@@ -62,9 +62,7 @@ def bounded(body: dict[str, Any], server: Any) -> dict[str, Any]:
                   "description": f"the text to speak: not only whitespace, at most {cfg.max_input_chars} characters "
                                  "(--max-input-chars)"}
     names = voices_served(server)
-    p["voice"] = {"anyOf": [{"type": "string", "enum": names},
-                            {"type": "object", "required": ["id"], "additionalProperties": False,
-                             "properties": {"id": {"type": "string", "enum": names}}}, NULL], "default": None,
+    p["voice"] = {**_voice(names), "default": None,
                   "description": "a voice served here (GET /v1/audio/voices lists them; OpenAI's names speak with "
                                  "the card's default voice; a built-in speaker in any case), as a name or OpenAI's "
                                  "{\"id\": name}"}
@@ -91,8 +89,24 @@ def bounded(body: dict[str, Any], server: Any) -> dict[str, Any]:
     if "ref_audio" in takes:
         p["ref_audio"] = _optional({"type": "string", "minLength": 1, "contentMediaType": "audio/*"},
                                    p["ref_audio"].get("description"))
-    out["allOf"] = [*_rates(), *_together()]
+    out["allOf"] = [*_rates(), *_together(), *_one_voice(names, server.voices.stored_names())]
     return out
+
+
+def _one_voice(names: list[str], stored: list[str]) -> list[dict[str, Any]]:
+    """A stored voice is a recording: with `ref_audio` it would be two (the family refuses it naming `voice`), so
+    `voice` is then one of the others (`names`: every voice served)."""
+    others = [n for n in names if n not in stored]
+    if not stored:
+        return []
+    return [{"if": {"required": ["ref_audio"], "properties": {"ref_audio": {"type": "string"}}},
+             "then": {"properties": {"voice": _voice(others)}}}]
+
+
+def _voice(names: list[str]) -> dict[str, Any]:
+    return {"anyOf": [{"type": "string", "enum": names},
+                      {"type": "object", "required": ["id"], "additionalProperties": False,
+                       "properties": {"id": {"type": "string", "enum": names}}}, NULL]}
 
 
 def context_turn(turn: dict[str, Any], server: Any) -> dict[str, Any]:
