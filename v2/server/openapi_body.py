@@ -6,12 +6,14 @@ sends: `model` one of the served names; `input` non-empty, not only whitespace, 
 `voice` one of the voices served when the schema is asked for (OpenAI's names, the checkpoint's speakers, the
 stored voices; `POST /v1/audio/voices` adds more); `speed` 1; the sampling knobs' ranges and `seed`'s (v2.fields),
 the frame limits up to the card's cap; `sample_rate` each format's rates (with `response_format`'s default,
-mp3); `ref_text` only with `ref_audio`, `stream_format: sse` only with a stream; an input the family takes none
-of (`ref_audio`, `x_vector_only_mode`, `context`) published as null only. `batch_item` is the same fields, none
-required, for a batch's items and defaults. `voice_form` bounds the voice form's `name`.
+mp3); `ref_text` and `x_vector_only_mode` only with `ref_audio`, a stored voice not with it, `stream_format: sse`
+only with a stream; an input the family takes none of (`ref_audio`, `x_vector_only_mode`, `context`) published
+as null only. `batch_item` is the same fields, none required, for a batch's items and defaults; `context_turn`
+a turn whose `voice` is a stored one, given alone; `voice_form` the voice form (its `name` as the store takes
+one, `ref_text` not blank, a recording or, where the model takes one, a speaker embedding).
 What JSON Schema cannot say stays in the descriptions and is the server's to refuse (400 naming the field):
-the frame floor under the limit (`min_frames` <= `max_frames`), one value given under its two names, a
-recording that is not audio, a stored voice with a speaker.
+a frame floor over the limit (`min_frames` > `max_frames`), one value given two different values under its two
+names, a recording that is not audio.
 Must not know: FastAPI, the engine, how the routes do their work.
 """
 
