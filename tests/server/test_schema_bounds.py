@@ -67,6 +67,10 @@ BODIES: list[tuple[dict[str, Any], str | None]] = [  # (body, the field a refusa
     ({"input": X, "response_format": "wav", "sample_rate": 7999}, "sample_rate"),
     ({"input": X, "response_format": "opus", "sample_rate": 44100}, "sample_rate"),
     ({"input": X, "response_format": "pcm", "sample_rate": 192000}, None),
+    ({"input": X, "response_format": "flac", "sample_rate": 65535}, None),
+    ({"input": X, "response_format": "flac", "sample_rate": 166110}, None),
+    ({"input": X, "response_format": "flac", "sample_rate": 166106}, "sample_rate"),  # libFLAC's rule (was a 500)
+    ({"input": X, "response_format": "flac", "sample_rate": 65536}, "sample_rate"),
     ({"input": X, "stream_format": "sse", "stream": False}, "stream"),
     ({"input": X, "stream_format": "sse"}, None),
 ]

@@ -25,7 +25,7 @@ from typing import Any
 from v2.fields import INT64_MAX, PENALTY_MAX, PENALTY_MIN, TEMPERATURE_MAX, TEMPERATURE_MIN, TOP_K_MAX
 from v2.params import TWO_NAMES
 from v2.runtime.voices import NAME as VOICE_NAME
-from v2.server.audio import FORMATS, MAX_RATE, MIN_RATE, RATES
+from v2.server.audio import FLAC_HZ_MAX, FORMATS, MAX_RATE, MIN_RATE, RATES
 from v2.server.schema import OPENAI_VOICES, family_params
 
 NULL = {"type": "null"}
@@ -129,6 +129,9 @@ def _rates() -> list[dict[str, Any]]:
     for fmt in FORMATS:
         rates: dict[str, Any] = {"type": "integer", "enum": list(RATES[fmt])} if fmt in RATES else {
             "type": "integer", "minimum": MIN_RATE, "maximum": MAX_RATE}
+        if fmt == "flac":  # over FLAC_HZ_MAX, tens of Hz only
+            rates = {"anyOf": [{**rates, "maximum": FLAC_HZ_MAX}, {**rates, "minimum": FLAC_HZ_MAX + 1,
+                                                                   "multipleOf": 10}]}
         when: dict[str, Any] = {"properties": {"response_format": {"const": fmt}}}
         if fmt != "mp3":
             when["required"] = ["response_format"]
