@@ -103,10 +103,12 @@ def test_the_batch_publishes_its_bounds_and_an_items_null_id(live):
     assert r.status_code == 200 and r.json()["results"][0]["status"] == "success", r.text
 
 
-@pytest.mark.xfail(strict=True, reason="batch.py takes a falsy `stream` (0 == False); the schema forbids it")
 def test_a_batch_items_stream_of_0_is_refused(live):
     r = httpx.post(live.url + BATCH, json={"items": [{"input": X, "stream": 0, "max_frames": 2}]}, timeout=120)
     assert r.status_code == 400 or r.json()["results"][0]["status"] == "error", r.text
+    for field, value in (("stream", 0), ("stream_format", ""), ("stream", [])):  # 0 == False, not in JSON
+        r = httpx.post(live.url + BATCH, json={"items": [{"input": X, "max_frames": 2}], field: value}, timeout=120)
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
 
 
 def test_delete_without_a_name_is_outside_the_schema_and_refused(live):
