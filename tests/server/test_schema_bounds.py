@@ -143,3 +143,25 @@ def test_a_stored_voice_with_ref_audio_is_outside_the_schema_and_refused(live):
         r = httpx.post(live.url + SPEECH, json=body, timeout=120)
         assert r.status_code == 400 and r.json()["error"]["param"] == "voice", r.text
     assert _valid(spec, "SpeechBody", {"input": X, "voice": "alloy", "ref_audio": TONE_B64})
+
+
+@pytest.mark.parametrize("turn, param", [
+    ({"speaker": 0, "text_ids": 0.0}, "context[0].text_ids"),      # a number where a list goes: named, not a 500
+    ({"speaker": [1.0], "text_ids": [1.0]}, "context[0].speaker"),
+    ({"speaker": 1.0, "text_ids": "12"}, "context[0].text_ids"),
+])
+def test_a_context_turns_integers_of_the_wrong_shape_are_named(turn, param):
+    from v2.server.errors import ApiError
+    from v2.server.schema import parse_body
+
+    with pytest.raises(ApiError) as e:
+        parse_body({"input": "x", "context": [turn]})
+    assert e.value.param == "context" and e.value.message.startswith(param + ":"), e.value.body()
+
+
+def test_a_context_turns_whole_floats_are_its_integers():
+    from v2.server.schema import parse_body
+
+    p = parse_body({"input": "x", "context": [{"speaker": 1.0, "text_ids": [3.0, 4]}]})
+    turn = p.context[0]
+    assert turn.speaker == 1 and list(turn.text_ids) == [3, 4] and all(type(x) is int for x in turn.text_ids)
