@@ -61,7 +61,7 @@ def test_without_matplotlib_the_run_is_refused_before_it_starts(tmp_path, bench)
                           capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 2 and done.stdout == "", done.stderr[-2000:]
-    assert "--plot needs matplotlib: pip install 'v2[plot]'" in done.stderr.strip().splitlines()[-1]
+    assert "--plot needs matplotlib: pip install -e \".[plot]\"" in done.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "x.png").exists()
 
 

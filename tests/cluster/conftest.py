@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="package")
 def ray_cluster() -> Any:
-    ray = pytest.importorskip("ray", reason="the cluster tests need Ray: pip install v2[ray]")
+    ray = pytest.importorskip("ray", reason="the cluster tests need Ray: pip install -e \".[ray,server]\"")
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-pytest.importorskip("ray", reason="the cluster tests need Ray: pip install v2[ray]")
+pytest.importorskip("ray", reason="the cluster tests need Ray: pip install -e \".[ray,server]\"")
 
 from v2.bench.rollout import main  # noqa: E402
 

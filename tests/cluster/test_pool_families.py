@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the cluster tests need Ray: pip install v2[ray]")
+ray = pytest.importorskip("ray", reason="the cluster tests need Ray: pip install -e \".[ray,server]\"")
 
 import numpy as np  # noqa: E402
 

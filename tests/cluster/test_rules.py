@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("ray", reason="v2.cluster needs Ray: pip install v2[ray]")
+pytest.importorskip("ray", reason="v2.cluster needs Ray: pip install -e \".[ray,server]\"")
 
 from v2.cluster.placement import Load, choose  # noqa: E402
 from v2.cluster.weights import WeightLog, WeightUpdate  # noqa: E402

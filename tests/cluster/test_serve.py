@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the cluster tests need Ray: pip install v2[ray]")
+ray = pytest.importorskip("ray", reason="the cluster tests need Ray: pip install -e \".[ray,server]\"")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Serve's own pydantic fields
 
 import httpx  # noqa: E402

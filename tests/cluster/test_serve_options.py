@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("ray", reason="the replicas path needs Ray: pip install v2[ray]")
+pytest.importorskip("ray", reason="the replicas path needs Ray: pip install -e \".[ray,server]\"")
 pytest.importorskip("fastapi", reason="the server needs its extra: pip install v2[server]")
 
 from v2.cli import build_parser  # noqa: E402

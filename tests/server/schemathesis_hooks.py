@@ -56,16 +56,6 @@ def _frames(body: dict, ours: str, peers: str) -> int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _falsy_whole(body) -> bool:
-    """A batch whose `stream` or `stream_format` (at the top or in an item) is falsy but neither null nor false
-    (0, "", [], {}): batch.py takes it (its `not in (None, False)` holds 0 == False), the schema forbids it.
-    Left out of the pass until batch.py refuses it; test_schema_bounds.py's xfail holds the defect."""
-    items = body.get("items")
-    parts = [body, *(i for i in items if isinstance(i, dict))] if isinstance(items, list) else [body]
-    return any(k in p and p[k] is not None and p[k] is not False and not p[k]
-               for p in parts for k in ("stream", "stream_format"))
-
-
 def _positive(case) -> bool:
     return case.meta is not None and case.meta.generation.mode.is_positive
 
@@ -80,8 +70,6 @@ def filter_case(ctx, case) -> bool:
         return False  # schemathesis's coverage phase fills a required part of a form that has a custom part
         # strategy with "" whatever its schema says, and calls it either mode (4.32, coverage/_operation.py);
         # the empty name's 400 is test_schema_bounds.py's
-    if case.path == BATCH and isinstance(body, dict) and _falsy_whole(body):
-        return False  # a known defect, left out: see _falsy_whole
     if case.path != SPEECH or not isinstance(body, dict) or not _positive(case):
         return True
     for ours, peers in (("max_frames", "max_new_tokens"), ("min_frames", "min_new_tokens")):

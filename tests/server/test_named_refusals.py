@@ -198,3 +198,22 @@ def test_an_integer_past_a_float_in_any_field_is_named_never_a_500(live):
                     (field, event)
     assert not log.tracebacks(), log.tracebacks()
     wait_idle(shared_runtime())
+
+
+def test_a_blank_transcript_is_named_as_the_form_names_it(live):
+    """The store calls the transcript `text`; the form's refusal says `ref_text`, as its param does."""
+    wav = _tone_wav()
+    r = httpx.post(live.url + VOICES, data={"name": "blank", "ref_text": "   "},
+                   files={"audio_sample": ("a.wav", wav, "audio/wav")}, timeout=60)
+    err = _refused(r, "ref_text")
+    assert err["message"].startswith("ref_text:"), err
+
+
+def _tone_wav() -> bytes:
+    import io
+
+    import numpy as np
+    import soundfile as sf
+    buf = io.BytesIO()
+    sf.write(buf, (0.1 * np.sin(np.arange(8000) / 8.0)).astype("float32"), 16000, format="WAV")
+    return buf.getvalue()

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DRAIN_S = 6.0  # the short request's 20 frames fit well within it; the long one's 600 do not
 SHORT_FRAMES = 20
 BOUND = 120.0  # seconds: a hang check
+# the listening socket is closed: refused, or reset while the connection waited in its backlog, or cut
+CLOSED = (httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 def _stream(url: str, body: dict, out: dict, started: threading.Event) -> None:
@@ -49,7 +51,7 @@ def _wait_until_shutting_down(url: str) -> None:
     while time.monotonic() < deadline:
         try:
             r = httpx.get(url + "/health", timeout=BOUND)
-        except (httpx.ConnectError, httpx.RemoteProtocolError):
+        except CLOSED:
             return
         if r.status_code == 503 and "shutting_down" in r.text:
             return
@@ -83,7 +85,7 @@ def test_sigterm_drains_then_aborts_the_rest_and_exits_0():
         _wait_until_shutting_down(url)
         try:  # no longer accepting: the socket is closed, or a request that still got in is told 503
             refused = httpx.post(url + "/v1/audio/speech", json=short, timeout=BOUND).status_code == 503
-        except (httpx.ConnectError, httpx.RemoteProtocolError):
+        except CLOSED:
             refused = True
         assert refused
         for t in threads:

@@ -21,4 +21,4 @@ def test_the_core_imports_without_ray():
 def test_the_cluster_package_names_the_extra_when_ray_is_missing():
     done = run("import v2.cluster")
     assert done.returncode != 0
-    assert "pip install v2[ray]" in done.stderr
+    assert 'pip install -e ".[ray,server]"' in done.stderr

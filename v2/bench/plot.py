@@ -55,7 +55,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise PlotError("--plot needs matplotlib: pip install 'v2[plot]' (or pip install matplotlib)") from None
+        raise PlotError("--plot needs matplotlib: pip install -e \".[plot]\" (or pip install matplotlib)") from None
     matplotlib.use("Agg")  # off-screen: no display, the same picture everywhere
     import matplotlib.pyplot as plt
 

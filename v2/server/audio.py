@@ -29,6 +29,7 @@ _MPEG_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 RATES: dict[str, tuple[int, ...]] = {"mp3": _MPEG_RATES, "opus": (8000, 12000, 16000, 24000, 48000),
                                      "aac": _MPEG_RATES + (64000, 88200, 96000)}
 MIN_RATE, MAX_RATE = 8000, 192000
+FLAC_HZ_MAX = 65535  # a FLAC frame header holds a rate in Hz up to this, above it in tens of Hz only
 PCM_RATE = 24000  # OpenAI's pcm: 24 kHz mono s16le
 
 
@@ -51,6 +52,9 @@ def output_spec(fmt: str, requested_rate: int | None, native_rate: int, native_c
         raise FieldError(f"sample_rate: {fmt} holds {', '.join(map(str, allowed))} Hz, not {rate}", field="sample_rate")
     if not MIN_RATE <= rate <= MAX_RATE:
         raise FieldError(f"sample_rate: must lie in [{MIN_RATE}, {MAX_RATE}] Hz, got {rate}", field="sample_rate")
+    if fmt == "flac" and rate > FLAC_HZ_MAX and rate % 10:
+        raise FieldError(f"sample_rate: flac holds a rate over {FLAC_HZ_MAX} Hz only in tens of Hz, not {rate}",
+                         field="sample_rate")
     return OutputSpec(fmt, rate, channels)
 
 

@@ -89,7 +89,7 @@ def _body(st: ServerState, raw: bytes, content_type: str) -> tuple[dict[str, Any
             raise ApiError(400, f"{name}: not a field of a batch (the fields of /v1/audio/speech and items"
                            f"{'; ' + hint if hint else ''})", param=name, code="invalid_value")
     for name in WHOLE_ONLY:
-        if body.get(name) not in (None, False):
+        if _given(body.get(name)):
             raise ApiError(400, f"{name}: a batch answers whole files (omit it)", param=name, code="invalid_value")
     parse_body({"input": "", **body})  # a bad default is every item's: refused once, naming it
     return body, items
@@ -111,7 +111,7 @@ def _accept_item(st: ServerState, family: FamilyParams, defaults: dict[str, Any]
         item.id = name
         merged = {**defaults, **given}
         for field in WHOLE_ONLY:
-            if merged.get(field) not in (None, False):
+            if _given(merged.get(field)):
                 raise ApiError(400, f"{field}: a batch answers whole files (omit it)", param=field,
                                code="invalid_value")
         p = plan(parse_body({**merged, "stream": False}), st.config.limits(), native_rate=st.native_rate,
@@ -121,6 +121,12 @@ def _accept_item(st: ServerState, family: FamilyParams, defaults: dict[str, Any]
     except ApiError as e:
         item.error = e
     return item
+
+
+def _given(value: Any) -> bool:
+    """A whole-only field set to anything but null or false (`0`, `""`, `[]` are given: `0 == False` in Python,
+    not in the schema)."""
+    return value is not None and value is not False
 
 
 def _json_type(value: Any) -> str:

@@ -6,12 +6,14 @@ sends: `model` one of the served names; `input` non-empty, not only whitespace, 
 `voice` one of the voices served when the schema is asked for (OpenAI's names, the checkpoint's speakers, the
 stored voices; `POST /v1/audio/voices` adds more); `speed` 1; the sampling knobs' ranges and `seed`'s (v2.fields),
 the frame limits up to the card's cap; `sample_rate` each format's rates (with `response_format`'s default,
-mp3); `ref_text` only with `ref_audio`, `stream_format: sse` only with a stream; an input the family takes none
-of (`ref_audio`, `x_vector_only_mode`, `context`) published as null only. `batch_item` is the same fields, none
-required, for a batch's items and defaults. `voice_form` bounds the voice form's `name`.
+mp3); `ref_text` and `x_vector_only_mode` only with `ref_audio`, a stored voice not with it, `stream_format: sse`
+only with a stream; an input the family takes none of (`ref_audio`, `x_vector_only_mode`, `context`) published
+as null only. `batch_item` is the same fields, none required, for a batch's items and defaults; `context_turn`
+a turn whose `voice` is a stored one, given alone; `voice_form` the voice form (its `name` as the store takes
+one, `ref_text` not blank, a recording or, where the model takes one, a speaker embedding).
 What JSON Schema cannot say stays in the descriptions and is the server's to refuse (400 naming the field):
-the frame floor under the limit (`min_frames` <= `max_frames`), one value given under its two names, a
-recording that is not audio, a stored voice with a speaker.
+a frame floor over the limit (`min_frames` > `max_frames`), one value given two different values under its two
+names, a recording that is not audio.
 Must not know: FastAPI, the engine, how the routes do their work.
 """
 
@@ -23,7 +25,7 @@ from typing import Any
 from v2.fields import INT64_MAX, PENALTY_MAX, PENALTY_MIN, TEMPERATURE_MAX, TEMPERATURE_MIN, TOP_K_MAX
 from v2.params import TWO_NAMES
 from v2.runtime.voices import NAME as VOICE_NAME
-from v2.server.audio import FORMATS, MAX_RATE, MIN_RATE, RATES
+from v2.server.audio import FLAC_HZ_MAX, FORMATS, MAX_RATE, MIN_RATE, RATES
 from v2.server.schema import OPENAI_VOICES, family_params
 
 NULL = {"type": "null"}
@@ -62,9 +64,7 @@ def bounded(body: dict[str, Any], server: Any) -> dict[str, Any]:
                   "description": f"the text to speak: not only whitespace, at most {cfg.max_input_chars} characters "
                                  "(--max-input-chars)"}
     names = voices_served(server)
-    p["voice"] = {"anyOf": [{"type": "string", "enum": names},
-                            {"type": "object", "required": ["id"], "additionalProperties": False,
-                             "properties": {"id": {"type": "string", "enum": names}}}, NULL], "default": None,
+    p["voice"] = {**_voice(names), "default": None,
                   "description": "a voice served here (GET /v1/audio/voices lists them; OpenAI's names speak with "
                                  "the card's default voice; a built-in speaker in any case), as a name or OpenAI's "
                                  "{\"id\": name}"}
@@ -91,8 +91,24 @@ def bounded(body: dict[str, Any], server: Any) -> dict[str, Any]:
     if "ref_audio" in takes:
         p["ref_audio"] = _optional({"type": "string", "minLength": 1, "contentMediaType": "audio/*"},
                                    p["ref_audio"].get("description"))
-    out["allOf"] = [*_rates(), *_together()]
+    out["allOf"] = [*_rates(), *_together(), *_one_voice(names, server.voices.stored_names())]
     return out
+
+
+def _one_voice(names: list[str], stored: list[str]) -> list[dict[str, Any]]:
+    """A stored voice is a recording: with `ref_audio` it would be two (the family refuses it naming `voice`), so
+    `voice` is then one of the others (`names`: every voice served)."""
+    others = [n for n in names if n not in stored]
+    if not stored:
+        return []
+    return [{"if": {"required": ["ref_audio"], "properties": {"ref_audio": {"type": "string"}}},
+             "then": {"properties": {"voice": _voice(others)}}}]
+
+
+def _voice(names: list[str]) -> dict[str, Any]:
+    return {"anyOf": [{"type": "string", "enum": names},
+                      {"type": "object", "required": ["id"], "additionalProperties": False,
+                       "properties": {"id": {"type": "string", "enum": names}}}, NULL]}
 
 
 def context_turn(turn: dict[str, Any], server: Any) -> dict[str, Any]:
@@ -113,6 +129,9 @@ def _rates() -> list[dict[str, Any]]:
     for fmt in FORMATS:
         rates: dict[str, Any] = {"type": "integer", "enum": list(RATES[fmt])} if fmt in RATES else {
             "type": "integer", "minimum": MIN_RATE, "maximum": MAX_RATE}
+        if fmt == "flac":  # over FLAC_HZ_MAX, tens of Hz only
+            rates = {"anyOf": [{**rates, "maximum": FLAC_HZ_MAX}, {**rates, "minimum": FLAC_HZ_MAX + 1,
+                                                                   "multipleOf": 10}]}
         when: dict[str, Any] = {"properties": {"response_format": {"const": fmt}}}
         if fmt != "mp3":
             when["required"] = ["response_format"]

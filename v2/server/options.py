@@ -10,48 +10,39 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Callable
 
 from v2.card import DEFAULT_CARD
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _whole(least: int) -> Callable[[str], int]:
+    """A whole number of at least `least`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value <= 86400:  # NaN and inf fail too
-        raise argparse.ArgumentTypeError(f"must lie in (0, 86400] seconds, got {text}")
-    return value
+def _within(unit: str, most: float) -> Callable[[str], float]:
+    """A number of `unit` in (0, most]; NaN and inf fail too."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of {unit}, got {text!r}") from None
+        if not 0 < value <= most:
+            raise argparse.ArgumentTypeError(f"must lie in (0, {most:.15g}] {unit}, got {text}")
+        return value
+    return parse
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
-
-
-def _megabytes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of MiB, got {text!r}") from None
-    if not 0 < value <= 2**20:  # NaN and inf fail too
-        raise argparse.ArgumentTypeError(f"must lie in (0, 1048576] MiB, got {text}")
-    return value
+_positive, _count = _whole(1), _whole(0)
+_seconds, _megabytes = _within("seconds", 86400), _within("MiB", 2**20)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

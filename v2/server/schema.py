@@ -85,9 +85,18 @@ def integral(raw: dict[str, Any]) -> dict[str, Any]:
     out = {k: _whole(v) if k in _INTEGERS else v for k, v in raw.items()}
     turns = out.get("context")
     if isinstance(turns, list):
-        out["context"] = [{**t, **{k: (_whole(t[k]) if k == "speaker" else [_whole(x) for x in t[k]])
-                                   for k in ("speaker", "text_ids") if isinstance(t.get(k), (float, list))}}
-                          if isinstance(t, dict) else t for t in turns]
+        out["context"] = [_integral_turn(t) if isinstance(t, dict) else t for t in turns]
+    return out
+
+
+def _integral_turn(turn: dict[str, Any]) -> dict[str, Any]:
+    """A context turn with a whole-float `speaker` and `text_ids` list's whole floats as ints; a value of any
+    other shape as it is (the model names it)."""
+    out = dict(turn)
+    if isinstance(out.get("speaker"), float):
+        out["speaker"] = _whole(out["speaker"])
+    if isinstance(out.get("text_ids"), list):
+        out["text_ids"] = [_whole(x) for x in out["text_ids"]]
     return out
 
 

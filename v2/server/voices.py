@@ -144,6 +144,8 @@ class VoiceBook:
             field = getattr(e, "field", None)  # the store's errors say what is wrong; anything else is the audio's
             param = {"name": "name", "voice": "name", "text": "ref_text",
                      "speaker_embedding": "speaker_embedding"}.get(field or "", "audio_sample")
+            if field and field != param and message.startswith(f"{field}:"):  # the store's name -> the form's
+                message = param + message[len(field):]
             raise ApiError(400, message, param=param, code="invalid_value") from None
 
     def remove(self, name: str) -> None:
