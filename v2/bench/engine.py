@@ -326,9 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--two-loop", default=None, metavar="CARD",
                    help="also time a card whose graph pages two loops (a name or a path; e.g. the test family's "
                         "tests/runtime/twoloop/twoloop.toml with --register twoloop=twoloop and tests/runtime on "
-                        "PYTHONPATH)")
+                        "PYTHONPATH; default: none)")
     p.add_argument("--register", action="append", default=[], metavar="NAME=PACKAGE",
-                   help="a family package to find by name (v2.registry.register), for --card or --two-loop")
+                   help="a family package to find by name (v2.registry.register), for --card or --two-loop; "
+                        "may be given again (default: none)")
     args = p.parse_args(argv)
     check_plot(p, args.plot)
     for entry in args.register:
