@@ -142,7 +142,8 @@ def test_a_bad_value_of_any_field_names_that_field(live, field, data):
     assert err["param"] == field and err["message"].startswith(field), err
 
 
-def test_the_server_hands_the_runtime_its_typed_request(live, monkeypatch):
+def test_the_server_hands_the_runtime_the_familys_fields(live, monkeypatch):
+    """The body mapped onto the family's field names, parsed once, by the runtime (test_speech.py)."""
     rt = shared_runtime()
     seen: list[object] = []
     submit = type(rt).submit
@@ -150,7 +151,9 @@ def test_the_server_hands_the_runtime_its_typed_request(live, monkeypatch):
     body = {"input": TEXT, "seed": 4, "top_k": 5, "max_new_tokens": 3, "response_format": "wav", "stream": False}
     r = httpx.post(live.url + SPEECH, json=body, timeout=120)
     assert r.status_code == 200, r.text
-    (request,) = seen
+    (fields,) = seen
+    assert isinstance(fields, dict)
+    request = rt.family.parse(fields)
     assert isinstance(request, SpeechRequest)
     assert (request.text, request.seed, request.sampling.audio.top_k, request.max_frames) == (TEXT, 4, 5, 3)
     assert r.content[:4] == b"RIFF" and request.stream is False
