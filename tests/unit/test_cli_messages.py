@@ -15,20 +15,9 @@ import pytest
 
 from v2.cli import build_parser, main
 from v2.cli.batch import _read
-from v2.runtime.runtime import Runtime
 from v2.runtime.voices import VoiceStore
 
-
-class ModelLoaded(Exception):
-    """Raised where a model would load."""
-
-
-@pytest.fixture
-def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise ModelLoaded("a model was loaded")
-
-    monkeypatch.setattr(Runtime, "from_card", refuse)
+from no_model import ModelLoaded, no_model  # noqa: F401 (a fixture)
 
 
 def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

@@ -22,21 +22,11 @@ from v2.cli.options import RUNTIME_OPTIONS
 from v2.runtime.runtime import Runtime
 from v2.runtime.voices import VoiceStore
 
+from no_model import ModelLoaded, no_model  # noqa: F401 (a fixture)
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CHECKPOINTS = {"moss_tts_local_tiny": FIXTURES / "moss_tts_local_tiny" / "checkpoint",
                "qwen3_tts_tiny": FIXTURES / "qwen3_tts_tiny" / "checkpoint"}
-
-
-class ModelLoaded(Exception):
-    """Raised where a model would load."""
-
-
-@pytest.fixture
-def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise ModelLoaded("a model was loaded")
-
-    monkeypatch.setattr(Runtime, "from_card", refuse)
 
 
 # what each tiny card's voices carry: codes per frame, their range, the named arrays (voice_spec is tested below)
