@@ -79,10 +79,7 @@ class PagedFamily:
     max_group: int
     max_buffered_chunks: int
     _launch: LaunchState
-
-    def recompute_rows(self, state: LoopState) -> torch.Tensor:
-        """The rows a resumed request recomputes (the family's layout)."""
-        raise NotImplementedError
+    recompute_rows: Callable[[LoopState], torch.Tensor]  # the rows a resumed request recomputes (its layout)
 
     # ----- wiring ---------------------------------------------------------------------------------
     def declared_graph(self, paged: Hashable, loop: AnyPagedLoop, front: AnyFrontLoop | None,
