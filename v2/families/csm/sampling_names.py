@@ -50,10 +50,11 @@ def _given(raw: Any) -> Given:
         nested = Nested.model_validate(raw)
     except ValidationError as e:
         raise from_validation(e, at=("sampling",)) from None
-    for name, why in (("stop", "no separate stop head: a frame whose codebooks 0..N-2 are all 0 ends the "
-                       "speech"), ("repetition_penalty", "the reference applies no repetition penalty")):
+    for name, why in (("stop", "this family has no separate stop head: a frame whose codebooks 0..N-2 are all 0 "
+                       "ends the speech"), ("repetition_penalty", "this family takes none: its reference applies no "
+                                            "repetition penalty")):
         if not _empty(getattr(nested, name)):
-            raise FieldError(f"sampling.{name}: this family has {why}", field=f"sampling.{name}")
+            raise FieldError(f"sampling.{name}: {why}", field=f"sampling.{name}")
     given: Given = {}
     for k in KNOBS:
         audio, top, depth = getattr(nested.audio, k), getattr(nested, k), getattr(nested.depth_decoder, k)
