@@ -49,3 +49,31 @@ def test_a_text_frame_that_is_not_utf8_is_closed_1007_in_one_log_line(url, frame
     assert [e for e in events if e["type"] == "error"] == [] and events[-1]["type"] == "session.done"
     assert not log.tracebacks(), log.tracebacks()
     wait_idle(shared_runtime())
+
+
+def test_an_utterance_over_the_input_cap_names_the_option_and_keeps_what_it_took():
+    """The per-utterance cap is the server's `--max-input-chars`: a piece that would pass it is refused naming
+    `text` and the option, and the utterance goes on with the text it already took."""
+    from dataclasses import replace
+
+    async def go(url: str) -> tuple[list[dict], list[dict]]:
+        async with connect(url) as ws:
+            await ws.send(json.dumps({"type": "session.config", "max_new_tokens": 4}))
+            assert (await recv_json(ws))["type"] == "session.ready"
+            await ws.send(json.dumps({"type": "input.text", "text": "Hello there. "}))
+            await ws.send(json.dumps({"type": "input.text", "text": "And more words."}))
+            refused = await recv_json(ws)
+            while refused["type"] != "error":
+                refused = await recv_json(ws)
+            await ws.send(json.dumps({"type": "input.done"}))
+            events, _ = await until(ws, "session.done")
+        return [refused], events
+
+    config = replace(ServerConfig.for_card(CARD), max_input_chars=20)
+    with LiveServer(shared_runtime(), config) as server:
+        (refused,), events = asyncio.run(go(ws_url(server)))
+    error = refused
+    assert error["param"] == "text" and error["code"] == "string_above_max_length", refused
+    assert "28 characters" in error["message"] and "limit of 20 (--max-input-chars)" in error["message"], refused
+    assert [e for e in events if e["type"] == "error"] == [] and events[-1]["type"] == "session.done"
+    wait_idle(shared_runtime())

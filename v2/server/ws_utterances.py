@@ -131,7 +131,8 @@ class Speaker:
         limit = self.st.config.max_input_chars
         if len(u.text) + len(piece) > limit:
             await self.out.error(f"text: the utterance would be {len(u.text) + len(piece)} characters, over the "
-                                 f"limit of {limit}; send input.done", "text", "string_above_max_length")
+                                 f"limit of {limit} (--max-input-chars); send input.done", "text",
+                                 "string_above_max_length")
             return
         assert self.config is not None
         if self.config.feeds_as_written:
