@@ -2,8 +2,9 @@
 
 Owns: the common part of the card schema (name, `family`, seeded weight sources, sampling defaults'
 schema, a loop's declaration `LoopDecl` with the loops it feeds, a family's loop section `LoopTable` and
-the checks of the graph it declares, the settings every paged AR loop and every codec chunk loop declares
-(`PagedLoopDecl`, `ChunkLoopDecl`: a family subclasses them), that a seeded expert names a seeded table,
+the checks of the graph it declares (two paged loops naming one `expert`, whose KV specs would be one,
+refused), the loops a card adds to its family's graph (`added_loops`, checked by v2/card_added.py), the
+settings every paged AR loop and every codec chunk loop declares (`PagedLoopDecl`, `ChunkLoopDecl`: a family subclasses them), that a seeded expert names a seeded table,
 runtime settings such as the engine's CPU threads), finding a card by
 name (the shipped cards are package data, `v2/cards/` in an installed package, the top-level `cards/` in a
 checkout) or path, validating it with its family's card class
@@ -26,6 +27,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from v2.card_added import AddedLoopDecl, resolve_added
 from v2.fields import TOP_K_MAX, check_penalty, check_temperature
 from v2.registry import UnknownFamily, family_package
 from v2.sampling_settings import HeadSampling, SamplingSettings
@@ -187,6 +189,15 @@ class LoopTable(_Frozen):
                                  f"a loop's feeds, or leave [loops.{t}] out")
             if len(feeders) > 1:
                 raise ValueError(f"loops.{t}: fed by {' and '.join(feeders)}; a {target.class_} takes one stream")
+        experts: dict[str, str] = {}
+        for name, d in loops.items():
+            expert = getattr(d, "expert", None)
+            if isinstance(d, PagedLoopDecl) and expert is not None:
+                if expert in experts:
+                    raise ValueError(f"loops.{name}.expert: {expert!r} is the expert of loops.{experts[expert]} too; "
+                                     "two paged loops would share one KV spec by accident (each paged loop holds its "
+                                     "own pool over its own expert's layers)")
+                experts[expert] = name
 
 
 def _cycle(loops: dict[str, LoopDecl], start: str, path: list[str]) -> list[str] | None:
@@ -223,6 +234,9 @@ class PagedLoopDecl(LoopDecl):
     kv_blocks: int | None = Field(default=None, ge=1)
     kv_memory_fraction: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
     prefix_cache: bool = True              # full prompt blocks stay cached for later requests until evicted
+    # the expert whose layers this loop's KV holds (a name of the card's experts; None: the family's one);
+    # two paged loops of a card naming one expert would share one KV spec: refused at load
+    expert: str | None = None
 
     _buckets = field_validator("batch_buckets")(check_buckets)
 
@@ -247,7 +261,8 @@ class ChunkLoopDecl(LoopDecl):
     """The settings of a codec loop that takes frames and streams them as audio chunks (the runtime's chunk
     stream, v2/runtime/chunks.py). A family's subclass names its class."""
 
-    takes: ClassVar[str | None] = "frames"  # its chunks are the audio that streams to the caller
+    takes: ClassVar[str | None] = "frames"
+    gives: ClassVar[str | None] = "audio"   # its chunks: the audio that streams to the caller (and to an added loop)
     first_chunk_frames: int = Field(ge=1)  # frames in a stream's first audio chunk
     chunk_frames: int = Field(ge=1)        # frames in every later chunk (the last may be shorter)
     max_streams: int = Field(ge=1)         # codec state slots
@@ -286,13 +301,24 @@ class ModelCard(_Frozen):
     default: bool = False  # the shipped card used when none is named (DEFAULT_CARD): exactly one says so
     runtime: RuntimeSettings = RuntimeSettings()
     seeded: dict[str, SeededWeights] = Field(default_factory=dict)
+    # loops added to the family's graph, the family knowing nothing of them (v2/card_added.py), by name
+    added_loops: dict[str, AddedLoopDecl] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _graph(self) -> "ModelCard":
-        """The loop graph a family's section declares (its `loops`, a `LoopTable`) is one its loops can make."""
+        """The loop graph a family's section declares (its `loops`, a `LoopTable`) is one its loops can make,
+        and so is each loop it adds (`added_loops`); a paged loop's `expert` names an expert of the card."""
         loops = self.__dict__.get("loops")
         if isinstance(loops, LoopTable):
             loops.check()
+            experts = self.__dict__.get("experts")
+            names = type(experts).model_fields if isinstance(experts, BaseModel) else None
+            for name, d in loops.declared().items():
+                expert = getattr(d, "expert", None)
+                if names is not None and expert is not None and expert not in names:
+                    raise ValueError(f"loops.{name}.expert: no expert {expert!r} (experts: {', '.join(names)})")
+        if self.added_loops:
+            resolve_added(loops.declared() if isinstance(loops, LoopTable) else {}, self.added_loops)
         return self
 
     @model_validator(mode="after")

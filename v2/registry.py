@@ -8,6 +8,9 @@ distribution's `[project.entry-points."v2.families"]`: `name = "package"`), and 
 `card.py` (`CARD`), `family.py` (`FAMILY`), and optionally `recompute.py` (RL), `bench` (a module or a
 package: its benchmarks, what v2/bench/family.py lists) and `options.py` (`OPTIONS`: the command-line
 options of its own request fields, `FamilyOption`s; torch-free, read by `family_options`). Nothing else is imported until a card names its family.
+Also the registry of added loops (a loop a card or a deployment adds to any family's graph, e.g. an aligner
+of the audio): name -> "module:attr" of its factory, from the entry-point group `v2.added_loops` and
+`register_added_loop` (`added_loop(name)` imports it).
 Must not know: any family's name, cards' contents, the runtime.
 """
 
@@ -91,3 +94,52 @@ def family_options() -> dict[str, tuple[FamilyOption, ...]]:
             continue
         out[name] = tuple(getattr(module, "OPTIONS", ()))
     return out
+
+
+# ----- added loops: loops a card or a deployment adds to any family's graph (v2/runtime/added.py) ----------
+ADDED_GROUP = "v2.added_loops"  # the entry-point group an added loop registers under: `name = "module:attr"`
+
+_added: dict[str, str] = {}
+
+
+class UnknownAddedLoop(LookupError):
+    """A card or an option names an added loop this installation does not have."""
+
+
+def register_added_loop(name: str, target: str) -> None:
+    """Make added loop `name` known as `target` ("module:attr", the attribute an `AddedLoopFactory`), as an
+    entry point of the group `v2.added_loops` does for an installed distribution."""
+    if not name.isidentifier():
+        raise ValueError(f"added loop name: {name!r} is not an identifier")
+    if ":" not in target:
+        raise ValueError(f"added loop {name!r}: {target!r} is not 'module:attr'")
+    with _lock:
+        _added[name] = target
+
+
+def unregister_added_loop(name: str) -> None:
+    with _lock:
+        _added.pop(name, None)
+
+
+def added_loops() -> dict[str, str]:
+    """Every known added loop: name -> "module:attr" (a registered one overrides an installed one's name)."""
+    with _lock:
+        registered = dict(_added)
+    return {**{ep.name: ep.value for ep in importlib.metadata.entry_points(group=ADDED_GROUP)}, **registered}
+
+
+def added_loop(name: str) -> object:
+    """The factory of added loop `name`: a registered name, or "module:attr" (an operator's own code, given to
+    `Runtime.from_card` or `serve --add-loop`; a card names registered loops only); UnknownAddedLoop naming the
+    known ones otherwise. Its module is imported here: it should import no model (its `build` does)."""
+    target = added_loops().get(name) or (name if ":" in name else None)
+    if target is None:
+        known = ", ".join(sorted(added_loops())) or "none"
+        raise UnknownAddedLoop(f"unknown added loop {name!r} (known: {known}; an added loop registers under the "
+                               f"entry-point group {ADDED_GROUP!r})")
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise UnknownAddedLoop(f"added loop {name!r}: {target!r} cannot be loaded ({type(e).__name__}: {e})") from None

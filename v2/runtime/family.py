@@ -180,12 +180,14 @@ LAST = _Last()
 class LoopSpec:
     """One loop a card declares: `name` keys its plans (`WorkPlan.loop`) and its state in a request's record;
     `feeds` names the loops that take what it emits; `pools` the slot pools its state holds a slot of (given
-    back when it ends)."""
+    back when it ends); `publishes`: its output streams to the request's subscribers as events
+    (`v2.runtime.added`: a loop a card or a deployment adds)."""
 
     name: Hashable
     loop: AnyLoop  # a `PagedLoop` for the graph's `paged` loop, a `FedLoop` for a loop another feeds
     feeds: tuple[Hashable, ...] = ()
     pools: tuple[str, ...] = ()
+    publishes: bool = False  # what its `advance` leaves in `fresh` goes to the request's handle as events (added loops)
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,8 @@ class LoopGraph:
     chunks that stream to the caller (default: the last loop; None: the graph makes no audio: nothing
     streams, a result's audio is empty; it may feed further loops, e.g. an aligner); `front`: the loop run
     before admission (None: none), `front_name` the `loop` its plans carry (a declared node: None takes
-    the front loop's `kind`) and `front_pool` its slot pool. Loops that no other loop feeds plan before the
+    the front loop's `kind`) and `front_pool` its slot pool; `ends`: the loop whose reason is the request's
+    (None: the last; a graph with added loops keeps its family's). Loops that no other loop feeds plan before the
     engine reads the last step; the others plan after it, from what was just read; a request ends when
     every loop has ended (with the last one's reason).
     Refused when built (`ValueError` naming the loop): an edge to no loop or to an earlier one, a loop fed
@@ -210,6 +213,7 @@ class LoopGraph:
     front: AnyFrontLoop | None = None
     front_pool: str | None = None
     front_name: Hashable | None = None
+    ends: Hashable | None = None  # the loop whose reason is the request's (None: the last loop)
     specs: dict[Hashable, LoopSpec] = field(init=False, repr=False, compare=False)
     sources: tuple[LoopSpec, ...] = field(init=False, repr=False, compare=False)
     fed: tuple[LoopSpec, ...] = field(init=False, repr=False, compare=False)
@@ -252,6 +256,8 @@ class LoopGraph:
             object.__setattr__(self, "audio", self.loops[-1].name)
         if self.audio is not None and self.audio not in specs:
             raise ValueError(f"audio: {self.audio!r} is no loop of the graph")
+        if self.ends is not None and self.ends not in specs:
+            raise ValueError(f"ends: {self.ends!r} is no loop of the graph")
         if self.front is not None and self.front_name is None:
             object.__setattr__(self, "front_name", getattr(self.front, "kind", None))
         if self.front_name is not None and self.front_name in specs:
@@ -281,8 +287,8 @@ class LoopGraph:
 
     @property
     def sink(self) -> LoopSpec:
-        """The last loop: a request ends with its reason."""
-        return self.loops[-1]
+        """The loop whose reason the request ends with: `ends`, else the last loop."""
+        return self.specs[self.ends] if self.ends is not None else self.loops[-1]
 
 
 @dataclass(frozen=True)

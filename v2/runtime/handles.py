@@ -2,7 +2,8 @@
 
 Owns: `TextHandle` (a `SpeechHandle` whose text arrives in pieces: `feed`, `end_text`, and their async
 forms), the per-request chunk log (every chunk kept, so an iterator or subscriber attached at any time
-sees all of them from the first), sync and async iteration, subscriber callbacks (each on its own thread,
+sees all of them from the first), added loops' events (`events`, `subscribe_events`: v2/runtime/added.py),
+sync and async iteration, subscriber callbacks (each on its own thread,
 never the engine's: a slow subscriber stalls neither the engine nor other subscribers; each may fall at
 most `max_behind` chunks behind, past that `deliver` reports the overflow and the runtime aborts the
 request), done callbacks (on the runtime's shared callback `Dispatcher`: a slow one delays only other done
@@ -18,15 +19,16 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from v2.contracts import AudioChunk
 from v2.errors import RequestError
 from v2.fields import encoding_problem
+from v2.runtime.added import AddedEvent, EventLog
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class SpeechResult:
     trajectory: Any = None  # a v2.rl.Trajectory under the ROLLOUT profile
     error: str | None = None
     segments: tuple[SpeechSegment, ...] = ()  # in order; their frame ranges tile `codes` (one unless long text)
+    added: Mapping[str, object] = field(default_factory=dict)  # each added loop's result, by its name (v2/runtime/added.py)
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class SpeechHandle:
         self._result: SpeechResult | None = None
         self._marks: list[SegmentMark] = []
         self.callback_errors: list[str] = []
+        self._events = EventLog(self._dispatcher.post)  # added loops' output (v2/runtime/added.py)
         # a long text's progress as its family reports it: (segments ended, segments planned); (0, 1) for a text
         # spoken as one prompt (and for open text, whose segments are its marks); for a progress display
         self.segments: tuple[int, int] = (0, 1)
@@ -182,6 +186,15 @@ class SpeechHandle:
                 self._subscribers.append(sub)
             else:
                 sub.end()
+
+    def events(self) -> list[AddedEvent]:
+        """What the request's added loops made so far (e.g. an aligner's words), in the order they were made."""
+        return self._events.snapshot()
+
+    def subscribe_events(self, callback: Callable[[AddedEvent], None]) -> None:
+        """Call `callback(event)` for every added-loop event, from the first, on the runtime's callback thread
+        (in order, with the done callbacks: an event made before the request ended comes before them)."""
+        self._events.subscribe(lambda e: self._call(callback, e))
 
     def on_done(self, callback: Callable[[SpeechResult], None]) -> None:
         """Call `callback(result)` once the request has ended, on the runtime's callback thread."""
@@ -253,6 +266,10 @@ class SpeechHandle:
                     self._post(sub, chunk)
             self._cond.notify_all()
             return ok
+
+    def publish(self, loop: str, items: Sequence[object]) -> None:
+        """An added loop's new items (engine thread)."""
+        self._events.publish(loop, items)
 
     def mark(self, mark: SegmentMark) -> None:
         """A segment began (a new index) or ended (the same index again, with its end)."""

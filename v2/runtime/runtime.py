@@ -1,7 +1,8 @@
 """The runtime as callers see it: `submit()` from any thread, handles, rollouts, weight updates, stats, close.
 
 Owns: building a runtime from a card (its family, named by the card, binds the card and its experts; the
-runtime holds an `Engine`, which it starts last), validating and queueing requests (the family parses and
+loops the card or the caller adds, `add_loops`, wired around it: added_graph.py; the runtime holds an
+`Engine`, which it starts last), validating and queueing requests (the family parses and
 prepares them, errors name the field; a group of requests sharing one prompt), open requests (`open`: the
 text arrives in pieces through the handle; each piece goes to the family on the caller's thread, then the
 engine is told there is input; the card's `input_idle_timeout_s` ends one that waits too long), encode-only
@@ -28,6 +29,7 @@ from v2.errors import OverloadedError, RequestError
 from v2.runtime import shutdown, weight_updates
 from v2.runtime.device import Stream, default_stream
 from v2.runtime.encoding import EncodeJob
+from v2.runtime.added_graph import AddLoops, added_loops, with_added
 from v2.runtime.engine import Engine
 from v2.runtime.family import Family, FrontState, Request, TextInput, VoiceArrays, VoiceEmbedding
 from v2.runtime.groups import Group
@@ -39,17 +41,21 @@ from v2.runtime.voices import Voice, VoiceError, VoiceStore, store_directory
 
 class Runtime:
     def __init__(self, card: ModelCard, *experts: Any, graphs: bool = True, voices_dir: str | None = None,
-                 stream: Stream | None = None, family: Family | None = None, **named: Any) -> None:
+                 stream: Stream | None = None, family: Family | None = None, add_loops: AddLoops = (),
+                 **named: Any) -> None:
         """`experts` / `named`: what the card's family binds (its `bind`: e.g. a model, a codec, a tokenizer,
         a codec encoder without which reference audio is refused).
         `graphs`: capture and replay CUDA graphs for the step kinds that have them (on CUDA only).
         `voices_dir`: the voice store's directory (default: the card's, else the user's cache).
         `stream`: the device stream the engine launches on (default: the family's device's; the runtime owns
         it and closes it); e.g. `SimulatedStream(latency)` to run a CPU like an asynchronous device.
-        `family`: a family already bound (instead of the card's family binding `experts`)."""
+        `family`: a family already bound (instead of the card's family binding `experts`).
+        `add_loops`: loops added to the card's graph besides its `added_loops`, the family knowing nothing of
+        them (v2/runtime/added.py): registered names, `NAME=TARGET` (a registered name or "module:attr"), or
+        `AddedLoopDecl`s by name; refused (`CardError` naming the field) as a card's are."""
         self.card = card
         self.family: Family = family or family_of(card).bind(card, *experts, graphs=graphs, **named)
-        self.engine = Engine(self.family, stream or default_stream(self.family.device))
+        self.engine = Engine(with_added(self.family, card, add_loops), stream or default_stream(self.family.device))
         self._cond = self.engine.cond
         # optional capabilities: text fed while a request runs; voices that carry more than codes
         self._text_input = self.family if isinstance(self.family, TextInput) else None
@@ -67,14 +73,17 @@ class Runtime:
     @classmethod
     def from_card(cls, card: str | ModelCard = DEFAULT_CARD, *, checkpoint: str | None = None,
                   codec_checkpoint: str | None = None, device: str | None = None, dtype: torch.dtype | None = None,
-                  graphs: bool = True, voices_dir: str | None = None, stream: Stream | None = None) -> "Runtime":
+                  graphs: bool = True, voices_dir: str | None = None, stream: Stream | None = None,
+                  add_loops: AddLoops = ()) -> "Runtime":
         """`card`: a card name in cards/, a path, or a loaded card. Default device: CUDA when present. Its
-        family builds the experts it names (`checkpoint`: the model's, `codec_checkpoint`: the codec's)."""
+        family builds the experts it names (`checkpoint`: the model's, `codec_checkpoint`: the codec's).
+        `add_loops`: loops added to its graph (see `Runtime`), checked before any model loads."""
         card = card if isinstance(card, ModelCard) else load_card(card)
+        added_loops(card, add_loops)  # a refusal comes before the experts load
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         experts = family_of(card).experts(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint,
                                                   device=device, dtype=dtype)
-        return cls(card, graphs=graphs, voices_dir=voices_dir, stream=stream, **experts)
+        return cls(card, graphs=graphs, voices_dir=voices_dir, stream=stream, add_loops=add_loops, **experts)
 
     @property
     def model(self) -> Any:

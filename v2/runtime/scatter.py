@@ -7,7 +7,8 @@ that planned it (the front loop's rows to the encode stage; a prefill's read to 
 request's guard), feeds what a loop made along the card's edges to the loops it feeds (a loop waiting for
 its input settles: a fed paged loop's first prompt is laid out by its family), delivers the audio
 loop's output to the caller (the graph's `audio`; none when the card declares no loop that makes audio;
-aborting a stream whose subscriber fell too far behind), and settles each
+aborting a stream whose subscriber fell too far behind) and an added loop's to the request's event log
+(`LoopSpec.publishes`), and settles each
 request that moved: computed prompt blocks into the prefix cache, new input for a loop that waits for it (a
 long text's next segment, text fed to an open request), each ended loop's slots back, and the request's end
 once every loop has ended.
@@ -109,6 +110,8 @@ class Scatter:
             moved = moved or waited or down.finish is not None  # a loop that waited for input may have it now
         if spec is self._audio and not self._deliver(req, state):
             return
+        if spec.publishes and state.fresh:  # an added loop's output: to the request's subscribers, as events
+            req.handle.publish(str(spec.name), state.fresh)
         if moved:
             touched[req.id] = req
 

@@ -27,6 +27,7 @@ from v2.models import exact
 from v2.models.config import BackboneConfig
 from v2.models.kv_cache import PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
+from v2.runtime.added import Spoken
 from v2.runtime.chunks import ChunkLoop
 from v2.runtime.family import Batch, FactoryBase, Halves, KVSpec, LoopGraph, Needs, PagedKV, VoiceSpec
 from v2.runtime.handles import Metrics, SpeechResult
@@ -417,6 +418,10 @@ class TwoLoopFamily:
         rows = torch.cat([record.work.prefix, first])
         state.rows, state.prompt_len, state.paused = rows, int(rows.shape[0]), True  # waits for KV blocks
         return rows
+
+    def spoken(self, record: Any) -> Spoken:
+        """What a request speaks, for a loop added to the card (`v2.runtime.added.SpokenInput`): its prompt's ids."""
+        return Spoken(None, tuple(record.request.prompt))
 
     def recompute_rows(self, state: LoopState) -> Tensor:
         return think_rows(state)  # type: ignore[arg-type]
