@@ -1,0 +1,102 @@
+"""The MoE decoder stack of Qwen3-Omni's thinker and talker: Qwen3 attention layers whose MLP is the MoE block.
+
+Owns: `MoeLayer` (pre-norm residual attention + MoE: `h = x + o_proj(attn(input_layernorm(x)))`, `out = h +
+moe(post_attention_layernorm(h))`) and `MoeDecoder` (optional token table, layers, final `norm`), with one full
+causal pass (`forward`) and the cached prefill/decode pass (`forward_cached`) over a `KVCache` or a
+`PagedKVCache`, each row at its own positions. Reused from `v2/models/qwen3.py`: `Qwen3Attention` (q/k/v fused,
+q/k RMSNorm before RoPE, grouped-query, the CPU exact attention and the CUDA kernels) and `RMSNorm`. What
+differs from `Qwen3Backbone`: the MLP is `SparseMoe`; RoPE is M-RoPE, so a call takes rotary positions
+[3, B, T] (t, h, w) apart from the cache positions [B, T] (equal for text and audio; they part with images);
+no fused norm-matmul paths (the layers run one by one on every device).
+Must not know: token ids, audio, the talker's inputs, sampling, requests, which blocks a request holds.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from v2.models.kernels import kernels_on
+from v2.models.kv_cache import Cache, CacheView, KVCache
+from v2.models.module_list import module_list_of
+from v2.models.qwen3 import Qwen3Attention, RMSNorm
+from v2.models.qwen3_omni.config import MoeDecoderConfig
+from v2.models.qwen3_omni.moe import SparseMoe
+from v2.models.qwen3_omni.mrope import mrope_cos_sin, text_positions
+
+
+class MoeLayer(nn.Module):
+    def __init__(self, cfg: MoeDecoderConfig) -> None:
+        super().__init__()
+        d = cfg.decoder
+        self.self_attn = Qwen3Attention(d)
+        self.mlp = SparseMoe(cfg.moe)
+        self.input_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(d.hidden_size, d.rms_norm_eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, layer: int,
+                view: CacheView | None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, layer, view)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class MoeDecoder(nn.Module):
+    """Token table (`embed_tokens`, when asked for), MoE layers and the final norm (release prefix `model.`)."""
+
+    def __init__(self, cfg: MoeDecoderConfig, *, embed_tokens: bool = True) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.decoder
+        if embed_tokens:
+            self.embed_tokens = nn.Embedding(d.vocab_size, d.hidden_size)
+        self.layers = module_list_of(MoeLayer(cfg) for _ in range(d.num_layers))
+        self.norm = RMSNorm(d.hidden_size, d.rms_norm_eps)
+
+    def rope(self, rope_positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos/sin [B, T, head_dim] of rotary positions [3, B, T]."""
+        d = self.cfg.decoder
+        return mrope_cos_sin(rope_positions, d.head_dim, d.rope_theta, self.cfg.mrope_section, self.cfg.interleaved)
+
+    def forward(self, x: Tensor, *, rope_positions: Tensor | None = None, valid: Tensor | None = None,
+                layer_inputs: list[Tensor] | None = None) -> Tensor:
+        """Full causal pass with no cache. x [B, T, H]; rope_positions [3, B, T] (default 0 .. T-1 on every
+        component); valid [B, T] marks real (right-padded) rows. Returns the final-norm output [B, T, H];
+        `layer_inputs`, when given, collects the residual stream entering each layer (index 0: x itself)."""
+        b, t, _ = x.shape
+        if rope_positions is None:
+            rope_positions = text_positions(torch.arange(t, device=x.device).expand(b, t))
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()[None, None]  # [1, 1, T, T]
+        if valid is not None:
+            mask = mask & valid[:, None, None, :]
+        return self._run(x, rope_positions, mask, None, layer_inputs)
+
+    def forward_cached(self, x: Tensor, cache: Cache, index: Tensor, positions: Tensor, *,
+                       rope_positions: Tensor | None = None, valid: Tensor | None = None,
+                       context_len: int | None = None, layer_inputs: list[Tensor] | None = None) -> Tensor:
+        """Prefill or decode through a cache, as `Qwen3Backbone.forward_cached`: x [B, T, H]; positions [B, T]
+        (cache positions, consecutive per row); index: slots [B] or block tables [B, W]; rope_positions
+        [3, B, T] (default: `positions` on every component). Returns the final-norm output [B, T, H]."""
+        b, t, _ = x.shape
+        if valid is None:
+            valid = torch.ones(b, t, dtype=torch.bool, device=x.device)
+        positions = torch.where(valid, positions, torch.zeros_like(positions))
+        if rope_positions is None:
+            rope_positions = text_positions(positions)
+        ctx = context_len if context_len is not None else (
+            cache.max_len if isinstance(cache, KVCache) else index.shape[1] * cache.block_size)
+        lengths = positions[:, 0] + 1 if t == 1 and kernels_on(x.device) else None
+        view = CacheView.build(cache, index, positions, valid, ctx, lengths)
+        mask = None  # the decode kernel bounds each row by its length
+        if view.lengths is None:
+            keys = torch.arange(ctx, device=x.device)
+            mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, C]
+        return self._run(x, rope_positions, mask, view, layer_inputs)
+
+    def _run(self, x: Tensor, rope_positions: Tensor, mask: Tensor | None, view: CacheView | None,
+             layer_inputs: list[Tensor] | None) -> Tensor:
+        cos, sin = self.rope(rope_positions)
+        for i, layer in enumerate(self.layers):
+            if layer_inputs is not None:
+                layer_inputs.append(x)
+            x = layer(x, cos, sin, mask, i, view)
+        return self.norm(x)
