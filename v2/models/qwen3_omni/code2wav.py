@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from v2.models.module_list import module_list_of
-from v2.models.qwen3_omni.config import Code2WavConfig, Qwen3OmniConfig
+from v2.models.qwen3_omni.config import Code2WavConfig
 from v2.models.qwen3_codec.layers import ConvNeXtBlock, SnakeBeta
 from v2.models.qwen3_omni.code2wav_blocks import (
     Code2WavTransformer, TrimmedDecoderBlock, code_mean, decoder_config, decoder_blocks, lead_rows,
@@ -72,24 +72,15 @@ class Code2Wav(nn.Module):
         self._stateful = number_stateful(self.modules(), (CausalConvNet, CausalTransConvNet, ConvNeXtBlock))
 
     @classmethod
-    def from_config(cls, config: dict) -> "Code2Wav":
-        """Built on the meta device from a release config.json dict (weights to be set)."""
-        from v2.models.weights import empty_model
-
-        c2w = Qwen3OmniConfig.from_dict(config).code2wav
-        if c2w is None:
-            raise ValueError("config.json: 'enable_audio_output' is false: this checkpoint has no code2wav")
-        return empty_model(cls, c2w)
-
-    @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: torch.dtype = torch.float32,
                         device: torch.device | str = "cpu") -> "Code2Wav":
-        """The `code2wav.*` tensors of a checkpoint directory (strict: every key of this part, right shapes)."""
-        from v2.models.qwen3_omni.talker_weights import load_part
-        from v2.models.weights import read_config
+        """The `code2wav.*` tensors of a Qwen3-Omni checkpoint directory (strict: every key of this part)."""
+        from v2.models.qwen3_omni.loader import build_part, open_checkpoint
 
-        model = cls.from_config(read_config(Path(path)))
-        return load_part(model, Path(path), "code2wav.", dtype=dtype, device=device)
+        ckpt = open_checkpoint(Path(path))
+        if ckpt.config.code2wav is None:
+            raise ValueError("config.json: 'enable_audio_output' is false: this checkpoint has no code2wav")
+        return build_part(cls, ckpt.config.code2wav, ckpt, "code2wav.", dtype=dtype, device=device)
 
     @property
     def device(self) -> torch.device:

@@ -88,11 +88,13 @@ class OmniTalker(Qwen3TTS):
                         device: torch.device | str = "cpu") -> "OmniTalker":
         """The `talker.*` tensors of a Qwen3-Omni checkpoint directory (strict). `set_special_text` still
         needs the thinker's rows of tts_bos / tts_eos / tts_pad."""
-        from v2.models.qwen3_omni.talker_weights import load_part
-        from v2.models.weights import empty_model, read_config
+        from v2.models.qwen3_omni.loader import load_part, open_checkpoint
+        from v2.models.weights import empty_model
 
-        model = empty_model(cls, Qwen3OmniConfig.from_dict(read_config(Path(path))))
-        return load_part(model, Path(path), "talker.", dtype=dtype, device=device, named=True)
+        ckpt = open_checkpoint(Path(path))
+        model = empty_model(cls, ckpt.config)
+        load_part(model.talker, ckpt, "talker.", dtype=dtype, device=device)
+        return model.eval()
 
     # ----- the thinker's rows ------------------------------------------------------------------
     @property
