@@ -62,16 +62,27 @@ def _positive(case) -> bool:
 
 @schemathesis.hook
 def filter_case(ctx, case) -> bool:
-    """What JSON Schema cannot say, left out of the speech route's positive cases (the server refuses each
-    naming its field; test_errors.py holds those refusals): a frame floor over the frame limit (`min_frames` >
+    """What JSON Schema cannot say, left out of the speech route's positive cases and of a batch's where an item
+    meets it (the server refuses each naming its field; test_errors.py holds those refusals): a frame floor over the frame limit (`min_frames` >
     `max_frames`, under either name), and one value under its two names given two different values."""
     body = case.body
     if case.path == VOICES and case.method.upper() == "POST" and isinstance(body, dict) and body.get("name") == "":
         return False  # schemathesis's coverage phase fills a required part of a form that has a custom part
         # strategy with "" whatever its schema says, and calls it either mode (4.32, coverage/_operation.py);
         # the empty name's 400 is test_schema_bounds.py's
-    if case.path != SPEECH or not isinstance(body, dict) or not _positive(case):
+    if case.path not in (SPEECH, BATCH) or not isinstance(body, dict) or not _positive(case):
         return True
+    if case.path == BATCH:  # each item is a speech request: its own fields over the request-level ones
+        items = body.get("items")
+        defaults = {k: v for k, v in body.items() if k != "items"}
+        return not isinstance(items, list) or all(_speakable({**defaults, **item}) for item in items
+                                                  if isinstance(item, dict))
+    return _speakable(body)
+
+
+def _speakable(body: dict) -> bool:
+    """What the schema cannot say of a speech request holds: no frame floor over the limit, no value given two
+    different values under its two names."""
     for ours, peers in (("max_frames", "max_new_tokens"), ("min_frames", "min_new_tokens")):
         if body.get(ours) is not None and body.get(peers) is not None and body[ours] != body[peers]:
             return False
@@ -82,10 +93,16 @@ def filter_case(ctx, case) -> bool:
 @schemathesis.hook
 def map_case(ctx, case):
     """In a positive case, a string `ref_audio` is a real recording (the schema says it is an audio file, not
-    what makes one)."""
+    what makes one), a batch's default and items' too."""
     body = case.body
     if not _positive(case) or not isinstance(body, dict):
         return case
     if case.path == SPEECH and isinstance(body.get("ref_audio"), str):
         case.body = {**body, "ref_audio": TONE_B64}
+    if case.path == BATCH:  # the request-level default and each item's own
+        recorded = {**body, "ref_audio": TONE_B64} if isinstance(body.get("ref_audio"), str) else dict(body)
+        if isinstance(body.get("items"), list):
+            recorded["items"] = [{**item, "ref_audio": TONE_B64} if isinstance(item, dict) and
+                                 isinstance(item.get("ref_audio"), str) else item for item in body["items"]]
+        case.body = recorded
     return case

@@ -90,18 +90,25 @@ def test_overrides_formats_and_the_openai_client(live):
     ({}, "items"), ({"items": []}, "items"), ({"items": "Hello"}, "items"),
     ({"items": [{"input": "x"}, "text"]}, "items[1]"), ({"items": [{"input": "x"}, ["input", "x"]]}, "items[1]"),
     ({"items": [None]}, "items[0]"),  # an item that is not an object is no request: the batch is malformed
-    ({"items": [{"input": "x"}], "speed": 3.0}, None),  # a default: checked when planned, every item's error
+    ({"items": [{"input": "x"}], "speed": 3.0}, "speed"),  # a default checked when planned: what every item failed on
+    ({"items": [{"input": "x"}, {"input": "y"}], "temperature": 9.0}, "temperature"),  # checked by the family
+    ({"items": [{"input": "x"}, {"input": "y", "speed": 1.0}], "speed": 3.0}, None),  # one item overrides it
     ({"items": [{"input": "x"}], "temperature": "hot"}, "temperature"),
     ({"items": [{"input": "x"}], "stream": True}, "stream"),
     ({"items": [{"input": "x"}], "nonsense": 1}, "nonsense"),
 ])
 def test_a_bad_batch_is_refused_whole_naming_its_field(live, body, param):
     r = httpx.post(live.url + BATCH, json=body, timeout=60)
-    if param is None:  # speed is checked with the item: each item fails alone
-        assert r.status_code == 200 and r.json()["results"][0]["error"]["param"] == "speed"
+    if param is None:  # the default is not every item's: the item that takes it fails alone, the other runs
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert results[0]["error"]["param"] == "speed" and results[1]["status"] == "success", results
+        wait_idle(shared_runtime())
         return
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+    if isinstance(body.get(param), float):  # a value refused only with a whole request: every item's
+        assert "a request-level default" in r.json()["error"]["message"]
 
 
 def test_each_bad_item_names_its_field_and_the_others_run(live):

@@ -7,7 +7,8 @@ echoed in its result), bounding what a batch may cost before any work starts (th
 gate's `max_body_bytes`; its JSON members by jsonbody.py with a budget per item; at most `max_batch_items`
 items, counted as the body is scanned and refused naming `items`; each item's `input` at most
 `max_input_chars`, so a batch says at most items x chars; an item that is not an object is no request: the
-batch is refused naming it, `items[i]`), planning and submitting every item before waiting on any (the engine
+batch is refused naming it, `items[i]`; a request-level default every item was refused for, which no item
+overrides, is the batch's 400 naming it), planning and submitting every item before waiting on any (the engine
 batches them; a bad item, a refusal or an overload is that item's error, in OpenAI's error shape naming its
 field as /v1/audio/speech would, a key with a lone surrogate by its path in the item, and the others run),
 gathering the results in the order given while watching the socket (a client that leaves cancels every
@@ -145,7 +146,30 @@ def _accept(st: ServerState, raw: bytes, content_type: str) -> list[_Item]:
     """Every item planned and submitted, in order, before any is waited on (in a worker thread)."""
     defaults, items = _body(st, raw, content_type)
     family = family_params(st.runtime)
-    return [_accept_item(st, family, defaults, i, given) for i, given in enumerate(items)]
+    accepted = [_accept_item(st, family, defaults, i, given) for i, given in enumerate(items)]
+    refused = _a_default_refused(defaults, items, accepted)
+    if refused is not None:  # nothing was submitted: every item was refused before it ran
+        raise refused
+    return accepted
+
+
+def _a_default_refused(defaults: dict[str, Any], given: list[Any], accepted: list[_Item]) -> ApiError | None:
+    """The batch's own 400 where a request-level default is what every item was refused for (a value its family
+    checks only with a whole request, e.g. a temperature out of range): each item failed naming one field that
+    came from the defaults, which no item overrides. None where any item ran or another reason stopped one."""
+    errors = [item.error for item in accepted]
+    if not errors or any(e is None or e.status != 400 for e in errors):
+        return None
+    params = {e.param for e in errors if e is not None}
+    if len(params) != 1:
+        return None
+    param = params.pop()
+    if param is None or param not in defaults or any(param in item for item in given):
+        return None
+    first = errors[0]
+    assert first is not None
+    return ApiError(400, f"{first.message} (a request-level default: every item takes it)", param=param,
+                    code=first.code)
 
 
 async def _gather(items: list[_Item], receive: Receive) -> bool:
