@@ -22,12 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from v2.models import exact
+from v2.models import decode_row, exact
 
 from v2.models.config import BackboneConfig
 from v2.models.kernels.decode_attention import paged_decode_attention
 from v2.models.kernels import inference_kernels, kernels_on
-from v2.models.kv_cache import Cache, CacheView, KVCache
+from v2.models.kv_cache import Cache, CacheView, KVCache, PagedKVCache
 from v2.models.module_list import module_list_of
 from v2.models.kernels.qk_rope import fits as qk_rope_fits, qk_norm_rope_write
 from v2.models.kernels.norm_linear import norm_linear
@@ -186,15 +186,18 @@ class Qwen3Backbone(nn.Module):
         ([B], a `KVCache`) or its block table ([B, W], a `PagedKVCache`: position p in block index[b, p // size]).
         valid [B, T] (default all) marks real tokens; padding writes to the dummy slot / block.
         context_len bounds the keys read (must exceed every valid position; default: the whole slot or
-        table). A decode call (T == 1) on CUDA reads each row's own length through the decode kernel instead.
+        table). A decode call (T == 1) on CUDA reads each row's own length through the decode kernel instead; one
+        on a CPU over a `PagedKVCache` in float32 (autograd off) runs `decode_row` (the same values, few operations).
         Returns the final-norm output [B, T, H]; outputs at padded tokens are meaningless.
         """
         b, t, _ = x.shape
         if valid is None:
             valid = torch.ones(b, t, dtype=torch.bool, device=x.device)
-        positions = torch.where(valid, positions, torch.zeros_like(positions))
         ctx = context_len if context_len is not None else (
             cache.max_len if isinstance(cache, KVCache) else index.shape[1] * cache.block_size)
+        if isinstance(cache, PagedKVCache) and not kernels_on(x.device) and decode_row.fits(x, cache):
+            return decode_row.forward(self, x, cache, index, positions, valid, ctx)
+        positions = torch.where(valid, positions, torch.zeros_like(positions))
         lengths = positions[:, 0] + 1 if t == 1 and kernels_on(x.device) else None
         view = CacheView.build(cache, index, positions, valid, ctx, lengths)
         mask = None  # the decode kernel bounds each row by its length

@@ -1,0 +1,146 @@
+"""The CPU paged decode row (`decode_row`, taken by `Qwen3Backbone.forward_cached` for one position per row over a
+`PagedKVCache` in float32) equals the generic pass bit for bit: the rows' outputs and every block of the pool
+after several decode steps, at batches 1, 3, 16 and 17 (one tile, several), with ragged contexts (one row's keys
+in one block, another's across many; positions on block boundaries), a padding row, a context bound below the
+table's width, for the Qwen3-TTS talker's dims (q/k norms, head_dim 128), CSM's backbone (a Llama stack: no q/k
+norms, scaled RoPE) and one kv head for four query heads; and a row's output is the same alone as in a batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from v2.models import decode_row
+from v2.models.config import BackboneConfig
+from v2.models.kv_cache import PagedKVCache
+from v2.models.qwen3 import Qwen3Backbone
+from v2.models.rope import Llama3Scaling
+
+pytestmark = pytest.mark.exact
+
+TALKER = BackboneConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=128,
+                        intermediate_size=128, vocab_size=8, rms_norm_eps=1e-6, rope_theta=1e6)
+BACKBONE = BackboneConfig(hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=12,
+                          intermediate_size=96, vocab_size=8, rms_norm_eps=1e-5, rope_theta=5e5)
+ONE_KV = BackboneConfig(hidden_size=40, num_layers=1, num_heads=4, num_kv_heads=1, head_dim=8,
+                        intermediate_size=72, vocab_size=8, rms_norm_eps=1e-6, rope_theta=1e4)
+LLAMA = Llama3Scaling(factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
+DIMS: dict[str, tuple[BackboneConfig, dict[str, Any]]] = {
+    "talker": (TALKER, {}),
+    "llama": (BACKBONE, {"qk_norm": False, "rope_scaling": LLAMA}),
+    "one_kv": (ONE_KV, {}),
+}
+
+
+def model_of(name: str) -> Qwen3Backbone:
+    cfg, kw = DIMS[name]
+    torch.manual_seed(3)
+    m = Qwen3Backbone(cfg, embed_tokens=False, **kw)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0.0, 0.3)
+    return m
+
+
+def pool(cfg: BackboneConfig, rows: int, width: int, size: int) -> tuple[PagedKVCache, torch.Tensor]:
+    """A pool of random K/V (every block, the dummy's too) and scattered tables of `width` blocks per row."""
+    g = torch.Generator().manual_seed(rows * 31 + size)
+    cache = PagedKVCache.allocate(cfg, rows * width, size, dtype=torch.float32, device="cpu")
+    cache.k.normal_(generator=g)
+    cache.v.normal_(generator=g)
+    return cache, torch.randperm(rows * width, generator=g).view(rows, width)
+
+
+def decode(model: Qwen3Backbone, cache: PagedKVCache, tables: torch.Tensor, start: torch.Tensor,
+           valid: torch.Tensor, context: int, steps: int, fast: bool) -> list[torch.Tensor]:
+    """`steps` decode rows from positions `start` [B], each step's input the last output; the outputs."""
+    g = torch.Generator().manual_seed(int(start.sum()))
+    x = torch.randn(start.shape[0], 1, model.cfg.hidden_size, generator=g) * 2
+    outs = []
+    with torch.no_grad():
+        for step in range(steps):
+            if fast:
+                assert decode_row.fits(x, cache)
+            x = model.forward_cached(x, cache, tables, (start + step)[:, None], valid[:, None], context)
+            outs.append(x)
+    return outs
+
+
+def both(monkeypatch: pytest.MonkeyPatch, name: str, start: list[int], size: int, width: int, context: int,
+         pad_last: bool = False) -> None:
+    model = model_of(name)
+    b = len(start)
+    base, tables = pool(model.cfg, b, width, size)
+    valid = torch.ones(b, dtype=torch.bool)
+    if pad_last:
+        valid[-1] = False
+        tables[-1] = base.dummy_block
+    runs = []
+    for fast in (True, False):
+        cache = PagedKVCache(base.k.clone(), base.v.clone())
+        with monkeypatch.context() as m:
+            calls: list[int] = []
+            forward = decode_row.forward
+            m.setattr(decode_row, "forward", lambda *a: calls.append(1) or forward(*a))
+            if not fast:
+                m.setattr(decode_row, "fits", lambda x, cache: False)
+            outs = decode(model, cache, tables, torch.tensor(start), valid, context, 3, fast)
+        assert len(calls) == (3 if fast else 0)
+        runs.append((outs, cache))
+    (got, got_cache), (want, want_cache) = runs
+    real = valid.nonzero()[:, 0]
+    for a, w in zip(got, want):
+        assert torch.equal(a[real], w[real])
+    assert torch.equal(got_cache.k, want_cache.k) and torch.equal(got_cache.v, want_cache.v)
+
+
+def ragged(b: int, size: int, top: int) -> list[int]:
+    """Positions from 0 to about top: block boundaries (a block's first and last offsets) among them."""
+    picks = [0, size - 1, size, 2 * size - 1, top - 3, 5, 3 * size + 1]
+    return [picks[i] if i < len(picks) else (37 * i) % (top - 3) for i in range(b)]
+
+
+@pytest.mark.parametrize("name", sorted(DIMS))
+@pytest.mark.parametrize("b", [1, 3, 16, 17])
+def test_decode_row_equals_the_generic_pass(monkeypatch: pytest.MonkeyPatch, name: str, b: int) -> None:
+    both(monkeypatch, name, ragged(b, 16, 120), size=16, width=8, context=128)
+
+
+@pytest.mark.parametrize("b", [3, 17])
+def test_small_blocks_a_padding_row_and_a_narrow_context(monkeypatch: pytest.MonkeyPatch, b: int) -> None:
+    """Blocks of 4 (a row's keys over up to 12 blocks, not a power of two), a padding row aimed at the dummy
+    block, and a context bound (64) below the tables' 20 blocks."""
+    both(monkeypatch, "talker", ragged(b, 4, 58), size=4, width=20, context=64, pad_last=True)
+
+
+def test_a_row_alone_equals_the_row_in_a_batch() -> None:
+    model = model_of("talker")
+    start = torch.tensor(ragged(17, 16, 120))
+    base, tables = pool(model.cfg, 17, 8, 16)
+    valid = torch.ones(17, dtype=torch.bool)
+    batch = decode(model, PagedKVCache(base.k.clone(), base.v.clone()), tables, start, valid, 128, 2, True)
+    for row in (0, 4, 16):
+        cache = PagedKVCache(base.k.clone(), base.v.clone())
+        g = torch.Generator().manual_seed(int(start.sum()))
+        x = (torch.randn(17, 1, model.cfg.hidden_size, generator=g) * 2)[row: row + 1]
+        with torch.no_grad():
+            for step in range(2):
+                x = model.forward_cached(x, cache, tables[row: row + 1], (start[row: row + 1] + step)[:, None],
+                                         valid[:1, None], 128)
+                assert torch.equal(x[0], batch[step][row])
+
+
+def test_other_forms_keep_the_generic_pass() -> None:
+    """Autograd on, another dtype, a prefill chunk, or a block size that is not a power of two: not served."""
+    cfg = TALKER
+    x = torch.zeros(2, 1, cfg.hidden_size)
+    cache = PagedKVCache.allocate(cfg, 4, 16, dtype=torch.float32, device="cpu")
+    with torch.no_grad():
+        assert decode_row.fits(x, cache)
+        assert not decode_row.fits(torch.zeros(2, 3, cfg.hidden_size), cache)
+        assert not decode_row.fits(x.double(), cache)
+        assert not decode_row.fits(x, PagedKVCache.allocate(cfg, 4, 12, dtype=torch.float32, device="cpu"))
+    with torch.enable_grad():
+        assert not decode_row.fits(x, cache)

@@ -1,0 +1,175 @@
+"""The paged decode row on the CPU: `Qwen3Backbone.forward_cached` for one new position per row over a
+`PagedKVCache`, in the exact forms' values (v2/models/exact.py) at a fraction of their operations.
+
+A shared building block: every family whose AR backbone is the Qwen3 stack (a talker, a backbone) runs one
+decode row per request per step through the paged pool, where per-call setup, per-layer operation count and
+fresh large intermediates are the cost on a CPU. `forward_cached` takes this path (`fits`) for a call of one
+position per row in float32 with autograd off over a `PagedKVCache` whose block size is a power of two; the
+same values as the generic pass bit for bit, whatever the batch and the other rows' context lengths.
+
+Per call: RoPE rows (`rotate_half_cos_sin` of the rows' positions, as the generic pass; the sin row's first half
+negated), each row's write place and key count, the keys-past-the-row mask (per block, per offset), the gather
+index of the blocks that hold any row's keys. Per layer, `Qwen3Layer`'s arithmetic in its order: RMSNorm
+(float32, `sqrt`) written into the projection's `exact.Tile` (`out=`), the fused projections through
+`exact.Tile.linear` (one tile shape and alignment for every row, as `exact.linear`), q/k norms over q and k at
+once (two weight products), rotate-half RoPE (the half swap one `flip`, its sign in the sin row: the same
+products), K/V written into the pool, then the attention as `exact.attention` computes it: the used blocks
+gathered block-wise (`index_select` into reused buffers, no element-wise index), scores as products summed over
+D, masked to -inf past each row's keys, the row max, exp, and the weights and the weighted values each summed by
+halving (`exact.halving_sum`'s pairs over the keys: the block-level halves first, then within a block; in place
+in the reused buffers), the quotient written into the output projection's tile. SiLU as `exact.silu`.
+Scratch (tiles, gathered K/V, products) is kept per backbone and thread and reused call after call.
+Must not know: embeddings, heads, requests, which blocks a row holds (the caller's tables say).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from v2.models import exact
+from v2.models.kv_cache import Cache, PagedKVCache
+from v2.models.rope import rotate_half_cos_sin
+
+if TYPE_CHECKING:
+    from v2.models.qwen3 import Qwen3Backbone
+
+
+def fits(x: Tensor, cache: Cache) -> bool:
+    """Whether the decode row serves a `forward_cached` call with rows x [B, T, H] over `cache`."""
+    size = cache.block_size
+    return (exact.on(x) and x.dim() == 3 and x.shape[1] == 1 and x.dtype == torch.float32
+            and isinstance(cache, PagedKVCache) and cache.k.dtype == torch.float32 and size & (size - 1) == 0
+            and not torch.is_grad_enabled())
+
+
+class _Scratch:
+    """One thread's reused buffers for one backbone: projection tiles (grown with the batch) and flat buffers
+    the gathered K/V and the attention's products are views of (grown with batch x blocks)."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.flat: dict[str, Tensor] = {}
+        self.tiles: tuple[exact.Tile, exact.Tile, exact.Tile] | None = None
+
+    def tiles_for(self, model: Qwen3Backbone, b: int, device: torch.device) -> tuple[exact.Tile, exact.Tile,
+                                                                                       exact.Tile]:
+        """(hidden, heads, mlp) tiles holding at least b rows."""
+        if self.tiles is None or b > self.rows:
+            cfg, f32 = model.cfg, torch.float32
+            self.rows = -(-b // exact.TILE) * exact.TILE
+            self.tiles = (exact.Tile(self.rows, cfg.hidden_size, f32, device),
+                          exact.Tile(self.rows, cfg.num_heads * cfg.head_dim, f32, device),
+                          exact.Tile(self.rows, cfg.intermediate_size, f32, device))
+        return self.tiles
+
+    def buffer(self, name: str, shape: tuple[int, ...], device: torch.device) -> Tensor:
+        """A contiguous float32 view of `shape` over the named flat buffer (its values: whatever was left)."""
+        n = math.prod(shape)
+        flat = self.flat.get(name)
+        if flat is None or flat.numel() < n:
+            flat = self.flat[name] = torch.empty(n, dtype=torch.float32, device=device)
+        return flat[:n].view(shape)
+
+
+_SCRATCH: weakref.WeakKeyDictionary[Qwen3Backbone, threading.local] = weakref.WeakKeyDictionary()
+
+
+def _scratch(model: Qwen3Backbone) -> _Scratch:
+    local = _SCRATCH.get(model)
+    if local is None:
+        local = _SCRATCH[model] = threading.local()
+    s: _Scratch | None = getattr(local, "scratch", None)
+    if s is None:
+        s = local.scratch = _Scratch()
+    return s
+
+
+def _rms(x: Tensor, weight: Tensor, eps: float, out: Tensor | None = None) -> Tensor:
+    """`qwen3.RMSNorm` of float32 x [..., H] (into `out` when given)."""
+    h = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return torch.mul(weight, h) if out is None else torch.mul(weight, h, out=out)
+
+
+def _halve(x: Tensor, dim: int, n: int) -> None:
+    """`exact.halving_sum`'s additions over the first n entries of `dim`, in place: the result in entry 0."""
+    while n > 1:
+        half = 1 << (n - 1).bit_length() - 1
+        x.narrow(dim, 0, n - half).add_(x.narrow(dim, half, n - half))
+        n = half
+
+
+def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor, positions: Tensor, valid: Tensor,
+            context_len: int) -> Tensor:
+    """`forward_cached`'s value for x [B, 1, H] at positions [B, 1] (valid [B, 1]) through block tables [B, W]
+    reading keys below context_len -> the final norm's output [B, 1, H]."""
+    cfg, dev = model.cfg, x.device
+    b, _, width = x.shape
+    hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    g, inter, size = hq // hkv, cfg.intermediate_size, cache.block_size
+    pos = torch.where(valid, positions, torch.zeros_like(positions))  # [B, 1]
+    cos, sin = rotate_half_cos_sin(pos, d, cfg.rope_theta, model.rope_scaling)  # [B, 1, D] each
+    sin[..., : d // 2].neg_()  # rotate-half's -x2 * sin as x2 * -sin (the same products)
+    write_blocks = torch.where(valid[:, 0], tables.gather(1, torch.div(pos, size, rounding_mode="floor"))[:, 0],
+                               cache.dummy_block)  # [B]
+    write_pos = pos[:, 0] % size  # [B]
+    lengths = (pos[:, 0] + 1).clamp_(max=context_len)  # [B]: keys 0 .. length - 1 read
+    blocks = min(tables.shape[1], -(-int(lengths.max()) // size))  # blocks any row reads
+    index = tables[:, :blocks].reshape(-1)  # [B n]
+    keys = torch.arange(blocks * size, device=dev).view(1, blocks, 1, 1, size)
+    drop = keys >= lengths.view(b, 1, 1, 1, 1)  # [B, n, 1, 1, S]: keys past the row's own
+    s = _scratch(model)
+    t_hidden, t_heads, t_mlp = s.tiles_for(model, b, dev)
+    normed, heads, act = t_hidden.rows(b), t_heads.rows(b).view(b, hkv, g, d), t_mlp.rows(b)
+    kg = s.buffer("k", (b * blocks, hkv, size, d), dev)
+    vg = s.buffer("v", (b * blocks, hkv, size, d), dev)
+    prod = s.buffer("prod", (b, blocks, hkv, g, size, d), dev)
+    qs = s.buffer("q", (b, hkv, g, d), dev)
+    qk_out = s.buffer("qk", (b, hq + hkv, d), dev)
+    q_read = qs.view(b, 1, hkv, g, 1, d)
+    k_read, v_read = kg.view(b, blocks, hkv, 1, size, d), vg.view(b, blocks, hkv, 1, size, d)
+    scale, qk_width = 1.0 / math.sqrt(d), (hq + hkv) * d
+    h = x.reshape(b, width)  # [B, H]
+    for i, layer in enumerate(model.layers):
+        att, mlp, norm_in, norm_post = layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm
+        _rms(h, norm_in.weight, norm_in.eps, normed)
+        qkv = t_hidden.linear(b, exact.aligned_weight(att.qkv_proj.weight))  # [B, (Hq + 2 Hkv) D]
+        qk = qkv[:, :qk_width].view(b, hq + hkv, d)
+        if att.qk_norm:  # q_norm over the q heads, k_norm over the k heads: one RMS (one eps), two weight products
+            if att.q_norm.eps == att.k_norm.eps:
+                r = qk / torch.sqrt(qk.pow(2).mean(-1, keepdim=True) + att.q_norm.eps)
+                torch.mul(att.q_norm.weight, r[:, :hq], out=qk_out[:, :hq])
+                torch.mul(att.k_norm.weight, r[:, hq:], out=qk_out[:, hq:])
+            else:
+                _rms(qk[:, :hq], att.q_norm.weight, att.q_norm.eps, qk_out[:, :hq])
+                _rms(qk[:, hq:], att.k_norm.weight, att.k_norm.eps, qk_out[:, hq:])
+            qk = qk_out
+        swapped = qk.view(b, hq + hkv, 2, d // 2).flip(-2).view(b, hq + hkv, d)
+        rot = qk * cos + swapped * sin  # [B, Hq + Hkv, D]
+        torch.mul(rot[:, :hq].view(b, hkv, g, d), scale, out=qs)
+        kc, vc = cache.k[i], cache.v[i]  # [N + 1, Hkv, S, D]
+        kc[write_blocks, :, write_pos] = rot[:, hq:]
+        vc[write_blocks, :, write_pos] = qkv[:, qk_width:].view(b, hkv, d)
+        torch.index_select(kc, 0, index, out=kg)  # [B n, Hkv, S, D]
+        torch.index_select(vc, 0, index, out=vg)
+        scores = torch.mul(q_read, k_read, out=prod).sum(-1)  # [B, n, Hkv, G, S]
+        scores.masked_fill_(drop, -math.inf)
+        weights = torch.exp(scores - scores.amax(dim=(1, 4), keepdim=True))  # [B, n, Hkv, G, S]; 0 where masked
+        acc = torch.mul(weights[..., None], v_read, out=prod)  # [B, n, Hkv, G, S, D]
+        _halve(weights, 1, blocks)
+        _halve(weights, 4, size)
+        _halve(acc, 1, blocks)
+        _halve(acc, 4, size)
+        torch.div(acc[:, 0, :, :, 0], weights[:, 0, :, :, 0, None], out=heads)  # [B, Hkv, G, D]
+        h = h + t_heads.linear(b, exact.aligned_weight(att.o_proj.weight))
+        _rms(h, norm_post.weight, norm_post.eps, normed)
+        gate_up = t_hidden.linear(b, exact.aligned_weight(mlp.gate_up_proj.weight))  # [B, 2 I]
+        gate = gate_up[:, :inter]
+        torch.mul(gate / (1.0 + torch.exp(-gate)), gate_up[:, inter:], out=act)  # exact.silu(gate) * up
+        h = h + t_mlp.linear(b, exact.aligned_weight(mlp.down_proj.weight))
+    return _rms(h, model.norm.weight, model.norm.eps).view(b, 1, width)
