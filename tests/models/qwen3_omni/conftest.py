@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 _HERE = Path(__file__).resolve()
 _PLACES = (_HERE.parents[2] / "fixtures" / "qwen3_omni_tiny",  # tests/fixtures/ (committed with the tests)
@@ -38,3 +39,11 @@ def ometa() -> dict:
 def oconfig() -> dict:
     _need()
     return json.loads((CHECKPOINT / "config.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def thinker() -> torch.nn.Module:
+    _need()
+    from v2.models.qwen3_omni.thinker import load_thinker
+
+    return load_thinker(CHECKPOINT)
