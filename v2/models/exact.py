@@ -5,7 +5,7 @@ reused tile for the same calls without the copies), `halving_sum` (a sum whose
 order is fixed by construction: pairwise halves of a power-of-two length), `attention` (softmax attention
 from elementwise products and halving sums, so a query's result does not depend on how many keys are
 masked after its own, on the batch, or on the chunk of queries it is in), and the tail-safe activations
-(`silu`, `gelu`, `gelu_tanh`).
+(`silu`, `gelu`, `gelu_tanh`; the `_into` forms write the same values into a given tensor).
 
 The rule (designs/model.md, "Exact on every CPU"): every value a row's result is made of is computed by
 an operation whose inputs are that row's own data and whose instruction sequence is fixed by the call
@@ -207,3 +207,18 @@ def gelu_tanh(x: Tensor) -> Tensor:
     if not on(x):
         return F.gelu(x, approximate="tanh")
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
+
+
+def silu_into(x: Tensor, out: Tensor) -> None:
+    """`silu`'s CPU form of x written into out (the same operations, the last one's result in place)."""
+    torch.div(x, 1.0 + torch.exp(-x), out=out)
+
+
+def gelu_into(x: Tensor, out: Tensor) -> None:
+    """`gelu`'s CPU form of x written into out (the same operations, the last one's result in place)."""
+    torch.mul(0.5 * x, 1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))), out=out)
+
+
+def gelu_tanh_into(x: Tensor, out: Tensor) -> None:
+    """`gelu_tanh`'s CPU form of x written into out (the same operations, the last one's result in place)."""
+    torch.mul(0.5 * x, 1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))), out=out)

@@ -99,7 +99,58 @@ def _rms(x: Tensor, weight: Tensor, eps: float, out: Tensor | None = None) -> Te
     return torch.mul(weight, h) if out is None else torch.mul(weight, h, out=out)
 
 
-class FrameStack:
+class FrameAttention:
+    """A frame's K/V buffers for `layers` layers of `batch` rows over positions 0 .. positions - 1 and the
+    attention of a step over them (module docstring): shared by `FrameStack` and the LayerNorm blocks' pass
+    (v2/models/frame_stack_ln.py). Query heads `heads`, kv heads `kv_heads` of `head_dim`."""
+
+    def __init__(self, layers: int, batch: int, positions: int, heads: int, kv_heads: int, head_dim: int,
+                 device: torch.device) -> None:
+        dev, dtype = device, torch.float32
+        p2 = 1 << (positions - 1).bit_length()
+        d, hkv = head_dim, kv_heads
+        self.groups = heads // kv_heads
+        # keys outermost: a halving level adds two contiguous halves
+        self.k = torch.zeros(layers, p2, batch, hkv, d, dtype=dtype, device=dev)
+        self.v = torch.zeros(layers, p2, batch, hkv, d + 1, dtype=dtype, device=dev)
+        self.v[..., d] = 1.0  # the weights' own sum rides along the weighted values'
+        # read as [P', G, T, B, Hkv, ...]: the query heads of a kv head and the step's positions lead, so each
+        # product runs over B Hkv D contiguous values
+        self.k_read = [k[:, None, None] for k in self.k]  # [P', 1, 1, B, Hkv, D] per layer
+        self.v_read = [v[:, None, None] for v in self.v]  # [P', 1, 1, B, Hkv, D + 1]
+        self.v_write = [v[..., :d] for v in self.v]  # [P', B, Hkv, D]
+        self.mask = _causal(p2, dev).t()[:, None, :, None, None]  # [P', 1, P', 1, 1]: key j, query position p
+        self.scale = 1.0 / math.sqrt(d)
+
+    def attend(self, i: int, q: Tensor, position: int, t: int, heads: Tensor) -> None:
+        """Layer i's attention of the scaled queries q [G, T, B, Hkv, D] at positions position .. position + T - 1
+        (their K/V already written) over keys 0 .. position + T - 1, written into heads [G, T, B, Hkv, D]."""
+        d = self.k.shape[-1]
+        seen = position + t  # keys 0 .. seen - 1 hold this frame's positions so far
+        keys = 1 << (seen - 1).bit_length()  # the power of two the halving sums pad them to
+        if t == 1:  # one query: it sees every key read, no mask; the first halving level as halving_sum's
+            scores = (q * self.k_read[i][:seen]).sum(-1)  # [S, G, 1, B, Hkv]
+            weights = torch.exp(scores - scores.amax(dim=0, keepdim=True))
+            acc = weights[..., None] * self.v_read[i][:seen]  # [S, G, 1, B, Hkv, D + 1]
+            level = keys
+            if seen < keys:  # the upper half is short: its keys added to the first of the lower (as halving_sum)
+                level = keys // 2
+                low = acc[:level].clone()
+                low[: seen - level] += acc[level:]
+                acc = low
+        else:  # the first step's positions: each query sees the keys up to its own (an additive mask)
+            mask = self.mask[:keys, :, position: position + t]  # [K, 1, T, 1, 1]
+            scores = (q * self.k_read[i][:keys]).sum(-1) + mask  # [K, G, T, B, Hkv]
+            weights = torch.exp(scores - scores.amax(dim=0, keepdim=True))
+            acc = weights[..., None] * self.v_read[i][:keys]  # [K, G, T, B, Hkv, D + 1]
+            level = keys
+        while level > 1:  # exact.halving_sum over the keys: the upper half added to the lower
+            level //= 2
+            acc = acc[:level] + acc[level:]
+        torch.div(acc[0, ..., :d], acc[0, ..., d:], out=heads)
+
+
+class FrameStack(FrameAttention):
     """One frame of `model`'s layers for `batch` rows over positions 0 .. positions - 1 (module docstring).
 
     `step(x, position, out)`: x [B, T, H] (float32) the residual stream at positions position .. position + T - 1
@@ -112,24 +163,13 @@ class FrameStack:
         self.cfg, self.batch = cfg, batch
         self.layers = _layers(model)
         self.final_norm, self.final_eps = model.norm.weight, model.norm.eps
-        p2 = 1 << (positions - 1).bit_length()
-        d, hkv = cfg.head_dim, cfg.num_kv_heads
-        # keys outermost: a halving level adds two contiguous halves
-        self.k = torch.zeros(len(self.layers), p2, batch, hkv, d, dtype=dtype, device=dev)
-        self.v = torch.zeros(len(self.layers), p2, batch, hkv, d + 1, dtype=dtype, device=dev)
-        self.v[..., d] = 1.0  # the weights' own sum rides along the weighted values'
-        # read as [P', G, T, B, Hkv, ...]: the query heads of a kv head and the step's positions lead, so each
-        # product runs over B Hkv D contiguous values
-        self.k_read = [k[:, None, None] for k in self.k]  # [P', 1, 1, B, Hkv, D] per layer
-        self.v_read = [v[:, None, None] for v in self.v]  # [P', 1, 1, B, Hkv, D + 1]
-        self.v_write = [v[..., :d] for v in self.v]  # [P', B, Hkv, D]
+        super().__init__(len(self.layers), batch, positions, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, dev)
+        d = cfg.head_dim
         self.cos, self.sin = _rope_rows(d, cfg.rope_theta, model.rope_scaling, positions, dev)
-        self.mask = _causal(p2, dev).t()[:, None, :, None, None]  # [P', 1, P', 1, 1]: key j, query position p
         rows = batch * max_step
         self.t_hidden = exact.Tile(rows, cfg.hidden_size, dtype, dev)
         self.t_heads = exact.Tile(rows, cfg.num_heads * d, dtype, dev)
         self.t_mlp = exact.Tile(rows, cfg.intermediate_size, dtype, dev)
-        self.scale = 1.0 / math.sqrt(d)
         self._views: dict[int, tuple[Tensor, Tensor, Tensor, Tensor, Tensor]] = {}
 
     def _views_of(self, t: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -158,8 +198,6 @@ class FrameStack:
         b, t, hdim = x.shape
         n, d, hq, hkv = b * t, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
         g, inter, qk_width = hq // hkv, cfg.intermediate_size, (hq + hkv) * cfg.head_dim
-        seen = position + t  # keys 0 .. seen - 1 hold this frame's positions so far
-        keys = 1 << (seen - 1).bit_length()  # the power of two the halving sums pad them to
         cos, sin = self.cos[position: position + t, None], self.sin[position: position + t, None]  # [T, 1, D]
         normed, q, q_written, heads, act = self._views_of(t)
         th, tm = self.t_hidden, self.t_mlp
@@ -174,26 +212,7 @@ class FrameStack:
             torch.mul(qk[:, :, :hq].view(b, t, hkv, g, d), self.scale, out=q_written)  # q: [G, T, B, Hkv, D]
             self.k[i][position: position + t] = qk[:, :, hq:].transpose(0, 1)  # [T, B, Hkv, D]
             self.v_write[i][position: position + t] = qkv[:, qk_width:].view(b, t, hkv, d).transpose(0, 1)
-            if t == 1:  # one query: it sees every key read, no mask; the first halving level as halving_sum's
-                scores = (q * self.k_read[i][:seen]).sum(-1)  # [S, G, 1, B, Hkv]
-                weights = torch.exp(scores - scores.amax(dim=0, keepdim=True))
-                acc = weights[..., None] * self.v_read[i][:seen]  # [S, G, 1, B, Hkv, D + 1]
-                level = keys
-                if seen < keys:  # the upper half is short: its keys added to the first of the lower (as halving_sum)
-                    level = keys // 2
-                    low = acc[:level].clone()
-                    low[: seen - level] += acc[level:]
-                    acc = low
-            else:  # the first step's positions: each query sees the keys up to its own (an additive mask)
-                mask = self.mask[:keys, :, position: position + t]  # [K, 1, T, 1, 1]
-                scores = (q * self.k_read[i][:keys]).sum(-1) + mask  # [K, G, T, B, Hkv]
-                weights = torch.exp(scores - scores.amax(dim=0, keepdim=True))
-                acc = weights[..., None] * self.v_read[i][:keys]  # [K, G, T, B, Hkv, D + 1]
-                level = keys
-            while level > 1:  # exact.halving_sum over the keys: the upper half added to the lower
-                level //= 2
-                acc = acc[:level] + acc[level:]
-            torch.div(acc[0, ..., :d], acc[0, ..., d:], out=heads)
+            self.attend(i, q, position, t, heads)
             x = x + self.t_heads.linear(n, w.o).view(b, t, hdim)
             _rms(x, w.norm_post, w.eps_post, normed)
             gate_up = th.linear(n, w.gate_up)  # [N, 2 I]

@@ -1,7 +1,9 @@
 """The local (depth) transformer: GPT-J-style pre-LN blocks over one frame's 13 positions.
 
 Owns: the block arithmetic (LayerNorm with bias, fused c_attn, interleaved RoPE, biased MLP), a full
-causal pass for teacher forcing, and a batched `step(x, position, kv)` over a per-frame `LocalKV`.
+causal pass for teacher forcing, a batched `step(x, position, kv)` over a per-frame `LocalKV`, and the same
+steps' CPU form (`frame_stack(batch)`: the blocks on `frame_stack_ln.LnFrameStack`, float32 without autograd,
+`frame_stack_fits`).
 Must not know: codebooks, heads, sampling, the backbone, requests.
 """
 
@@ -17,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from v2.models import exact
+from v2.models.frame_stack_ln import LnBlock, LnFrameStack, Norm, aligned
 
 from v2.models.moss_tts_local.config import LocalConfig
 from v2.models.kernels import inference_kernels
@@ -26,6 +29,20 @@ from v2.models.module_list import module_list_of
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
 FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)
+
+
+def _relu_into(x: Tensor, out: Tensor) -> None:
+    out.copy_(F.relu(x))
+
+
+# the activations written into a given tensor (the same values), for the CPU frame pass; relu: F.relu copied
+_ACT_INTO: dict[str, Callable[[Tensor, Tensor], None]] = {
+    "silu": exact.silu_into,
+    "relu": _relu_into,
+    "gelu": exact.gelu_into,
+    "gelu_new": exact.gelu_tanh_into,
+    "gelu_pytorch_tanh": exact.gelu_tanh_into,
+}
 
 _ACT: dict[str, Callable[[Tensor], Tensor]] = {
     "silu": exact.silu,
@@ -60,6 +77,25 @@ def _frame_rope(head_dim: int, base: float, device: torch.device, dtype: torch.d
     """cos, sin [13, head_dim] of a frame's positions, made once per device and dtype (read-only)."""
     cos, sin = interleaved_cos_sin(torch.arange(FRAME_POSITIONS, device=device), head_dim, base)
     return cos.to(dtype), sin.to(dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def _frame_rope_signed(head_dim: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
+    """`_frame_rope`'s float32 cos and its sin with the even columns negated (the interleaved swap's sign), [13, D]."""
+    cos, sin = _frame_rope(head_dim, base, device, torch.float32)
+    signed = sin.clone()
+    signed[:, 0::2] = -sin[:, 0::2]
+    return cos, signed
+
+
+def frame_stack_fits(x: Tensor) -> bool:
+    """Whether the CPU frame pass serves rows like x: on the CPU, float32, autograd off."""
+    return exact.on(x) and x.dtype == torch.float32 and not torch.is_grad_enabled()
+
+
+def _norm(ln: nn.LayerNorm) -> Norm:
+    assert ln.weight is not None and ln.bias is not None  # the blocks' norms are affine
+    return Norm(ln.weight, ln.bias, ln.eps)
 
 
 class LocalAttention(nn.Module):
@@ -136,6 +172,16 @@ class LocalTransformer(nn.Module):
             x = x + block.attn(block.ln_1(x), cos, sin)
             x = x + block.mlp(block.ln_2(x))
         return self.ln_f(x)
+
+    def frame_stack(self, batch: int) -> LnFrameStack:
+        """The blocks' CPU frame pass for `batch` rows over a frame's positions (`frame_stack_fits`): the same values
+        as `step`, position after position."""
+        blocks = [aligned(LnBlock(_norm(b.ln_1), b.attn.c_attn.weight, b.attn.c_attn.bias, b.attn.c_proj.weight,
+                                  b.attn.c_proj.bias, _norm(b.ln_2), b.mlp.fc_in.weight, b.mlp.fc_in.bias,
+                                  b.mlp.fc_out.weight, b.mlp.fc_out.bias)) for b in self.h]
+        cos, sin = _frame_rope_signed(self.cfg.head_dim, self.cfg.rope_base, self.ln_f.weight.device)
+        return LnFrameStack(blocks, _norm(self.ln_f), _ACT_INTO[self.cfg.activation], batch=batch,
+                            positions=FRAME_POSITIONS, heads=self.cfg.num_heads, cos=cos, sin=sin)
 
     def step(self, x: Tensor, position: int, kv: LocalKV, *, normed: Tensor | None = None) -> Tensor:
         """Advance every row by one position: x [B, H] at `position` (same for all rows) -> [B, H].

@@ -20,7 +20,8 @@ from torch import Tensor, nn
 from v2.models import exact
 
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
-from v2.models.moss_tts_local.local_transformer import LocalKV, LocalTransformer
+from v2.models.moss_tts_local.frame_cpu import decode_frame_cpu
+from v2.models.moss_tts_local.local_transformer import LocalKV, LocalTransformer, frame_stack_fits
 from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.module_list import module_list_of
 from v2.models.qwen3 import Qwen3Backbone
@@ -143,9 +144,11 @@ class MossTTSLocal(nn.Module):
         fused kernel (`kernels.sample`), which sorts every row in full whatever `full_sort` says.
         """
         b = hidden.shape[0]
+        fused = kernels_on(hidden.device)
+        if not fused and not inference_kernels(hidden.device) and frame_stack_fits(hidden):  # the CPU frame pass
+            return self._decode_frame_cpu(hidden, sampling, steps, presence, allow_stop, full_sort, return_logits)
         kv = LocalKV.allocate(self.cfg.local, b, dtype=self.dtype, device=hidden.device)
         out = self.local_transformer.step(hidden, 0, kv)  # [B, H]
-        fused = kernels_on(hidden.device)
         stop_logits = self.local_text_lm_head(out)  # [B, 2]; the fused sampler reads any float dtype
         if return_logits or not fused:
             stop_logits = stop_logits.float()
@@ -200,6 +203,16 @@ class MossTTSLocal(nn.Module):
             stop_logits=stop_logits if return_logits else None,
             code_logits=torch.stack(raw, dim=1) if return_logits else None,
         )
+
+    def _decode_frame_cpu(self, hidden: Tensor, s: SamplingTensors, steps: Tensor, presence: Tensor | None,
+                          allow_stop: Tensor | None, full_sort: bool, return_logits: bool) -> FrameOutput:
+        """`decode_frame` through the local transformer's CPU frame pass (frame_cpu.py): the same values."""
+        draw = self._torch_draw(s, steps) if full_sort else self._host_draw(s, steps)
+        stop_id, codes, logprobs, next_embed, stop_logits, code_logits = decode_frame_cpu(
+            self, hidden, s, steps, draw, presence=presence, allow_stop=allow_stop, full_sort=full_sort)
+        return FrameOutput(stop=stop_id == 1, codes=codes, logprobs=logprobs, next_embed=next_embed,
+                           stop_logits=stop_logits if return_logits else None,
+                           code_logits=code_logits if return_logits else None)
 
     def _torch_draw(self, s: SamplingTensors, steps: Tensor) -> Draw:
         """Channel draws through `sampling.sample`, with the frame's noise for all 13 channels made once."""

@@ -1,0 +1,100 @@
+"""MOSS-TTS-Local's CPU frame pass (`decode_frame` through `LocalTransformer.frame_stack`, frame_cpu.py, on a CPU in
+float32) equals the generic path (`LocalTransformer.step` over a `LocalKV`, `exact.linear` heads) bit for bit: stop
+decisions, codes, logprobs, raw stop and code logits and the next backbone row, at batches 1, 3, 16 and 17 (one tile,
+several), with the host sampler and with the full sort, for the tiny fixture and other dims (two blocks; a width that
+is not a multiple of the tile alignment; each activation)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import v2.models.moss_tts_local.model as moss_model
+from v2.models.frame_stack_ln import LnFrameStack
+from v2.models.moss_tts_local.local_transformer import frame_stack_fits
+from v2.models.moss_tts_local.model import FrameOutput, MossTTSLocal
+from v2.models.sampling import SamplingTensors
+from v2.sampling_settings import HeadSampling, SamplingSettings, needs_full_sort
+
+CHECKPOINT = Path(__file__).resolve().parents[1] / "fixtures" / "moss_tts_local_tiny" / "checkpoint"
+BATCHES = (1, 3, 16, 17)
+FIELDS = ("stop", "codes", "logprobs", "next_embed", "stop_logits", "code_logits")
+pytestmark = pytest.mark.exact
+
+CARD = SamplingSettings(HeadSampling(1.0, 50, 1.0), HeadSampling(1.7, 25, 0.8), 1.0)
+FAST = [CARD, SamplingSettings.uniform(0.0), SamplingSettings.uniform(0.8, top_k=5, top_p=1.0, repetition_penalty=1.2)]
+FULL = FAST + [SamplingSettings.uniform(1.1, top_k=0, top_p=0.9)]  # a row without top-k: the full sort
+
+
+@functools.cache
+def models() -> list[MossTTSLocal]:
+    config = copy.deepcopy(json.loads((CHECKPOINT / "config.json").read_text()))
+    config.update(hidden_size=40, local_hidden_size=40, local_transformer_layers=2)
+    for key in ("language_config", "qwen3_config"):
+        config[key].update(hidden_size=40)
+    config["gpt2_config"].update(n_embd=40, n_head=4, n_inner=72, activation_function="gelu_new")
+    other = [MossTTSLocal.from_seed(config, 3)]
+    for act in ("gelu", "relu"):
+        config["gpt2_config"].update(activation_function=act, n_embd=40, n_head=2, n_inner=48)
+        other.append(MossTTSLocal.from_seed(config, 4))
+    return [MossTTSLocal.from_pretrained(CHECKPOINT)] + other
+
+
+def frame(model: MossTTSLocal, b: int, kinds: list[SamplingSettings]) -> FrameOutput:
+    g = torch.Generator().manual_seed(0)  # row i's inputs are the same at every batch
+    hidden = torch.randn(max(BATCHES), model.cfg.hidden_size, generator=g)[:b] * 2
+    presence = torch.rand(max(BATCHES), model.cfg.n_vq, model.cfg.codebook_size, generator=g)[:b] < 0.05
+    settings = [kinds[i % len(kinds)] for i in range(b)]
+    s = SamplingTensors.build(settings, list(range(5, 5 + b)), "cpu")
+    with torch.no_grad():
+        return model.decode_frame(hidden, s, torch.arange(b) * 3, presence=presence, allow_stop=torch.arange(b) % 2 == 0,
+                                  full_sort=any(map(needs_full_sort, settings)), return_logits=True)
+
+
+def both(monkeypatch: pytest.MonkeyPatch, model: MossTTSLocal, b: int,
+         kinds: list[SamplingSettings]) -> tuple[FrameOutput, FrameOutput]:
+    """(the frame pass's output, the generic path's output) of the same frame."""
+    made: list[int] = []
+    init = LnFrameStack.__init__
+    with monkeypatch.context() as m:
+        def counted(self: LnFrameStack, *a: Any, **kw: Any) -> None:
+            made.append(1)
+            init(self, *a, **kw)
+
+        m.setattr(LnFrameStack, "__init__", counted)
+        got = frame(model, b, kinds)
+    assert made == [1]  # the frame pass ran
+    with monkeypatch.context() as m:
+        m.setattr(moss_model, "frame_stack_fits", lambda x: False)
+        want = frame(model, b, kinds)
+    return got, want
+
+
+@pytest.mark.parametrize("kinds", [FAST, FULL], ids=["host sampler", "full sort"])
+def test_the_local_frame_pass_equals_the_generic_path(monkeypatch, kinds):
+    for model in models():
+        for b in BATCHES:
+            got, want = both(monkeypatch, model, b, kinds)
+            for field in FIELDS:
+                assert torch.equal(getattr(got, field), getattr(want, field)), (model.cfg.local, b, field)
+
+
+def test_a_row_of_the_frame_pass_is_the_same_alone_and_in_a_batch():
+    model = models()[0]
+    batch, alone = frame(model, 17, FAST), frame(model, 1, FAST)
+    for field in FIELDS:
+        assert torch.equal(getattr(batch, field)[:1], getattr(alone, field)), field
+
+
+def test_the_frame_pass_serves_float32_on_the_cpu_without_autograd():
+    x = torch.zeros(2, 3)
+    with torch.no_grad():
+        assert frame_stack_fits(x)
+        assert not frame_stack_fits(x.to(torch.bfloat16))
+    assert not frame_stack_fits(x)  # autograd on: the generic path
