@@ -2,7 +2,7 @@
 
 Owns: the audio encoder's sizes (Qwen3-Omni's `AudioEncoderConfig`: the same AuT schema under
 `thinker_config.audio_config`), the text decoder's sizes (a Qwen3 `BackboneConfig` read as Qwen3-Omni reads
-its thinker's), the head's class count and milliseconds per class, the special ids the prompt is made of;
+its thinker's, in the release's 4.x schema and transformers' 5.x `rope_parameters`), the head's class count and milliseconds per class, the special ids the prompt is made of;
 an error naming the field when one is missing or invalid. The declared
 interleaved M-RoPE (`mrope_section`) is not kept: the aligner's three position rows are always equal, so it
 is the plain 1-D RoPE (designs/model.md, "Forced aligner").
@@ -14,10 +14,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from v2.models.config import BackboneConfig, ConfigError, _get, _int
-from v2.models.qwen3_omni.config import AudioEncoderConfig, _decoder
+from v2.models.config import BackboneConfig, ConfigError, _float, _get, _int
+from v2.models.qwen3_omni.config import AudioEncoderConfig
 
 THINKER = "thinker_config"
+
+
+def _text(d: Mapping[str, Any]) -> BackboneConfig:
+    """The Qwen3 decoder's sizes from `thinker_config.text_config` (no biases, SiLU, default RoPE)."""
+    p = f"{THINKER}.text_config"
+    if _get(d, f"{p}.attention_bias", False):
+        raise ConfigError(f"config.json: '{p}.attention_bias' true is not supported (the release has none)")
+    if _get(d, f"{p}.hidden_act", "silu") != "silu":
+        raise ConfigError(f"config.json: '{p}.hidden_act' must be 'silu', got {_get(d, f'{p}.hidden_act')!r}")
+    rope = _get(d, f"{p}.rope_parameters", None)
+    where = f"{p}.rope_parameters" if rope is not None else f"{p}.rope_scaling"
+    rope = rope if rope is not None else (_get(d, f"{p}.rope_scaling", None) or {})
+    if not isinstance(rope, Mapping):
+        raise ConfigError(f"config.json: field '{where}' must be an object, got {rope!r}")
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise ConfigError(f"config.json: '{where}.rope_type' must be 'default', got {rope.get('rope_type')!r}")
+    theta = _float(rope, "rope_theta") if "rope_theta" in rope else _float(d, f"{p}.rope_theta", 10000.0)
+    hidden, heads = _int(d, f"{p}.hidden_size"), _int(d, f"{p}.num_attention_heads")
+    kv_heads = _int(d, f"{p}.num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise ConfigError(f"config.json: '{p}.num_attention_heads' ({heads}) is not a multiple of "
+                          f"'{p}.num_key_value_heads' ({kv_heads})")
+    head_dim = _int(d, f"{p}.head_dim", hidden // heads)
+    if head_dim % 2:
+        raise ConfigError(f"config.json: '{p}.head_dim' must be even for RoPE, got {head_dim}")
+    return BackboneConfig(hidden_size=hidden, num_layers=_int(d, f"{p}.num_hidden_layers"), num_heads=heads,
+                          num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=_int(d, f"{p}.intermediate_size"),
+                          vocab_size=_int(d, f"{p}.vocab_size"), rms_norm_eps=_float(d, f"{p}.rms_norm_eps", 1e-6),
+                          rope_theta=theta)
 
 
 @dataclass(frozen=True)
@@ -46,7 +75,7 @@ class ForcedAlignerConfig:
         if kind != "qwen3_forced_aligner":
             raise ConfigError(f"config.json: '{THINKER}.model_type' must be 'qwen3_forced_aligner', got {kind!r}")
         audio = AudioEncoderConfig.from_dict(d)
-        text = _decoder(d, f"{THINKER}.text_config")
+        text = _text(d)
         if audio.output_dim != text.hidden_size:
             raise ConfigError(f"config.json: '{THINKER}.audio_config.output_dim' ({audio.output_dim}) must equal "
                               f"'{THINKER}.text_config.hidden_size' ({text.hidden_size})")
