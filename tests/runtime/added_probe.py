@@ -21,8 +21,10 @@ from v2.runtime.added import AddedContext, Host, Spoken
 from v2.runtime.family import Batch, Halves
 
 
-class Probe(Kind):
-    MEASURE = "probe_measure"
+def measure_kind(name: str) -> Kind:
+    """The work kind of the probe named `name` (each added loop's kinds are its own: `<name>_measure`)."""
+    kinds: Any = Kind(f"Measure_{name}", [("MEASURE", f"{name}_measure")])  # type: ignore[call-arg]
+    return kinds.MEASURE  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -55,13 +57,14 @@ def digest(audio: np.ndarray) -> str:
 
 
 class ProbeLoop:
-    def __init__(self, name: str, fail_text: str | None, fail_id: int | None) -> None:
-        self.name, self.fail_text, self.fail_id = name, fail_text, fail_id
+    def __init__(self, name: str, fail_text: str | None, fail_id: int | None, relay: bool = False) -> None:
+        self.name, self.fail_text, self.fail_id, self.relay = name, fail_text, fail_id, relay
+        self.kind = measure_kind(name)
 
     def next(self, s: ProbeState) -> WorkPlan | None:
         if s.finish is not None or s.inflight is not None or not s.pending:
             return None
-        return WorkPlan(s.request_id, self.name, ShapeSignature(Probe.MEASURE, "probe"), s.pending[0])
+        return WorkPlan(s.request_id, self.name, ShapeSignature(self.kind, "probe"), s.pending[0])
 
     def launched(self, s: ProbeState, plan: WorkPlan) -> None:
         s.inflight = s.pending.pop(0).seq
@@ -83,7 +86,7 @@ class ProbeLoop:
         s.inflight = None
         mark = ChunkMark(chunk.seq, row[0], row[1])
         s.marks.append(mark)
-        s.fresh = [mark]
+        s.fresh = [chunk] if self.relay else [mark]  # a relay hands the chunk on to the loop added after it
         self._end(s)
         return True
 
@@ -125,16 +128,16 @@ class Measure:
 
 
 class BuiltProbe:
-    def __init__(self, name: str, settings: Mapping[str, object], host: Host) -> None:
+    def __init__(self, name: str, settings: Mapping[str, object], host: Host, relay: bool = False) -> None:
         unknown = set(settings) - {"fail_text", "fail_id", "streams"}
         if unknown:
             raise ValueError(f"settings.{sorted(unknown)[0]}: the probe takes fail_text, fail_id, streams")
         fail_text, fail_id = settings.get("fail_text"), settings.get("fail_id")
         self.host = host
         self.loop = ProbeLoop(name, fail_text if isinstance(fail_text, str) else None,
-                              fail_id if isinstance(fail_id, int) else None)
+                              fail_id if isinstance(fail_id, int) else None, relay)
         self.measure = Measure()
-        self.executors: Mapping[Hashable, Any] = {Probe.MEASURE: Halves(self.measure.prepare, self.measure.launch,
+        self.executors: Mapping[Hashable, Any] = {self.loop.kind: Halves(self.measure.prepare, self.measure.launch,
                                                                       self.measure.read)}
         self.buckets: Mapping[Hashable, list[int]] = {}
         streams = settings.get("streams", 64)
@@ -152,7 +155,7 @@ class ProbeFactory:
         self.built: list[BuiltProbe] = []  # what it built (the tests read the launches)
 
     def build(self, name: str, settings: Mapping[str, object], host: Host) -> BuiltProbe:
-        probe = BuiltProbe(name, settings, host)
+        probe = BuiltProbe(name, settings, host, relay=self.gives is not None)
         self.built.append(probe)
         return probe
 
@@ -174,7 +177,8 @@ WORDS = Words()
 
 
 class Chained(ProbeFactory):
-    """A probe that gives "audio" too, so another added loop may take from it (to test chains and cycles)."""
+    """A probe that gives "audio" too (each chunk it measured, handed on), so another added loop may take from it
+    (chains and cycles)."""
 
     gives: str | None = "audio"
 

@@ -19,7 +19,7 @@ import traceback
 from typing import Any, Callable, NoReturn
 
 from v2.audiofile import FORMATS, INSTALL_RAY, INSTALL_SERVER
-from v2.card import DEFAULT_CARD, known_cards, load_card
+from v2.card import DEFAULT_CARD, CardError, known_cards, load_card
 from v2.cli.common import check_device, expected
 from v2.cli.options import (
     add_runtime_arguments, add_synth_arguments, choice_hint, chosen_parser, share_wording, unrecognized,
@@ -70,7 +70,14 @@ def _cards(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    load_card(args.card)
+    card = load_card(args.card)
+    if args.add_loop:  # refused before any model loads or any replica starts
+        from v2.runtime.added_graph import added_loops
+
+        try:
+            added_loops(card, args.add_loop)
+        except CardError as e:
+            raise CliError(f"--add-loop: {e}") from None
     args.device = check_device(args.device)
     if args.replicas is not None:
         if args.replicas < 1:

@@ -79,7 +79,7 @@ class WithAdded:
         feeds: dict[Hashable, tuple[Hashable, ...]] = {s.name: s.feeds for s in graph.loops}
         for r in order:
             after = r.after if r.after_added else graph_name(graph, r.after)
-            feeds[after] = (*feeds[after], r.name)
+            feeds[after] = (*feeds.get(after, ()), r.name)
         self.pool_names = {name: {f"{name}_{p}": p for p in b.pools} for name, b in built.items()}
         specs = [dataclasses.replace(s, feeds=feeds[s.name]) for s in graph.loops]
         specs += [LoopSpec(r.name, built[r.name].loop, feeds.get(r.name, ()), tuple(self.pool_names[r.name]),

@@ -84,6 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="folder that file:// reference audio may be read from (default: none)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--no-access-log", action="store_true")
+    p.add_argument("--add-loop", action="append", default=[], metavar="NAME[=TARGET]",
+                   help="add a loop to the card's graph that its family knows nothing of (e.g. an aligner of the "
+                        "audio): a registered added loop (entry-point group v2.added_loops) by NAME, or NAME=TARGET "
+                        "(a registered name or module:attr); repeatable; each replica adds it too")
     p.add_argument("--replicas", type=int, default=None,
                    help="serve N runtime replicas behind one endpoint on Ray Serve (needs the ray extra; "
                         "default: one runtime in this process)")
