@@ -83,7 +83,12 @@ def both(monkeypatch: pytest.MonkeyPatch, name: str, start: list[int], size: int
         with monkeypatch.context() as m:
             calls: list[int] = []
             forward = decode_row.forward
-            m.setattr(decode_row, "forward", lambda *a: calls.append(1) or forward(*a))
+
+            def counted(*a: Any) -> torch.Tensor:
+                calls.append(1)
+                return forward(*a)
+
+            m.setattr(decode_row, "forward", counted)
             if not fast:
                 m.setattr(decode_row, "fits", lambda x, cache: False)
             outs = decode(model, cache, tables, torch.tensor(start), valid, context, 3, fast)

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from v2.models import exact
+from v2.models.config import BackboneConfig
 from v2.models.kv_cache import Cache, PagedKVCache
 from v2.models.rope import rotate_half_cos_sin
 
@@ -48,33 +49,81 @@ def fits(x: Tensor, cache: Cache) -> bool:
             and not torch.is_grad_enabled())
 
 
+class _Plan:
+    """The buffers and views of calls of b rows reading `blocks` blocks of `size` keys (module docstring): the
+    gathered K [B n, Hkv, S, D] and V with a column of ones [B n, Hkv, S, D + 1] (the weights' own sum rides
+    along the weighted values'), the products, the weights, the queries, and each halving level's halves."""
+
+    def __init__(self, cfg: BackboneConfig, b: int, blocks: int, size: int, flat: dict[str, Tensor]) -> None:
+        hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        g = hq // hkv
+        self.kg = _view(flat["k"], (b * blocks, hkv, size, d))
+        ones = _view(flat["v"], (b * blocks, hkv, size, d + 1))
+        ones[..., d] = 1.0
+        self.vg = ones[..., :d]  # where the gather writes V
+        self.q = _view(flat["q"], (b, hkv, g, d))
+        self.qk = _view(flat["qk"], (b, hq + hkv, d))
+        self.weights = _view(flat["w"], (b, blocks, hkv, g, size))
+        scores = _view(flat["prod"], (b, blocks, hkv, g, size, d))  # q k products (then the acc reuses the buffer)
+        acc = _view(flat["prod"], (b, blocks, hkv, g, size, d + 1))
+        self.q_k = (self.q.view(b, 1, hkv, g, 1, d), self.kg.view(b, blocks, hkv, 1, size, d), scores)
+        self.w_v = (self.weights[..., None], ones.view(b, blocks, hkv, 1, size, d + 1), acc)
+        self.halves = _halves(acc, 1, blocks) + _halves(acc.narrow(1, 0, 1), 4, size)
+        self.values, self.total = acc[:, 0, :, :, 0, :d], acc[:, 0, :, :, 0, d:]  # [B, Hkv, G, D], [B, Hkv, G, 1]
+        self.keys = torch.arange(blocks * size, device=acc.device).view(1, blocks, 1, 1, size)
+
+
+def _view(flat: Tensor, shape: tuple[int, ...]) -> Tensor:
+    return flat[: math.prod(shape)].view(shape)
+
+
+def _halves(x: Tensor, dim: int, n: int) -> list[tuple[Tensor, Tensor]]:
+    """`exact.halving_sum`'s additions over the first n entries of `dim` as (lower, upper) views: adding each
+    upper into its lower in turn leaves the sum in entry 0."""
+    out = []
+    while n > 1:
+        half = 1 << (n - 1).bit_length() - 1
+        out.append((x.narrow(dim, 0, n - half), x.narrow(dim, half, n - half)))
+        n = half
+    return out
+
+
 class _Scratch:
-    """One thread's reused buffers for one backbone: projection tiles (grown with the batch) and flat buffers
-    the gathered K/V and the attention's products are views of (grown with batch x blocks)."""
+    """One thread's reused buffers for one backbone: projection tiles (grown with the batch), flat buffers (grown
+    with batch x blocks) and the plans viewing them."""
 
     def __init__(self) -> None:
         self.rows = 0
         self.flat: dict[str, Tensor] = {}
+        self.plans: dict[tuple[int, int, int], _Plan] = {}
         self.tiles: tuple[exact.Tile, exact.Tile, exact.Tile] | None = None
 
-    def tiles_for(self, model: Qwen3Backbone, b: int, device: torch.device) -> tuple[exact.Tile, exact.Tile,
-                                                                                       exact.Tile]:
+    def tiles_for(self, cfg: BackboneConfig, b: int, device: torch.device) -> tuple[exact.Tile, exact.Tile,
+                                                                                     exact.Tile]:
         """(hidden, heads, mlp) tiles holding at least b rows."""
         if self.tiles is None or b > self.rows:
-            cfg, f32 = model.cfg, torch.float32
+            f32 = torch.float32
             self.rows = -(-b // exact.TILE) * exact.TILE
             self.tiles = (exact.Tile(self.rows, cfg.hidden_size, f32, device),
                           exact.Tile(self.rows, cfg.num_heads * cfg.head_dim, f32, device),
                           exact.Tile(self.rows, cfg.intermediate_size, f32, device))
         return self.tiles
 
-    def buffer(self, name: str, shape: tuple[int, ...], device: torch.device) -> Tensor:
-        """A contiguous float32 view of `shape` over the named flat buffer (its values: whatever was left)."""
-        n = math.prod(shape)
-        flat = self.flat.get(name)
-        if flat is None or flat.numel() < n:
-            flat = self.flat[name] = torch.empty(n, dtype=torch.float32, device=device)
-        return flat[:n].view(shape)
+    def plan(self, cfg: BackboneConfig, b: int, blocks: int, size: int, device: torch.device) -> _Plan:
+        key = (b, blocks, size)
+        plan = self.plans.get(key)
+        if plan is None:
+            hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+            keys = b * blocks * hkv * size
+            need = {"k": keys * d, "v": keys * (d + 1), "prod": keys * (hq // hkv) * (d + 1),
+                    "w": keys * (hq // hkv), "q": b * hq * d, "qk": b * (hq + hkv) * d}
+            if any(name not in self.flat or self.flat[name].numel() < n for name, n in need.items()):
+                self.flat = {name: torch.empty(n, dtype=torch.float32, device=device) for name, n in need.items()}
+                self.plans.clear()  # their views are of the old buffers
+            if len(self.plans) >= 64:
+                self.plans.clear()
+            plan = self.plans[key] = _Plan(cfg, b, blocks, size, self.flat)
+        return plan
 
 
 _SCRATCH: weakref.WeakKeyDictionary[Qwen3Backbone, threading.local] = weakref.WeakKeyDictionary()
@@ -96,14 +145,6 @@ def _rms(x: Tensor, weight: Tensor, eps: float, out: Tensor | None = None) -> Te
     return torch.mul(weight, h) if out is None else torch.mul(weight, h, out=out)
 
 
-def _halve(x: Tensor, dim: int, n: int) -> None:
-    """`exact.halving_sum`'s additions over the first n entries of `dim`, in place: the result in entry 0."""
-    while n > 1:
-        half = 1 << (n - 1).bit_length() - 1
-        x.narrow(dim, 0, n - half).add_(x.narrow(dim, half, n - half))
-        n = half
-
-
 def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor, positions: Tensor, valid: Tensor,
             context_len: int) -> Tensor:
     """`forward_cached`'s value for x [B, 1, H] at positions [B, 1] (valid [B, 1]) through block tables [B, W]
@@ -111,29 +152,25 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
     cfg, dev = model.cfg, x.device
     b, _, width = x.shape
     hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    g, inter, size = hq // hkv, cfg.intermediate_size, cache.block_size
-    pos = torch.where(valid, positions, torch.zeros_like(positions))  # [B, 1]
+    inter, size, qk_width = cfg.intermediate_size, cache.block_size, (hq + hkv) * d
+    pos = torch.where(valid, positions, 0)  # [B, 1]
     cos, sin = rotate_half_cos_sin(pos, d, cfg.rope_theta, model.rope_scaling)  # [B, 1, D] each
     sin[..., : d // 2].neg_()  # rotate-half's -x2 * sin as x2 * -sin (the same products)
-    write_blocks = torch.where(valid[:, 0], tables.gather(1, torch.div(pos, size, rounding_mode="floor"))[:, 0],
-                               cache.dummy_block)  # [B]
-    write_pos = pos[:, 0] % size  # [B]
     lengths = (pos[:, 0] + 1).clamp_(max=context_len)  # [B]: keys 0 .. length - 1 read
     blocks = min(tables.shape[1], -(-int(lengths.max()) // size))  # blocks any row reads
-    index = tables[:, :blocks].reshape(-1)  # [B n]
-    keys = torch.arange(blocks * size, device=dev).view(1, blocks, 1, 1, size)
-    drop = keys >= lengths.view(b, 1, 1, 1, 1)  # [B, n, 1, 1, S]: keys past the row's own
-    s = _scratch(model)
-    t_hidden, t_heads, t_mlp = s.tiles_for(model, b, dev)
-    normed, heads, act = t_hidden.rows(b), t_heads.rows(b).view(b, hkv, g, d), t_mlp.rows(b)
-    kg = s.buffer("k", (b * blocks, hkv, size, d), dev)
-    vg = s.buffer("v", (b * blocks, hkv, size, d), dev)
-    prod = s.buffer("prod", (b, blocks, hkv, g, size, d), dev)
-    qs = s.buffer("q", (b, hkv, g, d), dev)
-    qk_out = s.buffer("qk", (b, hq + hkv, d), dev)
-    q_read = qs.view(b, 1, hkv, g, 1, d)
-    k_read, v_read = kg.view(b, blocks, hkv, 1, size, d), vg.view(b, blocks, hkv, 1, size, d)
-    scale, qk_width = 1.0 / math.sqrt(d), (hq + hkv) * d
+    scratch = _scratch(model)
+    plan = scratch.plan(cfg, b, blocks, size, dev)
+    t_hidden, t_heads, t_mlp = scratch.tiles_for(cfg, b, dev)
+    normed, heads, act = t_hidden.rows(b), t_heads.rows(b).view(plan.q.shape), t_mlp.rows(b)
+    # where each row's K/V go: row (block Hkv + head) S + offset of a layer's pool as [(N + 1) Hkv S, D]
+    block = torch.where(valid[:, 0], tables.gather(1, torch.div(pos, size, rounding_mode="floor"))[:, 0],
+                        cache.dummy_block)  # [B]
+    place = ((block * hkv)[:, None] + torch.arange(hkv, device=dev)) * size + (pos % size)  # [B, Hkv]
+    index = tables[:, :blocks].reshape(-1)  # [B n]: the blocks gathered
+    drop = plan.keys >= lengths.view(b, 1, 1, 1, 1)  # [B, n, 1, 1, S]: keys past the row's own
+    k_rows, v_rows = cache.k.view(cache.k.shape[0], -1, d), cache.v.view(cache.v.shape[0], -1, d)
+    q, qk_out = plan.q, plan.qk
+    scale = 1.0 / math.sqrt(d)
     h = x.reshape(b, width)  # [B, H]
     for i, layer in enumerate(model.layers):
         att, mlp, norm_in, norm_post = layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm
@@ -151,21 +188,18 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
             qk = qk_out
         swapped = qk.view(b, hq + hkv, 2, d // 2).flip(-2).view(b, hq + hkv, d)
         rot = qk * cos + swapped * sin  # [B, Hq + Hkv, D]
-        torch.mul(rot[:, :hq].view(b, hkv, g, d), scale, out=qs)
-        kc, vc = cache.k[i], cache.v[i]  # [N + 1, Hkv, S, D]
-        kc[write_blocks, :, write_pos] = rot[:, hq:]
-        vc[write_blocks, :, write_pos] = qkv[:, qk_width:].view(b, hkv, d)
-        torch.index_select(kc, 0, index, out=kg)  # [B n, Hkv, S, D]
-        torch.index_select(vc, 0, index, out=vg)
-        scores = torch.mul(q_read, k_read, out=prod).sum(-1)  # [B, n, Hkv, G, S]
+        torch.mul(rot[:, :hq].view(q.shape), scale, out=q)  # [B, Hkv, G, D]
+        k_rows[i].index_put_((place,), rot[:, hq:])
+        v_rows[i].index_put_((place,), qkv[:, qk_width:].view(b, hkv, d))
+        torch.index_select(cache.k[i], 0, index, out=plan.kg)  # [B n, Hkv, S, D]
+        torch.index_select(cache.v[i], 0, index, out=plan.vg)  # into [B n, Hkv, S, D + 1]
+        scores = torch.mul(*plan.q_k[:2], out=plan.q_k[2]).sum(-1)  # [B, n, Hkv, G, S]
         scores.masked_fill_(drop, -math.inf)
-        weights = torch.exp(scores - scores.amax(dim=(1, 4), keepdim=True))  # [B, n, Hkv, G, S]; 0 where masked
-        acc = torch.mul(weights[..., None], v_read, out=prod)  # [B, n, Hkv, G, S, D]
-        _halve(weights, 1, blocks)
-        _halve(weights, 4, size)
-        _halve(acc, 1, blocks)
-        _halve(acc, 4, size)
-        torch.div(acc[:, 0, :, :, 0], weights[:, 0, :, :, 0, None], out=heads)  # [B, Hkv, G, D]
+        torch.exp(scores - scores.amax(dim=(1, 4), keepdim=True), out=plan.weights)  # 0 where masked
+        torch.mul(*plan.w_v[:2], out=plan.w_v[2])  # [B, n, Hkv, G, S, D + 1]: weighted values, weights
+        for lower, upper in plan.halves:
+            lower.add_(upper)
+        torch.div(plan.values, plan.total, out=heads)  # [B, Hkv, G, D]
         h = h + t_heads.linear(b, exact.aligned_weight(att.o_proj.weight))
         _rms(h, norm_post.weight, norm_post.eps, normed)
         gate_up = t_hidden.linear(b, exact.aligned_weight(mlp.gate_up_proj.weight))  # [B, 2 I]
@@ -173,3 +207,4 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
         torch.mul(gate / (1.0 + torch.exp(-gate)), gate_up[:, inter:], out=act)  # exact.silu(gate) * up
         h = h + t_mlp.linear(b, exact.aligned_weight(mlp.down_proj.weight))
     return _rms(h, model.norm.weight, model.norm.eps).view(b, 1, width)
+
