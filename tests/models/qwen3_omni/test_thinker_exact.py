@@ -1,6 +1,7 @@
 """The thinker batched == alone, bit for bit on the CPU: four prompts of different lengths (one with audio)
 prefilled together right-padded into a KVCache, then decoded one token a step together; every hidden row and
-logit equals that prompt's own run (its rows route to other experts than its neighbours')."""
+logit equals that prompt's own run (its rows route to other experts than its neighbours'); a paged cache
+filled in chunks == a slot filled in one call."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from tests.models.qwen3_omni.conftest import KEYS
 from tests.models.qwen3_omni.test_thinker_parity import prompt_rows
-from v2.models.kv_cache import KVCache
+from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.qwen3_omni.moe import route
 from v2.models.qwen3_omni.thinker import Thinker
 
@@ -19,7 +20,7 @@ STEPS = 3
 
 @torch.no_grad()
 def run(thinker: Thinker, prompts: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(final-norm rows [T + STEPS - 1... ], logits of the last row per step) per prompt, all in one batch."""
+    """(final-norm rows [T + STEPS - 1, H], logits [STEPS, vocab]) per prompt, all prompts in one batch."""
     b, longest = len(prompts), max(p.shape[0] for p in prompts)
     h = prompts[0].shape[1]
     cache = KVCache.allocate(thinker.cfg.text.decoder, b, longest + STEPS, dtype=torch.float32, device="cpu")
@@ -58,3 +59,25 @@ def test_thinker_batched_equals_alone(thinker: Thinker, oref: dict[str, np.ndarr
     reordered = run(thinker, prompts[::-1])
     for i in range(len(KEYS)):
         assert torch.equal(reordered[len(KEYS) - 1 - i][1], together[i][1])
+
+
+@pytest.mark.exact
+def test_paged_and_chunked_prefill_equal_one_slot_pass(thinker: Thinker, oref: dict[str, np.ndarray]) -> None:
+    """Prompt c (with audio) prefilled into a KVCache slot in one call == into 4-row blocks of a PagedKVCache
+    (a scattered table) in chunks of 5, 11 and the rest, then one decode step each: the same bits."""
+    rows = prompt_rows(thinker, oref, "c")  # [T, H]
+    t, d = rows.shape[0], thinker.cfg.text.decoder
+    with torch.no_grad():
+        slot_cache = KVCache.allocate(d, 1, t + 1, dtype=torch.float32, device="cpu")
+        whole = thinker.model.forward_cached(rows[None], slot_cache, torch.tensor([0]), torch.arange(t)[None])[0]
+        paged = PagedKVCache.allocate(d, 20, 4, dtype=torch.float32, device="cpu")
+        table = torch.tensor([[13, 2, 7, 19, 0, 5, 11, 3, 17]])  # 9 blocks of 4 rows hold T + 1 = 35 positions
+        parts = []
+        for s, e in ((0, 5), (5, 16), (16, t)):
+            parts.append(thinker.model.forward_cached(rows[None, s:e], paged, table, torch.arange(s, e)[None],
+                                                      context_len=36)[0])
+        assert torch.equal(torch.cat(parts), whole)
+        nxt = thinker.model.embed_tokens(torch.tensor([[int(thinker.logits(whole[-1]).argmax())]]))
+        a = thinker.model.forward_cached(nxt, slot_cache, torch.tensor([0]), torch.tensor([[t]]))
+        b = thinker.model.forward_cached(nxt, paged, table, torch.tensor([[t]]), context_len=36)
+        assert torch.equal(a, b)
