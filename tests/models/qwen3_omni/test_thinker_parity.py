@@ -4,29 +4,18 @@ of the four prompts, decoded through a KV cache (prefill, then one token a step)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 import torch
 
 from tests.models.qwen3_omni.conftest import KEYS
-from v2.models.kv_cache import KVCache
 from v2.models.qwen3_omni.audio_features import log_mel
 from v2.models.qwen3_omni.thinker import Thinker
+from v2.models.qwen3_omni.thinker_generate import ThinkerRun, greedy
 from v2.models.rope import rope_inv_freq, rotate_half_cos_sin
 
 TOL = dict(atol=1e-4, rtol=1e-4)  # the README's suggested check
 AUDIO_ID, EOS = 151675, 151645
-
-
-@dataclass
-class Run:
-    tokens: list[int]
-    embed: torch.Tensor     # [T + n - 1, H] E
-    accept: torch.Tensor    # [T + n - 1, H] A (residual after layer accept - 1)
-    final: torch.Tensor     # [n, H] final-norm rows the logits came from
-    logits: torch.Tensor    # [n, vocab]
 
 
 def prompt_rows(thinker: Thinker, ref: dict[str, np.ndarray], key: str) -> torch.Tensor:
@@ -38,54 +27,35 @@ def prompt_rows(thinker: Thinker, ref: dict[str, np.ndarray], key: str) -> torch
     return thinker.embed(ids, audio, AUDIO_ID)
 
 
-@torch.no_grad()
-def greedy(thinker: Thinker, rows: torch.Tensor, cap: int, accept: int) -> Run:
-    """Prefill then one token a step through a KVCache slot; stops after EOS or `cap` tokens."""
-    t = rows.shape[0]
-    cache = KVCache.allocate(thinker.cfg.text.decoder, 1, t + cap, dtype=torch.float32, device="cpu")
-    slot = torch.tensor([0])
-    x, pos, embeds, accepts, finals, logits, tokens = rows[None], torch.arange(t)[None], [], [], [], [], []
-    while True:
-        inputs: list[torch.Tensor] = []
-        h = thinker.model.forward_cached(x, cache, slot, pos, layer_inputs=inputs)  # [1, T, H]
-        embeds.append(x[0])
-        accepts.append(inputs[accept][0])
-        finals.append(h[0, -1])
-        logits.append(thinker.logits(h[0, -1]))
-        tokens.append(int(logits[-1].argmax()))
-        if tokens[-1] == EOS or len(tokens) == cap:
-            break
-        x = thinker.model.embed_tokens(torch.tensor([[tokens[-1]]]))
-        pos = pos[:, -1:] + 1
-    return Run(tokens, torch.cat(embeds), torch.cat(accepts), torch.stack(finals), torch.stack(logits))
-
-
 @pytest.fixture(scope="module")
-def runs(thinker: Thinker, oref: dict[str, np.ndarray]) -> dict[str, Run]:
-    return {k: greedy(thinker, prompt_rows(thinker, oref, k), 10, 2) for k in KEYS}
+def runs(thinker: Thinker, oref: dict[str, np.ndarray]) -> dict[str, ThinkerRun]:
+    return {k: greedy(thinker, prompt_rows(thinker, oref, k), max_new_tokens=10, eos=EOS, accept_layer=2,
+                      keep_logits=True) for k in KEYS}
 
 
 @pytest.mark.parametrize("key", KEYS)
-def test_greedy_ids(runs: dict[str, Run], oref: dict[str, np.ndarray], key: str) -> None:
+def test_greedy_ids(runs: dict[str, ThinkerRun], oref: dict[str, np.ndarray], key: str) -> None:
     assert runs[key].tokens == oref[f"{key}_thinker_tokens"].tolist()
 
 
 @pytest.mark.parametrize("key", KEYS)
-def test_rows_and_logits(runs: dict[str, Run], oref: dict[str, np.ndarray], key: str) -> None:
+def test_rows_and_logits(runs: dict[str, ThinkerRun], oref: dict[str, np.ndarray], key: str) -> None:
     run, ref = runs[key], lambda name: torch.from_numpy(oref[f"{key}_{name}"])
     torch.testing.assert_close(run.embed, ref("thinker_embed"), **TOL)
     torch.testing.assert_close(run.accept, ref("thinker_accept_hidden"), **TOL)
     torch.testing.assert_close(run.final, ref("thinker_final_hidden"), **TOL)
-    ids = ref("thinker_logits_top32_ids")
-    torch.testing.assert_close(run.logits.gather(1, ids), ref("thinker_logits_top32"), **TOL)
-    assert torch.equal(run.logits.topk(32, dim=-1).indices[:, :1], ids[:, :1])
-    torch.testing.assert_close(run.logits.logsumexp(-1), ref("thinker_logsumexp"), **TOL)
-    chosen = torch.log_softmax(run.logits, -1).gather(1, torch.tensor(run.tokens)[:, None])[:, 0]
-    torch.testing.assert_close(chosen, ref("thinker_token_logprob"), **TOL)
+    ids, logits = ref("thinker_logits_top32_ids"), run.logits
+    assert logits is not None
+    torch.testing.assert_close(logits.gather(1, ids), ref("thinker_logits_top32"), **TOL)
+    assert torch.equal(logits.topk(32, dim=-1).indices[:, :1], ids[:, :1])
+    torch.testing.assert_close(run.logsumexp, ref("thinker_logsumexp"), **TOL)
+    torch.testing.assert_close(run.logprobs, ref("thinker_token_logprob"), **TOL)
+    chosen = torch.log_softmax(logits, -1).gather(1, torch.tensor(run.tokens)[:, None])[:, 0]
+    assert torch.equal(chosen, run.logprobs)
 
 
 @pytest.mark.parametrize("key", ["b", "c"])
-def test_full_recompute_gives_the_same_rows(thinker: Thinker, runs: dict[str, Run], oref: dict[str, np.ndarray],
+def test_full_recompute_gives_the_same_rows(thinker: Thinker, runs: dict[str, ThinkerRun], oref: dict[str, np.ndarray],
                                             key: str) -> None:
     """One causal pass over prompt + fed-back tokens (no cache) against the cached decode."""
     run = runs[key]
@@ -116,3 +86,12 @@ def test_reference_positions_make_plain_rope(thinker: Thinker, oref: dict[str, n
     # mrope_section [4, 2, 2], interleaved: frequencies 1, 4 read h; 2, 5 read w; the rest t
     want = torch.tensor([0, 5, 9, 0, 5, 9, 0, 0], dtype=torch.float32) * inv
     assert torch.equal(cos[0, 0], torch.cat([want, want]).cos())
+
+
+def test_accepting_the_last_layer_reads_the_final_norm(thinker: Thinker, oref: dict[str, np.ndarray]) -> None:
+    """accept_hidden_layer == the layer count: A is `hidden_states[-1]`, the final norm's output."""
+    rows = prompt_rows(thinker, oref, "a")
+    run = greedy(thinker, rows, max_new_tokens=3, eos=EOS, accept_layer=4)
+    assert torch.equal(run.accept[rows.shape[0] - 1 :], run.final)
+    with pytest.raises(ValueError, match="accept_layer"):
+        greedy(thinker, rows, max_new_tokens=3, eos=EOS, accept_layer=5)
