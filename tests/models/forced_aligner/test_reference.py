@@ -22,6 +22,7 @@ from v2.models.forced_aligner.config import ForcedAlignerConfig
 from v2.models.forced_aligner.features import audio_tokens, clip_features
 from v2.models.forced_aligner.loader import load_aligner
 from v2.models.forced_aligner.model import ForcedAligner
+from v2.models.qwen3_omni.audio_encoder import sinusoids
 from v2.models.weights import CheckpointError
 
 
@@ -46,6 +47,9 @@ def test_features_and_prompt(aligner: ForcedAligner, fref: dict, fmeta: dict, ca
 @pytest.mark.parametrize("case", CASES)
 def test_stages(aligner: ForcedAligner, fref: dict, case: str) -> None:
     mel = _mel(aligner, fref, case)
+    whole = torch.nn.functional.pad(mel, (0, -mel.shape[1] % 100))  # [mel, chunks * 100]: the last chunk zero-padded
+    conv = aligner.audio_tower.conv_rows([whole])[0].view(-1, 13, 64)  # [chunks, 13, d]
+    assert close((conv - sinusoids(13, 64, conv.device)).numpy(), fref[f"{case}/audio_conv_out"])
     x = aligner.encoder_inputs([mel])[0]
     assert close(x.numpy(), fref[f"{case}/audio_encoder_in"])
     tower = aligner.audio_tower
