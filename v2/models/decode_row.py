@@ -8,17 +8,19 @@ position per row in float32 with autograd off over a `PagedKVCache` whose block 
 same values as the generic pass bit for bit, whatever the batch and the other rows' context lengths.
 
 Per call: RoPE rows (`rotate_half_cos_sin` of the rows' positions, as the generic pass; the sin row's first half
-negated), each row's write place and key count, the keys-past-the-row mask (per block, per offset), the gather
-index of the blocks that hold any row's keys. Per layer, `Qwen3Layer`'s arithmetic in its order: RMSNorm
-(float32, `sqrt`) written into the projection's `exact.Tile` (`out=`), the fused projections through
-`exact.Tile.linear` (one tile shape and alignment for every row, as `exact.linear`), q/k norms over q and k at
-once (two weight products), rotate-half RoPE (the half swap one `flip`, its sign in the sin row: the same
-products), K/V written into the pool, then the attention as `exact.attention` computes it: the used blocks
-gathered block-wise (`index_select` into reused buffers, no element-wise index), scores as products summed over
-D, masked to -inf past each row's keys, the row max, exp, and the weights and the weighted values each summed by
-halving (`exact.halving_sum`'s pairs over the keys: the block-level halves first, then within a block; in place
-in the reused buffers), the quotient written into the output projection's tile. SiLU as `exact.silu`.
-Scratch (tiles, gathered K/V, products) is kept per backbone and thread and reused call after call.
+negated), each row's write place (one flat index per row and kv head), its key count and the keys-past-the-row
+mask, the gather index of the blocks that hold any row's keys; the buffers and their views (`_Plan`, per rows x
+blocks, kept per backbone and thread). Per layer, `Qwen3Layer`'s arithmetic in its order: RMSNorm (float32,
+`sqrt`) written into the projection's `exact.Tile` (`out=`), the fused projections through `exact.Tile.linear`
+(one tile shape and alignment for every row, as `exact.linear`), q/k norms over q and k at once (two weight
+products), rotate-half RoPE (the half swap one `flip`, its sign in the sin row: the same products), K/V written
+into the pool, then the attention as `exact.attention` computes it: the used blocks gathered block-wise
+(`index_select`, no element-wise index; V beside a column of ones), scores as products summed over D, -inf past
+each row's keys, the row max, exp, and one halving sum of the weighted values and, through the ones column, the
+weights (`exact.halving_sum`'s pairs over the keys: the block-level halves, then within a block; in place), the
+quotient written into the output projection's tile. SiLU as `exact.silu`. Two equalities it leans on, as
+`frame_stack` does: `(-a) * b == a * (-b)` and `x + 0 == x` (keys past a row's own, `w * 1`), exact up to the
+sign of a zero. tests/models/test_decode_row.py holds it to the generic pass.
 Must not know: embeddings, heads, requests, which blocks a row holds (the caller's tables say).
 """
 
