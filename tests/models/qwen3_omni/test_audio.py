@@ -70,3 +70,6 @@ def test_refusals_name_the_field(thinker: Thinker) -> None:
         thinker.audio_tower.encode([torch.zeros(128, 10), torch.zeros(80, 10)])
     with pytest.raises(ValueError, match="audio"):
         thinker.embed(torch.tensor([1, 151675, 2]), None, 151675)
+    with pytest.raises(ValueError, match="prompt_ids"):
+        thinker.embed(torch.tensor([1, 151655, 2]), None, 151675, (151655, 151656))
+    assert thinker.embed(torch.tensor([1, 2]), None, 151675, (151655, 151656)).shape == (2, 32)

@@ -31,9 +31,14 @@ class Thinker(nn.Module):
         self.lm_head = exact.Linear(d.hidden_size, d.vocab_size, bias=False)
         self.audio_tower = AudioEncoder(cfg.audio)
 
-    def embed(self, input_ids: Tensor, audio_rows: Tensor | None, audio_id: int) -> Tensor:
+    def embed(self, input_ids: Tensor, audio_rows: Tensor | None, audio_id: int,
+              vision_ids: tuple[int, ...] = ()) -> Tensor:
         """input_ids [T] -> rows [T, H]: `embed_tokens`, with `audio_rows` [N, H] (a prompt's encoded clips,
-        concatenated in order) at the N positions holding `audio_id`."""
+        concatenated in order) at the N positions holding `audio_id`. An id of `vision_ids` (the image and
+        video placeholders) is refused: the vision tower is not built."""
+        if vision_ids and bool(torch.isin(input_ids, torch.tensor(vision_ids, device=input_ids.device)).any()):
+            raise ValueError(f"prompt_ids: image / video placeholders {list(vision_ids)} are not supported "
+                             "(no vision input)")
         rows = self.model.embed_tokens(input_ids)  # [T, H]
         slots = (input_ids == audio_id).nonzero().squeeze(1)  # [N]
         given = 0 if audio_rows is None else audio_rows.shape[0]
