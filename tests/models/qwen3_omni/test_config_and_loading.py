@@ -102,3 +102,28 @@ def test_a_mismatched_checkpoint_lists_every_bad_key(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"missing keys \(1\): thinker\.model\.layers\.2\.mlp\.experts\.5\."
                                                r"down_proj.*unexpected keys \(1\): thinker\.model\.layers\.0\.mlp"):
         load_part(empty_model(Thinker, ckpt.config.thinker), bad, "thinker.", dtype=torch.float32, device="cpu")
+
+
+def test_release_dims_layout_on_meta(oconfig: dict) -> None:
+    """The thinker at the release's widths (README "Release values"), built on the meta device: the release's
+    key names with the release's shapes (no memory, no weights)."""
+    d = _release_schema(oconfig)
+    d["thinker_config"]["text_config"].update(hidden_size=2048, num_hidden_layers=48, num_attention_heads=32,
+                                              num_key_value_heads=4, moe_intermediate_size=768, intermediate_size=768)
+    d["thinker_config"]["audio_config"].update(d_model=1280, encoder_layers=32, encoder_attention_heads=20,
+                                               encoder_ffn_dim=5120, downsample_hidden_size=480, output_dim=2048)
+    d["talker_config"].update(thinker_hidden_size=2048, accept_hidden_layer=24)
+    cfg = Qwen3OmniConfig.from_dict(d)
+    layout = release_layout(empty_model(Thinker, cfg.thinker))
+    shapes = {k: v.shape for k, v in layout.items()}
+    assert shapes["model.layers.47.mlp.experts.127.down_proj.weight"] == (2048, 768)
+    assert shapes["model.layers.47.mlp.experts.127.gate_proj.weight"] == (768, 2048)
+    assert shapes["model.layers.0.mlp.gate.weight"] == (128, 2048)
+    assert shapes["model.layers.0.self_attn.q_proj.weight"] == (4096, 2048)
+    assert shapes["model.layers.0.self_attn.k_proj.weight"] == (512, 2048)
+    assert shapes["audio_tower.conv_out.weight"] == (1280, 7680)
+    assert shapes["audio_tower.conv2d2.weight"] == (480, 480, 3, 3)
+    assert shapes["audio_tower.proj2.weight"] == (2048, 1280)
+    assert sum(1 for k in layout if ".experts." in k) == 48 * 128 * 3
+    experts = sum(torch.Size(s).numel() for k, s in shapes.items() if ".experts." in k)
+    assert 28e9 < experts < 30e9  # the "30B" of 30B-A3B is almost all experts
