@@ -7,9 +7,9 @@ on every side, in two modes: greedy (`temperature: 0`; the reference's `do_sampl
 depth_decoder_do_sample=False`) and sampled (the checkpoint's generation_config.json settings, the same for
 both sides; codes cannot be equal there: the draws differ). Per mode:
 - batch 1: v2's `generate` (the model's eager loop) and a one-request runtime against the reference's
-  `generate` of one prompt (goal: <= 0.9x);
+  `generate` of one prompt (goal: <= 0.6x);
 - batch N (16): v2's `generate_batch` (side `generate_N`) and the runtime with N requests against the
-  reference's batched `generate` of the same N prompts, left-padded (goal: the runtime <= 0.8x per row-frame);
+  reference's batched `generate` of the same N prompts, left-padded (goal: the runtime <= 0.5x per row-frame);
 timed in interleaved repetitions (the order rotates each repetition), each v2 side divided by the reference's
 run of the same batch and mode in the same repetition (paired ratios: this shared machine's speed drifts);
 medians reported, with the load average before and after, and per mode the aten operations of one frame step
@@ -50,7 +50,7 @@ from v2.families.csm.bench.reference_setup import (CHECKPOINT, FIXTURE, Referenc
 ENV, PYTHON_ENV = "V2_CSM_REFERENCE", "V2_CSM_REFERENCE_PYTHON"
 DEFAULT_REFERENCE = CHECKPOINT  # what `v2.bench.reference` runs without --reference or `ENV`
 MODES = ("greedy", "sampled")
-GOALS = {"batch_1": 0.9, "batch_n": 0.8}  # x the reference's time per row-frame (issue 33)
+GOALS = {"batch_1": 0.6, "batch_n": 0.5}  # x the reference's time per row-frame (Engine V)
 
 
 def reference_python() -> str:
