@@ -1,10 +1,15 @@
-"""The release's word rule (README "Words"): the fixture's cases, the rule's corners, and the refusals."""
+"""The release's word rule (README "Words"): the fixture's cases, the rule's corners, Japanese (nagisa) and Korean
+(soynlp's LTokenizer over the release's word list), and the refusals naming the language."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.models.forced_aligner.conftest import CASES
+from v2.models.forced_aligner import words as words_module
 from v2.models.forced_aligner.words import LanguageError, split_words
 
 
@@ -34,10 +39,42 @@ def test_language_names_any_case() -> None:
     assert split_words("a b", "english") == split_words("a b", "Spanish") == ["a", "b"]
 
 
-@pytest.mark.parametrize("language", ["Japanese", "korean"])
-def test_japanese_korean_refused_naming_it(language: str) -> None:
-    with pytest.raises(LanguageError, match=f"language: '{language}'.*pass the words"):
-        split_words("こんにちは", language)
+def test_japanese_by_nagisa() -> None:
+    # nagisa's words (the release pins 0.2.11), punctuation-only ones dropped; kanji are not split one each
+    assert split_words("私は学生です。東京に住んでいます！", "Japanese") == [
+        "私", "は", "学生", "です", "東京", "に", "住ん", "で", "い", "ます"]
+
+
+def test_korean_by_ltokenizer_with_the_word_list(tmp_path: Path) -> None:
+    words = tmp_path / "korean_dict_jieba.dict"
+    words.write_text("안녕 10 x\n학생 5 n\n\n", encoding="utf-8")  # the release's format: word, count, tag
+    assert split_words("안녕하세요 저는 학생입니다.", "korean", korean_dict=words) == [
+        "안녕", "하세요", "저는", "학생", "입니다"]
+    # without the list's scores no eojeol is cut: the list is what makes the release's split
+    empty = tmp_path / "empty.dict"
+    empty.write_text("", encoding="utf-8")
+    assert split_words("안녕하세요 저는", "Korean", korean_dict=empty) == ["안녕하세요", "저는"]
+
+
+def test_korean_without_its_word_list_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(words_module, "find_korean_dict", lambda: None)
+    with pytest.raises(LanguageError, match="language: 'Korean' needs the release's word list korean_dict_jieba"):
+        split_words("안녕하세요", "Korean")
+    with pytest.raises(LanguageError, match="not found at"):
+        split_words("안녕하세요", "Korean", korean_dict=tmp_path / "missing.dict")
+
+
+def test_missing_splitters_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "nagisa", None)  # an import of it raises ImportError
+    monkeypatch.setitem(sys.modules, "soynlp.tokenizer", None)
+    words_module._korean_tokenizer.cache_clear()
+    with pytest.raises(LanguageError, match="language: 'Japanese' needs nagisa"):
+        split_words("私は", "Japanese")
+    listed = tmp_path / "k.dict"
+    listed.write_text("안녕 1 x\n", encoding="utf-8")
+    with pytest.raises(LanguageError, match="language: 'Korean' needs soynlp"):
+        split_words("안녕", "Korean", korean_dict=listed)
+    words_module._korean_tokenizer.cache_clear()
 
 
 def test_unknown_language_refused() -> None:

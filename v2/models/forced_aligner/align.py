@@ -13,6 +13,7 @@ Must not know: tokenizer files, requests, the runtime, cards, HTTP.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -47,15 +48,16 @@ class Alignment:
 
 def make_clip(wave: Tensor, sample_rate: int, text: str | None = None, *, words: Sequence[str] | None = None,
               word_ids: Sequence[Sequence[int]] | None = None, language: str | None = None,
-              tokenize: Tokenize | None = None, expected_rate: int = 16000) -> Clip:
-    """A checked `Clip`: words from `words`, else `text` split by the release's rule for `language`; ids from
-    `word_ids`, else `tokenize` per word."""
+              tokenize: Tokenize | None = None, expected_rate: int = 16000,
+              korean_dict: Path | None = None) -> Clip:
+    """A checked `Clip`: words from `words`, else `text` split by the release's rule for `language` (Korean with
+    the release's word list `korean_dict`, words.py); ids from `word_ids`, else `tokenize` per word."""
     if sample_rate != expected_rate:
         raise ValueError(f"sample_rate: the aligner reads {expected_rate} Hz audio, got {sample_rate} (resample first)")
     if words is None:
         if text is None:
             raise ValueError("text: give the text or its words")
-        words = split_words(text, language)
+        words = split_words(text, language, korean_dict=korean_dict)
     elif text is not None:
         raise ValueError("words: give either text or words, not both")
     if not all(isinstance(w, str) and w for w in words):
