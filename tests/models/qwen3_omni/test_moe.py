@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 from v2.models.qwen3_omni.config import MoeConfig
 from v2.models.qwen3_omni.moe import SparseMoe, route
@@ -67,3 +68,18 @@ def test_moe_batched_equals_alone(shared: int) -> None:
             assert torch.equal(m(x[i : i + 1]), batched[i : i + 1]), i
         assert torch.equal(m(x[5:30]), batched[5:30])
         assert torch.equal(m(x.flip(0)), batched.flip(0))
+
+
+@pytest.mark.exact
+@settings(max_examples=25, deadline=None)
+@given(experts=st.integers(2, 20), k=st.integers(1, 6), hidden=st.sampled_from([8, 24, 32, 40]),
+       shared=st.sampled_from([0, 24]), rows=st.integers(1, 40), seed=st.integers(0, 2**16))
+def test_moe_any_draw_batched_equals_alone(experts: int, k: int, hidden: int, shared: int, rows: int,
+                                           seed: int) -> None:
+    """Any width (inner dims off the 16-float alignment too), expert count, top-k and row count."""
+    m = _moe(shared, seed=seed, experts=experts, top_k=min(k, experts), hidden=hidden)
+    x = torch.randn(rows, hidden, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        batched = m(x)
+        for i in range(rows):
+            assert torch.equal(m(x[i : i + 1]), batched[i : i + 1])
