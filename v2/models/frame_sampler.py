@@ -115,17 +115,22 @@ class FrameSampler:
         # which groups have any greedy row, only greedy rows, any row without top-k, any row with top-p (one read)
         self.any_greedy, self.all_greedy, self.any_no_k, self.any_p = torch.stack(
             [self.greedy.any(0), self.greedy.all(0), self.no_k.any(0), (~self.p_off).any(0)]).tolist()
+        # each group's [B, 1] column of the settings, as views made at once (a draw reads its own)
+        self._divisor, self._kth_index, self._no_k, self._greedy, self._top_p, self._p_off = (
+            t.t()[..., None].unbind(0) for t in (self.divisor, self.kth_index, self.no_k, self.greedy, s.top_p,
+                                                 self.p_off))
         self.noise: Tensor | None = None
         drawn = [grp for grp in drawn if not self.all_greedy[grp]]  # the groups that need noise
-        self._noise_index = {grp: i for i, grp in enumerate(drawn)}
+        self._noise_of: dict[int, Tensor] = {}
         width = max((self.vocabs[grp] for grp in drawn), default=0)
         if drawn and steps.shape[0] * len(drawn) * width <= FRAME_NOISE_MAX:  # small batch: the frame's noise at once
             self.noise = _gumbel(_finish(_fold(self.state[:, drawn, None], _token_words(width)), 4))  # [B, D, V]
+            self._noise_of = dict(zip(drawn, self.noise.unbind(1)))  # group -> [B, V]
 
     def _noise_at(self, grp: int, ids: Tensor) -> Tensor:
         """Gumbel noise of group grp at token ids [B, W]."""
         if self.noise is not None:
-            return self.noise[:, self._noise_index[grp]].gather(1, ids)
+            return self._noise_of[grp].gather(1, ids)
         k = _token_words(self.vocabs[grp])[ids.numpy()]  # [B, W]
         return _gumbel(_finish(_fold(self.state[:, grp, None], k), 4))
 
@@ -141,19 +146,23 @@ class FrameSampler:
                 return picked[:, 0], torch.log_softmax(logits, dim=-1).gather(1, picked)[:, 0]
             return picked[:, 0], torch.zeros(picked.shape[0], device=logits.device)
         width = min(SORT_WIDTH, v)
-        z = logits / self.divisor[:, grp, None]                                            # [B, V]
+        z = logits / self._divisor[grp]                                            # [B, V]
         # the top W + 1 in no order (topk's own sort costs more than the rest of the draw at one row), then by
         # value, ties by id: the first W are the candidates (a tie at the W-th value picks other ids than a sorted
         # topk only where that value is below the drawable edge: never drawn, never in a logprob) and the last
         # is the value the ties check reads
-        top_ids, top_z = _top(z, width + 1 if width < v else width)                          # [B, W + 1]
-        ids, perm = top_ids.sort(dim=-1)                                                   # ids ascending
-        sorted_all, by_value = top_z.gather(1, perm).sort(dim=-1, descending=True, stable=True)
-        order, sorted_z = ids.gather(1, by_value[:, :width]), sorted_all[:, :width]       # [B, W] stable order
-        kth = sorted_z.gather(1, self.kth_index[:, grp, None])                            # [B, 1]
+        if width < v:
+            top_ids, top_z = _top(z, width + 1)                                            # [B, W + 1]
+            ids, perm = top_ids.sort(dim=-1)                                               # ids ascending
+            sorted_all, by_value = top_z.gather(1, perm).sort(dim=-1, descending=True, stable=True)
+            order, sorted_z = ids.gather(1, by_value[:, :width]), sorted_all[:, :width]   # [B, W] stable order
+        else:  # the whole vocabulary: its ids are already ascending, so the stable order is z's own
+            sorted_z, order = z.sort(dim=-1, descending=True, stable=True)                 # [B, V]
+            sorted_all = sorted_z
+        kth = sorted_z.gather(1, self._kth_index[grp])                            # [B, 1]
         if self.any_no_k[grp]:
-            kth = kth.masked_fill(self.no_k[:, grp, None], -math.inf)
-        greedy = self.greedy[:, grp, None]                                                 # [B, 1]
+            kth = kth.masked_fill(self._no_k[grp], -math.inf)
+        greedy = self._greedy[grp]                                                          # [B, 1]
         edge = torch.where(greedy, sorted_z[:, :1], kth) if self.any_greedy[grp] else kth  # lowest drawable value
         if width < v and bool((sorted_all[:, width:] >= edge).any()):
             return self._fallback(grp, logits)  # ties at that value past the candidates
@@ -162,7 +171,7 @@ class FrameSampler:
             probs = torch.softmax(z.masked_fill(z < kth, -math.inf), dim=-1)  # as process_logits: the same bits
             sorted_p = probs.gather(1, order)
             before = torch.cumsum(sorted_p, dim=-1) - sorted_p
-            keep = (before < self.sampling.top_p[:, grp, None]) | self.p_off[:, grp, None]
+            keep = (before < self._top_p[grp]) | self._p_off[grp]
             keep[:, 0] = True
             kept = kept & keep
         zc = torch.where(kept, sorted_z, -math.inf)                                        # [B, W] processed
