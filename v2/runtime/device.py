@@ -3,7 +3,8 @@
 Owns: `Pending` (a result that may not be ready: reading it waits, and raises what the work raised) and
 the streams. `launch(work)` queues one piece of device work (a callable that enqueues kernels and returns a
 device tensor or None) and returns a `Pending` at once; `fetch(pendings)` starts copying their tensors to
-the host and returns one `Pending` of host arrays (an exception in place of a failed launch's array);
+the host and returns one `Pending` of host arrays (an exception in place of a failed launch's array; of a
+`Kept` result, kept.py, only its host part is copied, the rest stays on the device);
 `sync()` waits until everything launched has run. `depth` is how many launched steps the engine may leave
 unread while it plans the next: 0 for a stream with nothing to overlap.
 - `HostStream`: a CPU. Work runs at launch; depth 0, so the engine reads each step before planning the next.
@@ -26,6 +27,8 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 import numpy as np
 import torch
 from torch import Tensor
+
+from v2.runtime.kept import Kept, split_kept
 
 T = TypeVar("T")
 
@@ -109,7 +112,15 @@ def _outcome(p: Pending[Tensor | None], convert: Callable[[Tensor], Any]) -> Any
     if p.error is not None:
         return p.error
     value = p.wait()
-    return None if value is None else convert(value)
+    return None if value is None else split_kept(value, convert)
+
+
+def _pinned_copy(t: Tensor) -> Tensor:
+    """A device tensor's copy into pinned host memory, queued on the stream (valid once it has run)."""
+    t = widened(t)
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    return host
 
 
 class CudaStream:
@@ -130,16 +141,11 @@ class CudaStream:
                 copies.append(p.error)
                 continue
             t = p.wait()
-            if t is None:
-                copies.append(None)
-                continue
-            t = widened(t)
-            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-            host.copy_(t, non_blocking=True)
-            copies.append(host)
+            copies.append(None if t is None else split_kept(t, _pinned_copy))  # a `Kept`: its host part alone
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(self.device))
-        result = [c.numpy() if isinstance(c, Tensor) else c for c in copies]  # views: valid once the event is
+        result = [split_kept(c, Tensor.numpy) if isinstance(c, (Tensor, Kept)) else c
+                  for c in copies]  # views: valid once the event is
         return Pending(result, wait=event.synchronize)
 
     def sync(self) -> None:
