@@ -23,6 +23,7 @@ from v2.models.forced_aligner.features import audio_tokens, clip_features
 from v2.models.forced_aligner.loader import load_aligner
 from v2.models.forced_aligner.model import ForcedAligner
 from v2.models.qwen3_omni.audio_encoder import sinusoids
+from v2.models.qwen3_omni.audio_features import rows_after_convs
 from v2.models.weights import CheckpointError
 
 
@@ -47,9 +48,12 @@ def test_features_and_prompt(aligner: ForcedAligner, fref: dict, fmeta: dict, ca
 @pytest.mark.parametrize("case", CASES)
 def test_stages(aligner: ForcedAligner, fref: dict, case: str) -> None:
     mel = _mel(aligner, fref, case)
-    whole = torch.nn.functional.pad(mel, (0, -mel.shape[1] % 100))  # [mel, chunks * 100]: the last chunk zero-padded
-    conv = aligner.audio_tower.conv_rows([whole])[0].view(-1, 13, 64)  # [chunks, 13, d]
-    assert close((conv - sinusoids(13, 64, conv.device)).numpy(), fref[f"{case}/audio_conv_out"])
+    a = aligner.cfg.audio
+    chunk = 2 * a.n_window
+    rows = rows_after_convs(chunk)  # 13 of 100 frames
+    whole = torch.nn.functional.pad(mel, (0, -mel.shape[1] % chunk))  # [mel, chunks * chunk]: last chunk zero-padded
+    conv = aligner.audio_tower.conv_rows([whole])[0].view(-1, rows, a.d_model)  # [chunks, rows, d]
+    assert close((conv - sinusoids(rows, a.d_model, conv.device)).numpy(), fref[f"{case}/audio_conv_out"])
     x = aligner.encoder_inputs([mel])[0]
     assert close(x.numpy(), fref[f"{case}/audio_encoder_in"])
     tower = aligner.audio_tower
@@ -97,7 +101,7 @@ def test_padded_batch(aligner: ForcedAligner, fref: dict, fmeta: dict) -> None:
         assert classes == fref[f"batch/{b}/classes"].tolist() == fmeta["batch"]["items_meta"][b]["classes"]
 
 
-def test_loader_names_bad_keys(tmp_path: Path) -> None:
+def test_loader_names_bad_keys(aligner: ForcedAligner, tmp_path: Path) -> None:
     shutil.copy(CHECKPOINT / "config.json", tmp_path / "config.json")
     tensors = load_file(str(CHECKPOINT / "model.safetensors"))
     del tensors["thinker.lm_head.weight"]
@@ -109,7 +113,7 @@ def test_loader_names_bad_keys(tmp_path: Path) -> None:
     text = str(err.value)
     assert "missing keys (1): thinker.lm_head.weight" in text
     assert "unexpected keys (1): thinker.audio_tower.extra.weight" in text
-    assert "thinker.model.norm.weight: checkpoint [3] vs model [64]" in text
+    assert f"thinker.model.norm.weight: checkpoint [3] vs model [{aligner.cfg.text.hidden_size}]" in text
 
 
 @pytest.mark.parametrize("path, value, field", [
