@@ -149,3 +149,22 @@ def test_other_forms_keep_the_generic_pass() -> None:
         assert not decode_row.fits(x, PagedKVCache.allocate(cfg, 4, 12, dtype=torch.float32, device="cpu"))
     with torch.enable_grad():
         assert not decode_row.fits(x, cache)
+
+
+def test_calls_of_other_shapes_in_turn_reuse_the_scratch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One backbone serving 16 rows of short contexts, one row of a long one, then 16 again (its buffers regrown
+    and its plans remade between): each call equals the generic pass."""
+    model = model_of("talker")
+    for b, start in ((16, [3] * 16), (1, [117]), (16, [5 + i for i in range(16)]), (3, [60, 2, 90])):
+        base, tables = pool(model.cfg, b, 8, 16)
+        x = torch.randn(b, 1, model.cfg.hidden_size, generator=torch.Generator().manual_seed(b))
+        pos, valid = torch.tensor(start)[:, None], torch.ones(b, 1, dtype=torch.bool)
+        outs = []
+        for fast in (True, False):
+            cache = PagedKVCache(base.k.clone(), base.v.clone())
+            with monkeypatch.context() as m, torch.no_grad():
+                if not fast:
+                    m.setattr(decode_row, "fits", lambda x, cache: False)
+                outs.append((model.forward_cached(x, cache, tables, pos, valid, 128), cache))
+        (got, got_cache), (want, want_cache) = outs
+        assert torch.equal(got, want) and torch.equal(got_cache.k, want_cache.k)

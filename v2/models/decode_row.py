@@ -120,7 +120,9 @@ class _Scratch:
             need = {"k": keys * d, "v": keys * (d + 1), "prod": keys * (hq // hkv) * (d + 1),
                     "w": keys * (hq // hkv), "q": b * hq * d, "qk": b * (hq + hkv) * d}
             if any(name not in self.flat or self.flat[name].numel() < n for name, n in need.items()):
-                self.flat = {name: torch.empty(n, dtype=torch.float32, device=device) for name, n in need.items()}
+                have = {name: flat.numel() for name, flat in self.flat.items()}
+                self.flat = {name: torch.empty(max(n, have.get(name, 0)), dtype=torch.float32, device=device)
+                             for name, n in need.items()}  # each as large as any call's so far
                 self.plans.clear()  # their views are of the old buffers
             if len(self.plans) >= 64:
                 self.plans.clear()
