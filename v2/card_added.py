@@ -53,6 +53,7 @@ def added_decls(specs: Iterable[str] | Mapping[str, AddedLoopDecl | str]) -> dic
     """Declarations by name from what a deployment gives: `NAME` (a registered added loop of that name),
     `NAME=TARGET` (TARGET: a registered name or "module:attr"), or name -> declaration (or TARGET)."""
     out: dict[str, AddedLoopDecl] = {}
+    specs = [specs] if isinstance(specs, str) else specs  # one name, not its letters
     items = specs.items() if isinstance(specs, Mapping) else ((s.partition("=")[0], s) for s in specs)
     for name, spec in items:
         name = name.strip()

@@ -20,7 +20,7 @@ from v2 import registry
 from v2.contracts import FinishReason, Kind, LoopState, ShapeSignature, WorkPlan
 from v2.runtime import Runtime
 from v2.runtime.added import AddedContext, Host
-from v2.runtime.device import HostStream, Pending, SimulatedStream
+from v2.runtime.device import HostStream, SimulatedStream
 from v2.runtime.family import Batch, Halves
 from v2.runtime.kept import Kept
 
