@@ -35,6 +35,10 @@ class AddedLoopDecl(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
 
 
+CARD_FIELD = "added_loops"   # how refusals name a card's declarations
+OPTION_FIELD = "add_loops"   # and a deployment's
+
+
 @dataclass(frozen=True)
 class ResolvedAdded:
     """An added loop checked against a card: its name, declaration, factory, and the loop it takes from (a
@@ -47,6 +51,7 @@ class ResolvedAdded:
     after_added: bool
     takes: str
     gives: str | None
+    field: str = CARD_FIELD  # how refusals name its declaration
 
 
 def added_decls(specs: Iterable[str] | Mapping[str, AddedLoopDecl | str]) -> dict[str, AddedLoopDecl]:
@@ -64,10 +69,6 @@ def added_decls(specs: Iterable[str] | Mapping[str, AddedLoopDecl | str]) -> dic
             raise ValueError(f"{OPTION_FIELD}.{name}: added twice")
         out[name] = spec
     return out
-
-
-CARD_FIELD = "added_loops"   # how refusals name a card's declarations
-OPTION_FIELD = "add_loops"   # and a deployment's
 
 
 def resolve_added(loops: Mapping[str, Any], decls: Mapping[str, AddedLoopDecl],
@@ -119,7 +120,8 @@ def resolve_added(loops: Mapping[str, Any], decls: Mapping[str, AddedLoopDecl],
         if gives != r.takes:
             says = f"gives {gives}" if gives else "gives nothing another loop takes"
             raise ValueError(f"{where}: {what} {says}; {name!r} takes {r.takes}")
-        resolved[name] = ResolvedAdded(name, r.decl, r.factory, after, after in resolved, r.takes, r.gives)
+        resolved[name] = ResolvedAdded(name, r.decl, r.factory, after, after in resolved, r.takes, r.gives,
+                                       field(name))
     order: list[ResolvedAdded] = []
     for name in resolved:
         path = [name]

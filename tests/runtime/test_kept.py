@@ -162,3 +162,11 @@ def test_items_handed_between_loops_stay_the_executors_tensors():
             storages = {o.untyped_storage().data_ptr() for o in Samples.outputs}
             assert all(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in storages for t in taken)
         assert rt.engine.graph.specs["samples"].feeds == ("take",)
+
+
+def test_two_added_loops_with_one_work_kind_are_refused_naming_the_field():
+    from v2.card import CardError
+
+    with pytest.raises(CardError, match=r"add_loops\.again: its work kind <Step\.SAMPLES: 'kept_samples'> is one the "
+                                        r"graph has already"):
+        Runtime(card(), add_loops=["samples", "again=samples"])

@@ -89,10 +89,12 @@ class WithAdded:
         executors: dict[Hashable, AnyExecutor] = dict(family.executors)
         buckets: dict[Hashable, list[int]] = dict(family.buckets)
         pools = dict(family.pools)
+        fields = {r.name: r.field for r in order}
         for name, b in built.items():
             for kind, executor in b.executors.items():
                 if kind in executors:
-                    raise CardError(f"added_loops.{name}: its work kind {kind!r} is one the graph has already")
+                    raise CardError(f"{fields[name]}.{name}: its work kind {kind!r} is one the graph has already "
+                                    "(each added loop's kinds are its own)")
                 executors[kind] = executor
             buckets.update(b.buckets)
             for full, own in self.pool_names[name].items():
