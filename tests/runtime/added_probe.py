@@ -40,6 +40,7 @@ class ProbeResult:
     spoken: Spoken
     finish: FinishReason
     slot: int
+    segments: int = 0  # the request's segment marks at its end
 
 
 @dataclass
@@ -104,7 +105,8 @@ class ProbeLoop:
 
     def finalize(self, s: ProbeState) -> ProbeResult:
         slot = s.context.slots["streams"] if s.context is not None else -1
-        return ProbeResult(tuple(s.marks), s.spoken, s.finish or FinishReason.ABORT, slot)
+        segments = len(s.context.segments()) if s.context is not None else 0
+        return ProbeResult(tuple(s.marks), s.spoken, s.finish or FinishReason.ABORT, slot, segments)
 
 
 class Measure:

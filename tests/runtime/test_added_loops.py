@@ -203,6 +203,21 @@ def test_every_family_feeds_it_every_chunk_batched_equals_alone_and_a_failure_or
             slots_free(rt)
 
 
+@pytest.mark.parametrize("name", ["moss_tts_local_tiny", "qwen3_tts_tiny"])
+def test_open_text_every_chunk_and_its_segments(name):
+    with Runtime.from_card(name, device="cpu", add_loops="probe") as rt:
+        h = rt.open({"seed": 1, "stream": True, "max_frames": 10})
+        for piece in ("Hello there. ", "A second one."):
+            h.feed(piece)
+        h.end_text()
+        r = h.result(300)
+        assert r.error is None
+        probe = checked(r, list(h), h.events())
+        assert probe.segments == len(h.marks()) >= 1  # the family's marks, as the added loop can read them
+        assert probe.spoken.text is None  # an open request's text is the family's to tell (`SpokenInput`)
+        slots_free(rt)
+
+
 # ----- refused at load, naming the field -------------------------------------------------------------------------
 def with_added(added: dict[str, Any], **options: Any) -> dict[str, Any]:
     return dict(card(**options).model_dump(by_alias=True), added_loops=added)

@@ -5,10 +5,10 @@ Owns: `AddedLoopFactory` (what the registry finds by name, `v2.registry.added_lo
 `gives`, and `build`), `Host` (what a built loop learns of the runtime it joins), `AddedLoop` (the built loop:
 its driven `FedLoop`, its executors by work kind, batched across requests like any kind, their batch buckets,
 its slot pools, and `start`, its per-request state), `AddedContext` (what `start` is handed of a request: its
-id, its pools' slots, the audio's format, and the text / ids the request speaks as its family exposes them,
-`spoken()`), `Spoken` and the family capability that gives it (`SpokenInput`; without it: the typed
-request's `text` and `text_ids`, where it has them), and what a request's subscribers get of it:
-`AddedEvent`s (`EventLog`, held by a handle).
+id, its pools' slots, the audio's format, the text / ids the request speaks as its family exposes them,
+`spoken()`, and its segments as its family marks them, `segments()`), `Spoken` and the family capability
+that gives it (`SpokenInput`; without it: the typed request's `text` and `text_ids`, where it has them),
+and what a request's subscribers get of it: `AddedEvent`s (`EventLog`, held by a handle).
 What flows: the loop named in the declaration's `after` (by default the one that gives what it takes: the
 audio loop, whose `fresh` are `AudioChunk`s) feeds it through `FedLoop.feed`, in the read half of the step
 that made them, in order, with how that loop ended once it has; its plans batch with other requests' by
@@ -33,6 +33,7 @@ from v2.runtime.family import AnyExecutor, AnyFedLoop
 if TYPE_CHECKING:
     import torch
 
+    from v2.runtime.handles import SegmentMark
     from v2.runtime.records import RequestRecord
 
 
@@ -52,10 +53,13 @@ class SpokenInput(Protocol):
     def spoken(self, record: RequestRecord) -> Spoken: ...
 
 
-def spoken_of(family: object, record: RequestRecord) -> Spoken:
-    """The family's `spoken(record)`, or else the typed request's `text` (a str) and `text_ids` (ints)."""
+def spoken_of(family: object, record: RequestRecord, open_text: bool) -> Spoken:
+    """The family's `spoken(record)`, or else the typed request's `text` (a str) and `text_ids` (ints); nothing
+    for an open request (`open_text`: its text arrives in pieces the family keeps, which only it can tell)."""
     if isinstance(family, SpokenInput):
         return family.spoken(record)
+    if open_text:
+        return Spoken()
     text = getattr(record.request, "text", None)
     ids = getattr(record.request, "text_ids", None)
     return Spoken(text if isinstance(text, str) else None,
@@ -75,13 +79,16 @@ class Host:
 @dataclass(frozen=True)
 class AddedContext:
     """What an added loop's `start` is handed for one request: its id, a slot of each of its pools (by the
-    pool's own name), the audio's format, and `spoken()` (read when needed: an open request's text grows)."""
+    pool's own name), the audio's format, `spoken()` (read when needed: an open request's text grows) and
+    `segments()` (the request's `SegmentMark`s so far: text spans and their frames, where its family marks
+    them, e.g. open text's sentences; empty otherwise)."""
 
     request_id: int
     slots: Mapping[str, int]
     sample_rate: int
     channels: int
     spoken: Callable[[], Spoken]
+    segments: Callable[[], Sequence[SegmentMark]] = list  # the segments begun so far, as its family marks them
 
 
 class AddedLoop(Protocol):

@@ -22,6 +22,7 @@ from v2.card import CardError, LoopTable, ModelCard
 from v2.card_added import OPTION_FIELD, AddedLoopDecl, ResolvedAdded, added_decls, resolve_added
 from v2.contracts import FinishReason, LoopState
 from v2.runtime.added import AddedContext, AddedLoop, AddedLoopFactory, Host, spoken_of
+from v2.runtime.handles import TextHandle
 from v2.runtime.family import AnyExecutor, EngineFamily, Family, LaunchState, LoopGraph, LoopSpec, Needs, PagedKV
 
 if TYPE_CHECKING:
@@ -162,11 +163,11 @@ class WithAdded:
     def start(self, record: RequestRecord, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
         added = {full for names in self.pool_names.values() for full in names}
         states = self.family.start(record, {p: s for p, s in slots.items() if p not in added}, share_from)
-        family = self.family
+        family, open_text = self.family, isinstance(record.handle, TextHandle)
         for name, b in self.built.items():
             own = {p: slots[full] for full, p in self.pool_names[name].items()}
             states[name] = b.start(AddedContext(record.id, own, family.sample_rate, family.channels,
-                                                lambda: spoken_of(family, record)))
+                                                lambda: spoken_of(family, record, open_text), record.handle.marks))
         return states
 
     def result(self, record: RequestRecord, outputs: Mapping[Hashable, object], reason: FinishReason,
