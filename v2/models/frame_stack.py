@@ -122,16 +122,20 @@ class FrameAttention:
         self.mask = _causal(p2, dev).t()[:, None, :, None, None]  # [P', 1, P', 1, 1]: key j, query position p
         self.scale = 1.0 / math.sqrt(d)
 
-    def attend(self, i: int, q: Tensor, position: int, t: int, heads: Tensor) -> None:
+    def attend(self, i: int, q: Tensor, position: int, t: int, heads: Tensor, k_seen: Tensor | None = None,
+               v_seen: Tensor | None = None) -> None:
         """Layer i's attention of the scaled queries q [G, T, B, Hkv, D] at positions position .. position + T - 1
-        (their K/V already written) over keys 0 .. position + T - 1, written into heads [G, T, B, Hkv, D]."""
+        (their K/V already written) over keys 0 .. position + T - 1, written into heads [G, T, B, Hkv, D]. A
+        one-position step may pass the views of keys and values 0 .. position (k_seen, v_seen) it reads."""
         d = self.k.shape[-1]
         seen = position + t  # keys 0 .. seen - 1 hold this frame's positions so far
         keys = 1 << (seen - 1).bit_length()  # the power of two the halving sums pad them to
         if t == 1:  # one query: it sees every key read, no mask; the first halving level as halving_sum's
-            scores = (q * self.k_read[i][:seen]).sum(-1)  # [S, G, 1, B, Hkv]
+            k_seen = self.k_read[i][:seen] if k_seen is None else k_seen
+            v_seen = self.v_read[i][:seen] if v_seen is None else v_seen
+            scores = (q * k_seen).sum(-1)  # [S, G, 1, B, Hkv]
             weights = torch.exp(scores - scores.amax(dim=0, keepdim=True))
-            acc = weights[..., None] * self.v_read[i][:seen]  # [S, G, 1, B, Hkv, D + 1]
+            acc = weights[..., None] * v_seen  # [S, G, 1, B, Hkv, D + 1]
             level = keys
             if seen < keys:  # the upper half is short: its keys added to the first of the lower (as halving_sum)
                 level = keys // 2

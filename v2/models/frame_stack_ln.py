@@ -87,10 +87,16 @@ class LnFrameStack(FrameAttention):
         self.q_written = self.q.view(batch, heads, d)
         self.attended = self.t_heads.rows(batch).view(1, 1, batch, heads, d)  # [G, T, B, heads, D]
         self.act = self.t_mlp.rows(batch)  # [B, I]
+        # per layer and position: where the step writes its K and V [B, heads, D] and the keys and values it reads
+        self.k_at = [list(k.unbind(0)) for k in self.k]
+        self.v_at = [list(v.unbind(0)) for v in self.v_write]
+        self.k_seen = [[k[: p + 1] for p in range(positions)] for k in self.k_read]
+        self.v_seen = [[v[: p + 1] for p in range(positions)] for v in self.v_read]
+        self.cos_at, self.sin_at = list(self.cos.unbind(0)), list(self.sin.unbind(0))  # [1, D] each
 
     def step(self, x: Tensor, position: int, out: Tensor) -> None:
         b, h, d = self.batch, self.hidden, self.hidden // self.heads
-        cos, sin = self.cos[position], self.sin[position]  # [1, D]
+        cos, sin = self.cos_at[position], self.sin_at[position]  # [1, D]
         th, tm, normed, shape = self.t_hidden, self.t_mlp, self.normed, (h,)
         for i, w in enumerate(self.blocks):
             normed.copy_(torch.layer_norm(x, shape, w.ln_in.weight, w.ln_in.bias, w.ln_in.eps))
@@ -99,9 +105,9 @@ class LnFrameStack(FrameAttention):
             swapped = qk.view(b, 2 * self.heads, d // 2, 2).flip(-1).view(b, 2 * self.heads, d)  # x1, x0, x3, ...
             qk = qk * cos + swapped * sin  # [B, 2 heads, D]
             torch.mul(qk[:, : self.heads], self.scale, out=self.q_written)
-            self.k[i][position] = qk[:, self.heads:]  # [B, heads, D]
-            self.v_write[i][position] = qkv[:, 2 * h:].view(b, self.heads, d)
-            self.attend(i, self.q, position, 1, self.attended)
+            self.k_at[i][position].copy_(qk[:, self.heads:])  # [B, heads, D]
+            self.v_at[i][position].copy_(qkv[:, 2 * h:].view(b, self.heads, d))
+            self.attend(i, self.q, position, 1, self.attended, self.k_seen[i][position], self.v_seen[i][position])
             x = x + self.t_heads.linear(b, w.o, w.o_bias)
             normed.copy_(torch.layer_norm(x, shape, w.ln_post.weight, w.ln_post.bias, w.ln_post.eps))
             self.act_into(th.linear(b, w.fc_in, w.fc_in_bias), self.act)

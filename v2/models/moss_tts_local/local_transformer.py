@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -164,6 +165,8 @@ class LocalTransformer(nn.Module):
         self.cfg = cfg
         self.h = module_list_of(LocalBlock(cfg) for _ in range(cfg.num_layers))
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        # (thread, batch) -> (the parameters' identities and versions, the frame pass made for them)
+        self._stacks: dict[tuple[int, int], tuple[tuple[tuple[int, int], ...], LnFrameStack]] = {}
 
     def forward(self, x: Tensor) -> Tensor:
         """One causal pass over x [B, T, H] (T <= 13) from position 0; returns ln_f output [B, T, H]."""
@@ -175,7 +178,19 @@ class LocalTransformer(nn.Module):
 
     def frame_stack(self, batch: int) -> LnFrameStack:
         """The blocks' CPU frame pass for `batch` rows over a frame's positions (`frame_stack_fits`): the same values
-        as `step`, position after position."""
+        as `step`, position after position. Kept for the next frame of the same batch in the same thread (a frame
+        writes every K/V it reads) while the parameters are the same tensors, unchanged; at most 8 kept."""
+        key, params = (threading.get_ident(), batch), tuple((id(p), p._version) for p in self.parameters())
+        hit = self._stacks.get(key)
+        if hit is not None and hit[0] == params:
+            return hit[1]
+        stack = self._frame_stack(batch)
+        if len(self._stacks) >= 8:
+            self._stacks.pop(next(iter(self._stacks)))
+        self._stacks[key] = (params, stack)
+        return stack
+
+    def _frame_stack(self, batch: int) -> LnFrameStack:
         blocks = [aligned(LnBlock(_norm(b.ln_1), b.attn.c_attn.weight, b.attn.c_attn.bias, b.attn.c_proj.weight,
                                   b.attn.c_proj.bias, _norm(b.ln_2), b.mlp.fc_in.weight, b.mlp.fc_in.bias,
                                   b.mlp.fc_out.weight, b.mlp.fc_out.bias)) for b in self.h]
