@@ -11,8 +11,8 @@ import torch
 
 from tests.models.qwen3_omni.conftest import CHECKPOINT, KEYS
 from v2.models.config import ConfigError
-from v2.models.qwen3_omni.config import Qwen3OmniConfig
-from v2.models.qwen3_omni.talker import OmniTalker
+from v2.models.qwen3_omni.config import Qwen3OmniConfig, TalkerDefaults
+from v2.models.qwen3_omni.talker import OmniTalker, talker_sampling
 from v2.models.qwen3_omni.talker_handoff import talker_prefix, trailing_rows, user_positions
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.qwen3_tts.generate import Qwen3Generation, generate_batch
@@ -33,11 +33,12 @@ def talker(oconfig: dict) -> OmniTalker:
     return m
 
 
-def _run(talker: OmniTalker, oref: dict, keys: tuple[str, ...], cap: int) -> list[Qwen3Generation]:
+def _run(talker: OmniTalker, oref: dict, keys: tuple[str, ...], cap: int,
+         sampling: Qwen3TTSSampling = GREEDY, seeds: tuple[int, ...] = ()) -> list[Qwen3Generation]:
     prefix = [torch.from_numpy(oref[f"{k}_talker_prefix_embeds"]) for k in keys]
     trailing = [torch.from_numpy(oref[f"{k}_talker_trailing_text"]) for k in keys]
-    return generate_batch(talker, prefix, trailing, [GREEDY] * len(keys), [0] * len(keys), max_new_tokens=cap,
-                          min_new_tokens=0)
+    return generate_batch(talker, prefix, trailing, [sampling] * len(keys), list(seeds or [0] * len(keys)),
+                          max_new_tokens=cap, min_new_tokens=0)
 
 
 def test_special_rows(talker: OmniTalker, oref: dict) -> None:
@@ -128,3 +129,28 @@ def test_refusals_name_their_field(talker: OmniTalker) -> None:
         talker_prefix(talker, [ids.im_start, ids.assistant, 198], rows[:2], rows, rows[0], 2302, ids)
     with pytest.raises(ValueError, match="project_text"):
         talker.embed_text(torch.tensor([1]))
+
+
+def test_sampling_defaults_and_refusals() -> None:
+    d = TalkerDefaults()
+    s = talker_sampling(d)
+    assert (s.talker.temperature, s.talker.top_k, s.talker.top_p, s.repetition_penalty) == (0.9, 50, 1.0, 1.05)
+    assert (s.subtalker.temperature, s.subtalker.top_k, s.subtalker.top_p) == (1.0, 50, 0.8)
+    assert talker_sampling(d, temperature=0) == GREEDY  # greedy mirrored onto the code predictor
+    for field, kwargs in (("talker_temperature", dict(temperature=-1.0)), ("talker_top_k", dict(top_k=-2)),
+                          ("talker_top_p", dict(top_p=0.0)), ("talker_repetition_penalty", dict(repetition_penalty=0.0)),
+                          ("talker_temperature", dict(temperature=float("nan")))):
+        with pytest.raises(ValueError, match=field):
+            talker_sampling(d, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.exact
+def test_sampled_batched_equals_alone(talker: OmniTalker, oref: dict) -> None:
+    """The release's sampling (seeded per row): the four prompts together == each alone, bit for bit."""
+    s = talker_sampling(TalkerDefaults())
+    seeds = (11, 12, 13, 14)
+    together = _run(talker, oref, KEYS, 8, s, seeds)
+    for key, seed, got in zip(KEYS, seeds, together):
+        alone = _run(talker, oref, (key,), 8, s, (seed,))[0]
+        assert torch.equal(got.codes, alone.codes), key
+        assert torch.equal(got.logprobs[: alone.logprobs.shape[0]], alone.logprobs), key

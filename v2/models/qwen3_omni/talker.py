@@ -1,8 +1,8 @@
 """Qwen3-Omni talker: the MoE decoder that speaks codebook 0, its dense code predictor, and the step functions.
 
 Owns: the module tree under the release's names (`talker.model.{layers, norm, codec_embedding}`, `codec_head`,
-`text_projection`, `hidden_projection`, `code_predictor.*`) and the talker's maths where it differs from
-Qwen3-TTS's. What is the same is reused, not copied: `OmniTalker` IS a `v2.models.qwen3_tts.model.Qwen3TTS`
+`text_projection`, `hidden_projection`, `code_predictor.*`), a request's talker sampling (`talker_sampling`)
+and the talker's maths where it differs from Qwen3-TTS's. What is the same is reused, not copied: `OmniTalker` IS a `v2.models.qwen3_tts.model.Qwen3TTS`
 seen through `tts_view` (a Qwen3-TTS config of the talker's sizes and ids), so `prefill`, `frame_step`
 (complete frame t-1 with the code predictor, feed frame(codes) + one text row, one decode row, group-0
 logits), `predict_codes` (Qwen3-TTS's `CodePredictor`: rows [h, E_0[c_0]], group g from `lm_head.(g-1)`, the
@@ -27,10 +27,11 @@ import torch
 from torch import Tensor, nn
 
 from v2.models import exact
-from v2.models.qwen3_omni.config import CodePredictorConfig, Qwen3OmniConfig, TalkerConfig
+from v2.models.qwen3_omni.config import CodePredictorConfig, Qwen3OmniConfig, TalkerConfig, TalkerDefaults
 from v2.models.qwen3_omni.moe import SparseMoe
 from v2.models.qwen3_tts import config as tts
 from v2.models.qwen3_tts.model import Qwen3TTS, TextProjection
+from v2.sampling_settings import HeadSampling
 
 
 class Projection(TextProjection):
@@ -59,6 +60,26 @@ def tts_view(cfg: Qwen3OmniConfig) -> tts.Qwen3TTSConfig:
     return tts.Qwen3TTSConfig(talker=talker, code_predictor=predictor, speaker_encoder=None, codec=codec, text=text,
                               model_type="qwen3_omni_talker", model_size="", speakers=dict(t.speakers),
                               speaker_names=tuple(n for n, _ in t.speakers))
+
+
+def talker_sampling(defaults: TalkerDefaults, *, temperature: float | None = None, top_k: int | None = None,
+                    top_p: float | None = None, repetition_penalty: float | None = None) -> tts.Qwen3TTSSampling:
+    """One request's talker sampling: the given values over the release defaults (`talker_*`). Temperature 0 is
+    greedy and, as the reference mirrors the talker's do_sample, makes the code predictor greedy too; otherwise
+    the code predictor draws at temperature 1 with the defaults' top-k / top-p (50 / 0.8). Errors name the field."""
+    t = defaults.temperature if temperature is None else temperature
+    k = defaults.top_k if top_k is None else top_k
+    p = defaults.top_p if top_p is None else top_p
+    penalty = defaults.repetition_penalty if repetition_penalty is None else repetition_penalty
+    for name, value, ok in (("talker_temperature", t, t >= 0), ("talker_top_k", k, isinstance(k, int) and k >= 0),
+                            ("talker_top_p", p, 0 < p <= 1), ("talker_repetition_penalty", penalty, penalty > 0)):
+        if isinstance(value, bool) or not ok or value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{name}: expected a finite value in range, got {value!r}")
+    if t == 0:
+        greedy = HeadSampling(0.0, 0, 1.0)
+        return tts.Qwen3TTSSampling(greedy, greedy, float(penalty))
+    return tts.Qwen3TTSSampling(HeadSampling(float(t), int(k), float(p)),
+                                HeadSampling(1.0, defaults.predictor_top_k, defaults.predictor_top_p), float(penalty))
 
 
 def _parts(cfg: Qwen3OmniConfig) -> tuple[TalkerConfig, CodePredictorConfig]:
