@@ -119,9 +119,11 @@ class Code2Wav(nn.Module):
             x = block(up(x, io), io)
         io.record("upsampled", x)
         x = self.decoder[0](x, io)
+        # a chunk where no stream begins has no lead rows (on a CPU that is checked; elsewhere masked anyway)
+        starts = frames.device.type != "cpu" or bool((frames == 0).any())
         for module, (rate, rows, lead) in zip(list(self.decoder)[1:-2], self._leads):
             assert isinstance(module, TrimmedDecoderBlock)
-            x = module.forward_lead(x, io, lead_rows(frames, x.shape[1] * rate, rows, lead))
+            x = module.forward_lead(x, io, lead_rows(frames, x.shape[1] * rate, rows, lead) if starts else None)
         x = self.decoder[-1](self.decoder[-2](x), io)
         state.frames[slots] = frames + (n if valid is None else valid)
         start = torch.where(frames == 0, self.lead, 0)

@@ -84,8 +84,13 @@ class TrimmedDecoderBlock(DecoderBlock):
     """The Qwen3 codec's decoder block (SnakeBeta, transposed conv x rate, residual units 1, 3, 9; same names)
     where the rows in `lead` [B, L, 1] are zeroed after the transposed conv and after each residual unit."""
 
-    def forward_lead(self, x: Tensor, io: Stream, lead: Tensor) -> Tensor:
+    def forward_lead(self, x: Tensor, io: Stream, lead: Tensor | None) -> Tensor:
+        """lead None: no row of the call is a lead row (the plain block)."""
         x = self.block[1](self.block[0](x), io)
+        if lead is None:
+            for unit in self.block[2:]:
+                x = unit(x, io)
+            return x
         x = x.masked_fill(lead, 0.0)
         for unit in self.block[2:]:
             x = unit(x, io).masked_fill(lead, 0.0)
