@@ -10,8 +10,6 @@ import copy
 import functools
 import json
 from pathlib import Path
-from typing import Any
-
 import pytest
 import torch
 
@@ -60,16 +58,16 @@ def frame(model: MossTTSLocal, b: int, kinds: list[SamplingSettings]) -> FrameOu
 def both(monkeypatch: pytest.MonkeyPatch, model: MossTTSLocal, b: int,
          kinds: list[SamplingSettings]) -> tuple[FrameOutput, FrameOutput]:
     """(the frame pass's output, the generic path's output) of the same frame."""
-    made: list[int] = []
-    init = LnFrameStack.__init__
+    steps: list[int] = []
+    step = LnFrameStack.step
     with monkeypatch.context() as m:
-        def counted(self: LnFrameStack, *a: Any, **kw: Any) -> None:
-            made.append(1)
-            init(self, *a, **kw)
+        def counted(self: LnFrameStack, x: torch.Tensor, position: int, out: torch.Tensor) -> None:
+            steps.append(position)
+            step(self, x, position, out)
 
-        m.setattr(LnFrameStack, "__init__", counted)
+        m.setattr(LnFrameStack, "step", counted)
         got = frame(model, b, kinds)
-    assert made == [1]  # the frame pass ran
+    assert steps == list(range(model.cfg.n_vq))  # the frame pass ran, position after position
     with monkeypatch.context() as m:
         m.setattr(moss_model, "frame_stack_fits", lambda x: False)
         want = frame(model, b, kinds)
@@ -98,3 +96,14 @@ def test_the_frame_pass_serves_float32_on_the_cpu_without_autograd():
         assert frame_stack_fits(x)
         assert not frame_stack_fits(x.to(torch.bfloat16))
     assert not frame_stack_fits(x)  # autograd on: the generic path
+
+
+def test_a_kept_frame_pass_follows_its_parameters(monkeypatch):
+    model = copy.deepcopy(models()[1])  # width 40: the projections read padded copies of their weights
+    frame(model, 3, FAST)  # a pass is kept for 3 rows in this thread
+    with torch.no_grad():
+        model.local_transformer.h[0].attn.c_attn.weight.mul_(1.5)  # in place: the same tensor, a new version
+        model.local_transformer.h[1].mlp.fc_out.weight.mul_(0.5)
+    got, want = both(monkeypatch, model, 3, FAST)
+    for field in FIELDS:
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
