@@ -4,15 +4,15 @@ transformer without input/output projections, and the decoder block whose transp
 Owns: `decoder_config` (config.py's `Code2WavConfig` as the Qwen3 codec's `DecoderConfig`: the same fields,
 latent width = transformer width), `code_mean` (`code_embedding`: mean over groups g of row
 c_g + g * codebook_size), `Code2WavTransformer` (the Qwen3 codec's sliding-window layers, run on the embedding
-itself), `TrimmedDecoderBlock` and `lead_rows`.
+itself), `TrimmedDecoderBlock`, `decoder_blocks` and `lead_rows`.
 
 Why the lead: the release's decoder-block transposed conv (kernel 2r, stride r) drops r samples at both ends, so
 an input of L rows gives (L - 1) r rows and output row j reads input rows j // r and j // r + 1. That is the
 causal transposed conv of the Qwen3 codec (`CausalTransConvNet`: output block i reads rows i - 1 and i) with its
 first block dropped. So code2wav here runs the causal form and carries, per stage, `lead` rows at the start of
 each stream that are not signal (stage k: lead_k = (lead_(k-1) + 1) r_k; 8, 45, 184, 555 samples at release
-rates): they are zeroed before every convolution that reads history (as the reference's zero padding at the
-start of its shorter sequence), and the stream's first lead samples are dropped. Every other row is computed
+rates): they are zeroed after the transposed conv and after each residual unit, so every convolution that reads
+history sees zeros there (as the reference's zero padding at the start of its shorter sequence), and the stream's first lead samples are dropped. Every other row is computed
 by the same per-row arithmetic whatever the chunk, so a stream decoded chunk by chunk equals the whole decode.
 Must not know: checkpoints, slots, requests, the talker.
 """
@@ -27,6 +27,7 @@ from v2.models.qwen3_codec.config import DecoderConfig
 from v2.models.qwen3_codec.layers import DecoderBlock
 from v2.models.qwen3_codec.transformer import PreTransformer
 from v2.models.stream_conv import Stream
+
 
 def decoder_config(c: Code2WavConfig) -> DecoderConfig:
     """config.py's `Code2WavConfig` as the Qwen3 codec's `DecoderConfig` (latent width = transformer width; no
