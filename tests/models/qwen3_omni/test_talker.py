@@ -154,3 +154,21 @@ def test_sampled_batched_equals_alone(talker: OmniTalker, oref: dict) -> None:
         alone = _run(talker, oref, (key,), 8, s, (seed,))[0]
         assert torch.equal(got.codes, alone.codes), key
         assert torch.equal(got.logprobs[: alone.logprobs.shape[0]], alone.logprobs), key
+
+
+@pytest.mark.parametrize("key,seed", [("a", 1), ("d", 2), ("b", 0)])
+def test_rollout_equals_teacher_forced_recompute(talker: OmniTalker, oref: dict, key: str, seed: int) -> None:
+    """Qwen3-TTS's teacher-forced recompute (one causal talker pass, one code-predictor pass per frame) runs on the
+    Omni talker unchanged: the rollout's logprobs (release sampling; greedy for b, which stops on EOS) again."""
+    from v2.families.qwen3_tts.recompute import logprobs
+
+    s = GREEDY if key == "b" else talker_sampling(TalkerDefaults())
+    out = _run(talker, oref, (key,), 12, s, (seed,))[0]
+    with torch.no_grad():
+        again = logprobs(talker, torch.from_numpy(oref[f"{key}_talker_prefix_embeds"]),
+                         torch.from_numpy(oref[f"{key}_talker_trailing_text"]), out.codes, s, min_frames=0,
+                         final_stop=out.stopped)
+    assert out.stopped == (key == "b")
+    rolled = out.logprobs if out.stopped else out.logprobs[: out.codes.shape[0]]
+    assert again.shape == rolled.shape
+    torch.testing.assert_close(again, rolled, atol=1e-5, rtol=1e-5)
