@@ -167,3 +167,27 @@ def test_other_rates_match_the_readme(rates: tuple[int, ...], ratios: tuple[int,
     torch.testing.assert_close(wav, ref, atol=1e-10, rtol=1e-10)
     model32 = _small(rates, ratios, seed=len(rates))
     assert torch.equal(_stream(model32, codes, [1, 2, 3]), model32.decode(codes)[0])
+
+
+def test_release_dims_on_meta(oconfig: dict) -> None:
+    """code2wav at the release's widths, on the meta device: key shapes, 1920 samples a frame, a lead of 555."""
+    from tests.models.qwen3_omni.test_talker import release_dims
+    from v2.models.qwen3_omni.loader import release_layout
+    from v2.models.weights import empty_model
+
+    cfg = release_dims(oconfig).code2wav
+    assert cfg is not None
+    model = empty_model(Code2Wav, cfg)
+    shapes = {k: v.shape for k, v in release_layout(model).items()}
+    assert (model.hop, model.lead) == (1920, 555)
+    assert shapes["code_embedding.weight"] == (16 * 2048, 1024)
+    assert shapes["pre_transformer.layers.7.self_attn.q_proj.weight"] == (1024, 1024)
+    assert shapes["pre_transformer.layers.7.mlp.down_proj.weight"] == (1024, 3072)
+    assert shapes["upsample.1.0.conv.weight"] == (1024, 1024, 2)
+    assert shapes["upsample.1.1.pwconv1.weight"] == (4096, 1024)
+    assert shapes["decoder.0.conv.weight"] == (1536, 1024, 7)
+    assert shapes["decoder.1.block.1.conv.weight"] == (1536, 768, 16)
+    assert shapes["decoder.4.block.1.conv.weight"] == (192, 96, 6)
+    assert shapes["decoder.4.block.4.conv1.conv.weight"] == (96, 96, 7)
+    assert shapes["decoder.6.conv.weight"] == (1, 96, 7)
+    assert not any("input_proj" in k or "output_proj" in k or "pre_conv" in k for k in shapes)

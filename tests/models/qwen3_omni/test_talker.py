@@ -172,3 +172,45 @@ def test_rollout_equals_teacher_forced_recompute(talker: OmniTalker, oref: dict,
     rolled = out.logprobs if out.stopped else out.logprobs[: out.codes.shape[0]]
     assert again.shape == rolled.shape
     torch.testing.assert_close(again, rolled, atol=1e-5, rtol=1e-5)
+
+
+def release_dims(oconfig: dict) -> Qwen3OmniConfig:
+    """The config at the release's widths (README "Release values") for the talker, code predictor and code2wav."""
+    from tests.models.qwen3_omni.test_config_and_loading import _release_schema
+
+    d = _release_schema(oconfig)
+    d["thinker_config"]["text_config"].update(hidden_size=2048, num_hidden_layers=48)
+    d["thinker_config"]["audio_config"].update(output_dim=2048)
+    d["talker_config"].update(thinker_hidden_size=2048, accept_hidden_layer=24)
+    d["talker_config"]["text_config"].update(hidden_size=1024, num_hidden_layers=20, num_attention_heads=16,
+                                             num_key_value_heads=2, intermediate_size=2048, moe_intermediate_size=384,
+                                             num_local_experts=128, num_experts_per_tok=6,
+                                             shared_expert_intermediate_size=768)
+    d["talker_config"]["code_predictor_config"].update(hidden_size=1024, num_hidden_layers=5, num_attention_heads=16,
+                                                       num_key_value_heads=8, head_dim=128, intermediate_size=3072)
+    d["code2wav_config"].update(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16,
+                                intermediate_size=3072, decoder_dim=1536)
+    return Qwen3OmniConfig.from_dict(d)
+
+
+def test_release_dims_layout_on_meta(oconfig: dict) -> None:
+    """The talker at the release's widths, on the meta device: the release's key names and shapes."""
+    from v2.models.qwen3_omni.loader import release_layout
+    from v2.models.weights import empty_model
+
+    model = empty_model(OmniTalker, release_dims(oconfig))
+    shapes = {k: v.shape for k, v in release_layout(model.talker).items()}
+    assert shapes["model.layers.19.mlp.experts.127.gate_proj.weight"] == (384, 1024)
+    assert shapes["model.layers.19.mlp.experts.127.down_proj.weight"] == (1024, 384)
+    assert shapes["model.layers.0.mlp.gate.weight"] == (128, 1024)
+    assert shapes["model.layers.0.mlp.shared_expert.up_proj.weight"] == (768, 1024)
+    assert shapes["model.layers.0.mlp.shared_expert_gate.weight"] == (1, 1024)
+    assert shapes["model.layers.0.self_attn.q_proj.weight"] == (2048, 1024)
+    assert shapes["model.layers.0.self_attn.k_proj.weight"] == (256, 1024)
+    assert shapes["text_projection.linear_fc1.weight"] == (2048, 2048)
+    assert shapes["hidden_projection.linear_fc2.weight"] == (1024, 2048)
+    assert shapes["model.codec_embedding.weight"] == shapes["codec_head.weight"] == (3072, 1024)
+    assert shapes["code_predictor.model.layers.4.self_attn.k_proj.weight"] == (1024, 1024)
+    assert shapes["code_predictor.model.layers.4.mlp.gate_proj.weight"] == (3072, 1024)
+    assert shapes["code_predictor.lm_head.14.weight"] == shapes["code_predictor.model.codec_embedding.14.weight"]
+    assert not any("text_embedding" in k or "small_to_mtp" in k for k in shapes)
