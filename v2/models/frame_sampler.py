@@ -152,10 +152,8 @@ class FrameSampler:
         # topk only where that value is below the drawable edge: never drawn, never in a logprob) and the last
         # is the value the ties check reads
         if width < v:
-            top_ids, top_z = _top(z, width + 1)                                            # [B, W + 1]
-            ids, perm = top_ids.sort(dim=-1)                                               # ids ascending
-            sorted_all, by_value = top_z.gather(1, perm).sort(dim=-1, descending=True, stable=True)
-            order, sorted_z = ids.gather(1, by_value[:, :width]), sorted_all[:, :width]   # [B, W] stable order
+            order_all, sorted_all = _candidates(z, width + 1)                              # [B, W + 1]
+            order, sorted_z = order_all[:, :width], sorted_all[:, :width]                 # [B, W] stable order
         else:  # the whole vocabulary: its ids are already ascending, so the stable order is z's own
             sorted_z, order = z.sort(dim=-1, descending=True, stable=True)                 # [B, V]
             sorted_all = sorted_z
@@ -201,16 +199,29 @@ class FrameSampler:
         return ids, self._greedy_raw(grp, logits, ids, lp)
 
 
-def _top(z: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The k largest of each row of z [B, V], in no order: ids [B, k] int64 and their values [B, k] (which of
-    several ids tied at the k-th value is not promised). From numpy's introselect where the batch is large
-    enough for it to win on the CPU (at 16 rows of 2,048 ids 55 us against topk's 180), else torch.topk."""
-    if z.shape[0] < SELECT_ROWS or k >= z.shape[-1] or z.device.type != "cpu":
-        top = torch.topk(z, k, dim=-1, sorted=False)
-        return top.indices, top.values
+def _candidates(z: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest of each row of z [B, V] (k < V) by value, ties by id: ids [B, k] int64 and their values [B, k]
+    (which of several ids tied at the k-th value is not promised). The order is made by sorting the ids, then a
+    stable descending sort by value: in numpy where `_top` selects there (a float32 array's values compared as
+    torch compares them; ties keep the id order), else in torch."""
+    if z.shape[0] < SELECT_ROWS or z.device.type != "cpu":
+        top_ids, top_z = _top(z, k)
+        ids, perm = top_ids.sort(dim=-1)                                                   # ids ascending
+        sorted_all, by_value = top_z.gather(1, perm).sort(dim=-1, descending=True, stable=True)
+        return ids.gather(1, by_value), sorted_all
     zn = z.detach().numpy()
-    part = np.argpartition(zn, zn.shape[-1] - k, axis=-1)[:, zn.shape[-1] - k:]           # [B, k]
-    return torch.from_numpy(part.astype(np.int64, copy=False)), torch.from_numpy(np.take_along_axis(zn, part, -1))
+    ids_n = np.sort(np.argpartition(zn, zn.shape[-1] - k, axis=-1)[:, zn.shape[-1] - k:], axis=-1)  # [B, k] ascending
+    values = np.take_along_axis(zn, ids_n, -1)
+    by_n = np.argsort(-values, axis=-1, kind="stable")  # descending, ties in id order (-x is exact)
+    order = np.take_along_axis(ids_n, by_n, -1).astype(np.int64, copy=False)
+    return torch.from_numpy(order), torch.from_numpy(np.take_along_axis(values, by_n, -1))
+
+
+def _top(z: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest of each row of z [B, V], in no order (torch.topk): ids [B, k] int64, values [B, k]. From 4 rows
+    on the CPU `_candidates` takes numpy's introselect instead (at 16 rows of 2,048 ids 55 us against topk's 180)."""
+    top = torch.topk(z, k, dim=-1, sorted=False)
+    return top.indices, top.values
 
 
 @functools.lru_cache(maxsize=8)
