@@ -2,7 +2,7 @@
 blocks (LayerNorm with bias, a fused biased q/k/v projection, interleaved RoPE, a biased MLP with one activation),
 position after position, in the values of the blocks' generic step at a fraction of its operations.
 
-A shared building block: a family's per-frame local transformer (MOSS-TTS-Local's) runs these blocks over
+A shared building block: a family's per-frame local transformer of such blocks (a depth decoder) runs them over
 positions 0..P-1 of each frame, one position a step. `LnFrameStack` shares `frame_stack.FrameAttention` (the K/V
 buffers, keys outermost, V with a column of ones, and the attention of one query as `exact.attention` computes it)
 and makes once per frame the `exact.Tile`s the projections read. A step is the generic step's arithmetic in its
@@ -11,7 +11,7 @@ order: `torch.layer_norm` (copied into the next projection's tile), the projecti
 over q and k at once (the pair swap as one `flip`, its sign folded into the caller's sin row: the same products),
 q scaled and the attention written into the output projection's tile, the activation written into the last
 projection's tile (the `exact` `_into` forms), the residual adds, the final LayerNorm into the caller's `out`.
-So every value equals the generic step's bit for bit, whatever the batch (tests/models/test_moss_frame_stack.py).
+So every value equals the generic step's bit for bit, whatever the batch (a test in tests/models holds it to that).
 Steps of one position only (a frame's first position is its own step). Float32 only; inference only.
 Must not know: which model the blocks come from, heads, embeddings, draws, what a position holds.
 """
