@@ -259,7 +259,7 @@ class PagedLoopDecl(LoopDecl):
 
 class ChunkLoopDecl(LoopDecl):
     """The settings of a codec loop that takes frames and streams them as audio chunks (the runtime's chunk
-    stream, v2/runtime/chunks.py). A family's subclass names its class."""
+    stream, v2/kit/chunks.py). A family's subclass names its class."""
 
     takes: ClassVar[str | None] = "frames"
     gives: ClassVar[str | None] = "audio"   # its chunks: the audio that streams to the caller (and to an added loop)

@@ -27,7 +27,7 @@ class Kind(enum.Enum):
 
 class WorkUnitKind(Kind):
     PREFILL = "prefill"          # prompt rows through the backbone into a request's KV slot
-    AR_FRAME = "ar_frame"        # one frame step of an AR sequence (v2/runtime/sequence.py): its codes and logprobs
+    AR_FRAME = "ar_frame"        # one frame step of an AR sequence (v2/kit/sequence.py): its codes and logprobs
     AUDIO_CHUNK = "audio_chunk"  # N frames of a stream through the codec decoder
     ENCODE = "encode"            # reference recordings through the codec encoder into codes
 

@@ -9,7 +9,7 @@ import torch
 
 from v2.families.qwen3_tts.bench.framestep import executor, model_for
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
-from v2.runtime.sequence import FramePlan
+from v2.kit.sequence import FramePlan
 from v2.sampling_settings import HeadSampling
 
 pytestmark = pytest.mark.gpu

@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from v2.runtime.voices import VoiceStore
+from v2.voices.store import VoiceStore
 
 
 def no_encoder(_audio: object) -> np.ndarray:

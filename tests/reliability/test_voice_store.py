@@ -23,7 +23,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from v2.cli import main
 from v2.runtime import Runtime
-from v2.runtime.voices import VoiceError, VoiceExists, VoiceStore, check_name
+from v2.voices.store import VoiceError, VoiceExists, VoiceStore, check_name
 from v2.server import ServerConfig, create_app
 from v2.server.serve import ThreadedServer
 
@@ -144,7 +144,7 @@ WORKER = textwrap.dedent("""
     import json, os, sys, time
     from pathlib import Path
     import numpy as np
-    from v2.runtime.voices import VoiceError, VoiceStore
+    from v2.voices.store import VoiceError, VoiceStore
 
     role, directory, first = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     go, stop = directory.parent / "go", directory.parent / "stop"
@@ -241,7 +241,7 @@ def test_a_failing_encoder_leaves_nothing(tmp_path):
 FULL_DISK = textwrap.dedent("""
     import json, resource, signal, sys
     import numpy as np
-    from v2.runtime.voices import VoiceStore
+    from v2.voices.store import VoiceStore
 
     store = VoiceStore(sys.argv[1], encode=None, width=12)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

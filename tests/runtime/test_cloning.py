@@ -15,7 +15,7 @@ from conftest import wait_idle
 from v2.models.moss_codec.audio_in import prepare_reference
 from v2.errors import RequestError
 from v2.runtime import Runtime
-from v2.runtime.voices import VoiceError, VoiceStore
+from v2.voices.store import VoiceError, VoiceStore
 
 RATE = 48000
 

@@ -224,7 +224,7 @@ def test_a_graph_refuses_a_paged_loop_named_twice_or_not_paged_and_a_request_too
     from types import SimpleNamespace
 
     from v2.runtime.family import LoopGraph, LoopSpec
-    from v2.runtime.sequence import ARLoop
+    from v2.kit.sequence import ARLoop
 
     a = ARLoop(SimpleNamespace(prefill_chunk_rows=16), "a", "e")
     with pytest.raises(ValueError, match="paged: 'a' is named twice"):

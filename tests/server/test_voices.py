@@ -17,7 +17,7 @@ import soundfile as sf
 from serverkit import CARD, TEXT, LiveServer, in_process, s16, shared_runtime
 from v2.card import load_card
 from v2.runtime import Runtime
-from v2.runtime.voices import VoiceError, VoiceExists
+from v2.voices.store import VoiceError, VoiceExists
 from v2.server import schema as schema_module
 from v2.server import voices as voices_module
 from v2.server.schema import OPENAI_VOICES, runtime_supports

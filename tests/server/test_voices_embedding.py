@@ -19,7 +19,7 @@ import soundfile as sf
 
 from serverkit import LiveServer, s16, wait_idle
 from v2.runtime import Runtime
-from v2.runtime.voices import VoiceError
+from v2.voices.store import VoiceError
 from v2.server import ServerConfig
 
 VOICES, SPEECH = "/v1/audio/voices", "/v1/audio/speech"

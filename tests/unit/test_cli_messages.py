@@ -15,7 +15,7 @@ import pytest
 
 from v2.cli import build_parser, main
 from v2.cli.batch import _read
-from v2.runtime.voices import VoiceStore
+from v2.voices.store import VoiceStore
 
 from no_model import ModelLoaded, no_model  # noqa: F401 (a fixture)
 

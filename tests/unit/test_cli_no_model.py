@@ -20,7 +20,7 @@ from v2.cli import build_parser, main
 from v2.cli.commands import _Help
 from v2.cli.options import RUNTIME_OPTIONS
 from v2.runtime.runtime import Runtime
-from v2.runtime.voices import VoiceStore
+from v2.voices.store import VoiceStore
 
 from no_model import ModelLoaded, no_model  # noqa: F401 (a fixture)
 

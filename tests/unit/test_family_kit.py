@@ -1,4 +1,4 @@
-"""v2/families/kit.py: the submit checks the family packages share, each refusal naming its field."""
+"""v2/kit/checks.py: the submit checks the family packages share, each refusal naming its field."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from v2.contracts import ExecutionProfile
 from v2.errors import RequestError
-from v2.families.kit import check_one_segment, check_open, check_seeded, frame_budget, over, shared_prompt
+from v2.kit.checks import check_one_segment, check_open, check_seeded, frame_budget, over, shared_prompt
 from v2.sampling_settings import HeadSampling
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from v2.fields import FieldError, int_tensor
 from v2.errors import RequestError
-from v2.runtime.voices import VoiceError
+from v2.voices.store import VoiceError
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELD_ERRORS = {"RequestError", "FieldError", "VoiceError"}

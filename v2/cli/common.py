@@ -129,5 +129,5 @@ def expected(error: BaseException) -> bool:
     """A failure the user can act on (shown as one line) rather than a bug (shown with its traceback)."""
     if isinstance(error, (CliError, OutputError, CardError, CheckpointNotFound, RequestError, OverloadedError)):
         return True
-    voices = sys.modules.get("v2.runtime.voices")  # loads torch; an error of its means it is loaded already
+    voices = sys.modules.get("v2.voices.store")  # loads torch; an error of its means it is loaded already
     return voices is not None and isinstance(error, voices.VoiceError)

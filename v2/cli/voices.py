@@ -39,7 +39,7 @@ def run_voices(args: argparse.Namespace) -> int:
 
 def _remove(name: str, store: Any) -> str:
     """Remove a stored voice: what was removed, or refused naming the action (listing the stored voices)."""
-    from v2.runtime.voices import VoiceError, clip
+    from v2.voices.store import VoiceError, clip
 
     _checked_name(name, "voices remove")
     if not store.taken(name):
@@ -57,7 +57,7 @@ def _remove(name: str, store: Any) -> str:
 
 
 def _checked_name(name: str, where: str) -> None:
-    from v2.runtime.voices import VoiceError, check_name
+    from v2.voices.store import VoiceError, check_name
 
     try:
         check_name(name)
@@ -84,7 +84,7 @@ def _store(args: argparse.Namespace, card: ModelCard) -> Any:
     """The card's voice store without a model: its checks from the checkpoint's config (the family's
     `voice_spec`), the folder a runtime's store would have; it encodes nothing (`_add_voice` does, through
     a runtime)."""
-    from v2.runtime.voices import VoiceStore, store_directory
+    from v2.voices.store import VoiceStore, store_directory
 
     spec = family_of(card).voice_spec(card, args.checkpoint)
     return VoiceStore(store_directory(card.name, args.voices_dir, card.runtime.voices_dir), encode=_no_encoder,
@@ -98,7 +98,7 @@ def _no_encoder(audio: Any) -> NoReturn:
 def _add_voice(args: argparse.Namespace, card: ModelCard, store: Any) -> Any:
     """A taken name (without --replace) refused before the model loads; then the recording encoded and
     stored through a runtime's store (on the same folder)."""
-    from v2.runtime.voices import VoiceExists
+    from v2.voices.store import VoiceExists
 
     if not args.replace and store.taken(args.name):
         raise _taken(args.name, store.directory)
@@ -148,7 +148,7 @@ def _voice_table(voices: list[Any], directory: Any) -> str:
     """Stored voices as a table for people: name, frames, when added, the transcript (clipped)."""
     import time
 
-    from v2.runtime.voices import clip
+    from v2.voices.store import clip
 
     if not voices:
         return f"no stored voices in {directory}"

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from v2.card import ModelCard
     from v2.runtime.handles import SpeechResult
     from v2.runtime.records import RequestRecord
-    from v2.runtime.voices import Voice
+    from v2.voices.store import Voice
     from v2.runtime.weight_updates import WeightNames
 
 LaunchState = Callable[[Callable[[], object]], object]  # queues a device state change on the engine's stream
@@ -493,7 +493,7 @@ class VoiceArrays(Protocol):
 class VoiceEmbedding(Protocol):
     """What a family adds whose voice can be made from a precomputed speaker embedding alone (no recording):
     `voice_from_embedding(value)` -> the arrays such a voice carries (`voice_arrays`' names), the value
-    checked (its width, finite: `v2.runtime.voice_arrays.check_embedding`), refusing a `FieldError` naming
+    checked (its width, finite: `v2.voices.arrays.check_embedding`), refusing a `FieldError` naming
     `speaker_embedding` where its checkpoint cannot (e.g. one without a speaker encoder). Such a voice has no
     codes ([0, G]) and no transcript: the family speaks it from its arrays alone. A family without this
     takes no embedding (its voices are what a recording encodes to)."""

@@ -36,7 +36,7 @@ from v2.runtime.groups import Group
 from v2.runtime.handles import SpeechHandle, TextHandle
 from v2.runtime.inbox import Cancel, Encode, Feed, Submit
 from v2.runtime.records import RequestRecord
-from v2.runtime.voices import Voice, VoiceError, VoiceStore, store_directory
+from v2.voices.store import Voice, VoiceError, VoiceStore, store_directory
 
 
 class Runtime:

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from v2.runtime.family import VoiceEmbedding
-from v2.runtime.voices import NAME as VOICE_NAME
+from v2.voices.store import NAME as VOICE_NAME
 from v2.server.audio import CONTENT_TYPES
 from v2.server.middleware import SAFE_METHODS
 from v2.server.openapi_body import batch_item, bounded, context_turn, voice_form

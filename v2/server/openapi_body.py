@@ -24,7 +24,7 @@ from typing import Any
 
 from v2.fields import INT64_MAX, PENALTY_MAX, PENALTY_MIN, TEMPERATURE_MAX, TEMPERATURE_MIN, TOP_K_MAX
 from v2.params import TWO_NAMES
-from v2.runtime.voices import NAME as VOICE_NAME
+from v2.voices.store import NAME as VOICE_NAME
 from v2.server.audio import FLAC_HZ_MAX, FORMATS, MAX_RATE, MIN_RATE, RATES
 from v2.server.schema import OPENAI_VOICES, family_params
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from v2.runtime.voices import VoiceExists
+from v2.voices.store import VoiceExists
 from v2.server.errors import ApiError
 from v2.server.schema import NO_CLONING, OPENAI_VOICES, family_params, runtime_supports
 

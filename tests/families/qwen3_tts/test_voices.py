@@ -14,7 +14,7 @@ import pytest
 
 from v2.errors import RequestError
 from v2.runtime import Runtime
-from v2.runtime.voices import VoiceError, VoiceStore
+from v2.voices.store import VoiceError, VoiceStore
 
 from .conftest import wait_idle
 

@@ -28,10 +28,10 @@ from v2.models.config import BackboneConfig
 from v2.models.kv_cache import PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
 from v2.runtime.added import Spoken
-from v2.runtime.chunks import ChunkLoop
+from v2.kit.chunks import ChunkLoop
 from v2.runtime.family import Batch, FactoryBase, Halves, KVSpec, LoopGraph, Needs, PagedKV, VoiceSpec
 from v2.runtime.handles import Metrics, SpeechResult
-from v2.runtime.sequence import ARLoop, ARSequence, FrameRow
+from v2.kit.sequence import ARLoop, ARSequence, FrameRow
 
 from twoloop.card import TwoLoopCard
 

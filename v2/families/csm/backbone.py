@@ -1,4 +1,4 @@
-"""CSM's backbone loop: the runtime's paged AR sequence (v2/runtime/sequence.py) with this family's stop rule.
+"""CSM's backbone loop: the runtime's paged AR sequence (v2/kit/sequence.py) with this family's stop rule.
 
 Owns: `CsmLoop` (the generic `ARLoop` named "backbone" on the model expert) and `recompute_rows`. A frame
 step t is one plan: on the device it chooses codebook 0 of frame t from the backbone state the step
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from v2.contracts import FinishReason, WorkPlan, WorkUnitKind
-from v2.runtime.sequence import ARLoop, ARResult, ARSequence, FrameRow
+from v2.kit.sequence import ARLoop, ARResult, ARSequence, FrameRow
 
 EXPERT = "model"
 BACKBONE = "backbone"  # the loop's name (its plans' `loop`, its state's key in a record)

@@ -25,7 +25,7 @@ from v2.card import (
     SEED_PREFIX, ChunkLoopDecl, DType, LoopDecl, LoopTable, ModelCard, PagedLoopDecl, StageSampling, _Frozen,
 )
 from v2.checkpoints import resolve_checkpoint
-from v2.families.kit import check_seeded
+from v2.kit.checks import check_seeded
 
 MAX_SPEAKER = 2**31 - 1  # a speaker id is rendered as decimal text: bounded like any request integer
 

@@ -1,4 +1,4 @@
-"""The codec executor: the runtime's streaming chunk executor (v2/runtime/chunk_executor.py) over Mimi.
+"""The codec executor: the runtime's streaming chunk executor (v2/kit/chunk_executor.py) over Mimi.
 
 Owns: what Mimi gives it: its per-slot streaming state (`MimiState`), the codes frame-major [bucket, frames,
 N], 24 kHz mono audio rows of `hop` samples a frame, the step graphs' name; and the model's spare ids
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from v2.runtime.chunk_executor import ChunkExecutor
+from v2.kit.chunk_executor import ChunkExecutor
 
 class CodecExecutor(ChunkExecutor):
     def __init__(self, codec: Any, *, num_slots: int, batch_buckets: list[int], frame_buckets: list[int],

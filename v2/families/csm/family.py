@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 from v2.contracts import FinishReason, LoopState, WorkUnitKind
 from v2.errors import RequestError
 from v2.families.csm import builders, results
-from v2.families.kit import shared_prompt
+from v2.kit.checks import shared_prompt
 from v2.families.csm.audio import read_context
 from v2.families.csm.backbone import BACKBONE, CsmLoop, CsmState, recompute_rows
 from v2.families.csm.card import CsmCard, codec_config, config_dict, generation_config, model_source
@@ -42,7 +42,7 @@ from v2.models.kv_cache import PagedKVCache
 from v2.runtime.family import AnyExecutor, Factory, FactoryBase, Halves, LaunchState, VoiceSpec
 from v2.runtime import family as seam
 from v2.runtime.handles import SegmentMark, SpeechResult
-from v2.runtime.paged_family import PagedFamily, pool_blocks
+from v2.kit.paged_family import PagedFamily, pool_blocks
 from v2.sampling_settings import HeadSampling
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from v2.models.csm.tokenizer import CsmTokenizer
     from v2.models.mimi.model import MimiModel
     from v2.runtime.records import RequestRecord
-    from v2.runtime.voices import Voice
+    from v2.voices.store import Voice
 
 
 def defaults(card: CsmCard, generation: dict[str, Any] | None) -> tuple[CsmSampling, int]:

@@ -1,4 +1,4 @@
-"""The frame executor: the runtime's paged frame executor (v2/runtime/frames.py) with CSM's model, state and
+"""The frame executor: the runtime's paged frame executor (v2/kit/frames.py) with CSM's model, state and
 packed row.
 
 Owns: the backbone's device-side state besides what every frame executor has (per slot its sampling
@@ -25,7 +25,7 @@ from v2.models.csm.model import Csm
 from v2.models.csm.sampling import CsmSamplingTensors, head_needs_full_sort
 from v2.models.kernels import kernels_on
 from v2.runtime.device import upload
-from v2.runtime.frames import FrameBatch, OnStream, PagedFrames
+from v2.kit.frames import FrameBatch, OnStream, PagedFrames
 
 __all__ = ["FrameBatch", "FrameExecutor", "OnStream"]
 

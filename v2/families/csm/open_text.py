@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from v2.errors import RequestError
-from v2.families.kit import check_open
+from v2.kit.checks import check_open
 from v2.families.csm.prepare import Prepared, TurnPlan, check_rows, rows_of, turn_ids, with_encoded
 from v2.families.csm.request import CsmRequest, parse
 from v2.fields import check_text_chars

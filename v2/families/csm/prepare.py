@@ -24,7 +24,7 @@ import torch
 
 from v2.errors import RequestError
 from v2.families.csm.audio import read_context
-from v2.families.kit import frame_budget, over
+from v2.kit.checks import frame_budget, over
 from v2.families.csm.request import CsmRequest
 from v2.fields import check_text_chars
 from v2.models.csm.config import CsmConfig, CsmSampling

@@ -18,9 +18,9 @@ import numpy as np
 from v2.contracts import ExecutionProfile, FinishReason
 from v2.families.csm.backbone import CsmResult, decoded
 from v2.rl.trajectory import Trajectory
-from v2.runtime.chunks import ChunkResult
+from v2.kit.chunks import ChunkResult
 from v2.runtime.handles import SpeechResult, SpeechSegment
-from v2.runtime.results import joined_audio, request_metrics, timings
+from v2.kit.results import joined_audio, request_metrics, timings
 
 
 def spoken(frames: list[tuple[int, ...]], eos: int) -> list[tuple[int, ...]]:

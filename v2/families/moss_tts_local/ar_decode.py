@@ -1,4 +1,4 @@
-"""MOSS-TTS-Local's AR decode loop: the runtime's paged AR sequence (v2/runtime/sequence.py) with this
+"""MOSS-TTS-Local's AR decode loop: the runtime's paged AR sequence (v2/kit/sequence.py) with this
 family's terms.
 
 Owns: `ARDecodeLoop`, the generic `ARLoop` named `LoopKind.AR_DECODE` on the backbone, whose rows are
@@ -16,7 +16,7 @@ from typing import Any
 from v2.contracts import ShapeSignature, WorkUnitKind
 from v2.families.moss_tts_local.kinds import LoopKind
 from v2.families.moss_tts_local.card import ARDecodeSettings
-from v2.runtime.sequence import ARLoop, ARResult, ARSequence, FramePlan, FrameRow, PrefillPlan
+from v2.kit.sequence import ARLoop, ARResult, ARSequence, FramePlan, FrameRow, PrefillPlan
 
 EXPERT = "backbone"
 PREFILL = ShapeSignature(WorkUnitKind.PREFILL, EXPERT)

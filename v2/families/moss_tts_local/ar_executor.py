@@ -1,4 +1,4 @@
-"""MOSS-TTS-Local's AR executor: the runtime's paged frame executor (v2/runtime/frames.py) with this
+"""MOSS-TTS-Local's AR executor: the runtime's paged frame executor (v2/kit/frames.py) with this
 family's model, state and packed row.
 
 Owns: the device-side state of the AR experts besides what every frame executor has (per-slot sampling
@@ -22,7 +22,7 @@ from v2.models.kernels import kernels_on
 from v2.models.moss_tts_local.model import MossTTSLocal
 from v2.models.sampling import SamplingTensors
 from v2.runtime.device import upload
-from v2.runtime.frames import FrameBatch, OnStream, PagedFrames, context_buckets
+from v2.kit.frames import FrameBatch, OnStream, PagedFrames, context_buckets
 from v2.sampling_settings import CHANNELS, SamplingSettings, needs_full_sort
 
 FRAME_FIELDS = 1 + 12 + CHANNELS  # packed AR_FRAME row: stop, 12 codes, 13 logprobs (this family's widths)

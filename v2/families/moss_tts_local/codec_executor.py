@@ -1,4 +1,4 @@
-"""The codec executor: the runtime's streaming chunk executor (v2/runtime/chunk_executor.py) over the vocoder.
+"""The codec executor: the runtime's streaming chunk executor (v2/kit/chunk_executor.py) over the vocoder.
 
 Owns: what the vocoder gives it: each codec slot's streaming state, the codes width-major [bucket, 12,
 frames], 48 kHz stereo audio rows [channels, frames * hop], the step graphs' name; and `chunk`, both halves
@@ -13,8 +13,8 @@ from typing import Sequence
 from torch import Tensor
 
 from v2.models.moss_codec import MossAudioDecoder
-from v2.runtime.chunk_executor import ChunkExecutor
-from v2.runtime.chunks import ChunkPlan
+from v2.kit.chunk_executor import ChunkExecutor
+from v2.kit.chunks import ChunkPlan
 
 class CodecExecutor(ChunkExecutor):
     """The vocoder over slot-indexed streaming state; `num_slots` real slots and one dummy."""

@@ -23,7 +23,7 @@ import torch
 
 from v2.contracts import FinishReason, LoopState, WorkUnitKind
 from v2.errors import RequestError
-from v2.families.kit import check_one_segment, shared_prompt
+from v2.kit.checks import check_one_segment, shared_prompt
 from v2.families.moss_tts_local.kinds import LoopKind
 from v2.families.moss_tts_local import results, segments
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
@@ -45,7 +45,7 @@ from v2.models.kv_cache import PagedKVCache
 from v2.runtime.family import (
     AnyExecutor, Factory, FactoryBase, Halves, LaunchState, Prepared, Request, TextInput, VoiceSpec,
 )
-from v2.runtime.paged_family import PagedFamily, graph_stats, pool_blocks
+from v2.kit.paged_family import PagedFamily, graph_stats, pool_blocks
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from v2.models.moss_tts_local.tokenizer import TextTokenizer
     from v2.runtime.handles import SpeechResult
     from v2.runtime.records import RequestRecord
-    from v2.runtime.voices import Voice
+    from v2.voices.store import Voice
 
 AR, VOC = LoopKind.AR_DECODE, LoopKind.VOCODER
 

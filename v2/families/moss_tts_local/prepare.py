@@ -22,7 +22,7 @@ from v2.errors import RequestError
 from v2.families.moss_tts_local.card import MossCard as ModelCard
 from v2.families.moss_tts_local.long_text import TextSegment, build_rows, plan, split
 from v2.families.moss_tts_local.request import SpeechRequest
-from v2.families.kit import frame_budget
+from v2.kit.checks import frame_budget
 from v2.fields import check_text_chars
 from v2.long_text import unsplit
 from v2.models.moss_tts_local.config import MossTTSLocalConfig

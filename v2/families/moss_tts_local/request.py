@@ -21,7 +21,7 @@ import torch
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from v2.errors import FieldError, RequestError, from_validation, reason
-from v2.families.kit import over
+from v2.kit.checks import over
 from v2.fields import (
     INT64_MAX, Penalty, RequestTail, StrictInt, StrictRequest, StrictText, Temperature, TopK, TopP, int_tensor,
 )

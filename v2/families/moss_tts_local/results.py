@@ -17,7 +17,7 @@ from v2.families.moss_tts_local.ar_decode import ARResult
 from v2.families.moss_tts_local.vocoder import VocoderResult
 from v2.rl.trajectory import Trajectory
 from v2.runtime.handles import SpeechResult
-from v2.runtime.results import joined_audio, request_metrics, segment_spans, timings
+from v2.kit.results import joined_audio, request_metrics, segment_spans, timings
 
 
 def build_result(req: Any, ar: ARResult | None, voc: VocoderResult | None, reason: FinishReason, now: float, *,

@@ -1,4 +1,4 @@
-"""MOSS-TTS-Local's vocoder loop: the runtime's chunk stream (v2/runtime/chunks.py) named
+"""MOSS-TTS-Local's vocoder loop: the runtime's chunk stream (v2/kit/chunks.py) named
 `LoopKind.VOCODER` on the vocoder expert; a chunk's frames are 12 codes each, its audio 48 kHz stereo.
 `VocoderState`, `VocoderResult` and `ChunkPlan` are the runtime's. This family has no left context.
 Must not know: tensors on a device, batching, other requests, the TTS model.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from v2.contracts import AudioChunk
 from v2.families.moss_tts_local.card import VocoderSettings
 from v2.families.moss_tts_local.kinds import LoopKind
-from v2.runtime.chunks import ChunkLoop, ChunkPlan, ChunkResult, ChunkStream
+from v2.kit.chunks import ChunkLoop, ChunkPlan, ChunkResult, ChunkStream
 
 EXPERT = "vocoder"
 VocoderState = ChunkStream

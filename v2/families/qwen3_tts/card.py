@@ -24,7 +24,7 @@ from v2.card import (
     SEED_PREFIX, ChunkLoopDecl, DType, LoopDecl, LoopTable, ModelCard, PagedLoopDecl, StageSampling, _Frozen,
 )
 from v2.checkpoints import resolve_checkpoint
-from v2.families.kit import check_seeded
+from v2.kit.checks import check_seeded
 from v2.fields import check_penalty
 
 SPEECH_TOKENIZER = "speech_tokenizer"  # the codec's folder inside a release checkpoint

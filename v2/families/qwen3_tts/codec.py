@@ -1,4 +1,4 @@
-"""Qwen3-TTS's codec loop: the runtime's chunk stream (v2/runtime/chunks.py) named "codec" on the codec
+"""Qwen3-TTS's codec loop: the runtime's chunk stream (v2/kit/chunks.py) named "codec" on the codec
 expert; a chunk's frames are G codes each, its audio 24 kHz mono. An in-context clone's reference codes
 are its left context (`init(context=...)`): the stream's state then holds them as the public API's
 decode of reference + frames does, and what is delivered is that decode with the reference's samples cut
@@ -9,7 +9,7 @@ Must not know: tensors on a device, batching, other requests, the talker.
 from __future__ import annotations
 
 from v2.families.qwen3_tts.card import CodecSettings
-from v2.runtime.chunks import ChunkLoop, ChunkPlan
+from v2.kit.chunks import ChunkLoop, ChunkPlan
 
 __all__ = ["CODEC", "ChunkPlan", "CodecLoop"]
 CODEC = "codec"  # the loop's name and its expert's

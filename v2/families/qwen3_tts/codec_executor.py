@@ -1,4 +1,4 @@
-"""The codec executor: the runtime's streaming chunk executor (v2/runtime/chunk_executor.py) over the 12 Hz
+"""The codec executor: the runtime's streaming chunk executor (v2/kit/chunk_executor.py) over the 12 Hz
 decoder.
 
 Owns: what the decoder gives it: its per-slot streaming state (`Qwen3CodecState`), the codes frame-major
@@ -9,7 +9,7 @@ Must not know: requests, loops' state, scheduling policy, threads.
 from __future__ import annotations
 
 from v2.models.qwen3_codec.decoder import Qwen3CodecDecoder
-from v2.runtime.chunk_executor import ChunkExecutor
+from v2.kit.chunk_executor import ChunkExecutor
 
 class CodecExecutor(ChunkExecutor):
     def __init__(self, codec: Qwen3CodecDecoder, *, num_slots: int, batch_buckets: list[int],

@@ -24,7 +24,7 @@ import torch
 
 from v2.contracts import FinishReason, LoopState, WorkUnitKind
 from v2.errors import FieldError, RequestError
-from v2.families.kit import check_one_segment, shared_prompt
+from v2.kit.checks import check_one_segment, shared_prompt
 from v2.families.qwen3_tts import languages, results, segments
 from v2.families.qwen3_tts.card import (
     Qwen3Card, build_codec, build_encoder, build_model, build_tokenizer, checkpoint_config, generation_config,
@@ -49,8 +49,8 @@ from v2.runtime.family import (
     AnyExecutor, Factory, FactoryBase, FrontState, Halves, LaunchState, Prepared, Request, TextInput, VoiceArrays,
     VoiceSpec,
 )
-from v2.runtime.paged_family import PagedFamily, pool_blocks
-from v2.runtime.voice_arrays import check_embedding
+from v2.kit.paged_family import PagedFamily, pool_blocks
+from v2.voices.arrays import check_embedding
 from v2.sampling_settings import HeadSampling
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from v2.models.qwen3_tts.tokenizer import Qwen3TTSTokenizer
     from v2.runtime.handles import SpeechResult
     from v2.runtime.records import RequestRecord
-    from v2.runtime.voices import Voice
+    from v2.voices.store import Voice
 
 
 def sampling_defaults(card: Qwen3Card, generation: dict[str, Any] | None) -> Qwen3TTSSampling:

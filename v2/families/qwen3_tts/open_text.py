@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from v2.errors import RequestError
-from v2.families.kit import check_open
+from v2.kit.checks import check_open
 from v2.families.qwen3_tts.prepare import Prepared, _ids, _template, prepare, role_ids, rows_of
 from v2.families.qwen3_tts.request import Qwen3Request, parse
 from v2.families.qwen3_tts.talker import TALKER, TalkerLoop, TalkerState

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from v2.errors import RequestError
-from v2.families.kit import frame_budget, over
+from v2.kit.checks import frame_budget, over
 from v2.families.qwen3_tts import segments as long_text
 from v2.families.qwen3_tts.request import Qwen3Request
 from v2.fields import check_text_chars

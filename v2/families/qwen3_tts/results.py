@@ -19,9 +19,9 @@ import numpy as np
 from v2.contracts import ExecutionProfile, FinishReason
 from v2.families.qwen3_tts.talker import TalkerResult
 from v2.rl.trajectory import Trajectory
-from v2.runtime.chunks import ChunkResult
+from v2.kit.chunks import ChunkResult
 from v2.runtime.handles import SpeechResult, SpeechSegment
-from v2.runtime.results import joined_audio, request_metrics, segment_spans, timings
+from v2.kit.results import joined_audio, request_metrics, segment_spans, timings
 
 
 @dataclass(frozen=True)

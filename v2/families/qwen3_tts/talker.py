@@ -1,4 +1,4 @@
-"""Qwen3-TTS's talker loop: the runtime's paged AR sequence (v2/runtime/sequence.py) with this family's
+"""Qwen3-TTS's talker loop: the runtime's paged AR sequence (v2/kit/sequence.py) with this family's
 terms.
 
 Owns: `TalkerState` (the generic sequence plus the per-frame trailing text ids and an open request's text
@@ -24,7 +24,7 @@ import torch
 
 from v2.contracts import ShapeSignature, WorkUnitKind
 from v2.families.qwen3_tts.card import TalkerSettings
-from v2.runtime.sequence import ARLoop, ARResult, ARSequence, FramePlan, FrameRow, PrefillPlan
+from v2.kit.sequence import ARLoop, ARResult, ARSequence, FramePlan, FrameRow, PrefillPlan
 
 EXPERT = "talker"
 TALKER = "talker"  # the loop's name (its plans' `loop`, its state's key in a record)

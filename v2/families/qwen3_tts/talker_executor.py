@@ -1,4 +1,4 @@
-"""The talker executor: the runtime's paged frame executor (v2/runtime/frames.py) with this family's model,
+"""The talker executor: the runtime's paged frame executor (v2/kit/frames.py) with this family's model,
 state and packed row.
 
 Owns: the talker's device-side state besides what every frame executor has (per slot the x-vector its
@@ -27,7 +27,7 @@ from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.qwen3_tts.model import Qwen3TTS
 from v2.models.qwen3_tts.sampling import Qwen3TTSSamplingTensors, head_needs_full_sort
 from v2.runtime.device import upload
-from v2.runtime.frames import FrameBatch, OnStream, PagedFrames
+from v2.kit.frames import FrameBatch, OnStream, PagedFrames
 
 __all__ = ["FrameBatch", "OnStream", "TalkerExecutor"]
 

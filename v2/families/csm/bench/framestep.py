@@ -29,7 +29,7 @@ from v2.families.csm.frame_executor import FrameExecutor
 from v2.models.csm.config import CsmConfig
 from v2.models.csm.model import Csm
 from v2.models.weights import empty_model
-from v2.runtime.sequence import FramePlan
+from v2.kit.sequence import FramePlan
 
 BLOCK_SIZE = 16
 

@@ -28,7 +28,7 @@ from v2.families.qwen3_tts.shapes import SHAPES
 from v2.families.qwen3_tts.talker_executor import TalkerExecutor
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.qwen3_tts.model import Qwen3TTS
-from v2.runtime.sequence import FramePlan
+from v2.kit.sequence import FramePlan
 
 BLOCK_SIZE = 16
 

@@ -30,7 +30,7 @@ from v2.contracts import WorkUnitKind, bucket_for
 from v2.runtime.device import to_device, upload
 from v2.runtime.family import Batch, Halves
 from v2.runtime.graphs import StepGraphs
-from v2.runtime.sequence import FramePlan, FrameRow, PrefillPlan
+from v2.kit.sequence import FramePlan, FrameRow, PrefillPlan
 
 MIN_CONTEXT_BUCKET = 64
 INPUT_ROWS = 6  # the packed inputs: slot, position, step, allow_stop, valid, feed

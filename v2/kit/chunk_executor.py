@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from v2.runtime.chunks import ChunkPlan
+from v2.kit.chunks import ChunkPlan
 from v2.runtime.device import to_device, upload
 from v2.runtime.family import Batch, Halves
 from v2.runtime.graphs import StepGraphs

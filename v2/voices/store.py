@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from v2.fields import FieldError, int_tensor
-from v2.runtime.voice_arrays import check_arrays, check_names
-from v2.runtime.voice_files import create, delete, locked, read_bytes, read_npy, sync_directory
+from v2.voices.arrays import check_arrays, check_names
+from v2.voices.files import create, delete, locked, read_bytes, read_npy, sync_directory
 
 log = logging.getLogger(__name__)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullmatch

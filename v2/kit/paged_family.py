@@ -25,12 +25,12 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 import torch
 
 from v2.contracts import LoopState
-from v2.runtime.chunk_executor import ChunkExecutor
-from v2.runtime.chunks import ChunkLoop
+from v2.kit.chunk_executor import ChunkExecutor
+from v2.kit.chunks import ChunkLoop
 from v2.runtime.family import (
     AnyFrontLoop, AnyLoop, AnyPagedLoop, KVOps, KVSpec, LaunchState, LoopGraph, Needs, PagedKV,
 )
-from v2.runtime.frames import PagedFrames
+from v2.kit.frames import PagedFrames
 
 
 def pool_blocks(settings: Any, device: torch.device, block_bytes: int, *, advice: str = "") -> int:
