@@ -8,7 +8,8 @@ paged KV), `FrontLoop` (work done before admission, e.g. encoding reference reco
 a paged KV, and which loop's output is the caller's audio: checked when built), `KVSpec` (a paged KV pool's
 geometry), `KVOps`, `PagedKV` (one paged loop's pool, device side, recompute and prefill kind), `Needs`
 (what a request holds from admission); what the runtime reads of a family's own values (`Request`,
-`Prepared`, `FrontState`); and the protocols each consumer of a bound family types against, no more:
+`Prepared`, `FrontState`) and what a family reads of a stored voice (`StoredVoice`); and the protocols each
+consumer of a bound family types against, no more:
 - `EngineFamily`: what the engine thread drives (engine.py, lifecycle.py, scatter.py);
 - `FrontFamily`: what the caller's side of `Runtime` calls (parse, prepare, encode, weight updates);
 - `ServedFamily`: what outer layers (the server, the CLI, rollouts) read through `Runtime`: the audio's format,
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from v2.card import ModelCard
     from v2.runtime.handles import SpeechResult
     from v2.runtime.records import RequestRecord
-    from v2.voices.store import Voice
     from v2.runtime.weight_updates import WeightNames
 
 LaunchState = Callable[[Callable[[], object]], object]  # queues a device state change on the engine's stream
@@ -345,6 +345,20 @@ class Request(Protocol):
     def voice(self) -> str | None: ...       # a stored voice's name (the runtime looks it up)
 
 
+class StoredVoice(Protocol):
+    """A stored voice as a family reads it (the voice store's entries, `v2.voices.store.Voice`, are these; the
+    seam names no store)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def codes(self) -> NDArray[Any]: ...                      # int64 [N, G]: the recording's codes
+    @property
+    def text(self) -> str | None: ...                         # its transcript, when known
+    @property
+    def arrays(self) -> Mapping[str, NDArray[Any]]: ...       # the named float32 arrays (e.g. "x_vector")
+
+
 class Prepared(Protocol):
     """What a family prepared of a request at submit (`prepare`), as the runtime reads it."""
 
@@ -430,7 +444,7 @@ class FrontFamily(Protocol):
     def weight_names(self) -> WeightNames: ...
 
     def parse(self, request: object) -> Request: ...
-    def prepare(self, request: Request, *, voice: Voice | None = None) -> Prepared: ...
+    def prepare(self, request: Request, *, voice: StoredVoice | None = None) -> Prepared: ...
     def check_group(self, group: Sequence[tuple[Request, Prepared]]) -> None: ...
     def read_input(self, source: object) -> object: ...
     def front_state(self, request_id: int, inputs: tuple[object, ...]) -> FrontState: ...
@@ -471,7 +485,7 @@ class TextInput(Protocol):
     returns whether the engine has new input to hand over (`more_input`); it raises `RequestError` naming the
     field for a piece it refuses, and then takes none of it. Callers serialise `feed` per request."""
 
-    def open_text(self, request: object, *, voice: Voice | None = None,
+    def open_text(self, request: object, *, voice: StoredVoice | None = None,
                   split: str = "sentence") -> tuple[Request, Prepared]: ...
     def feed(self, request: Request, work: Prepared, text: str, *, end: bool = False) -> bool: ...
 

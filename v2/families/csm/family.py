@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from v2.models.csm.tokenizer import CsmTokenizer
     from v2.models.mimi.model import MimiModel
     from v2.runtime.records import RequestRecord
-    from v2.voices.store import Voice
+    from v2.runtime.family import StoredVoice
 
 
 def defaults(card: CsmCard, generation: dict[str, Any] | None) -> tuple[CsmSampling, int]:
@@ -128,12 +128,12 @@ class CsmFamily(PagedFamily):
     def parse(self, request: object) -> CsmRequest:
         return parse(request)
 
-    def prepare(self, request: seam.Request, *, voice: Voice | None = None) -> Prepared:
+    def prepare(self, request: seam.Request, *, voice: StoredVoice | None = None) -> Prepared:
         assert isinstance(request, CsmRequest)  # what `parse` made
         return prepare(request, self.card, self.cfg, self.tokenizer, self.sampling, self.default_frames,
                        self.codec_spec, voice=voice)
 
-    def open_text(self, request: object, *, voice: Voice | None = None,
+    def open_text(self, request: object, *, voice: StoredVoice | None = None,
                   split: str = "sentence") -> tuple[CsmRequest, OpenWork]:
         """An open request checked; its spoken turn's text comes through `feed` (open_text.py). `split` is
         another family's segment rule: a CSM turn is one prompt, spoken whole."""

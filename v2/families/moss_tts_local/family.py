@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from v2.models.moss_tts_local.tokenizer import TextTokenizer
     from v2.runtime.handles import SpeechResult
     from v2.runtime.records import RequestRecord
-    from v2.voices.store import Voice
+    from v2.runtime.family import StoredVoice
 
 AR, VOC = LoopKind.AR_DECODE, LoopKind.VOCODER
 
@@ -115,7 +115,7 @@ class MossFamily(PagedFamily):
     def parse(self, request: object) -> SpeechRequest:
         return parse_request(request)
 
-    def prepare(self, request: Request, *, voice: Voice | None = None) -> Prepared:
+    def prepare(self, request: Request, *, voice: StoredVoice | None = None) -> Prepared:
         assert isinstance(request, SpeechRequest)  # what `parse` made
         return prepare(request, self.card, self.model.cfg, self.tokenizer, codec=self.codec_spec, voice=voice)
 
@@ -128,7 +128,7 @@ class MossFamily(PagedFamily):
                                "(rt.voices.add) and pass voice=NAME, or pass reference_codes", field="reference_audio")
         check_one_segment(first)
 
-    def open_text(self, request: object, *, voice: Voice | None = None,
+    def open_text(self, request: object, *, voice: StoredVoice | None = None,
                   split: str = "sentence") -> tuple[SpeechRequest, OpenWork]:
         """An open request checked (its text arrives through `feed`)."""
         return self.opened.open_text(request, voice=voice, split=split)

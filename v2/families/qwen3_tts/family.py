@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from v2.models.qwen3_tts.tokenizer import Qwen3TTSTokenizer
     from v2.runtime.handles import SpeechResult
     from v2.runtime.records import RequestRecord
-    from v2.voices.store import Voice
+    from v2.runtime.family import StoredVoice
 
 
 def sampling_defaults(card: Qwen3Card, generation: dict[str, Any] | None) -> Qwen3TTSSampling:
@@ -146,7 +146,7 @@ class Qwen3Family(PagedFamily):
     def parse(self, request: object) -> Qwen3Request:
         return parse(request, languages=self.cfg.languages)
 
-    def prepare(self, request: Request, *, voice: Voice | None = None) -> Prepared:
+    def prepare(self, request: Request, *, voice: StoredVoice | None = None) -> Prepared:
         assert isinstance(request, Qwen3Request)  # what `parse` made
         return prepare(request, self.card, self.cfg, self.tokenizer, self.defaults,
                        self.codec_spec if self.enc_loop is not None else None, voice=voice)
@@ -157,7 +157,7 @@ class Qwen3Family(PagedFamily):
             raise RequestError("reference_audio: a group shares one prompt; a recording to encode cannot be shared", field='reference_audio')
         check_one_segment(first)
 
-    def open_text(self, request: object, *, voice: Voice | None = None,
+    def open_text(self, request: object, *, voice: StoredVoice | None = None,
                   split: str = "sentence") -> tuple[Qwen3Request, OpenWork]:
         """An open request checked (its text arrives through `feed`, as trailing text rows: open_text.py)."""
         return self.opened.open_text(request, split=split)
