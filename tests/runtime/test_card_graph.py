@@ -50,12 +50,12 @@ class Counting:
     def __init__(self, inner: Any, kind: Any, counts: Counter) -> None:
         self.inner, self.kind, self.counts = inner, kind, counts
 
-    def prepare(self, batch: Any) -> Any:
-        return self.inner.prepare(batch)
+    def pack(self, batch: Any) -> Any:
+        return self.inner.pack(batch)
 
-    def launch(self, prepared: Any) -> Any:
+    def launch(self, packed: Any) -> Any:
         self.counts[self.kind] += 1
-        return self.inner.launch(prepared)
+        return self.inner.launch(packed)
 
     def read(self, host: Any, batch: Any) -> Any:
         return self.inner.read(host, batch)

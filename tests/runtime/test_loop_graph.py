@@ -103,7 +103,7 @@ class Expert:
     def __init__(self, kind: Kind, calls: list[tuple[Kind, int]]) -> None:
         self.kind, self.calls = kind, calls
 
-    def prepare(self, batch: Batch) -> torch.Tensor:
+    def pack(self, batch: Batch) -> torch.Tensor:
         return torch.tensor([p.payload[1] for p in batch.plans], dtype=torch.float64)  # [B]
 
     def launch(self, x: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@
 Owns: `ChunkExecutor`, the base of a family's codec executor: the codec's per-slot streaming state (a dummy
 slot for padding rows), fresh state for an admitted stream (`admit`), the static inputs (slot and real
 frames per row, and the codes, frame-major [bucket, frames, width] or width-major [bucket, width, frames];
-allocated once at the largest buckets), an AUDIO_CHUNK batch in two halves (`prepare`: host tensors only,
+allocated once at the largest buckets), an AUDIO_CHUNK batch in two halves (`pack`: host tensors only,
 codes above `max_code` clamped to it; `launch`: upload and run through `StepGraphs`), reading a batch's
 audio back as `ChunkBatch` (each row trimmed to its real frames' samples), and the executor the family
 registers under AUDIO_CHUNK (`executor`). `ChunkBatch`: a batch's host audio, mono [bucket, n] or
@@ -81,7 +81,7 @@ class ChunkExecutor:
     def admit(self, slot: int) -> None:
         self.state.reset(to_device(torch.tensor([slot]), self.codec.device))
 
-    def prepare(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> tuple[Tensor, Tensor]:
+    def pack(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> tuple[Tensor, Tensor]:
         """Host half: (slot and real frames per row [2, bucket], codes [bucket, frames, width] or
         [bucket, width, frames]), padded."""
         n = len(plans)
@@ -114,7 +114,7 @@ class ChunkExecutor:
     def executor(self) -> Halves:
         """This executor under AUDIO_CHUNK: a batch's plans' payloads, padded to its bucket and its plans' frame
         bucket (each call looks its half up on this object when it runs)."""
-        return Halves(lambda b: self.prepare(_payloads(b), b.bucket, b.plans[0].signature.bucket),
+        return Halves(lambda b: self.pack(_payloads(b), b.bucket, b.plans[0].signature.bucket),
                       lambda prepared: self.launch(prepared), lambda host, b: self.read(host, _payloads(b)))
 
     def _chunk_step(self, key: tuple[int, ...]) -> Tensor:

@@ -6,7 +6,7 @@ written by `apply` as the caller's block manager decides): the block tables, the
 (`hidden`: what the next frame is chosen from), the dummy slot and its reset, block copies and table
 writes (`apply`), a group's shared prompt (`fork`), the batched prompt prefill (right-padded chunks of
 several requests in one call; a last chunk sets its slot's state), the frame step's packed static inputs
-and their one upload (`prepare` / `launch`), the context buckets and the step graphs' keys; `FrameBatch`
+and their one upload (`pack` / `launch`), the context buckets and the step graphs' keys; `FrameBatch`
 (a frame batch's packed result read on the host, one `FrameRow` per real row); `OnStream` (the state
 changes a family's executor makes, queued on the device stream in order with the steps); its entries under
 PREFILL and AR_FRAME (`executors`).
@@ -196,7 +196,7 @@ class PagedFrames:
             idx = to_device(torch.tensor(last), dev)
             self.hidden[slots[idx]] = out[idx, to_device(lengths[last] - 1, dev)]
 
-    def prepare(self, plans: Sequence[FramePlan], bucket: int) -> FrameLaunch:
+    def pack(self, plans: Sequence[FramePlan], bucket: int) -> FrameLaunch:
         """Host half: the plans as the static inputs' rows (padding rows -> dummy slot) and the graph key."""
         n = len(plans)
         host = torch.zeros(INPUT_ROWS, bucket, dtype=torch.long)  # [6, bucket]
@@ -222,11 +222,11 @@ class PagedFrames:
 
     def frame(self, plans: Sequence[FramePlan], bucket: int) -> Tensor:
         """Both halves at once."""
-        return self.launch(self.prepare(plans, bucket))
+        return self.launch(self.pack(plans, bucket))
 
     def stage(self, plans: Sequence[FramePlan], bucket: int) -> int:
         """Upload the plans into the static inputs; returns the keys they attend (for benchmarks)."""
-        batch = self.prepare(plans, bucket)
+        batch = self.pack(plans, bucket)
         upload(batch.host, self.inputs.packed[:, :bucket])
         return int(batch.host[1, : len(plans)].max()) + 1
 
@@ -237,7 +237,7 @@ class PagedFrames:
         """This executor under PREFILL (a batch's prompt chunks, nothing read back) and AR_FRAME (a batch's frames
         padded to its bucket, read back as a `FrameBatch`)."""
         return {WorkUnitKind.PREFILL: Halves(_payloads, self.prefill, lambda host, b: [None] * len(b.plans)),
-                WorkUnitKind.AR_FRAME: Halves(lambda b: self.prepare(_payloads(b), b.bucket), self.launch,
+                WorkUnitKind.AR_FRAME: Halves(lambda b: self.pack(_payloads(b), b.bucket), self.launch,
                                               lambda host, b: self.read(host, len(b.plans)))}
 
 

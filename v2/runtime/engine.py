@@ -272,7 +272,7 @@ class Engine:
             start = time.perf_counter()
             executor = self.executors[batch.kind]
             try:
-                work = executor.prepare(batch)  # its host half
+                work = executor.pack(batch)  # its host half
             except Exception as e:  # its host half failed: only its requests
                 self.requests.fail_batch(batch, e, read=False)
                 continue

@@ -66,23 +66,23 @@ class Batch(Protocol):
 
 
 class Executor(Protocol[P, H]):
-    """The device work of one work kind. The engine calls `prepare` on its thread (host only: inputs as host
+    """The device work of one work kind. The engine calls `pack` on its thread (host only: inputs packed as host
     tensors), `launch` on the device stream (device only: uploads and the call; returns device results the
     stream copies to the host), and `read` on its thread with that host copy (one typed row per plan, in plan
     order). Registered by the family under its kind: adding a kind adds an executor."""
 
-    def prepare(self, batch: Batch) -> P: ...
-    def launch(self, prepared: P) -> object: ...
+    def pack(self, batch: Batch) -> P: ...
+    def launch(self, packed: P) -> object: ...
     def read(self, host: H, batch: Batch) -> Iterable[object]: ...
 
 
 class Halves:
-    """An `Executor` made of three calls: `prepare(batch)`, `launch(prepared)`, `read(host, batch)` (a family
+    """An `Executor` made of three calls: `pack(batch)`, `launch(packed)`, `read(host, batch)` (a family
     registers one under a work kind when its device work is plain functions or bound methods)."""
 
-    def __init__(self, prepare: Callable[[Batch], Any], launch: Callable[[Any], object],
+    def __init__(self, pack: Callable[[Batch], Any], launch: Callable[[Any], object],
                  read: Callable[[Any, Batch], Iterable[object]]) -> None:
-        self.prepare, self.launch, self.read = prepare, launch, read
+        self.pack, self.launch, self.read = pack, launch, read
 
 
 class Loop(Protocol[S, R]):

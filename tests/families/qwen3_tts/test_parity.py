@@ -85,7 +85,7 @@ def test_codec_reference_streamed(qrt, qcodec_ref):
     out, start = [], 0
     for n in (1, 3, 4, 8):
         plan = ChunkPlan(0, tuple(codes[start : start + n]), False)
-        host = ex.launch(ex.prepare([plan], 1, 8 if n > 4 else 4)).numpy()
+        host = ex.launch(ex.pack([plan], 1, 8 if n > 4 else 4)).numpy()
         out.append(ex.read(host, [plan]).audio(0)[0])
         start += n
     close(np.concatenate(out), qcodec_ref["wav"])
@@ -93,7 +93,7 @@ def test_codec_reference_streamed(qrt, qcodec_ref):
     ex.admit(0), ex.admit(1)
     plans = [ChunkPlan(i, tuple(tuple(int(c) for c in r) for r in qcodec_ref["batch_codes"][i][:lengths[i]][:8]), False)
              for i in range(2)]
-    host = ex.launch(ex.prepare(plans, 2, 8)).numpy()
+    host = ex.launch(ex.pack(plans, 2, 8)).numpy()
     batch = ex.read(host, plans)
     for i in range(2):
         close(batch.audio(i)[0], qcodec_ref["batch_wav"][i][: len(plans[i].codes) * codec.hop])

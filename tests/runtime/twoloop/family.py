@@ -170,7 +170,7 @@ class LoopExec:
         self.launch_state(lambda: hidden[dst].copy_(hidden[src]))
 
     # ----- PREFILL ------------------------------------------------------------------------------
-    def prepare_prefill(self, batch: Batch) -> tuple[Any, ...]:
+    def pack_prefill(self, batch: Batch) -> tuple[Any, ...]:
         plans = [p.payload for p in batch.plans]
         width, w = int(plans[0].rows.shape[1]), max(int(p.rows.shape[0]) for p in plans)
         rows = torch.zeros(len(plans), w, width, dtype=torch.long)          # [B, W, width]
@@ -198,7 +198,7 @@ class LoopExec:
         return [None] * len(batch.plans)
 
     # ----- a frame (the thinker's token, the talker's code) -------------------------------------------------
-    def prepare_frame(self, batch: Batch) -> tuple[Any, ...]:
+    def pack_frame(self, batch: Batch) -> tuple[Any, ...]:
         plans = [p.payload for p in batch.plans]
         return (batch.kind, torch.tensor([p.slot for p in plans]), torch.tensor([p.position for p in plans]),
                 torch.tensor([p.feed for p in plans]))
@@ -220,8 +220,8 @@ class LoopExec:
         return [FrameRow(False, (int(c),), (float(lp),)) for c, lp in np.asarray(host)[: len(batch.plans)]]
 
     def executors(self) -> tuple[Halves, Halves]:
-        return (Halves(self.prepare_prefill, self.launch_prefill, self.read_prefill),
-                Halves(self.prepare_frame, self.launch_frame, self.read_frame))
+        return (Halves(self.pack_prefill, self.launch_prefill, self.read_prefill),
+                Halves(self.pack_frame, self.launch_frame, self.read_frame))
 
 
 class Codec:
@@ -230,7 +230,7 @@ class Codec:
     def __init__(self) -> None:
         self.calls: list[tuple[Hashable, int]] = []
 
-    def prepare(self, batch: Batch) -> tuple[Tensor, list[int]]:
+    def pack(self, batch: Batch) -> tuple[Tensor, list[int]]:
         frames = batch.plans[0].signature.bucket
         codes = torch.zeros(len(batch.plans), frames)
         lengths = []
@@ -240,8 +240,8 @@ class Codec:
             lengths.append(len(c))
         return codes, lengths
 
-    def launch(self, prepared: tuple[Tensor, list[int]]) -> Tensor:
-        codes, _ = prepared
+    def launch(self, packed: tuple[Tensor, list[int]]) -> Tensor:
+        codes, _ = packed
         self.calls.append((WorkUnitKind.AUDIO_CHUNK, int(codes.shape[0])))
         k = torch.arange(1, HOP + 1, dtype=torch.float32)
         return torch.sin(k * (codes[..., None] + 1) / 10).reshape(codes.shape[0], 1, -1)  # [B, 1, F * HOP]
@@ -353,7 +353,7 @@ class TwoLoopFamily:
         self.executors: dict[Hashable, Any] = {Work.THINK_PREFILL: think_prefill, Work.TALK_PREFILL: talk_prefill,
                                                Work.THINK_TOKEN: think_token, Work.TALK_FRAME: talk_frame}
         if self.codec_loop is not None:
-            self.executors[WorkUnitKind.AUDIO_CHUNK] = Halves(self.codec.prepare, self.codec.launch, self.codec.read)
+            self.executors[WorkUnitKind.AUDIO_CHUNK] = Halves(self.codec.pack, self.codec.launch, self.codec.read)
         if card.loops.aligner is not None:
             self.executors[Align.ALIGN] = aligner_executor
         self.buckets: dict[Hashable, list[int]] = {}

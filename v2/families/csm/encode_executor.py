@@ -1,7 +1,7 @@
 """The front executor: a batch of ENCODE plans -> Mimi's encoder -> codes per recording.
 
 Owns: every recording of every plan through `MimiModel.encode` (each encoded as if alone: its codes do
-not depend on the batch), in two halves (`prepare`: host tensors; `launch`: the device call -> codes
+not depend on the batch), in two halves (`pack`: host tensors; `launch`: the device call -> codes
 [recordings, F_max, N], -1 past each one's frames) and `read` (per plan, per recording its codes [F_i, N],
 copied off the possibly pinned host buffer).
 Must not know: requests, loops' state, scheduling policy, threads.
@@ -22,7 +22,7 @@ class EncodeExecutor:
     def __init__(self, encoder: Any) -> None:
         self.encoder = encoder
 
-    def prepare(self, batch: Batch) -> list[Tensor]:
+    def pack(self, batch: Batch) -> list[Tensor]:
         return [torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)) for p in batch.plans for a in p.payload.audio]
 
     @torch.no_grad()

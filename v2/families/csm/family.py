@@ -109,7 +109,7 @@ class CsmFamily(PagedFamily):
         self.executors: dict[Hashable, AnyExecutor] = {}
         if encoder is not None:  # without the encoder context audio is refused at submit (codes still work)
             e = EncodeExecutor(encoder)
-            self.executors[WorkUnitKind.ENCODE] = Halves(e.prepare, e.launch, e.read)
+            self.executors[WorkUnitKind.ENCODE] = Halves(e.pack, e.launch, e.read)
         self.executors |= self.frames.executors()
         self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: bb.batch_buckets}
         self.pools = {"kv": bb.max_running, "encode": enc.max_streams}

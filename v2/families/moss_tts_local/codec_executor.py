@@ -27,4 +27,4 @@ class CodecExecutor(ChunkExecutor):
     def chunk(self, plans: Sequence[ChunkPlan], bucket: int, frames: int) -> Tensor:
         """Decode every plan's frames in one call, padded to `bucket` rows of `frames` frames
         -> audio [bucket, channels, frames * hop] on the device (row b's first n_b * hop samples are real)."""
-        return self.launch(self.prepare(plans, bucket, frames))
+        return self.launch(self.pack(plans, bucket, frames))

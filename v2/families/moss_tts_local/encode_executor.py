@@ -1,7 +1,7 @@
 """The codec encoder's executor: a batch of ENCODE plans -> one chunked encoder call -> codes per row.
 
 Owns: the encoder's per-slot streaming state (fresh state for a recording that starts), the ENCODE batch
-in two halves (`prepare`: the rows' audio, slots and real frames as host tensors; `launch`: one
+in two halves (`pack`: the rows' audio, slots and real frames as host tensors; `launch`: one
 `encode_chunk` call -> codes [rows, n, G] on the device) and `read` (per plan, per row its real frames'
 codes, copied off the possibly pinned host buffer).
 Must not know: requests, loops' state, scheduling policy, threads.
@@ -30,7 +30,7 @@ class EncodeExecutor:
         """Fresh streams in `slots` (nothing of an earlier recording is ever read)."""
         self.state.reset(to_device(torch.tensor(list(slots), dtype=torch.long), self.encoder.device))
 
-    def prepare(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+    def pack(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
         """Host half: (audio [B, C, n * hop], slots [B], real frames [B]), rows in plan order."""
         rows = [r for p in batch.plans for r in p.payload.rows]
         audio = torch.from_numpy(np.stack([r.audio for r in rows]))  # [B, C, n * hop]
@@ -38,9 +38,9 @@ class EncodeExecutor:
         frames = torch.tensor([r.frames for r in rows], dtype=torch.long)
         return audio, slots, frames
 
-    def launch(self, prepared: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    def launch(self, packed: tuple[Tensor, Tensor, Tensor]) -> Tensor:
         """Device half: codes [rows, n, G] on the encoder's device (row k real for its first `frames` frames)."""
-        audio, slots, frames = (to_device(t, self.encoder.device) for t in prepared)
+        audio, slots, frames = (to_device(t, self.encoder.device) for t in packed)
         codes = self.encoder.encode_chunk(slots, audio, state=self.state, frames=frames)  # [B, G, n]
         return codes.transpose(1, 2)  # [B, n, G]
 

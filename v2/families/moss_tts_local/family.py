@@ -99,7 +99,7 @@ class MossFamily(PagedFamily):
         self.executors: dict[Hashable, AnyExecutor] = {}
         if self.encode_exec is not None:  # without the encoder reference audio is refused at submit
             e = self.encode_exec
-            self.executors[WorkUnitKind.ENCODE] = Halves(e.prepare, e.launch, e.read)
+            self.executors[WorkUnitKind.ENCODE] = Halves(e.pack, e.launch, e.read)
         self.executors |= self.ar_exec.executors()
         self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: ar.batch_buckets}
         self.pools = {"kv": ar.max_running, **({"codec": voc.max_streams} if voc is not None else {}),

@@ -2,7 +2,7 @@
 
 Owns: `SpeakerExecutor` (each recording through `Qwen3TTS.speaker_embedding` -> one [B, H] tensor) and
 `CodesExecutor` (each recording through `Qwen3CodecEncoder.encode` -> codes [B, R_max, G], -1 past each
-row's frames), each in two halves (`prepare`: host tensors; `launch`: device work) and `read` (per plan its
+row's frames), each in two halves (`pack`: host tensors; `launch`: device work) and `read` (per plan its
 result, copied off the possibly pinned host buffer). Each recording is encoded alone (its result does not
 depend on the batch: the codec encoder zero-pads a batch, which changes a short item's last frame).
 Must not know: requests, loops' state, scheduling policy, threads.
@@ -23,7 +23,7 @@ class SpeakerExecutor:
     def __init__(self, model: Any) -> None:
         self.model = model
 
-    def prepare(self, batch: Batch) -> list[Tensor]:
+    def pack(self, batch: Batch) -> list[Tensor]:
         return [torch.from_numpy(np.ascontiguousarray(p.payload.audio, dtype=np.float32)) for p in batch.plans]
 
     @torch.no_grad()
@@ -39,7 +39,7 @@ class CodesExecutor:
     def __init__(self, encoder: Any, hop: int) -> None:
         self.encoder, self.hop = encoder, hop
 
-    def prepare(self, batch: Batch) -> list[Tensor]:
+    def pack(self, batch: Batch) -> list[Tensor]:
         return [torch.from_numpy(np.ascontiguousarray(p.payload.audio, dtype=np.float32)) for p in batch.plans]
 
     @torch.no_grad()

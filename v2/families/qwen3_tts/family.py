@@ -127,9 +127,9 @@ class Qwen3Family(PagedFamily):
         c = self.codec_exec
         spk = SpeakerExecutor(model)
         codes = CodesExecutor(encoder, codec.hop) if encoder is not None else None
-        self.executors: dict[Hashable, AnyExecutor] = {Qwen3Work.SPEAKER: Halves(spk.prepare, spk.launch, spk.read)}
+        self.executors: dict[Hashable, AnyExecutor] = {Qwen3Work.SPEAKER: Halves(spk.pack, spk.launch, spk.read)}
         if codes is not None:  # without the codec's encoder an in-context clone is refused at submit
-            self.executors[WorkUnitKind.ENCODE] = Halves(codes.prepare, codes.launch, codes.read)
+            self.executors[WorkUnitKind.ENCODE] = Halves(codes.pack, codes.launch, codes.read)
         self.executors |= self.frames.executors()
         self.buckets: dict[Hashable, list[int]] = {WorkUnitKind.AR_FRAME: tk.batch_buckets}
         self.pools = {"kv": tk.max_running, **({"codec": cd.max_streams} if cd is not None else {}),
