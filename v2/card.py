@@ -258,7 +258,7 @@ class PagedLoopDecl(LoopDecl):
 
 
 class ChunkLoopDecl(LoopDecl):
-    """The settings of a codec loop that takes frames and streams them as audio chunks (the runtime's chunk
+    """The settings of a codec loop that takes frames and streams them as audio chunks (the kit's chunk
     stream, v2/kit/chunks.py). A family's subclass names its class."""
 
     takes: ClassVar[str | None] = "frames"

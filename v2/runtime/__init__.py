@@ -1,4 +1,6 @@
-"""The central runtime: one engine thread running every request's work as batched steps.
+"""The central runtime, the engine core: one engine thread running every request's work as batched steps.
+What families are made of is the family kit (v2/kit/, which this package never imports); the voice store is
+v2/voices/ (held by `Runtime`). Where to read: designs/runtime.md.
 
 The names below load on first use, so importing a torch-free part of the runtime (the scheduler, the slot
 pools) does not load torch.

@@ -1,4 +1,4 @@
-"""CSM's backbone loop: the runtime's paged AR sequence (v2/kit/sequence.py) with this family's stop rule.
+"""CSM's backbone loop: the kit's paged AR sequence (v2/kit/sequence.py) with this family's stop rule.
 
 Owns: `CsmLoop` (the generic `ARLoop` named "backbone" on the model expert) and `recompute_rows`. A frame
 step t is one plan: on the device it chooses codebook 0 of frame t from the backbone state the step

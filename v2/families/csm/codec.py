@@ -1,4 +1,4 @@
-"""CSM's codec loop: the runtime's chunk stream (v2/kit/chunks.py) named "codec" on the codec expert; a
+"""CSM's codec loop: the kit's chunk stream (v2/kit/chunks.py) named "codec" on the codec expert; a
 chunk's frames are N codes each (the frames the reference decodes), its audio Mimi's 24 kHz mono. Its state,
 plans and result are the runtime's (`ChunkStream`, `ChunkPlan`, `ChunkResult`).
 Must not know: tensors on a device, batching, other requests, the backbone.

@@ -1,4 +1,4 @@
-"""The codec executor: the runtime's streaming chunk executor (v2/kit/chunk_executor.py) over Mimi.
+"""The codec executor: the kit's streaming chunk executor (v2/kit/chunk_executor.py) over Mimi.
 
 Owns: what Mimi gives it: its per-slot streaming state (`MimiState`), the codes frame-major [bucket, frames,
 N], 24 kHz mono audio rows of `hop` samples a frame, the step graphs' name; and the model's spare ids

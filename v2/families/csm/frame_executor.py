@@ -1,4 +1,4 @@
-"""The frame executor: the runtime's paged frame executor (v2/kit/frames.py) with CSM's model, state and
+"""The frame executor: the kit's paged frame executor (v2/kit/frames.py) with CSM's model, state and
 packed row.
 
 Owns: the backbone's device-side state besides what every frame executor has (per slot its sampling

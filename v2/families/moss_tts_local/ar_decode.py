@@ -1,4 +1,4 @@
-"""MOSS-TTS-Local's AR decode loop: the runtime's paged AR sequence (v2/kit/sequence.py) with this
+"""MOSS-TTS-Local's AR decode loop: the kit's paged AR sequence (v2/kit/sequence.py) with this
 family's terms.
 
 Owns: `ARDecodeLoop`, the generic `ARLoop` named `LoopKind.AR_DECODE` on the backbone, whose rows are

@@ -1,4 +1,4 @@
-"""MOSS-TTS-Local's AR executor: the runtime's paged frame executor (v2/kit/frames.py) with this
+"""MOSS-TTS-Local's AR executor: the kit's paged frame executor (v2/kit/frames.py) with this
 family's model, state and packed row.
 
 Owns: the device-side state of the AR experts besides what every frame executor has (per-slot sampling

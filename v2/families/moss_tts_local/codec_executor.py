@@ -1,4 +1,4 @@
-"""The codec executor: the runtime's streaming chunk executor (v2/kit/chunk_executor.py) over the vocoder.
+"""The codec executor: the kit's streaming chunk executor (v2/kit/chunk_executor.py) over the vocoder.
 
 Owns: what the vocoder gives it: each codec slot's streaming state, the codes width-major [bucket, 12,
 frames], 48 kHz stereo audio rows [channels, frames * hop], the step graphs' name; and `chunk`, both halves

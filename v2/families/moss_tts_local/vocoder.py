@@ -1,4 +1,4 @@
-"""MOSS-TTS-Local's vocoder loop: the runtime's chunk stream (v2/kit/chunks.py) named
+"""MOSS-TTS-Local's vocoder loop: the kit's chunk stream (v2/kit/chunks.py) named
 `LoopKind.VOCODER` on the vocoder expert; a chunk's frames are 12 codes each, its audio 48 kHz stereo.
 `VocoderState`, `VocoderResult` and `ChunkPlan` are the runtime's. This family has no left context.
 Must not know: tensors on a device, batching, other requests, the TTS model.

@@ -1,4 +1,4 @@
-"""Qwen3-TTS's codec loop: the runtime's chunk stream (v2/kit/chunks.py) named "codec" on the codec
+"""Qwen3-TTS's codec loop: the kit's chunk stream (v2/kit/chunks.py) named "codec" on the codec
 expert; a chunk's frames are G codes each, its audio 24 kHz mono. An in-context clone's reference codes
 are its left context (`init(context=...)`): the stream's state then holds them as the public API's
 decode of reference + frames does, and what is delivered is that decode with the reference's samples cut

@@ -1,4 +1,4 @@
-"""The codec executor: the runtime's streaming chunk executor (v2/kit/chunk_executor.py) over the 12 Hz
+"""The codec executor: the kit's streaming chunk executor (v2/kit/chunk_executor.py) over the 12 Hz
 decoder.
 
 Owns: what the decoder gives it: its per-slot streaming state (`Qwen3CodecState`), the codes frame-major

@@ -1,4 +1,4 @@
-"""Qwen3-TTS's talker loop: the runtime's paged AR sequence (v2/kit/sequence.py) with this family's
+"""Qwen3-TTS's talker loop: the kit's paged AR sequence (v2/kit/sequence.py) with this family's
 terms.
 
 Owns: `TalkerState` (the generic sequence plus the per-frame trailing text ids and an open request's text

@@ -1,4 +1,4 @@
-"""The talker executor: the runtime's paged frame executor (v2/kit/frames.py) with this family's model,
+"""The talker executor: the kit's paged frame executor (v2/kit/frames.py) with this family's model,
 state and packed row.
 
 Owns: the talker's device-side state besides what every frame executor has (per slot the x-vector its
