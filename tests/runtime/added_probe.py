@@ -115,7 +115,7 @@ class Measure:
     def __init__(self) -> None:
         self.calls: list[int] = []  # rows per launch
 
-    def prepare(self, batch: Batch) -> list[np.ndarray]:
+    def pack(self, batch: Batch) -> list[np.ndarray]:
         return [np.asarray(p.payload.audio, dtype=np.float32) for p in batch.plans]
 
     def launch(self, audio: list[np.ndarray]) -> torch.Tensor:
@@ -139,7 +139,7 @@ class BuiltProbe:
         self.loop = ProbeLoop(name, fail_text if isinstance(fail_text, str) else None,
                               fail_id if isinstance(fail_id, int) else None, relay)
         self.measure = Measure()
-        self.executors: Mapping[Hashable, Any] = {self.loop.kind: Halves(self.measure.prepare, self.measure.launch,
+        self.executors: Mapping[Hashable, Any] = {self.loop.kind: Halves(self.measure.pack, self.measure.launch,
                                                                       self.measure.read)}
         self.buckets: Mapping[Hashable, list[int]] = {}
         streams = settings.get("streams", 64)
