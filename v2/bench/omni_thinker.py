@@ -58,12 +58,14 @@ def measure(th: Thinker, batch: int, prefill: int, repeats: int, device: torch.d
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--checkpoint", type=Path, required=True)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--prefill", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--checkpoint", type=Path, required=True,
+                    help="a Qwen3-Omni checkpoint folder, e.g. tests/fixtures/qwen3_omni_tiny/checkpoint (no default)")
+    ap.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    ap.add_argument("--batch", type=int, default=16, help="rows of the batched side (default: %(default)s)")
+    ap.add_argument("--prefill", type=int, default=32, help="prompt rows each row prefills (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=8, help="timed runs of each part; the median is reported "
+                    "(default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: %(default)s)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
