@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -80,3 +81,18 @@ def test_missing_splitters_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_unknown_language_refused() -> None:
     with pytest.raises(LanguageError, match="language: 'Klingon'"):
         split_words("a", "Klingon")
+
+
+def test_japanese_words_leave_the_float_environment_as_it_was() -> None:
+    """nagisa's DyNet is compiled with fast-math: loading it sets flush-to-zero / denormals-are-zero, which would
+    change every later float operation of the thread (and break the exact rule). Run in a fresh interpreter, so
+    the import is the first one."""
+    pytest.importorskip("nagisa")
+    script = ("import sys\n"
+              "from v2.models.forced_aligner.words import split_words\n"
+              "tiny = float.fromhex('0x0.0000000000001p-1022')\n"
+              "assert tiny * 1.0 > 0\n"
+              "assert split_words('私は学生です。', 'Japanese')\n"
+              "sys.exit(0 if tiny * 1.0 > 0 else 3)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])

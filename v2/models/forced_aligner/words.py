@@ -15,9 +15,13 @@ Must not know: tokens, ids, tensors, the model, the runtime.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import functools
 import importlib.util
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 LANGUAGES = ("Chinese", "English", "Cantonese", "French", "German", "Italian", "Japanese", "Korean",
@@ -58,12 +62,37 @@ def _clean(token: str) -> str:
 
 
 def _japanese(text: str) -> list[str]:
+    with _float_env_kept():  # nagisa's DyNet is built with fast-math: its import sets flush-to-zero
+        try:
+            import nagisa  # type: ignore[import-not-found]  # the `align` extra; loads its own small model
+        except ImportError as e:
+            raise LanguageError("language: 'Japanese' needs nagisa (pip install 'v2[align]'), which is not "
+                                "installed; pass the words instead") from e
+        words = nagisa.tagging(text).words
+    return [w for w in (_clean(t) for t in words) if w]
+
+
+@contextlib.contextmanager
+def _float_env_kept() -> Iterator[None]:
+    """This thread's floating-point environment as it was before the block (C's fegetenv / fesetenv): a library
+    compiled with -ffast-math sets flush-to-zero and denormals-are-zero when it loads, which would change the
+    bits of every later float operation of the thread (the exact rule's and the models')."""
+    libm = _libm()
+    if libm is None:
+        yield
+        return
+    saved = ctypes.create_string_buffer(1024)  # larger than any fenv_t
+    libm.fegetenv(saved)
     try:
-        import nagisa  # type: ignore[import-not-found]  # the `align` extra; loads its own small model
-    except ImportError as e:
-        raise LanguageError("language: 'Japanese' needs nagisa (pip install 'v2[align]'), which is not "
-                            "installed; pass the words instead") from e
-    return [w for w in (_clean(t) for t in nagisa.tagging(text).words) if w]
+        yield
+    finally:
+        libm.fesetenv(saved)
+
+
+@functools.cache
+def _libm() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("m")
+    return ctypes.CDLL(name) if name else None
 
 
 def find_korean_dict() -> Path | None:
