@@ -3,8 +3,10 @@ flight finish, aborts one that outlives the drain deadline, and exits 0.
 
 Nothing here waits a fixed time or bounds a duration from above: the refusal is checked once the server says it
 is shutting down, and every wait is a hang check (BOUND). The drain deadline (DRAIN_S) holds the short request's
-20 frames at up to 300 ms a frame (~15 times this CPU's pace under load), while the long one's 600 frames
-outlast it unless a frame takes under 10 ms (twice as fast as this CPU)."""
+20 frames at up to 300 ms a frame (~15 times this CPU's pace under load), while the long one's 60,000 frames (the
+card copied with its frame cap raised) outlast it unless a frame takes under 0.1 ms (~50 times as fast as this
+CPU: a 600-frame request, the shipped card's cap, came to finish inside the deadline once the frame step got
+faster)."""
 
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ import httpx
 from serverkit import TEXT
 
 ROOT = Path(__file__).resolve().parents[2]
-DRAIN_S = 6.0  # the short request's 20 frames fit well within it; the long one's 600 do not
+DRAIN_S = 6.0  # the short request's 20 frames fit well within it; the long one's do not
 SHORT_FRAMES = 20
+LONG_FRAMES = 60_000  # 80 minutes of audio: no CPU makes it within the drain deadline (the card is raised to it)
 BOUND = 120.0  # seconds: a hang check
 # the listening socket is closed: refused, or reset while the connection waited in its backlog, or cut
 CLOSED = (httpx.NetworkError, httpx.RemoteProtocolError)
@@ -59,9 +62,13 @@ def _wait_until_shutting_down(url: str) -> None:
     raise AssertionError(f"the server still accepted requests {BOUND} s after SIGTERM")
 
 
-def test_sigterm_drains_then_aborts_the_rest_and_exits_0():
+def test_sigterm_drains_then_aborts_the_rest_and_exits_0(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    card = (ROOT / "cards" / "moss_tts_local_tiny.toml").read_text()
+    assert "max_frames = 600 " in card
+    (tmp_path / "long.toml").write_text(card.replace("max_frames = 600 ", f"max_frames = {LONG_FRAMES} "))
     proc = subprocess.Popen([sys.executable, "-m", "v2", "serve", "--port", "0", "--drain-timeout", str(DRAIN_S),
+                             "--card", str(tmp_path / "long.toml"),
                              "--no-access-log", "--log-level", "warning"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -71,7 +78,7 @@ def test_sigterm_drains_then_aborts_the_rest_and_exits_0():
         url = match.group(1)
         short = {"input": TEXT, "max_frames": SHORT_FRAMES, "min_frames": SHORT_FRAMES, "response_format": "pcm",
                  "sample_rate": 48000}
-        long = {**short, "max_frames": 600, "min_frames": 600}
+        long = {**short, "max_frames": LONG_FRAMES, "min_frames": LONG_FRAMES}
         results: dict[str, dict] = {"short": {}, "long": {}}
         flowing = {k: threading.Event() for k in results}
         threads = [threading.Thread(target=_stream, args=(url, body, results[k], flowing[k]))
@@ -98,5 +105,5 @@ def test_sigterm_drains_then_aborts_the_rest_and_exits_0():
             proc.wait()
     assert rc == 0, proc.stderr.read()[-2000:]
     assert results["short"].get("complete") and results["short"]["bytes"] == SHORT_FRAMES * 3840 * 2  # drained
-    assert not results["long"].get("complete") and results["long"]["bytes"] < 600 * 3840 * 2  # aborted at the deadline
+    assert not results["long"].get("complete") and results["long"]["bytes"] < LONG_FRAMES * 3840 * 2  # aborted
     assert elapsed > DRAIN_S - 0.5  # the long request was given the whole drain deadline
