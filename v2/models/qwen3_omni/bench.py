@@ -1,9 +1,10 @@
-"""`python -m v2.bench.omni_thinker --checkpoint DIR`: the Qwen3-Omni thinker's model-level step costs.
+"""`python -m v2.models.qwen3_omni.bench --checkpoint DIR`: the Qwen3-Omni thinker's model-level step costs.
 
 Owns: timing, on one device, of log-mel + the audio encoder for a clip, a prefill of `--prefill` rows and a
 decode step (`MoeDecoder.forward_cached` + `Thinker.logits` + argmax) at batch 1 and `--batch`, medians of
 `--repeats` steps after one warm-up; one JSON line last. No runtime, no scheduler: the models alone.
-Must not know: requests, families, cards.
+Must not know: requests, families, cards. (It sits with the models until the family exists: a package under
+v2/families/ is a family to the registry.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Callable
 
 import torch
 
-from v2.bench.__main__ import machine
 from v2.models.kv_cache import KVCache
 from v2.models.qwen3_omni.audio_features import log_mel
 from v2.models.qwen3_omni.thinker import Thinker, load_thinker
@@ -67,6 +67,8 @@ def main() -> None:
                     "(default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: %(default)s)")
     args = ap.parse_args()
+    from v2.bench.__main__ import machine  # the JSON line's machine fields, as every bench's
+
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     th = load_thinker(args.checkpoint, device=device)
