@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Protocol, TypeVar
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -106,6 +106,35 @@ def stored_shapes(files: dict[str, Path]) -> dict[str, tuple[int, ...]]:
                     raise CheckpointError(f"{file}: index lists '{key}' but the file does not hold it")
                 shapes[key] = tuple(f.get_slice(key).get_shape())
     return shapes
+
+
+class Placement(Protocol):
+    """Where one stored key lives in a model: rows [start, start + shape[0]) of parameter `param`."""
+
+    @property
+    def param(self) -> str: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+
+def fill_from_files(model: nn.Module, layout: Mapping[str, Placement], files: dict[str, Path], *,
+                    dtype: torch.dtype, device: torch.device | str) -> dict[str, nn.Parameter]:
+    """Every parameter of `model` (built on the meta device) allocated once in `dtype` on `device`, then each
+    stored key that `layout` places read into its rows (a key it does not place is left out: the caller has
+    checked the keys). Returns the parameters by name, for what the caller fills itself (tied tables)."""
+    for name, p in list(model.named_parameters()):  # one allocation per parameter, filled below
+        set_tensor(model, name, torch.empty(p.shape, dtype=dtype, device=device))
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for file, keys in stored_by_file(files):
+            with open_weights(file) as f:
+                for key in keys:
+                    if key in layout:
+                        part = layout[key]
+                        params[part.param][part.start : part.start + part.shape[0]] = read_tensor(f, key, file)
+    return params
 
 
 def set_tensor(model: nn.Module, name: str, value: Tensor) -> None:

@@ -21,8 +21,7 @@ from v2.models.csm.config import CsmConfig
 from v2.models.csm.model import Csm
 from v2.models.qwen3 import Part, release_layout
 from v2.models.weights import (
-    empty_model, open_weights, raise_mismatch, read_config, read_tensor, set_tensor, stored_by_file, stored_shapes,
-    weight_files,
+    empty_model, fill_from_files, raise_mismatch, read_config, set_tensor, stored_shapes, weight_files,
 )
 
 CODEC_PREFIX = "codec_model."
@@ -53,16 +52,8 @@ def load_checkpoint(path: Path, *, dtype: torch.dtype, device: torch.device | st
     layout = release_layout(model)
     files = weight_files(path)
     fill = check_keys(cfg, layout, stored_shapes(files))
-    for name, p in list(model.named_parameters()):  # one allocation per parameter, filled below
-        set_tensor(model, name, torch.empty(p.shape, dtype=dtype, device=device))
-    params = dict(model.named_parameters())
+    params = fill_from_files(model, layout, files, dtype=dtype, device=device)
     with torch.no_grad():
-        for file, keys in stored_by_file(files):
-            with open_weights(file) as f:
-                for key in keys:
-                    if key in layout:
-                        part = layout[key]
-                        params[part.param][part.start : part.start + part.shape[0]] = read_tensor(f, key, file)
         for table in fill:  # tied: the stored table fills the other
             other = next(t for t in AUDIO_TABLES if t != table)
             params[table].copy_(params[other])

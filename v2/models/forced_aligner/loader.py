@@ -17,8 +17,7 @@ from v2.models.forced_aligner.config import ForcedAlignerConfig
 from v2.models.forced_aligner.model import ForcedAligner
 from v2.models.qwen3 import release_layout
 from v2.models.weights import (
-    empty_model, open_weights, raise_mismatch, read_config, read_tensor, set_tensor,
-    stored_by_file, stored_shapes, weight_files,
+    empty_model, fill_from_files, raise_mismatch, read_config, stored_shapes, weight_files,
 )
 
 PREFIX = "thinker."
@@ -34,14 +33,6 @@ def load_aligner(path: Path, *, dtype: torch.dtype = torch.float32,
     misshaped = [f"{k}: checkpoint {list(s)} vs model {list(layout[k].shape)}"
                  for k, s in sorted(stored.items()) if k in layout and tuple(s) != layout[k].shape]
     raise_mismatch(sorted(set(layout) - set(stored)), sorted(set(stored) - set(layout)), misshaped)
-    for name, p in list(model.named_parameters()):  # one allocation per parameter, filled below
-        set_tensor(model, name, torch.empty(p.shape, dtype=dtype, device=device))
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for file, keys in stored_by_file(files):
-            with open_weights(file) as f:
-                for key in keys:
-                    part = layout[key]
-                    params[part.param][part.start : part.start + part.shape[0]] = read_tensor(f, key, file)
+    fill_from_files(model, layout, files, dtype=dtype, device=device)
     return model.eval()
 
