@@ -202,12 +202,14 @@ class FrameSampler:
 def _candidates(z: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The k largest of each row of z [B, V] (k < V) by value, ties by id: ids [B, k] int64 and their values [B, k]
     (which of several ids tied at the k-th value is not promised). The order is made by sorting the ids, then a
-    stable descending sort by value: in numpy where `_top` selects there (a float32 array's values compared as
-    torch compares them; ties keep the id order), else in torch."""
+    stable descending sort by value. Below SELECT_ROWS rows (or off the CPU) the k come from torch.topk, unsorted;
+    from SELECT_ROWS rows on the CPU from numpy's introselect (at 16 rows of 2,048 ids 55 us against topk's 180),
+    and the sorts are numpy's too (a float32 array's values compared as torch compares them; ties keep the id
+    order)."""
     if z.shape[0] < SELECT_ROWS or z.device.type != "cpu":
-        top_ids, top_z = _top(z, k)
-        ids, perm = top_ids.sort(dim=-1)                                                   # ids ascending
-        sorted_all, by_value = top_z.gather(1, perm).sort(dim=-1, descending=True, stable=True)
+        top = torch.topk(z, k, dim=-1, sorted=False)                                       # [B, k] in no order
+        ids, perm = top.indices.sort(dim=-1)                                               # ids ascending
+        sorted_all, by_value = top.values.gather(1, perm).sort(dim=-1, descending=True, stable=True)
         return ids.gather(1, by_value), sorted_all
     zn = z.detach().numpy()
     ids_n = np.sort(np.argpartition(zn, zn.shape[-1] - k, axis=-1)[:, zn.shape[-1] - k:], axis=-1)  # [B, k] ascending
@@ -215,13 +217,6 @@ def _candidates(z: Tensor, k: int) -> tuple[Tensor, Tensor]:
     by_n = np.argsort(-values, axis=-1, kind="stable")  # descending, ties in id order (-x is exact)
     order = np.take_along_axis(ids_n, by_n, -1).astype(np.int64, copy=False)
     return torch.from_numpy(order), torch.from_numpy(np.take_along_axis(values, by_n, -1))
-
-
-def _top(z: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The k largest of each row of z [B, V], in no order (torch.topk): ids [B, k] int64, values [B, k]. From 4 rows
-    on the CPU `_candidates` takes numpy's introselect instead (at 16 rows of 2,048 ids 55 us against topk's 180)."""
-    top = torch.topk(z, k, dim=-1, sorted=False)
-    return top.indices, top.values
 
 
 @functools.lru_cache(maxsize=8)
