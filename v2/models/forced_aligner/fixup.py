@@ -11,16 +11,9 @@ Must not know: tensors, the model, tokens, the runtime.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from v2.events import WordTime
 
-
-@dataclass(frozen=True)
-class WordTime:
-    """One word and its start / end in seconds from the start of its clip."""
-
-    word: str
-    start: float
-    end: float
+__all__ = ["WordTime", "fix_timestamps", "fixup_branches", "word_times"]
 
 
 def _normal(values: list[float]) -> list[bool]:
