@@ -10,8 +10,11 @@ Exact on the CPU (designs/model.md, "Exact on every CPU" and "Qwen3-Omni"): rout
 runs `exact.linear` on the rows routed to it (fixed-shape tiles, so a row's output does not depend on which
 other rows share the expert), and a row's k expert outputs are summed in its own rank order (highest
 probability first), never in expert or batch order. So a row's result is the same alone or in any batch.
-Off the CPU the same loop over experts runs with F.linear. The grouped-expert Triton kernel (one launch for
-every expert's rows, sorted by expert) plugs in at `SparseMoe._experts` (later work).
+Where the Triton kernels run (CUDA, autograd off: `kernels.inference_kernels`), `_experts` is the grouped-expert
+kernel (v2/models/kernels/grouped_experts.py: slots sorted by expert on the device, three launches whatever the
+routing, a fixed reduction order, so batched == alone there too); elsewhere (a differentiable pass, no Triton)
+the same loop over experts runs with F.linear. On the CPU the loop runs unchanged (the kernel's tests force it
+there, through Triton's interpreter).
 Must not know: decoders, attention, caches, checkpoints, requests.
 """
 
@@ -20,8 +23,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from v2.models import exact
+from v2.models import exact, kernels
 from v2.models.config import BackboneConfig
+from v2.models.kernels.grouped_experts import grouped_experts
 from v2.models.qwen3 import Qwen3MLP
 from v2.models.qwen3_omni.config import MoeConfig
 
@@ -79,7 +83,9 @@ class SparseMoe(nn.Module):
 
     def _experts(self, rows: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
         """sum_k weights[n, k] * expert_{experts[n, k]}(rows[n]) for each row n, the k terms added in rank order.
-        Where the grouped-expert kernel goes: it replaces this loop (one launch over rows sorted by expert)."""
+        With the kernels on: the grouped-expert kernel (the same sum, one pass over the slots sorted by expert)."""
+        if kernels.inference_kernels(rows.device):
+            return grouped_experts(rows, weights, experts, self.experts.gate_up_proj, self.experts.down_proj)
         n, k = experts.shape
         outs = rows.new_zeros(n, k, rows.shape[-1])  # [N, k, H]: row n's rank-r expert output at [n, r]
         flat = experts.reshape(-1)  # [N k]

@@ -1,0 +1,105 @@
+"""The grouped-expert kernel (v2/models/kernels/grouped_experts.py, run by Triton's interpreter on the CPU) against
+the torch form of `SparseMoe._experts`: the same sums within float rounding (float32), for routings with empty
+experts, an expert holding more slots than a tile, and the talker's shared expert; its tile schedule covers every
+slot once; and a token's output through the kernel is the same alone as in a batch. float32 only: the interpreter's
+bfloat16 `tl.dot` is not faithful (the GPU test covers bfloat16, tests/gpu/test_qwen3_omni_moe_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from v2.models import kernels
+from v2.models.kernels import grouped_experts as ge
+from v2.models.qwen3_omni.config import MoeConfig
+from v2.models.qwen3_omni import moe
+from v2.models.qwen3_omni.moe import SparseMoe
+
+pytestmark = pytest.mark.skipif(ge.triton is None, reason="needs triton")
+
+
+def _moe(shared: int, experts: int = 6, top_k: int = 2, hidden: int = 24, inter: int = 20) -> SparseMoe:
+    """Widths that are not multiples of the kernel's blocks, so the masks are exercised."""
+    torch.manual_seed(3)
+    m = SparseMoe(MoeConfig(hidden_size=hidden, num_experts=experts, top_k=top_k, intermediate_size=inter,
+                            norm_topk_prob=True, shared_intermediate_size=shared))
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape) * 0.3)
+    return m.eval()
+
+
+def _routing(n: int, k: int, e: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    experts = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(n)])  # [N, k], distinct per row
+    weights = torch.softmax(torch.randn(n, k, generator=g), -1)
+    return weights, experts
+
+
+@pytest.mark.parametrize("case", ["spread", "crowded"])
+def test_schedule_covers_every_slot_once(case: str) -> None:
+    n, k, e = 40, 2, 6
+    _, experts = _routing(n, k, e, 0)
+    if case == "crowded":  # expert 1 holds 3 tiles' worth of slots; experts 4 and 5 none
+        experts[:, 0] = 1
+        experts[:, 1] = torch.arange(n) % 3 * 2 % 4
+        experts[experts[:, 1] == 1, 1] = 0
+    order, tile_expert, start, end = ge.schedule(experts, e)
+    assert tile_expert.shape[0] == ge.tile_bound(n * k, e)
+    seen: list[int] = []
+    for t in range(tile_expert.shape[0]):
+        s0, s1 = int(start[t]), int(end[t])
+        assert 0 <= s1 - s0 <= ge.BLOCK_M
+        slots = order[s0:s1]
+        assert bool((experts.view(-1)[slots] == tile_expert[t]).all())
+        seen += slots.tolist()
+    assert sorted(seen) == list(range(n * k))
+
+
+@pytest.mark.parametrize("n", [1, 3, 37])
+@torch.no_grad()
+def test_grouped_experts_equal_the_torch_form(n: int, monkeypatch) -> None:
+    m = _moe(0)
+    x = torch.randn(n, 24)
+    weights, experts = _routing(n, 2, 6, n)
+    if n == 37:
+        experts[:20, 0] = 4  # expert 4 holds more slots than a tile (rows 0..19 keep distinct experts)
+        experts[:20, 1] = torch.where(experts[:20, 1] == 4, 5, experts[:20, 1])
+    want = m._experts(x, weights, experts)
+    monkeypatch.setattr(kernels, "FORCE", True)
+    got = m._experts(x, weights, experts)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shared", [0, 32])
+@torch.no_grad()
+def test_the_moe_block_through_the_kernel_equals_the_torch_block(shared: int, monkeypatch) -> None:
+    m = _moe(shared, experts=8, top_k=3)
+    x = torch.randn(2, 5, 24)
+    want = m(x)
+    calls: list[int] = []
+
+    def grouped(*args: torch.Tensor) -> torch.Tensor:
+        calls.append(args[0].shape[0])
+        return ge.grouped_experts(*args)
+
+    monkeypatch.setattr(moe, "grouped_experts", grouped)
+    monkeypatch.setattr(kernels, "FORCE", True)
+    torch.testing.assert_close(m(x), want, atol=1e-5, rtol=1e-5)
+    assert calls == [10]  # the kernel served the block (the CPU's loop did not)
+
+
+@torch.no_grad()
+def test_a_token_through_the_kernel_is_the_same_alone_and_batched(monkeypatch) -> None:
+    m = _moe(32, experts=8, top_k=3)
+    x = torch.randn(21, 24)
+    monkeypatch.setattr(kernels, "FORCE", True)
+    batched = m(x)
+    for i in (0, 7, 20):
+        assert torch.equal(m(x[i : i + 1])[0], batched[i]), i
+
+
+def test_bad_shapes_are_refused_naming_the_weights() -> None:
+    w, e = _routing(2, 2, 4, 1)
+    with pytest.raises(ValueError, match="gate_up"):
+        ge.grouped_experts(torch.randn(2, 8), w, e, torch.randn(4, 10, 9), torch.randn(4, 8, 5))
