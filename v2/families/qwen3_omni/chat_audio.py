@@ -1,0 +1,63 @@
+"""An `input_audio` part of a chat message -> the 16 kHz mono clip the audio encoder reads, and its token count.
+
+Owns: the part's checks (`data`: base64 of a whole audio file, a `data:audio/...;base64,` prefix allowed;
+`format`: one of FORMATS, the containers libsndfile decodes), decoding (v2/models/audio_in.py `read_audio`:
+the header's rate, duration and size checked before a sample is decoded), the release processor's input
+rule (its `librosa.load(sr=16000)`: channels averaged, resampled with soxr "HQ" to ceil(n * 16000 / rate)
+samples) and the `<|audio_pad|>` count of the clip (`audio_token_count` of samples // hop mel frames: the
+encoder's output rows). Every refusal is a FieldError whose message starts with the part's path
+(`messages[1].content[0].input_audio.data: ...`).
+Must not know: the chat template, tokens other than the count, requests, the runtime.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+
+import numpy as np
+
+from v2.errors import FieldError
+from v2.models.audio_in import AudioError, read_audio, resample
+from v2.models.qwen3_omni.audio_features import audio_token_count
+from v2.models.qwen3_omni.config import AudioEncoderConfig
+
+FORMATS = ("wav", "mp3", "flac", "ogg")  # OpenAI's input_audio formats that libsndfile decodes
+FIELD = "messages.content.input_audio"
+_DATA_URI = re.compile(r"data:audio/[\w.+-]+;base64,", re.IGNORECASE)
+
+
+def _b64(text: str, at: str) -> bytes:
+    m = _DATA_URI.match(text)
+    body = "".join(text[m.end():].split()) if m else "".join(text.split())
+    if not body:
+        raise FieldError(f"{at}.data: is empty; expected the base64 of an audio file", field=f"{FIELD}.data")
+    try:
+        return base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise FieldError(f"{at}.data: is not base64 ({e})", field=f"{FIELD}.data") from None
+
+
+def decode_input_audio(data: object, fmt: object, at: str, cfg: AudioEncoderConfig,
+                       max_seconds: float | None = None) -> tuple[np.ndarray, int]:
+    """(`data`, `format`) of the part at `at` -> (samples [n] float32 mono at the encoder's rate, the clip's
+    `<|audio_pad|>` count)."""
+    if not isinstance(fmt, str):
+        raise FieldError(f"{at}.format: expected one of {', '.join(FORMATS)}, got {type(fmt).__name__}",
+                         field=f"{FIELD}.format")
+    if fmt.lower() not in FORMATS:
+        raise FieldError(f"{at}.format: expected one of {', '.join(FORMATS)}, got {fmt!r}", field=f"{FIELD}.format")
+    if not isinstance(data, str):
+        raise FieldError(f"{at}.data: expected a base64 string, got {type(data).__name__}", field=f"{FIELD}.data")
+    try:
+        samples, rate = read_audio(_b64(data, at), max_seconds=max_seconds)  # [channels, n]
+    except AudioError as e:
+        raise FieldError(f"{at}.data: {e}", field=f"{FIELD}.data") from None
+    mono = samples.mean(axis=0, dtype=np.float32)[None] if samples.shape[0] > 1 else samples  # [1, n]
+    wave = resample(np.ascontiguousarray(mono, dtype=np.float32), rate, cfg.sampling_rate)[0]  # [m]
+    frames = wave.shape[0] // cfg.hop_length
+    if frames == 0:
+        raise FieldError(f"{at}.data: is {wave.shape[0] / cfg.sampling_rate * 1000:.1f} ms long; at least "
+                         f"{cfg.hop_length / cfg.sampling_rate * 1000:g} ms is needed", field=f"{FIELD}.data")
+    return wave, audio_token_count(frames, cfg)
