@@ -43,11 +43,27 @@ def _cards_dir() -> Traversable:
 CARDS_DIR = _cards_dir()
 
 
+_KIND = re.compile(r'(?m)^kind\s*=\s*"(\w+)"')
+
+
+def card_kind(text: str) -> str | None:
+    """A card file's `kind` before its first table (None: a speech card; "aligner": an aligner's card, read by
+    v2/aligner/card.py, never by `load_card`)."""
+    found = _KIND.search(re.split(r"(?m)^\s*\[", text, maxsplit=1)[0])
+    return found.group(1) if found else None
+
+
+def known_cards() -> list[str]:
+    """The names of the shipped speech cards, sorted (an aligner's card, `kind = "aligner"`, is none)."""
+    return sorted(f.name[: -len(".toml")] for f in CARDS_DIR.iterdir()
+                  if f.name.endswith(".toml") and card_kind(f.read_text()) is None)
+
+
 def _default_card() -> str:
     """The shipped card that says `default = true` among its top-level keys (data, not code: the first such
     card by name, else the first card by name). Read without parsing the cards (a seeded card's TOML takes
     milliseconds to parse); `ModelCard.default` validates the key when a card is loaded."""
-    names = sorted(f.name[: -len(".toml")] for f in CARDS_DIR.iterdir() if f.name.endswith(".toml"))
+    names = known_cards()
     for name in names:
         top = re.split(r"(?m)^\s*\[", CARDS_DIR.joinpath(f"{name}.toml").read_text(), maxsplit=1)[0]
         if re.search(r"(?m)^default\s*=\s*true\s*(#.*)?$", top):
@@ -334,11 +350,6 @@ class ModelCard(_Frozen):
         return self
 
 
-def known_cards() -> list[str]:
-    """The names of the shipped cards, sorted."""
-    return sorted(f.name[: -len(".toml")] for f in CARDS_DIR.iterdir() if f.name.endswith(".toml"))
-
-
 def card_path(name_or_path: str | Path) -> Path | Traversable:
     """A shipped card's name (with or without .toml) or a path to a card file."""
     p = Path(name_or_path)
@@ -352,8 +363,12 @@ def card_path(name_or_path: str | Path) -> Path | Traversable:
 
 def load_card(name_or_path: str | Path = DEFAULT_CARD) -> ModelCard:
     path = card_path(name_or_path)
+    text = path.read_text()
+    if card_kind(text) is not None:
+        raise CardError(f"card {path.name}: kind {card_kind(text)!r}, not a speech card (an aligner card is "
+                        "added to a speech card: Runtime.from_card(card, aligner=...), v2 serve --aligner)")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise CardError(f"card {path.name}: not valid TOML ({e})") from e
     try:

@@ -19,7 +19,7 @@ import functools
 import math
 import numbers
 import sys
-from typing import Annotated, Any, Iterable, Self
+from typing import Annotated, Any, Iterable, Literal, Self
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
@@ -295,8 +295,8 @@ class StrictRequest(BaseModel):
 
 class RequestTail(StrictRequest):
     """The fields every family's request ends with: the seed, the frame limits (what a frame counts is the
-    family's), streaming, the profile, whether audio is decoded, the timeout. A family's request class is
-    `class XRequest(RequestTail, XFields)`, its own fields in `XFields` (a `StrictRequest`): pydantic orders
+    family's), streaming, the profile, whether audio is decoded, the timeout, word timestamps. A family's
+    request class is `class XRequest(RequestTail, XFields)`, its own fields in `XFields` (a `StrictRequest`): pydantic orders
     fields from the last base to the first, so these come after the family's own, and the first field a
     refusal names is the first in the family's order."""
 
@@ -307,6 +307,9 @@ class RequestTail(StrictRequest):
     profile: ExecutionProfile = ExecutionProfile.SERVE
     decode_audio: StrictBool = True  # False: codes (and, under ROLLOUT, the trajectory) only, no codec work
     timeout: Annotated[StrictFloat | None, Field(gt=0, le=86400)] = None  # seconds from submit; then "abort"
+    # "word": each word's start and end (`SpeechResult.words`, events per sentence), from the runtime's aligner
+    # (an added loop, v2/aligner/); refused naming `timestamps` by a runtime without one
+    timestamps: Literal["word"] | None = None
 
     def checked_stream(self) -> Self:
         """This request, or refused naming `stream` when it streams without decoding audio (a family's model

@@ -6,8 +6,8 @@ Owns: `AddedLoopFactory` (what the registry finds by name, `v2.registry.added_lo
 its driven `FedLoop`, its executors by work kind, batched across requests like any kind, their batch buckets,
 its slot pools, and `start`, its per-request state), `AddedContext` (what `start` is handed of a request: its
 id, its pools' slots, the audio's format, the text / ids the request speaks as its family exposes them,
-`spoken()`, and its segments as its family marks them, `segments()`), `Spoken` and the family capability
-that gives it (`SpokenInput`; without it: the typed request's `text` and `text_ids`, where it has them),
+`spoken()`, its segments as its family marks them, `segments()`, and the typed request), `Spoken` and the
+family capability that gives it (`SpokenInput`; without it: the typed request's `text` and `text_ids`, where it has them),
 and what a request's subscribers get of it: `AddedEvent`s (`EventLog`, held by a handle).
 What flows: the loop named in the declaration's `after` (by default the one that gives what it takes: the
 audio loop, whose `fresh` are `AudioChunk`s) feeds it through `FedLoop.feed`, in the read half of the step
@@ -89,6 +89,7 @@ class AddedContext:
     channels: int
     spoken: Callable[[], Spoken]
     segments: Callable[[], Sequence[SegmentMark]] = list  # the segments begun so far, as its family marks them
+    request: object = None  # the typed request, read only: its common fields (`RequestTail`, e.g. `timestamps`)
 
 
 class AddedLoop(Protocol):

@@ -167,7 +167,8 @@ class WithAdded:
         for name, b in self.built.items():
             own = {p: slots[full] for full, p in self.pool_names[name].items()}
             states[name] = b.start(AddedContext(record.id, own, family.sample_rate, family.channels,
-                                                lambda: spoken_of(family, record, open_text), record.handle.marks))
+                                                lambda: spoken_of(family, record, open_text), record.handle.marks,
+                                                record.request))
         return states
 
     def result(self, record: RequestRecord, outputs: Mapping[Hashable, object], reason: FinishReason,

@@ -26,6 +26,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from v2.contracts import AudioChunk
+from v2.events import SentenceWords, WordTime
 from v2.errors import RequestError
 from v2.fields import encoding_problem
 from v2.runtime.added import AddedEvent, EventLog
@@ -69,6 +70,14 @@ class SpeechResult:
     error: str | None = None
     segments: tuple[SpeechSegment, ...] = ()  # in order; their frame ranges tile `codes` (one unless long text)
     added: Mapping[str, object] = field(default_factory=dict)  # each added loop's result, by its name (v2/runtime/added.py)
+
+    @property
+    def words(self) -> tuple[WordTime, ...]:
+        """Every word's times, in order (`timestamps: "word"`: the aligner's `SentenceWords`, flattened; empty
+        without them). Seconds from the start of the request's audio."""
+        spans = self.added.get("aligner", ())
+        return tuple(w for s in spans if isinstance(s, SentenceWords) for w in s.words) \
+            if isinstance(spans, tuple) else ()
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,18 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
 
-from v2.card import DEFAULT_CARD, ModelCard, family_of, load_card
+from v2.card import DEFAULT_CARD, CardError, ModelCard, family_of, load_card
 from v2.errors import OverloadedError, RequestError
 from v2.runtime import shutdown, weight_updates
 from v2.runtime.device import Stream, default_stream
 from v2.runtime.encoding import EncodeJob
+from v2.card_added import AddedLoopDecl, added_decls
+from v2.events import WordTime
 from v2.runtime.added_graph import AddLoops, added_loops, with_added
 from v2.runtime.engine import Engine
 from v2.runtime.family import Family, FrontState, Request, TextInput, VoiceArrays, VoiceEmbedding
@@ -37,6 +39,30 @@ from v2.runtime.handles import SpeechHandle, TextHandle
 from v2.runtime.inbox import Cancel, Encode, Feed, Submit
 from v2.runtime.records import RequestRecord
 from v2.voices.store import Voice, VoiceError, VoiceStore, store_directory
+
+ALIGNER = "aligner"  # the added loop that gives word timestamps (`timestamps: "word"`, `Runtime.align`)
+
+
+@runtime_checkable
+class WordAligner(Protocol):
+    """What the added loop named "aligner" offers besides its loop: aligning any recording with its text."""
+
+    def align(self, audio: Any, sample_rate: int, text: str | None = None, *, words: Sequence[str] | None = None,
+              word_ids: Sequence[Sequence[int]] | None = None, language: str | None = None) -> list[WordTime]: ...
+
+
+def with_aligner(add_loops: AddLoops, source: str) -> dict[str, AddedLoopDecl]:
+    """`add_loops` with the added loop "aligner" reading the aligner `source` (an aligner card's name or path,
+    a checkpoint directory or a hub id), through the registry like any added loop."""
+    if not isinstance(source, str) or not source.strip():
+        raise CardError(f"aligner: an aligner card's name or path, a directory or a hub id, got {source!r}")
+    try:
+        decls = added_decls(add_loops)
+    except ValueError as e:
+        raise CardError(str(e)) from None
+    if ALIGNER in decls:
+        raise CardError(f"aligner: add_loops already adds a loop named {ALIGNER!r}")
+    return {**decls, ALIGNER: AddedLoopDecl(loop=ALIGNER, settings={"card": source})}
 
 
 class Runtime:
@@ -66,6 +92,8 @@ class Runtime:
                                  width=self.family.code_width, codebook_size=self.family.codebook_size, arrays=arrays,
                                  embed=self.family.voice_from_embedding if isinstance(self.family, VoiceEmbedding)
                                  else None)
+        added = getattr(self.engine.family, "built", {}).get(ALIGNER)
+        self._aligner: WordAligner | None = added if isinstance(added, WordAligner) else None
         self._ids = itertools.count()
         self.engine.thread.start()
         shutdown.track(self)  # closed at interpreter exit if still open (shutdown.py)
@@ -74,11 +102,15 @@ class Runtime:
     def from_card(cls, card: str | ModelCard = DEFAULT_CARD, *, checkpoint: str | None = None,
                   codec_checkpoint: str | None = None, device: str | None = None, dtype: torch.dtype | None = None,
                   graphs: bool = True, voices_dir: str | None = None, stream: Stream | None = None,
-                  add_loops: AddLoops = ()) -> "Runtime":
+                  add_loops: AddLoops = (), aligner: str | None = None) -> "Runtime":
         """`card`: a card name in cards/, a path, or a loaded card. Default device: CUDA when present. Its
         family builds the experts it names (`checkpoint`: the model's, `codec_checkpoint`: the codec's).
-        `add_loops`: loops added to its graph (see `Runtime`), checked before any model loads."""
+        `add_loops`: loops added to its graph (see `Runtime`), checked before any model loads.
+        `aligner`: add the word aligner (the added loop "aligner": `timestamps: "word"`, `align`), read from
+        an aligner card's name or path (e.g. "forced_aligner_tiny"), a checkpoint directory or a hub id."""
         card = card if isinstance(card, ModelCard) else load_card(card)
+        if aligner is not None:
+            add_loops = with_aligner(add_loops, aligner)
         added_loops(card, add_loops)  # a refusal comes before the experts load
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         experts = family_of(card).experts(card, checkpoint=checkpoint, codec_checkpoint=codec_checkpoint,
@@ -118,6 +150,24 @@ class Runtime:
     def frame_rate(self) -> float:
         """Frames per second of audio."""
         return self.family.frame_rate
+
+    @property
+    def has_aligner(self) -> bool:
+        """Whether requests may ask for `timestamps: "word"` and `align` answers (an added loop "aligner")."""
+        return self._aligner is not None
+
+    def align(self, audio: Any, sample_rate: int, text: str | None = None, *, words: Sequence[str] | None = None,
+              word_ids: Sequence[Sequence[int]] | None = None, language: str | None = None) -> list[WordTime]:
+        """Each word of `text` (or the given `words`) in a recording (samples [n] or [channels, n] at
+        `sample_rate`): its start and end in seconds from the recording's start, as the aligner places them
+        (not clamped to the recording). `word_ids`: each word's token ids (no tokenizer is used);
+        `language`: the aligner's word rule for that language (an unsupported one is refused, naming it).
+        Runs on the caller's thread. ValueError naming the field for bad input; RuntimeError without an
+        aligner."""
+        if self._aligner is None:
+            raise RuntimeError("align: this runtime has no aligner (Runtime.from_card(..., aligner=...) or a card's "
+                               "[added_loops.aligner])")
+        return self._aligner.align(audio, sample_rate, text, words=words, word_ids=word_ids, language=language)
 
     # ----- caller side -----------------------------------------------------------------------------
     def parse(self, fields: Any) -> Request:
@@ -250,7 +300,12 @@ class Runtime:
         return self.family.front_state(rid, inputs) if inputs else None
 
     def _check_stream(self, request: Request) -> None:
-        """A card whose loops make no audio (its graph has no audio loop) streams nothing: `stream` is refused."""
+        """A card whose loops make no audio (its graph has no audio loop) streams nothing: `stream` is refused;
+        so is `timestamps` without an aligner."""
+        if getattr(request, "timestamps", None) is not None and self._aligner is None:
+            raise RequestError(f"timestamps: this runtime has no aligner (serve with --aligner, or "
+                               f"Runtime.from_card(..., aligner=...)); the card {self.card.name!r} alone gives "
+                               "no word times", field="timestamps")
         if request.stream and self.family.graph.audio is None:
             raise RequestError(f"stream: the card {self.card.name!r} declares no loop that makes audio (it gives "
                                "codes, and trajectories under rollout); nothing would stream: submit with "
