@@ -1,7 +1,7 @@
 """The FastAPI application over one runtime: `create_app(runtime, config)`.
 
 Owns: putting the parts together (the gate middleware, the speech route and its batch (batch.py), the speech stream's WebSocket
-(ws.py), the other routes, the static playground files, the published schema from openapi.py), the state routes reach, and turning every error
+(ws.py), chat completions (chat.py; on a chat card, the speech routes' refusals before them), the other routes, the static playground files, the published schema from openapi.py), the state routes reach, and turning every error
 (ours, FastAPI's validation errors, unknown routes, a method a path does not take: 405 with every method
 the path takes in `Allow`, the static files' mount and the stream's WebSocket path included) into OpenAI's error shape; anything unexpected is the gate's 500.
 Must not know: the engine's internals, uvicorn, signals, the command line.
@@ -19,7 +19,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
 from v2 import __version__
-from v2.server import batch, openapi, routes, speech, ws
+from v2.server import batch, chat, openapi, routes, speech, ws
+from v2.server.chat_schema import is_chat_card
 from v2.server.docs import add_docs
 from v2.server.errors import ApiError
 from v2.server.metrics import ServerMetrics
@@ -38,8 +39,11 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     # /docs is docs.py's: Swagger UI with its files served from here, not FastAPI's default (a CDN)
     app = FastAPI(title="v2 speech server", version=__version__, docs_url=None, redoc_url=None)
     app.state.server = state
+    if is_chat_card(getattr(runtime, "request_fields", ())):  # it speaks its own reply: the speech routes refuse
+        app.include_router(chat.refusals)
     app.include_router(speech.router)
     app.include_router(batch.router)
+    app.include_router(chat.router)
     app.include_router(routes.router)
     app.include_router(ws.router)
     app.add_api_route(STREAM, _plain_get, methods=["GET"], include_in_schema=False)  # its HTTP side: 404, else 405
@@ -85,7 +89,8 @@ def allowed_methods(app: FastAPI, scope: Any) -> str:
     # a mount (the static files) rewrites `root_path` for what it serves: match from the app's own root again
     scope = {"type": "http", "path": scope["path"], "method": scope.get("method", "GET"),
              "root_path": scope.get("app_root_path", scope.get("root_path", ""))}
-    for route in [*app.router.routes, *speech.router.routes, *batch.router.routes, *routes.router.routes]:
+    for route in [*app.router.routes, *speech.router.routes, *batch.router.routes, *chat.router.routes,
+                  *routes.router.routes]:
         match, _ = route.matches(scope)
         if match is not Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())

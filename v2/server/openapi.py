@@ -7,7 +7,8 @@ body (`SpeechBatchBody`: SpeechBody's fields as defaults and `items`) and its JS
 listing (with `seeded_noise`), the voice listing (both shapes), every error answer of every operation in
 OpenAI's error shape (the gate's: 503 while draining and 500 on every operation, 401 on `/v1/*`, 403 on state-changing methods, 413 where a body is
 taken; the routes' own: 400, 404, 409, 415, 429), `/metrics` as Prometheus text, `/health`'s 503; and no 422 (validation errors are answered as 400);
-the speech stream's WebSocket as its handshake's GET, with its protocol (openapi_ws.py); every field's bounds
+the speech stream's WebSocket as its handshake's GET, with its protocol (openapi_ws.py); chat completions
+(openapi_chat.py); every field's bounds
 as this server enforces them (openapi_body.py: built when asked for, from the server's config, its runtime's
 card and family, its voices), SSE answers as events, DELETE's required `name`.
 Must not know: the engine, how the routes do their work.
@@ -22,6 +23,7 @@ from fastapi.openapi.utils import get_openapi
 
 from v2.runtime.family import VoiceEmbedding
 from v2.voices.store import NAME as VOICE_NAME
+from v2.server import openapi_chat
 from v2.server.audio import CONTENT_TYPES
 from v2.server.middleware import SAFE_METHODS
 from v2.server.openapi_body import batch_item, bounded, context_turn, voice_form
@@ -106,6 +108,7 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
         400: "`items` is missing, empty or over --max-batch-items, a request-level field is invalid (`param` "
              "names it), or the body is not a JSON object or is too complex",
         415: "the body is not application/json"},
+    ("post", openapi_chat.CHAT): openapi_chat.CHAT_ERRORS,
     ("get", "/v1/audio/voices"): {400: "`legacy` is not a boolean"},
     ("post", "/v1/audio/voices"): {400: "a form field is missing or invalid (a `speaker_embedding` of the wrong "
                                         "width or with non-finite values; one this model takes none of), or this "
@@ -164,6 +167,7 @@ def amend(spec: dict[str, Any], server: Any) -> None:
             "items": {"$ref": "#/components/schemas/SpeechBatchItem"},
             "description": "the requests, run together; at most the server's --max-batch-items (default 32)"}}}
     components.update(stream_schemas(components["SpeechBody"], components["ContextTurn"]))
+    components.update(openapi_chat.components(server))
     spec.setdefault("paths", {})[STREAM] = stream_path()
     for path, item in spec.get("paths", {}).items():
         for method, op in item.items():
@@ -184,6 +188,8 @@ def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:
         op["requestBody"] = {"required": True, "content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/SpeechBatchBody"}}}}
         responses["200"] = {"description": _BATCH_200, "content": {"application/json": {"schema": _BATCH_SCHEMA}}}
+    elif (method, path) == ("post", openapi_chat.CHAT):
+        openapi_chat.operation(op)
     elif (method, path) == ("get", "/v1/audio/voices"):
         responses["200"] = {"description": "stored voices, then OpenAI's names; `?legacy=true`: the names alone",
                             "content": {"application/json": {"schema": _VOICES_SCHEMA}}}

@@ -137,10 +137,23 @@ class SpeechFamily(Protocol):
     def speech_params(self) -> FamilyParams: ...
 
 
+def _chat_card(params: SpeechParams, resolved: Resolved) -> dict[str, Any]:
+    raise ApiError(404, "model: a chat model speaks its own reply: use POST /v1/chat/completions", param="model",
+                   code="model_not_supported")
+
+
+CHAT_CARD = FamilyParams(request=_chat_card, fields={}, takes=frozenset())
+"""What a chat card (its request takes `messages`) without `speech_params` gives the speech routes: nothing
+to map (they refuse before it is asked: chat.py `refusals`), no optional input."""
+
+
 def family_params(runtime: Runtime) -> FamilyParams:
     """How the runtime's family takes `SpeechParams` (its bound family's `speech_params`); a family without
-    one cannot be served (a TypeError naming `speech_params`)."""
+    one cannot be served (a TypeError naming `speech_params`), unless its request takes `messages` (a chat
+    card: `CHAT_CARD`)."""
     family = runtime.family
+    if not isinstance(family, SpeechFamily) and "messages" in getattr(runtime, "request_fields", ()):
+        return CHAT_CARD  # a chat card speaks its own reply: the speech routes refuse it before any mapping
     if not isinstance(family, SpeechFamily) or not isinstance(family.speech_params, FamilyParams):
         raise TypeError(f"the {type(family).__name__} family gives no `speech_params` (a v2.params.FamilyParams), "
                         "so a server cannot map a speech request onto its request")

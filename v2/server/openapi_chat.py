@@ -1,0 +1,99 @@
+"""What `/openapi.json` says of `POST /v1/chat/completions`: its body, its two answers and its errors.
+
+Owns: `ChatBody`'s JSON schema (with its messages and parts) as the request body, `model` bounded to the served
+names and `audio.voice` to the card's speakers; the whole answer (`chat.completion`: the message's `content`, or
+`audio` with `content: null` when spoken, `finish_reason`, `usage`) and the streamed one (`text/event-stream`:
+each event one `data:` block holding a `chat.completion.chunk`, an `error`, or `[DONE]`); the route's own
+error answers (`CHAT_ERRORS`).
+Must not know: the engine, how the route does its work.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from v2.server.chat_schema import CHAT, ChatBody
+
+__all__ = ("CHAT", "CHAT_ERRORS", "components", "operation")
+
+CHAT_ERRORS = {400: "a field is invalid or not supported here (`param` names it: `messages[1].content[0].type`, "
+                    "`audio.voice`, `tools`), or the body is not a JSON object or is too complex",
+               404: "`model` is not served here, or this card is no chat model",
+               415: "the body is not application/json", 429: "the server is busy (see Retry-After)"}
+_INT = {"type": "integer", "minimum": 0}
+_USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+          "properties": {"prompt_tokens": _INT, "completion_tokens": _INT, "total_tokens": _INT,
+                         "completion_tokens_details": {"type": "object", "properties": {
+                             "text_tokens": _INT, "audio_tokens": _INT, "reasoning_tokens": _INT}}}}
+_FINISH = {"enum": ["stop", "length"]}
+_AUDIO = {"type": "object", "required": ["id", "data", "transcript", "expires_at"], "additionalProperties": False,
+          "properties": {"id": {"type": "string"}, "transcript": {"type": "string"},
+                         "data": {"type": "string", "contentEncoding": "base64",
+                                  "description": "the spoken reply, a whole file in `audio.format`"},
+                         "expires_at": {"type": "integer", "description": "the server keeps no audio to name in a "
+                                        "later turn: the answer's creation time"}}}
+_MESSAGE = {"type": "object", "required": ["role", "content"],
+            "properties": {"role": {"const": "assistant"}, "content": {"type": ["string", "null"],
+                                                                       "description": "null when spoken"},
+                           "refusal": {"type": "null"}, "audio": _AUDIO}}
+_COMPLETION = {"type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
+               "properties": {"id": {"type": "string"}, "object": {"const": "chat.completion"},
+                              "created": {"type": "integer"}, "model": {"type": "string"},
+                              "choices": {"type": "array", "minItems": 1, "maxItems": 1, "items": {
+                                  "type": "object", "required": ["index", "message", "finish_reason"],
+                                  "properties": {"index": {"const": 0}, "message": _MESSAGE,
+                                                 "logprobs": {"type": "null"}, "finish_reason": _FINISH}}},
+                              "usage": _USAGE}}
+_DELTA_AUDIO = {"type": "object", "additionalProperties": False, "properties": {
+    "id": {"type": "string"}, "expires_at": {"type": "integer"}, "transcript": {"type": "string"},
+    "data": {"type": "string", "contentEncoding": "base64",
+             "description": "the next audio: pcm16 (24 kHz mono s16le), whatever `audio.format` says"}}}
+_CHUNK = {"type": "object", "required": ["id", "object", "created", "model", "choices"],
+          "properties": {"id": {"type": "string"}, "object": {"const": "chat.completion.chunk"},
+                         "created": {"type": "integer"}, "model": {"type": "string"},
+                         "choices": {"type": "array", "maxItems": 1, "items": {
+                             "type": "object", "required": ["index", "delta", "finish_reason"],
+                             "properties": {"index": {"const": 0}, "logprobs": {"type": "null"},
+                                            "finish_reason": {"anyOf": [_FINISH, {"type": "null"}]},
+                                            "delta": {"type": "object", "properties": {
+                                                "role": {"const": "assistant"},
+                                                "content": {"type": ["string", "null"]},
+                                                "refusal": {"type": "null"}, "audio": _DELTA_AUDIO}}}}},
+                         "usage": {"anyOf": [_USAGE, {"type": "null"}],
+                                   "description": "with stream_options.include_usage: null, and in the last chunk "
+                                                  "(no choices) the request's"}}}
+_ERROR_EVENT = {"type": "object", "required": ["error"], "description": "the request ended badly mid-stream",
+                "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"]}}}
+_EVENT = {"type": "object", "required": ["data"],
+          "description": "one SSE event: a `data:` line holding a chunk, an error, or `[DONE]` (the last)",
+          "properties": {"data": {"oneOf": [
+              {"const": "[DONE]"},
+              {"type": "string", "not": {"const": "[DONE]"}, "contentMediaType": "application/json",
+               "contentSchema": {"oneOf": [_CHUNK, _ERROR_EVENT]}}]}}}
+_OK = ("the reply: with `stream: true`, SSE chunks as it is made (text as `delta.content`, or, spoken, "
+       "`delta.audio.transcript` and `delta.audio.data`), then `data: [DONE]`; else the whole `chat.completion`")
+
+
+def components(server: Any) -> dict[str, Any]:
+    """The body's schemas, bounded by `server` (its `ServerState`): the served names, the card's speakers."""
+    body = ChatBody.model_json_schema(ref_template="#/components/schemas/Chat{model}")
+    defs = {f"Chat{name}": schema for name, schema in body.pop("$defs", {}).items()}
+    body = copy.deepcopy(body)
+    body["properties"]["model"] = {"enum": list(server.config.model_names),
+                                   "description": "the served model (any of its names); another is a 404"}
+    speakers = list(getattr(server.runtime, "speakers", None) or ())
+    if "ChatAudioOutput" in defs and speakers:
+        voice = defs["ChatAudioOutput"]["properties"]["voice"]
+        defs["ChatAudioOutput"]["properties"]["voice"] = {**voice, "enum": sorted(
+            {v for s in speakers for v in (s, s.lower(), s.upper(), s.capitalize())})}
+    return {**defs, "ChatBody": {**body, "title": "ChatBody"}}
+
+
+def operation(op: dict[str, Any]) -> None:
+    """The chat route's request body and its 200."""
+    op["requestBody"] = {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/ChatBody"}}}}
+    op.setdefault("responses", {})["200"] = {"description": _OK, "content": {
+        "application/json": {"schema": _COMPLETION}, "text/event-stream": {"schema": _EVENT}}}
+
