@@ -1,8 +1,9 @@
 """Command line: `v2 synth "text" -o out.wav` speaks a text through the runtime (a cloned voice with
 `--reference speaker.wav` or `--voice NAME`: v2/cli/synth.py; many texts together with `--batch items.jsonl -o DIR`:
 v2/cli/batch.py); `v2 voices add|list|remove` manages stored voices (v2/cli/voices.py; the card, checkpoint and
-store options before or after the action); `v2 cards` lists the cards; `v2 serve` serves the runtime over HTTP
-(v2/server). `python -m v2` is the same command.
+store options before or after the action); `v2 chat --message "Hi" -o reply.wav` sends one user turn (text and
+`--audio` recordings) to a speaking chat card and prints its reply (v2/cli/chat.py); `v2 cards` lists the cards;
+`v2 serve` serves the runtime over HTTP (v2/server). `python -m v2` is the same command.
 
 Owns: the parser (every default shown by --help; the options and their checks: v2/cli/options.py), which
 command runs, `serve`'s checks before the server extra is imported, and turning each expected failure
@@ -22,7 +23,8 @@ from v2.audiofile import FORMATS, INSTALL_RAY, INSTALL_SERVER
 from v2.card import DEFAULT_CARD, CardError, known_cards, load_card
 from v2.cli.common import check_device, expected
 from v2.cli.options import (
-    add_runtime_arguments, add_synth_arguments, choice_hint, chosen_parser, share_wording, unrecognized,
+    add_chat_arguments, add_runtime_arguments, add_synth_arguments, choice_hint, chosen_parser, share_wording,
+    unrecognized,
 )
 from v2.cli.synth import run_synth
 from v2.errors import CliError
@@ -57,6 +59,12 @@ def _voices(args: argparse.Namespace) -> int:
     from v2.cli.voices import run_voices
 
     return run_voices(args)
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from v2.cli.chat import run_chat
+
+    return run_chat(args)
 
 
 def _cards(args: argparse.Namespace) -> int:
@@ -98,12 +106,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "synth": run_synth, "voices": _voices, "cards": _cards, "serve": _serve}
+    "synth": run_synth, "voices": _voices, "chat": _chat, "cards": _cards, "serve": _serve}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="v2", formatter_class=_Help,
-                     description="Speech from text through the v2 runtime: synth, voices, cards, serve.")
+                     description="Speech from text through the v2 runtime: synth, voices, chat, cards, serve.")
     parser.add_argument("--debug", action="store_true", help="show the traceback of a failure (default: off)")
     common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -132,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="one JSON object per line instead (default: a table)")
     remove = _voices_action(actions, common, "remove", help="delete a stored voice")
     remove.add_argument("name", help="the voice's name")
+    chat = sub.add_parser("chat", parents=[common], formatter_class=_Help,
+                          help="one user turn (text and recordings) to a speaking chat card: its reply's text and audio",
+                          description="Send one user turn to a speaking chat card (text with --message, recordings "
+                                      "with --audio); print the reply's text and write its audio.")
+    add_runtime_arguments(chat)
+    add_chat_arguments(chat)
     sub.add_parser("cards", parents=[common], help="list the shipped cards with their descriptions")
     serve = sub.add_parser("serve", parents=[common], formatter_class=_Help,
                            help="serve the runtime over HTTP (OpenAI-compatible; needs the server extra)")

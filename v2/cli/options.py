@@ -173,6 +173,52 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line (default: off)")
 
 
+DEFAULT_REPLY = "out/reply.wav"  # `v2 chat`'s default output; its folder is created
+CHAT_CARD = "qwen3_omni_tiny"  # `v2 chat`'s default card: the shipped seeded chat card
+
+
+class _Part(argparse.Action):
+    """`--message` / `--audio`: appended to one list in the order given, as (kind, value)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parts = list(getattr(namespace, "parts", None) or [])
+        parts.append(("audio" if option_string == "--audio" else "text", values))
+        namespace.parts = parts
+
+
+def add_chat_arguments(p: argparse.ArgumentParser) -> None:
+    """`v2 chat`'s options (the runtime options are added before: `--card` defaults to CHAT_CARD here)."""
+    for action in p._actions:
+        if "--card" in action.option_strings:
+            action.default = CHAT_CARD
+            action.help = f"a shipped chat card's name (v2 cards) or a path to a card file (default: {CHAT_CARD})"
+    p.set_defaults(parts=None)
+    p.add_argument("-m", "--message", action=_Part, metavar="TEXT",
+                   help="text of the user's turn; repeat for several parts, kept in order with --audio (default: none)")
+    p.add_argument("--audio", action=_Part, metavar="FILE",
+                   help="a recording in the user's turn (wav, mp3, flac, ogg), sent as an input_audio part; "
+                        "repeatable (default: none)")
+    p.add_argument("--system", default=None, help="a system turn before the user's (default: none)")
+    p.add_argument("--voice", default=None,
+                   help="the speaker of the reply, one of the checkpoint's (default: the card's first)")
+    p.add_argument("--text-only", action="store_true", help="reply in text alone, no audio (default: off)")
+    p.add_argument("-o", "--out", default=None,
+                   help=f"the audio file of the reply (wav, flac, ogg, mp3) (default: {DEFAULT_REPLY})")
+    p.add_argument("--mkdir", action="store_true", help="create the missing folders of -o (default: off)")
+    p.add_argument("--seed", type=count, default=0, help="the sampling seed: the same seed gives the same reply")
+    p.add_argument("--max-tokens", type=count, default=None,
+                   help="the most text tokens of the reply (default: the card's)")
+    p.add_argument("--max-frames", type=count, default=None,
+                   help="the most audio frames of the reply, 12.5 per second (default: the card's)")
+    p.add_argument("--temperature", type=temperature, default=None,
+                   help="the text's sampling temperature, 0 = greedy (default: greedy)")
+    p.add_argument("--top-k", type=top_k, default=None, help="keep the k likeliest text tokens (default: all)")
+    p.add_argument("--top-p", type=top_p, default=None,
+                   help="keep the text tokens within this probability mass (default: 1)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line (default: off)")
+
+
 def add_family_arguments(p: argparse.ArgumentParser) -> None:
     """Every installed family's own options (`v2.registry.family_options`), each saying whose it is; an option
     two families take says what it means for each (`family: help; other: help`)."""

@@ -1,0 +1,150 @@
+"""`v2 chat --message "Hi" [--audio question.wav] -o reply.wav`: one user turn to a speaking chat model.
+
+Owns: the request the options make (OpenAI's chat shape: a `--system` turn, then one user turn whose parts are
+the `--message` texts and `--audio` files in the order given, each file as an `input_audio` part: its bytes in
+base64 and its format from the suffix; `--voice` the speaker, `--text-only` the text modality alone), the
+checks before any model loads (the files, the output path, the device, what the card's config refuses), the
+reply's text on stdout and its audio into `--out`, a summary line on stderr (the progress line), and every
+refusal in the options' names (`messages[0].content[1].input_audio.data` -> `--audio FILE`).
+Must not know: any family, the chat template, model internals, the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from v2.audiofile import check_writable, format_for
+from v2.card import family_of, load_card
+from v2.cli.common import check_device, expected, load_runtime
+from v2.cli.options import DEFAULT_REPLY
+from v2.errors import CliError
+from v2.progress import Progress
+
+AUDIO_FORMATS = {".wav": "wav", ".mp3": "mp3", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg"}
+MAX_AUDIO_BYTES = 64 << 20  # an --audio file is read up to this much
+# the request's fields -> the options that set them
+OPTIONS = {"speaker": "--voice", "modalities": "--text-only", "max_tokens": "--max-tokens",
+           "max_frames": "--max-frames", "seed": "--seed", "temperature": "--temperature", "top_k": "--top-k",
+           "top_p": "--top-p"}
+_PART = re.compile(r"messages\[(\d+)\]\.content(?:\[(\d+)\])?[\w.\[\]]*")
+_FIELD = re.compile(r"(?<![\w.\[-])([a-z_]+)(?=[:\s])")
+
+
+def _audio_part(path: str) -> dict[str, Any]:
+    """An `--audio` file as an input_audio part (refused naming the option and the file)."""
+    where = f"--audio {path}"
+    fmt = AUDIO_FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise CliError(f"{where}: cannot tell the format from the suffix {Path(path).suffix or '(none)'!r}; "
+                       f"give a {', '.join(AUDIO_FORMATS)} file")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_AUDIO_BYTES + 1)
+    except OSError as e:
+        raise CliError(f"{where}: cannot be read ({e.strerror or e})") from None
+    if len(raw) > MAX_AUDIO_BYTES:
+        raise CliError(f"{where}: over {MAX_AUDIO_BYTES >> 20} MiB")
+    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(raw).decode("ascii"), "format": fmt}}
+
+
+def messages(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The conversation the options make, and each message / part path -> the option that gave it."""
+    turns: list[dict[str, Any]] = []
+    labels: dict[str, str] = {}
+    if args.system is not None:
+        labels[f"messages[{len(turns)}]"] = "--system"
+        turns.append({"role": "system", "content": args.system})
+    user = len(turns)
+    given: list[tuple[str, str]] = args.parts or []
+    several = sum(kind == "text" for kind, _ in given) > 1
+    parts: list[dict[str, Any]] = []
+    texts = 0
+    for kind, value in given:
+        if kind == "audio":
+            labels[f"messages[{user}].content[{len(parts)}]"] = f"--audio {value}"
+            parts.append(_audio_part(value))
+        else:
+            texts += 1
+            labels[f"messages[{user}].content[{len(parts)}]"] = f"--message #{texts}" if several else "--message"
+            parts.append({"type": "text", "text": value})
+    if not parts:
+        raise CliError("--message: give the user's turn: --message TEXT and/or --audio FILE")
+    labels[f"messages[{user}]"] = "--message"
+    turns.append({"role": "user", "content": parts})
+    return turns, labels
+
+
+def request(args: argparse.Namespace, turns: list[dict[str, Any]]) -> dict[str, Any]:
+    fields: dict[str, Any] = {"messages": turns, "seed": args.seed,
+                              "modalities": ["text"] if args.text_only else ["text", "audio"]}
+    for name in ("max_tokens", "max_frames", "temperature", "top_k", "top_p"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    if args.voice is not None:
+        fields["speaker"] = args.voice
+    return fields
+
+
+def in_options(message: str, labels: dict[str, str]) -> str:
+    """A refusal with the message paths and fields it names said as the options that set them."""
+    def part(m: re.Match[str]) -> str:
+        whole = f"messages[{m.group(1)}].content[{m.group(2)}]" if m.group(2) is not None else None
+        return labels.get(whole or "", labels.get(f"messages[{m.group(1)}]", m.group(0)))
+
+    out = _PART.sub(part, message)
+    return _FIELD.sub(lambda m: OPTIONS.get(m.group(1), m.group(0)) if m.start() == 0 or "_" in m.group(1)
+                      else m.group(0), out)
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    """`v2 chat`: one turn, the reply's text on stdout and its audio in `--out`."""
+    if args.text_only and args.out is not None:
+        raise CliError("--out: --text-only makes no audio to write")
+    out, fmt = None, "wav"
+    if not args.text_only:
+        out = check_writable(args.out or DEFAULT_REPLY, "--out", make_parents=args.mkdir or args.out is None)
+        fmt = format_for(out, None)
+    turns, labels = messages(args)
+    fields = request(args, turns)
+    card = load_card(args.card)
+    device = check_device(args.device)
+    try:  # what the card and the checkpoint's config refuse (a speaker it has not), before any model loads
+        family_of(card).precheck(card, fields, checkpoint=args.checkpoint)
+    except ValueError as e:
+        if not expected(e):
+            raise
+        raise CliError(in_options(str(e), labels)) from None
+    with Progress(enabled=not args.quiet) as progress:
+        runtime = load_runtime(args, card, device, progress)
+        try:
+            if "messages" not in runtime.request_fields:
+                raise CliError(f"--card {args.card}: its family ({runtime.card.family}) takes no chat messages; "
+                               "give a chat card (v2 cards)")
+            try:
+                handle = runtime.submit(fields)
+            except ValueError as e:  # a RequestError: named as the options that set the fields
+                if not expected(e):
+                    raise
+                raise CliError(in_options(str(e), labels)) from None
+            progress.started()
+            result = handle.result()
+            m = result.metrics
+            progress.done(m.frames, m.audio_seconds, result.finish_reason)
+            if result.finish_reason not in ("stop", "length"):
+                raise CliError(f"the reply ended with {result.finish_reason}: {result.error or 'no reply'}")
+            if out is not None:
+                from v2.audiofile import write_audio
+
+                write_audio(out, fmt, result.audio, result.sample_rate)
+        finally:
+            runtime.close()
+    print(result.text or "")
+    if out is not None and not args.quiet:
+        print(f"wrote {result.audio.shape[1] / result.sample_rate:.2f} s of audio to {out.absolute()}",
+              file=sys.stderr)
+    return 0
