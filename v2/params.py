@@ -4,9 +4,9 @@ Owns: `SpeechParams`, what the server parses a body (or a WebSocket's config) in
 `POST /v1/audio/speech` fields (`model`, `input`, `voice`, `instructions`, `response_format`, `speed`,
 `stream_format`) and v2's documented extensions (designs/request_fields.md: `stream`, `seed`, the sampling
 knobs under their flat names, frame limits under ours and the peers' names, `language`, `ref_audio`,
-`ref_text`, `x_vector_only_mode`, `sample_rate`, and `context`: earlier turns of a conversation, each a
-`ContextTurn`), strictly typed (a bool is not a number, `"7"` is not an int, unknown fields are refused);
-which of a value's two names the client used (`named`) and the value (`frame_limits`, refusing two
+`ref_text`, `x_vector_only_mode`, `sample_rate`, `context`: earlier turns of a conversation, each a
+`ContextTurn`, and `timestamps`: word times from an aligner), strictly typed (a bool is not a number, `"7"` is
+not an int, unknown fields are refused); which of a value's two names the client used (`named`) and the value (`frame_limits`, refusing two
 different ones); `Resolved`, what the server made of the parts only it can resolve (the recording's bytes,
 which voice a name means, whether the answer streams, whether the text comes later, the context's turns
 with their audio read and their stored voices looked up: `ResolvedTurn`); and `FamilyParams`, which each
@@ -80,6 +80,9 @@ class SpeechParams(BaseModel):
     context: list[ContextTurn] | None = Field(None, description=(
         "earlier turns of the conversation, oldest first, before the turn `input` speaks (a model that takes no "
         "context refuses it naming `context`)"))
+    timestamps: Literal["word"] | None = Field(None, description=(
+        "\"word\": when each word is spoken, from the server's aligner (a server without one refuses it naming "
+        "`timestamps`): SSE events beside the audio, or a JSON answer with the audio in base64"))
 
     def voice_name(self) -> str | None:
         """`voice` as a name (`{"id": name}` is OpenAI's other spelling)."""

@@ -15,7 +15,8 @@ gathering the results in the order given while watching the socket (a client tha
 item at once), and the answer: JSON, `{"id", "object": "speech.batch", "results": [...], "total",
 "succeeded", "failed"}`, each result `{"index", "id", "status": "success" | "error", ...}` with its audio
 base64 in the item's `response_format` (`audio_data`, `media_type`, rate, channels, finish reason, audio
-seconds, frames) or its `error`. A batch answers whole files: `stream: true` and `stream_format` are an
+seconds, frames; `words`, `[{word, start, end}]`, for an item that asked `timestamps: "word"`) or its `error`.
+A batch answers whole files: `stream: true` and `stream_format` are an
 item's error. vllm-omni's field names (`results`, `index`, `status`, `audio_data`, `media_type`, `total`,
 `succeeded`, `failed`); the error is OpenAI's object, not a string.
 Must not know: the engine's internals, how formats are encoded (audio.py), any family or its fields.
@@ -43,6 +44,7 @@ from v2.server.schema import SpeechBody, family_params, parse_body, plan
 from v2.server.speech import read_json, submit_plan
 from v2.server.state import ServerState, server_state
 from v2.server.streaming import GOOD_ENDINGS
+from v2.server.timestamps import has_aligner, plan_words, result_sentences, word_json, words_of
 
 router = APIRouter()
 PATH = "/v1/audio/speech/batch"
@@ -60,6 +62,7 @@ class _Item:
     error: ApiError | None = None   # refused before or after submitting
     spec: Any = None                # its output spec (format, rate, channels)
     result: Any = None
+    words: bool = False             # it asked for word timestamps: its result carries them
 
 
 def _body(st: ServerState, raw: bytes, content_type: str) -> tuple[dict[str, Any], list[Any]]:
@@ -117,7 +120,8 @@ def _accept_item(st: ServerState, family: FamilyParams, defaults: dict[str, Any]
                                code="invalid_value")
         p = plan(parse_body({**merged, "stream": False}), st.config.limits(), native_rate=st.native_rate,
                  native_channels=st.native_channels, takes=family.takes)
-        item.spec = p.spec
+        p = plan_words(p, has_aligner(st.runtime))  # `timestamps`: refused without an aligner
+        item.spec, item.words = p.spec, p.params.timestamps is not None
         item.handle = submit_plan(st, family, p)
     except ApiError as e:
         item.error = e
@@ -222,7 +226,8 @@ def _answer(item: _Item) -> dict[str, Any]:
     return {**out, "status": "success", "audio_data": base64.b64encode(data).decode(),
             "media_type": audio.CONTENT_TYPES[item.spec.format], "response_format": item.spec.format,
             "sample_rate": item.spec.sample_rate, "channels": item.spec.channels,
-            "finish_reason": r.finish_reason, "audio_seconds": round(m.audio_seconds, 4), "frames": m.frames}
+            "finish_reason": r.finish_reason, "audio_seconds": round(m.audio_seconds, 4), "frames": m.frames,
+            **({"words": [word_json(w) for w in words_of(result_sentences(r))]} if item.words else {})}
 
 
 def _answers(items: list[_Item]) -> list[dict[str, Any]]:

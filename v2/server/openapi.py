@@ -10,7 +10,8 @@ taken; the routes' own: 400, 404, 409, 415, 429), `/metrics` as Prometheus text,
 the speech stream's WebSocket as its handshake's GET, with its protocol (openapi_ws.py); chat completions
 (openapi_chat.py); every field's bounds
 as this server enforces them (openapi_body.py: built when asked for, from the server's config, its runtime's
-card and family, its voices), SSE answers as events, DELETE's required `name`.
+card and family, its voices), SSE answers as events, DELETE's required `name`; word timestamps (the captioned
+JSON answer and path, the SSE event, a batch item's words, the stream's: openapi_words.py).
 Must not know: the engine, how the routes do their work.
 """
 
@@ -24,6 +25,7 @@ from fastapi.openapi.utils import get_openapi
 from v2.runtime.family import VoiceEmbedding
 from v2.voices.store import NAME as VOICE_NAME
 from v2.server import openapi_chat
+from v2.server import openapi_words as words
 from v2.server.audio import CONTENT_TYPES
 from v2.server.middleware import SAFE_METHODS
 from v2.server.openapi_body import batch_item, bounded, context_turn, voice_form
@@ -31,6 +33,7 @@ from v2.server.openapi_ws import STREAM
 from v2.server.openapi_ws import path_item as stream_path
 from v2.server.openapi_ws import schemas as stream_schemas
 from v2.server.schema import SpeechBody
+from v2.server.timestamps import has_aligner
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 _ERROR_SCHEMA = {
@@ -71,7 +74,8 @@ _SSE_DATA = {"oneOf": [
             "type": "object", "required": ["input_tokens", "output_tokens", "total_tokens"],
             "properties": {"input_tokens": _INT, "output_tokens": _INT, "total_tokens": _INT}}}},
     {"type": "object", "required": ["type", "error"], "additionalProperties": False, "properties": {
-        "type": {"const": "error"}, "error": _ERROR_SCHEMA["properties"]["error"]}}]}  # type: ignore[index]
+        "type": {"const": "error"}, "error": _ERROR_SCHEMA["properties"]["error"]}},  # type: ignore[index]
+    words.SSE_WORDS]}
 _SSE_EVENT = {"type": "object", "required": ["data"], "description": "one SSE event: a `data:` line holding a JSON "
               "object whose `type` names it (no `event:` line)",
               "properties": {"data": {"type": "string", "contentMediaType": "application/json",
@@ -86,7 +90,7 @@ _BATCH_RESULT = {
                    "media_type": {"type": "string"}, "response_format": {"type": "string"},
                    "sample_rate": {"type": "integer"}, "channels": {"type": "integer"},
                    "finish_reason": {"enum": ["stop", "length"]}, "audio_seconds": {"type": "number"},
-                   "frames": {"type": "integer"},
+                   "frames": {"type": "integer"}, "words": words.BATCH_WORDS,
                    "error": {**_ERROR_SCHEMA["properties"]["error"],  # type: ignore[index]
                              "description": "why this item failed (`param` names its field); the others ran"}}}
 _BATCH_SCHEMA = {"type": "object", "required": ["id", "object", "results", "total", "succeeded", "failed"],
@@ -102,6 +106,9 @@ _BODY_ERRORS = {400: "a field is invalid (`param` names it), or the body is not 
 # the answers each route gives itself, beyond the gate's
 ROUTE_ERRORS: dict[tuple[str, str], dict[int, str]] = {
     ("post", "/v1/audio/speech"): {
+        **_BODY_ERRORS, 404: "`model` is not served here", 415: "the body is not application/json",
+        429: "the server is busy (see Retry-After)"},
+    ("post", words.CAPTIONED): {
         **_BODY_ERRORS, 404: "`model` is not served here", 415: "the body is not application/json",
         429: "the server is busy (see Retry-After)"},
     ("post", "/v1/audio/speech/batch"): {
@@ -169,9 +176,13 @@ def amend(spec: dict[str, Any], server: Any) -> None:
     components.update(stream_schemas(components["SpeechBody"], components["ContextTurn"]))
     components.update(openapi_chat.components(server))
     spec.setdefault("paths", {})[STREAM] = stream_path()
+    aligner = has_aligner(server.runtime)
+    words.stream_messages(spec, components, aligner)
+    words.captioned_path(spec, components, aligner)
     for path, item in spec.get("paths", {}).items():
         for method, op in item.items():
             _amend_operation(path, method, op)
+    words.speech_answer(spec, aligner)
 
 
 def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:

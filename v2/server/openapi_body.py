@@ -26,7 +26,9 @@ from v2.fields import INT64_MAX, PENALTY_MAX, PENALTY_MIN, TEMPERATURE_MAX, TEMP
 from v2.params import TWO_NAMES
 from v2.voices.store import NAME as VOICE_NAME
 from v2.server.audio import FLAC_HZ_MAX, FORMATS, MAX_RATE, MIN_RATE, RATES
+from v2.server.openapi_words import body_field
 from v2.server.schema import OPENAI_VOICES, family_params
+from v2.server.timestamps import has_aligner
 
 NULL = {"type": "null"}
 _SPACE = "".join(f"\\u{c:04x}" for c in range(0x10000) if chr(c).isspace())  # what Python's `.strip()` strips
@@ -91,7 +93,8 @@ def bounded(body: dict[str, Any], server: Any) -> dict[str, Any]:
     if "ref_audio" in takes:
         p["ref_audio"] = _optional({"type": "string", "minLength": 1, "contentMediaType": "audio/*"},
                                    p["ref_audio"].get("description"))
-    out["allOf"] = [*_rates(), *_together(), *_one_voice(names, server.voices.stored_names())]
+    words = body_field(p, has_aligner(server.runtime))  # `timestamps`: null only without an aligner
+    out["allOf"] = [*_rates(), *_together(), *_one_voice(names, server.voices.stored_names()), *words]
     return out
 
 

@@ -2,7 +2,8 @@
 
 Owns: the streamed body (each chunk encoded as it arrives, in a worker thread for the costly formats; SSE
 `speech.audio.delta` events with base64 audio and exactly one `speech.audio.done` with OpenAI's `usage`, each
-one `data:` block with its type in the JSON), what a stream does when its request ends badly (SSE: an `error`
+one `data:` block with its type in the JSON; with word timestamps, a `speech.timestamps` event per sentence
+once the audio its words span has gone out), what a stream does when its request ends badly (SSE: an `error`
 event; raw audio: the connection is cut without the closing chunk, so the client sees a truncated body, not a
 short file), a streaming response that watches the socket so a client that leaves cancels its request at
 once, and waiting for a whole result while watching for the same.
@@ -21,7 +22,9 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from v2.events import SentenceWords
 from v2.server.audio import Encoder
+from v2.server.timestamps import EVENT, merged, sentence_json
 
 log = logging.getLogger("v2.server")
 GOOD_ENDINGS = ("stop", "length")
@@ -48,15 +51,30 @@ async def _run(fn: Callable[..., bytes], *args: Any, offload: bool) -> bytes:
     return await anyio.to_thread.run_sync(fn, *args) if offload else fn(*args)
 
 
-async def audio_body(handle: Any, encoder: Encoder, *, sse: bool, offload: bool) -> AsyncIterator[bytes]:
-    """The streamed body; the request is cancelled when the body stops early for any reason."""
+def _spoken(s: SentenceWords, sent_s: float) -> bool:
+    """The sentence's words lie in the audio sent so far (`sent_s` seconds)."""
+    return not s.words or s.words[-1].end <= sent_s + 1e-9
+
+
+async def audio_body(handle: Any, encoder: Encoder, *, sse: bool, offload: bool,
+                     words: bool = False) -> AsyncIterator[bytes]:
+    """The streamed body; the request is cancelled when the body stops early for any reason. `words` (SSE): each
+    aligned sentence's `speech.timestamps` event, after the audio its words span."""
     wrap: Callable[[bytes], bytes] = (lambda b: sse_event("speech.audio.delta", {"audio": base64.b64encode(b).decode()})
                                       ) if sse else (lambda b: b)
+    held: list[SentenceWords] = []
+    sent_s = 0.0  # seconds of audio encoded and sent
     try:
-        async for chunk in handle:
-            data = await _run(encoder.feed, chunk.audio, offload=offload)
-            if data:
-                yield wrap(data)
+        async for item in (merged(handle, True) if words else handle):
+            if isinstance(item, SentenceWords):
+                held.append(item)
+            else:
+                data = await _run(encoder.feed, item.audio, offload=offload)
+                sent_s += item.audio.shape[-1] / item.sample_rate
+                if data:
+                    yield wrap(data)
+            while held and _spoken(held[0], sent_s):
+                yield sse_event(EVENT, sentence_json(held.pop(0)))
         result = await final_result(handle)
         if result.finish_reason not in GOOD_ENDINGS:
             message = f"the request ended with {result.finish_reason}" + (f": {result.error}" if result.error else "")
@@ -68,6 +86,8 @@ async def audio_body(handle: Any, encoder: Encoder, *, sse: bool, offload: bool)
         tail = await _run(encoder.finish, offload=offload)
         if tail:
             yield wrap(tail)
+        for rest in held:
+            yield sse_event(EVENT, sentence_json(rest))
         if sse:
             m = result.metrics
             yield sse_event("speech.audio.done", {"usage": {"input_tokens": m.prompt_rows, "output_tokens": m.frames,

@@ -137,7 +137,7 @@ class Session:
             elif kind == "context.append":
                 await self.append(msg)
             elif kind == "input.cancel":
-                await self.sp.cancel()
+                await self.sp.cancel(msg.get("played_ms"))
             elif kind in ("input.text", "input.done", "session.close"):
                 if self.sp.config is None:
                     await self.out.error(f"type: send session.config before {kind}", "type")

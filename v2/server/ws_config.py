@@ -3,7 +3,8 @@
 
 Owns: `Config` (the parsed params, what the server resolved of them, the family's mapping, the output spec,
 `stream_audio`, the split and whether audio starts before `input.done`: `incremental`, true only where the
-client asks for it and the family speaks a sentence before its text has ended), `configure(st, msg)` (REST's
+client asks for it and the family speaks a sentence before its text has ended; `timestamps`, each sentence's
+words sent, and `aligner`: every utterance aligned where the runtime has an aligner), `configure(st, msg)` (REST's
 parsing and planning, refusals naming the field; the family's own checks come when the session opens the
 utterance's request with it, before `session.ready`) and `ready(config)` (the event).
 Must not know: the WebSocket, the session's other state, the engine, any family or its request fields.
@@ -20,6 +21,7 @@ from v2.server.conversation import config_turns
 from v2.server.errors import ApiError
 from v2.server.schema import family_params, param_names, parse_body, plan, resolved
 from v2.server.state import ServerState
+from v2.server.timestamps import ask, has_aligner, refuse_without
 
 SPLITS = ("none", "sentence", "clause")
 OURS = ("stream_audio", "split_granularity")  # the stream's own config fields (not REST's)
@@ -38,6 +40,12 @@ class Config:
                               # speaks sentences while the text is written)
     names: dict[str, str]     # the family's request fields -> the parameters the client sent
     context: tuple[ResolvedTurn, ...] | None = None  # the config's `context`, its audio encoded (None: not given)
+    aligner: bool = False     # the runtime has an aligner: every utterance is aligned (a barge-in's words)
+
+    @property
+    def timestamps(self) -> bool:
+        """The client asked for each sentence's words (`speech.timestamps` events)."""
+        return self.params.timestamps is not None
 
     @property
     def takes_context(self) -> bool:
@@ -49,8 +57,9 @@ class Config:
         return self.granularity != "none"
 
     def request(self, context: tuple[ResolvedTurn, ...] | None) -> dict[str, Any]:
-        """The family's request fields, less its text, with `context` (None: none)."""
-        return self.family.request(self.params, replace(self.given, context=context))
+        """The family's request fields, less its text, with `context` (None: none); aligned wherever the runtime
+        has an aligner, asked or not (what a barge-in's acknowledgement says the listener heard)."""
+        return ask(self.family.request(self.params, replace(self.given, context=context)), self.aligner)
 
 
 def configure(st: ServerState, msg: dict[str, Any]) -> Config:
@@ -72,14 +81,16 @@ def configure(st: ServerState, msg: dict[str, Any]) -> Config:
     family = family_params(st.runtime)
     p = plan(parse_body({**fields, "input": "."}), st.config.limits(), native_rate=st.native_rate,
              native_channels=st.native_channels, takes=family.takes)
+    aligner = has_aligner(st.runtime)
+    refuse_without(p.params, aligner)  # `timestamps` asked of a server without an aligner
     if stream_audio and p.spec.format != "pcm":
         raise ApiError(400, "stream_audio: streamed sentences are raw pcm (response_format: pcm)",
                        param="stream_audio", code="invalid_value")
     # a speaker of the checkpoint, a stored voice, or neither; the text comes in input.text messages
     given = resolved(replace(p, context=None), st.voices.voice_fields(p.voice), stream=True, text_later=True)
     return Config(p.params, given, family, p.spec, stream_audio, "sentence" if split == "none" else split, split,
-                  split != "none" and family.speaks_while_written, param_names(family, p.params),
-                  config_turns(st, p))
+                  split != "none" and family.speaks_while_written,
+                  {**param_names(family, p.params), "timestamps": "timestamps"}, config_turns(st, p), aligner)
 
 
 def ready(c: Config) -> dict[str, Any]:

@@ -5,7 +5,8 @@ left, several together for a cancel's events), `Utterance` (one open request of 
 pieces held for `input.done`, its sender task, whether the client has begun it, ended its text, cancelled
 it, whether its end was refused and its session.done sent), `Sentences` (the audio's chunks split at the
 segments' frames, each sentence framed by `audio.start` and `audio.done`; streamed pcm as it is made, else
-the sentence's whole file in one binary frame), the events that close a cancelled utterance
+the sentence's whole file in one binary frame; the audio sent so far, `sent_s`; each aligned sentence's
+`speech.timestamps` after its `audio.done`, where asked), the events that close a cancelled utterance
 (`cancelled_events`: `audio.done` with `"cancelled": true` for the sentence open, then `session.done` with
 `"cancelled": true`), and the two ways a send ends the sender: `Cancelled` (the utterance was cancelled:
 nothing more of it goes out) and `Gone` (the client has left: `LEFT`, what the WebSocket raises then).
@@ -25,7 +26,9 @@ import numpy as np
 from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
+from v2.events import SentenceWords
 from v2.server import audio
+from v2.server.timestamps import EVENT, sentence_json
 from v2.server.ws_config import Config
 
 
@@ -117,6 +120,8 @@ class Sentences:
         self.bytes = 0
         self.parts: list[np.ndarray] = []
         self.encoder: audio.Encoder | None = None
+        self.sent = 0            # frames whose audio has gone out (a barge-in's words sent end within them)
+        self.held: list[SentenceWords] = []  # aligned sentences whose `speech.timestamps` waits for their audio.done
 
     async def chunk(self, samples: np.ndarray) -> None:
         hop = self.hop
@@ -134,6 +139,8 @@ class Sentences:
             await self.emit(samples[:, pos * hop:(pos + take) * hop])
             pos += take
             self.frames += take
+            if self.encoder is not None:  # streamed: its bytes are out
+                self.sent = self.frames
             if end is not None and self.frames >= end:
                 await self.close(False)
 
@@ -171,9 +178,21 @@ class Sentences:
             self.parts = []
             data = await anyio.to_thread.run_sync(audio.encode_whole, whole, self.c.spec, self.native_rate)
             await self.bytes_out(data)
+        self.sent = self.frames
         await self.send({"type": "audio.done", "utterance_index": self.u.index, "sentence_index": self.current,
                          "total_bytes": self.bytes, "error": failed}, self.u)
         self.current = -1
+
+    @property
+    def sent_s(self) -> float:
+        """Seconds of the utterance's audio that have gone out."""
+        return self.sent * self.hop / self.native_rate
+
+    async def words(self, every: bool = False) -> None:
+        """`speech.timestamps` of each aligned sentence held whose audio is done (`every`: all held, at the end)."""
+        while self.held and (every or self.held[0].index < self.count and self.held[0].index != self.current):
+            s = self.held.pop(0)
+            await self.send({"type": EVENT, "utterance_index": self.u.index, **sentence_json(s)}, self.u)
 
 
 def cancelled_events(u: Utterance) -> list[dict[str, Any]]:

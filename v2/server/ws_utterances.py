@@ -23,10 +23,12 @@ import anyio
 
 from v2.errors import OverloadedError, RequestError
 from v2.params import ResolvedTurn
+from v2.events import SentenceWords
 from v2.server.conversation import bounded
 from v2.server.errors import ApiError, runtime_field_error
 from v2.server.state import ServerState
 from v2.server.streaming import GOOD_ENDINGS
+from v2.server.timestamps import PLAYED, heard, merged, played_ok, sentences
 from v2.server.ws_config import Config
 from v2.server.ws_speak import Cancelled, Gone, Outbox, Sentences, Utterance, cancelled_events
 
@@ -228,12 +230,18 @@ class Speaker:
             u.refused = True
         self.finishing = u.sender
 
-    async def cancel(self) -> None:
+    async def cancel(self, played_ms: Any = None) -> None:
         """input.cancel: the utterance being written or spoken ends now. Its request is cancelled (its slots
         are freed at the engine's next step), nothing more of it is sent, and its closing events and the
         acknowledgement go out at once: `audio.done` of the open sentence and `session.done`, both
         `"cancelled": true`, then `input.cancelled`. With none under way: only `input.cancelled`,
-        `"cancelled": false`."""
+        `"cancelled": false`. `played_ms`: how much of the utterance's audio the client has played; where the
+        runtime has an aligner, the acknowledgement lists the words sent and, of them, those heard
+        (timestamps.py `heard`)."""
+        if not played_ok(played_ms):
+            await self.out.error(PLAYED, "played_ms")
+            return
+        aligner = self.config is not None and self.config.aligner
         u = self.utterance
         if u is None or not u.begun:
             await self.out.send({"type": "input.cancelled", "utterance_index": None, "cancelled": False})
@@ -247,7 +255,10 @@ class Speaker:
             closing = cancelled_events(u)
             if not closing:  # its session.done went out just before: there was nothing left to cancel
                 return [{"type": "input.cancelled", "utterance_index": None, "cancelled": False}]
-            return [*closing, {"type": "input.cancelled", "utterance_index": u.index, "cancelled": True}]
+            ack: dict[str, Any] = {"type": "input.cancelled", "utterance_index": u.index, "cancelled": True}
+            if aligner:  # the words sent, and heard: of the aligned sentences, those whose audio went out
+                ack.update(heard(sentences(u.handle.events()), 0.0 if u.out is None else u.out.sent_s, played_ms))
+            return [*closing, ack]
 
         await self.out.send_all(events)
 
@@ -258,8 +269,12 @@ class Speaker:
         assert config is not None
         out = u.out = Sentences(self.out.send, u, config, self.hop, self.st.native_rate, self.st.native_channels)
         try:
-            async for chunk in u.handle:
-                await out.chunk(chunk.audio)
+            async for item in (merged(u.handle, True) if config.timestamps else u.handle):
+                if isinstance(item, SentenceWords):
+                    out.held.append(item)
+                else:
+                    await out.chunk(item.audio)
+                await out.words()
             result = await anyio.to_thread.run_sync(u.handle.result)
             if u.silent or not u.begun:  # withdrawn, or ended on its own before any text: the next text opens another
                 return
@@ -268,6 +283,7 @@ class Speaker:
                 codes = result.codes if len(result.codes) else None
                 self.history = self.bounded([*self.history, ResolvedTurn(config.given.speaker, u.text, codes=codes)])
             await out.close(failed)
+            await out.words(every=True)
             if failed and not u.refused:
                 await self.out.error(f"the utterance ended with {result.finish_reason}" +
                                  (f": {result.error}" if result.error else ""), None, result.finish_reason, u)
