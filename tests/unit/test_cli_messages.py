@@ -48,8 +48,8 @@ def test_a_mistyped_option_gets_the_closest_one_and_its_commands_help(argv, expe
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["synht"], "error: argument COMMAND: invalid choice: 'synht' (choose from 'synth', 'voices', 'cards', 'serve'); "
-                "did you mean synth? (see: v2 --help)"),
+    (["synht"], "error: argument COMMAND: invalid choice: 'synht' (choose from 'synth', 'voices', 'chat', 'cards', "
+                "'serve'); did you mean synth? (see: v2 --help)"),
     (["voices", "rmove", "x"], "error: argument action: invalid choice: 'rmove' (choose from 'add', 'list', "
                                "'remove'); did you mean remove? (see: v2 voices --help)"),
     (["synth", "--format", "opsu"], "error: argument --format: invalid choice: 'opsu' (choose from 'wav', 'flac', "
