@@ -195,7 +195,8 @@ class Qwen3Backbone(nn.Module):
             valid = torch.ones(b, t, dtype=torch.bool, device=x.device)
         ctx = context_len if context_len is not None else (
             cache.max_len if isinstance(cache, KVCache) else index.shape[1] * cache.block_size)
-        if isinstance(cache, PagedKVCache) and not kernels_on(x.device) and decode_row.fits(x, cache):
+        if (isinstance(cache, PagedKVCache) and not kernels_on(x.device) and decode_row.fits(x, cache)
+                and isinstance(self.layers[0].mlp, Qwen3MLP)):  # the decode row's MLP is the dense SwiGLU
             return decode_row.forward(self, x, cache, index, positions, valid, ctx)
         positions = torch.where(valid, positions, torch.zeros_like(positions))
         lengths = positions[:, 0] + 1 if t == 1 and kernels_on(x.device) else None

@@ -157,6 +157,15 @@ class FrontLoop(Protocol[S, R]):
     def finalize(self, state: S) -> Sequence[NDArray[np.int64]]: ...  # codes [N, G] per input
 
 
+@runtime_checkable
+class Publishing(Protocol[S]):
+    """A family loop whose spec `publishes`: what its last `advance` made for the request's subscribers (their
+    `AddedEvent.item`s, e.g. a speaking LLM's `TextDelta`s), in place of its `fresh` (which feeds the loops
+    downstream)."""
+
+    def published(self, state: S) -> Sequence[object]: ...
+
+
 # A graph holds loops of different states and rows, an engine executors of different inputs: each gets back
 # only its own values, which these names leave to the family that made them.
 AnyLoop = Loop[Any, Any]
@@ -274,11 +283,14 @@ class LoopGraph:
     def declared(cls, edges: Iterable[tuple[Hashable, Iterable[Hashable]]], loops: Mapping[Hashable, AnyLoop],
                  pools: Mapping[Hashable, tuple[str, ...]], *, paged: Hashable | None = None,
                  audio: Hashable | None = LAST, front: AnyFrontLoop | None = None,
-                 front_pool: str | None = None, front_name: Hashable | None = None) -> LoopGraph:
+                 front_pool: str | None = None, front_name: Hashable | None = None,
+                 publishes: Iterable[Hashable] = ()) -> LoopGraph:
         """The graph a card declares: `edges`, each declared loop's name with the names of the loops it feeds,
         in feeding order (`v2.card.LoopTable.driven`, names mapped to the family's); the family's loop and
-        the pools it holds, by name."""
-        return cls(tuple(LoopSpec(name, loops[name], tuple(feeds), pools.get(name, ())) for name, feeds in edges),
+        the pools it holds, by name; `publishes`: the loops whose output streams to the request's subscribers."""
+        shown = set(publishes)  # loops whose output streams to the subscribers as events (`Publishing`)
+        return cls(tuple(LoopSpec(name, loops[name], tuple(feeds), pools.get(name, ()), name in shown)
+                         for name, feeds in edges),
                    paged=paged, audio=audio, front=front, front_pool=front_pool, front_name=front_name)
 
     def is_front(self, loop: Hashable) -> bool:

@@ -27,7 +27,7 @@ from typing import Any, Hashable, Mapping
 from v2.contracts import FinishReason, WorkPlan
 from v2.runtime.device import Pending
 from v2.runtime.encoding import EncodeStage
-from v2.runtime.family import AnyExecutor, EngineFamily
+from v2.runtime.family import AnyExecutor, EngineFamily, Publishing
 from v2.runtime.groups import GroupSharing
 from v2.runtime.paged_loops import PagedLoops
 from v2.runtime.lifecycle import Requests
@@ -110,8 +110,10 @@ class Scatter:
             moved = moved or waited or down.finish is not None  # a loop that waited for input may have it now
         if spec is self._audio and not self._deliver(req, state):
             return
-        if spec.publishes and state.fresh:  # an added loop's output: to the request's subscribers, as events
-            req.handle.publish(str(spec.name), state.fresh)
+        if spec.publishes:  # an added loop's output, or what a family loop publishes: to the subscribers, as events
+            items = spec.loop.published(state) if isinstance(spec.loop, Publishing) else state.fresh
+            if items:
+                req.handle.publish(str(spec.name), items)
         if moved:
             touched[req.id] = req
 

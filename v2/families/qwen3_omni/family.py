@@ -1,0 +1,275 @@
+"""Qwen3-Omni bound for the runtime: the `v2.runtime.family.Family` of this family (`FAMILY` binds it).
+
+Owns: building the expert a card names (`experts`: the thinker, talker and code2wav of one checkpoint and its
+tokenizer), what the checkpoint's config alone decides (`voice_spec`, `precheck`: an unknown speaker), and
+`OmniFamily`: the loop graph its card declares (`thinker` -> `talker` -> `code2wav`; the thinker publishes its
+text deltas), both paged KV pools (`thinker`, `talker`), the executors per work kind, the slot pools (`think`,
+`talk`, `c2w`), and the family's side of a request's life: parsing and preparing it (prepare.py, where the
+audio encoder runs over the prompt's clips), its loops' states at admission (a text-only request's talker and
+code2wav start ended), the device state at admission (each loop's sampling and seed, the prompt's audio rows,
+fresh code2wav state), the talker's prompt once the thinker's first token exists (with the thinker's A rows
+handed to the talker's slot), the rows a preempted request recomputes, and the result (text, text ids, codes,
+audio).
+Must not know: the engine's queues, scheduling policy, threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from v2.contracts import FinishReason, LoopState, WorkUnitKind
+from v2.errors import FieldError, RequestError
+from v2.families.qwen3_omni.card import OmniCard, build_parts, build_tokenizer, checkpoint_config
+from v2.families.qwen3_omni.executors import Code2WavExecutor, TalkerFrames, ThinkerFrames
+from v2.families.qwen3_omni.loops import (
+    CODE2WAV, TALKER, THINKER, TalkerLoop, TalkerState, ThinkerLoop, ThinkerState, Work, talker_rows, thinker_rows,
+)
+from v2.families.qwen3_omni.prepare import OmniWork, prepare
+from v2.families.qwen3_omni.request import OmniRequest, parse
+from v2.kit.chunks import ChunkLoop, ChunkResult
+from v2.kit.frames import OnStream
+from v2.kit.paged_family import pool_blocks
+from v2.kit.results import joined_audio, request_metrics
+from v2.kit.sequence import ARResult
+from v2.models.kv_cache import PagedKVCache
+from v2.runtime.family import (
+    AnyExecutor, FactoryBase, FrontState, KVSpec, LaunchState, LoopGraph, Needs, PagedKV, Prepared, Request,
+    StoredVoice, VoiceSpec,
+)
+from v2.runtime.handles import SpeechResult
+
+
+class OmniFamily:
+    name = "qwen3_omni"
+    request_fields = frozenset(OmniRequest.model_fields)
+    sampling_keys: tuple[str, ...] = ()
+    weight_names: Any = None
+    channels = 1
+
+    def __init__(self, card: OmniCard, thinker: Any, talker: Any, code2wav: Any, config: Any,
+                 tokenizer: Any = None, *, graphs: bool = True) -> None:
+        th, tk, cw = card.loops.thinker, card.loops.talker, card.loops.code2wav
+        self.card, self.cfg, self.tokenizer, self.thinker = card, config, tokenizer, thinker
+        self.device, self.weights = thinker.device, torch.nn.ModuleDict(
+            {k: v for k, v in (("thinker", thinker), ("talker", talker), ("code2wav", code2wav)) if v is not None})
+        ids = config.ids
+        self.sample_rate = code2wav.sample_rate if code2wav is not None else 24_000
+        self.frame_rate = self.sample_rate / code2wav.hop if code2wav is not None else 12.5
+        self.code_width = config.talker.num_code_groups if config.talker is not None else 16
+        self.codebook_size = config.talker.codebook_size if config.talker is not None else 2048
+        self.speakers = tuple(n.capitalize() for n, _ in config.talker.speakers) if config.talker else ()
+        self._launch: LaunchState = lambda work: work()
+        self.think_loop = ThinkerLoop(th, tokenizer.decode if tokenizer is not None else None)
+        self.talk_loop = TalkerLoop(tk)
+        accept = config.talker.accept_hidden_layer if config.talker is not None else 0
+        think_blocks = pool_blocks(th, self.device, PagedKVCache.block_bytes(thinker.cfg.text.decoder, th.block_size,
+                                                                             thinker.dtype))
+        self.think = ThinkerFrames(thinker, num_slots=th.max_running, max_len=th.max_prompt_rows + th.max_frames,
+                                   batch_buckets=th.batch_buckets, num_blocks=think_blocks, block_size=th.block_size,
+                                   accept_layer=accept, eos=ids.im_end, graphs=graphs)
+        self.think_calls = OnStream(self.think, lambda work: self._launch(work))
+        self.executors: dict[Hashable, AnyExecutor] = dict(self.think.executors_as(Work.THINK_PREFILL,
+                                                                                  Work.THINK_TOKEN))
+        self.buckets: dict[Hashable, list[int]] = {Work.THINK_TOKEN: th.batch_buckets}
+        self.pools = {"think": th.max_running}
+        self.kv_specs = {THINKER: KVSpec(think_blocks, th.block_size, th.max_blocks, th.prefix_cache)}
+        loops: dict[Hashable, Any] = {THINKER: self.think_loop}
+        pools: dict[Hashable, tuple[str, ...]] = {THINKER: ("think",)}
+        self.talk: TalkerFrames | None = None
+        if talker is not None:
+            talker.bind_text(thinker.model.embed_tokens.weight, (ids.tts_bos, ids.tts_eos, ids.tts_pad))
+            talk_blocks = pool_blocks(tk, self.device, PagedKVCache.block_bytes(talker.cfg.talker.decoder,
+                                                                                tk.block_size, talker.dtype))
+            self.talk = TalkerFrames(talker, num_slots=tk.max_running, max_len=tk.max_prompt_rows + tk.max_frames,
+                                     batch_buckets=tk.batch_buckets, num_blocks=talk_blocks,
+                                     block_size=tk.block_size, graphs=graphs)
+            self.talk_calls = OnStream(self.talk, lambda work: self._launch(work))
+            self.executors |= self.talk.executors_as(Work.TALK_PREFILL, Work.TALK_FRAME)
+            self.buckets[Work.TALK_FRAME] = tk.batch_buckets
+            self.pools["talk"] = tk.max_running
+            self.kv_specs[TALKER] = KVSpec(talk_blocks, tk.block_size, tk.max_blocks, tk.prefix_cache)
+            loops[TALKER], pools[TALKER] = self.talk_loop, ("talk",)
+        self.c2w_loop: ChunkLoop | None = None
+        self.c2w: Code2WavExecutor | None = None
+        if cw is not None and code2wav is not None and talker is not None:
+            self.c2w_loop = ChunkLoop(cw, CODE2WAV, "code2wav")
+            self.c2w = Code2WavExecutor(code2wav, num_slots=cw.max_streams, batch_buckets=cw.batch_buckets,
+                                        frame_buckets=cw.frame_buckets, graphs=graphs)
+            self.executors[WorkUnitKind.AUDIO_CHUNK] = self.c2w.executor()
+            self.buckets[WorkUnitKind.AUDIO_CHUNK] = cw.batch_buckets
+            self.pools["c2w"] = cw.max_streams
+            loops[CODE2WAV], pools[CODE2WAV] = self.c2w_loop, ("c2w",)
+        edges = [(n, list(d.feeds)) for n, d in card.loops.driven() if n in loops]
+        paged = tuple(n for n in (THINKER, TALKER) if n in loops)
+        self.graph = LoopGraph.declared(edges, loops, pools, paged=paged,  # type: ignore[arg-type]
+                                        audio=CODE2WAV if CODE2WAV in loops else None, publishes=(THINKER,))
+        self.prefill_budget, self.max_waiting = th.prefill_chunk_rows, th.max_waiting
+        self.max_buffered_chunks = th.max_buffered_chunks
+
+    def _encode(self, mels: list[torch.Tensor]) -> list[torch.Tensor]:
+        tower = self.thinker.audio_tower
+        return list(tower.encode([m.to(self.device, self.thinker.dtype) for m in mels]))
+
+    # ----- the engine thread ---------------------------------------------------------------------
+    def bind(self, launch: LaunchState) -> None:
+        self._launch = launch
+
+    def thread_setup(self) -> None:
+        threads = self.card.runtime.cpu_threads
+        if threads is not None and self.device.type == "cpu":
+            torch.set_num_threads(threads)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+
+    def front_start(self, slots: list[int]) -> None:
+        pass
+
+    def paged_kv(self) -> dict[Hashable, PagedKV]:
+        out = {THINKER: PagedKV(self.kv_specs[THINKER], self.think_calls, thinker_rows, Work.THINK_PREFILL)}
+        if self.talk is not None:
+            loop = self.talk_loop
+            out[TALKER] = PagedKV(self.kv_specs[TALKER], self.talk_calls,
+                                  lambda s: talker_rows(loop, s),  # type: ignore[arg-type]
+                                  Work.TALK_PREFILL)
+        return out
+
+    def encoded(self, record: Any) -> torch.Tensor | None:
+        return record.work.rows
+
+    def _speaks(self, record: Any) -> bool:
+        return bool(record.request.decodes_speech) and self.talk is not None
+
+    def needs(self, record: Any) -> Needs:
+        work: OmniWork = record.work
+        slots = {"think": 1}
+        rows: dict[Hashable, int] = {}
+        if self._speaks(record):
+            slots["talk"] = 1
+            if self.c2w_loop is not None:
+                slots["c2w"] = int(record.request.decode_audio)
+            assert work.talker_prefix is not None
+            rows[TALKER] = int(work.talker_prefix.shape[0]) + work.max_frames
+        return Needs(slots, kv_rows=int(work.rows.shape[0]) + work.max_tokens, loop_rows=rows)
+
+    def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
+        work: OmniWork = record.work
+        speaks, ids = self._speaks(record), self.cfg.ids
+        states: dict[Hashable, LoopState] = {
+            THINKER: ThinkerState(record.id, rows=work.rows, prompt_len=int(work.rows.shape[0]),
+                                  max_frames=work.max_tokens, slot=slots["think"])}
+        if self.talk is not None:
+            talker = TalkerState(record.id, max_frames=work.max_frames, slot=slots.get("talk", -1),
+                                 eos_text=ids.tts_eos, pad_text=ids.tts_pad)
+            if not speaks:
+                talker.rows, talker.finish = work.rows[:0], FinishReason.STOP  # text only: never runs
+            states[TALKER] = talker
+        if self.c2w_loop is not None:
+            c2w = self.c2w_loop.init(record.id, sample_rate=self.sample_rate,
+                                     enabled=speaks and record.request.decode_audio, slot=slots.get("c2w", -1))
+            if not speaks:
+                c2w.finish = FinishReason.STOP
+            states[CODE2WAV] = c2w
+        return states
+
+    def admitted(self, record: Any) -> None:
+        work: OmniWork = record.work
+        seed = record.request.seed
+        self.think_calls.admit(record.slots["think"], work.thinker_sampling, seed, work.audio_rows)
+        if self._speaks(record) and self.talk is not None:
+            talk, slot = self.talk, record.slots["talk"]
+            self.talk_calls.admit(slot, work.talker_sampling, seed, None)
+            self._launch(lambda: talk.set_accept(slot, None))
+            if self.c2w is not None and "c2w" in record.slots and record.request.decode_audio:
+                c2w, cslot = self.c2w, record.slots["c2w"]
+                self._launch(lambda: c2w.admit(cslot))
+
+    def more_input(self, record: Any, loop: Hashable | None) -> torch.Tensor | None:
+        """The talker's prompt once the thinker's first token exists: its prefix with that token's row last."""
+        if loop != TALKER:
+            return None
+        state: TalkerState = record.states[TALKER]
+        if state.rows is not None or not state.tokens or state.finish is not None:
+            return None
+        rows = record.work.talker_prefix.clone()
+        rows[-1, 0] = state.tokens[0]
+        state.rows, state.prompt_len, state.paused = rows, int(rows.shape[0]), True  # waits for KV blocks
+        if record.work.audio_rows is not None and self.talk is not None:
+            think, talk, ts, ks = self.think, self.talk, record.slots["talk"], record.slots["think"]
+            self._launch(lambda: talk.set_accept(ts, think.accept.get(ks)))
+        return rows
+
+    def recompute_rows(self, state: LoopState) -> torch.Tensor:
+        return thinker_rows(state)  # type: ignore[arg-type]
+
+    def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: FinishReason, now: float) -> SpeechResult:
+        think: ARResult | None = outputs.get(THINKER)
+        talk: ARResult | None = outputs.get(TALKER) if self._speaks(record) else None
+        c2w: ChunkResult | None = outputs.get(CODE2WAV)
+        audio = joined_audio(c2w.chunks if c2w is not None else [], 1)
+        codes = np.array(talk.codes if talk else [], dtype=np.int64).reshape(-1, self.code_width)
+        text_ids = tuple(c[0] for c in think.codes) if think is not None else ()
+        text = self.tokenizer.decode(list(text_ids)) if self.tokenizer is not None else None
+        finish = (talk.finish if talk is not None else think.finish if think is not None else reason)
+        if reason in (FinishReason.ABORT, FinishReason.ERROR):
+            finish = reason
+        metrics = request_metrics(record, int(record.work.rows.shape[0]), len(codes),
+                                  audio.shape[1] / self.sample_rate, now)
+        return SpeechResult(audio, self.sample_rate, codes, finish.value, metrics, None, record.error,
+                            text=text, text_ids=text_ids,
+                            text_finish_reason=(think.finish.value if think is not None else reason.value))
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+    # ----- the caller's side ---------------------------------------------------------------------
+    def parse(self, request: object) -> OmniRequest:
+        return parse(request)
+
+    def prepare(self, request: Request, *, voice: StoredVoice | None = None) -> Prepared:
+        assert isinstance(request, OmniRequest)
+        return prepare(request, self.card, self.cfg, self.tokenizer, self._encode,
+                       speech_loops=self.talk is not None)
+
+    def check_group(self, group: Sequence[tuple[Request, Prepared]]) -> None:
+        raise RequestError("n: Qwen3-Omni requests share no prompt (submit them one by one)", field="n")
+
+    def read_input(self, source: object) -> object:
+        raise FieldError("reference_audio: Qwen3-Omni takes audio as part of the prompt (audio)", field="audio")
+
+    def front_state(self, request_id: int, inputs: tuple[object, ...]) -> FrontState:
+        raise ValueError("the Qwen3-Omni family has no front loop")
+
+
+class _Factory(FactoryBase[OmniCard]):
+    name = "qwen3_omni"
+    bound = OmniFamily
+
+    def bind(self, card: OmniCard, *args: Any, **named: Any) -> Any:  # type: ignore[override]
+        return OmniFamily(card, *args, **named)
+
+    def experts(self, card: OmniCard, *, checkpoint: str | None = None, codec_checkpoint: str | None = None,
+                device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> dict[str, object]:
+        parts = build_parts(card, checkpoint=checkpoint, dtype=dtype, device=device)
+        return {"thinker": parts.thinker, "talker": parts.talker, "code2wav": parts.code2wav, "config": parts.config,
+                "tokenizer": build_tokenizer(card, checkpoint)}
+
+    def voice_spec(self, card: OmniCard, checkpoint: str | None = None) -> VoiceSpec:
+        cfg = checkpoint_config(card, checkpoint)
+        return VoiceSpec(cfg.talker.num_code_groups if cfg.talker else 16, 2048, {})
+
+    def precheck(self, card: OmniCard, fields: Mapping[str, object], checkpoint: str | None = None) -> None:
+        speaker = fields.get("speaker")
+        if isinstance(speaker, str) and speaker.strip():
+            cfg = checkpoint_config(card, checkpoint)
+            if cfg.talker is not None:
+                try:
+                    cfg.talker.speaker_id(speaker)
+                except ValueError as e:
+                    raise FieldError(str(e), field="speaker") from None
+
+
+FAMILY = _Factory()
+__all__ = ["FAMILY", "OmniFamily"]
