@@ -179,7 +179,7 @@ def _check_message(message: Any, where: str) -> None:
     if role == "tool" or role == "function":
         raise ApiError(400, f"{where}.role: {role!r} messages answer tool calls, which this server does not make",
                        param=f"{where}.role", code="unsupported_value")
-    if role not in MESSAGES:
+    if not isinstance(role, str) or role not in MESSAGES:
         raise ApiError(400, f"{where}.role: expected one of {', '.join(MESSAGES)}, got {role!r}",
                        param=f"{where}.role", code="invalid_value")
     if role == "assistant" and "audio" in message:
