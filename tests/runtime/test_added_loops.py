@@ -214,7 +214,7 @@ def test_open_text_every_chunk_and_its_segments(name):
         assert r.error is None
         probe = checked(r, list(h), h.events())
         assert probe.segments == len(h.marks()) >= 1  # the family's marks, as the added loop can read them
-        assert probe.spoken.text is None  # an open request's text is the family's to tell (`SpokenInput`)
+        assert probe.spoken.text == "Hello there. A second one."  # the text fed, as its family tells (`SpokenInput`)
         slots_free(rt)
 
 

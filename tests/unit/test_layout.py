@@ -81,3 +81,10 @@ def test_loading_the_core_loads_no_kit_and_the_store_loads_no_core():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["[]", "[]"]
+
+
+def test_the_core_imports_no_aligner_and_no_model():
+    """The word aligner is an added loop (v2/aligner/), found through the registry by name: the core names its
+    loop ("aligner") and the service it offers (`WordAligner`), never its package or a model."""
+    assert not _offending(ROOT / "runtime", "v2.aligner", "v2.models")
+    assert not _offending(ROOT / "aligner", "v2.kit", "v2.families")  # it knows no family

@@ -86,6 +86,13 @@ def _serve(args: argparse.Namespace) -> int:
             added_loops(card, args.add_loop)
         except CardError as e:
             raise CliError(f"--add-loop: {e}") from None
+    if getattr(args, "aligner", None) is not None:  # an unknown aligner is refused before any model loads
+        from v2.aligner.card import resolve_aligner
+
+        try:
+            resolve_aligner(args.aligner)
+        except CardError as e:
+            raise CliError(f"--aligner: {e}") from None
     args.device = check_device(args.device)
     if args.replicas is not None:
         if args.replicas < 1:

@@ -54,7 +54,17 @@ def load_runtime(args: argparse.Namespace, card: ModelCard, device: str, progres
     from v2.runtime import Runtime
 
     return Runtime.from_card(card, checkpoint=args.checkpoint, codec_checkpoint=args.codec_checkpoint,
-                             device=device, voices_dir=args.voices_dir)
+                             device=device, voices_dir=args.voices_dir, aligner=aligner_of(args, card))
+
+
+def aligner_of(args: argparse.Namespace, card: ModelCard) -> str | None:
+    """The aligner `--timestamps` needs (`--aligner`, else the seeded one for a seeded card, else the
+    release's); None without `--timestamps`."""
+    if getattr(args, "timestamps", None) is None:
+        return None
+    if getattr(args, "aligner", None) is not None:
+        return str(args.aligner)
+    return "forced_aligner_tiny" if card.seeded and args.checkpoint is None else "forced_aligner_0_6b"
 
 
 def precheck(card: ModelCard, request: dict[str, Any], checkpoint: str | None, text_option: str) -> None:
@@ -77,6 +87,8 @@ def request(args: argparse.Namespace, family: str, text: str) -> dict[str, Any]:
         **_family_fields(family, args)}
     if args.max_frames:
         fields["max_frames"] = args.max_frames
+    if getattr(args, "timestamps", None) is not None:
+        fields["timestamps"] = "word"
     return fields
 
 

@@ -164,6 +164,12 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--codes-out", default=None,
                    help="also write the codes as .npy, [F, G]: G codes per frame, as the card's codec has them "
                         "(default: none)")
+    p.add_argument("--timestamps", nargs="?", const="-", default=None, metavar="PATH",
+                   help="each word's start and end in seconds, from the aligner: in the summary line's \"words\", and "
+                        "with PATH also written there as JSON [{word, start, end}] (default: off)")
+    p.add_argument("--aligner", default=None, metavar="ALIGNER",
+                   help="with --timestamps: an aligner card, a card file, a checkpoint directory or a hub id (default: "
+                        "forced_aligner_tiny for a seeded card, else forced_aligner_0_6b)")
     p.add_argument("--batch", default=None, metavar="ITEMS.JSONL",
                    help="speak many texts together: one JSON object a line, each setting these options by name "
                         "(text required; e.g. {\"text\": \"...\", \"seed\": 3, \"voice\": \"v\"}) over the ones "

@@ -60,6 +60,8 @@ def run_synth(args: argparse.Namespace) -> int:
     fmt = format_for(out, args.format)
     if args.codes_out:
         check_writable(args.codes_out, "--codes-out", make_parents=args.mkdir)
+    if args.timestamps not in (None, "-"):
+        check_writable(args.timestamps, "--timestamps", make_parents=args.mkdir)
     text, text_option = _text(args)
     card = load_card(args.card)  # a bad card is refused before the device is looked at
     device = check_device(args.device)
@@ -113,13 +115,17 @@ def run_synth(args: argparse.Namespace) -> int:
                 import numpy as np
 
                 np.save(args.codes_out, result.codes)
+            words = [{"word": w.word, "start": w.start, "end": w.end} for w in result.words]
+            if args.timestamps not in (None, "-"):
+                Path(args.timestamps).write_text(json.dumps(words, ensure_ascii=False) + "\n")
         finally:
             runtime.close()
     print(json.dumps({"card": runtime.card.name, "out": str(out.absolute()), "format": fmt,
                       "finish_reason": result.finish_reason, "frames": m.frames, "audio_seconds": round(m.audio_seconds, 3), "channels": channels,
                       "sample_rate": rate, "prompt_rows": m.prompt_rows,
                       "ttfa_s": None if m.ttfa_s is None else round(m.ttfa_s, 4), "total_s": round(m.total_s, 3),
-                      "rtf": None if m.rtf is None else round(m.rtf, 4)}))
+                      "rtf": None if m.rtf is None else round(m.rtf, 4),
+                      **({"words": words} if args.timestamps is not None else {})}, ensure_ascii=False))
     return 0
 
 

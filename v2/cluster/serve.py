@@ -153,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
     gpus = ray.cluster_resources().get("GPU", 0) > 0
     resources = {"num_gpus": 1} if gpus else {"num_cpus": 1}
     options = {"checkpoint": args.checkpoint, "codec_checkpoint": args.codec_checkpoint, "device": args.device,
-               "add_loops": tuple(args.add_loop or ())}  # each replica resolves them (entry points or module:attr)
+               "add_loops": tuple(args.add_loop or ()),  # each replica resolves them (entry points or module:attr)
+               "aligner": getattr(args, "aligner", None)}
     logs_config = {"log_level": args.log_level.upper(), "enable_access_log": not args.no_access_log}
     app = deployment(args.card, replicas=args.replicas, runtime_options=options, config=config,
                      resources=resources, drain_timeout=args.drain_timeout, logging_config=logs_config)

@@ -155,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
     sock = bind_or_explain(args.host, args.port)  # before the model loads: a busy port fails at once
     try:
         runtime = Runtime.from_card(args.card, checkpoint=args.checkpoint, codec_checkpoint=args.codec_checkpoint,
-                                    device=args.device, add_loops=tuple(args.add_loop))
+                                    device=args.device, add_loops=tuple(args.add_loop),
+                                    aligner=getattr(args, "aligner", None))
     except BaseException:
         sock.close()
         raise

@@ -32,6 +32,7 @@ from v2.families.csm.encode import EncodeLoop, EncodeState
 from v2.families.csm.encode_executor import EncodeExecutor
 from v2.families.csm.frame_executor import FrameExecutor, OnStream
 from v2.families.csm.open_text import OpenText, OpenWork, spoken_text
+from v2.runtime.added import Spoken
 from v2.families.csm.params import SPEECH_PARAMS
 from v2.families.csm.prepare import CodecSpec, EncodeInput, Prepared, prepare, with_encoded
 from v2.families.csm.request import CsmRequest, parse
@@ -161,6 +162,15 @@ class CsmFamily(PagedFamily):
         (one,) = inputs
         assert isinstance(one, EncodeInput)  # what `prepare` or `read_input` gave
         return self.enc_loop.init(request_id, one.audio)
+
+    def spoken(self, record: RequestRecord) -> Spoken:
+        """What a request speaks (`SpokenInput`, for a loop added to the graph): its last turn's text (an open
+        request's as fed so far), and its `text_ids` where it gave them."""
+        request = record.request
+        ids = getattr(request, "text_ids", None)
+        if isinstance(record.work, OpenWork) or isinstance(getattr(request, "text", None), str):
+            return Spoken(spoken_text(record.work, request), tuple(ids) if ids is not None else None)  # type: ignore[arg-type]
+        return Spoken(None, tuple(ids) if ids is not None else None)
 
     def encoded(self, record: RequestRecord) -> torch.Tensor | None:
         front = record.front

@@ -35,6 +35,7 @@ from v2.families.moss_tts_local.codec_executor import CodecExecutor
 from v2.families.moss_tts_local.encode import EncodeLoop, EncodeState
 from v2.families.moss_tts_local.encode_executor import EncodeExecutor
 from v2.families.moss_tts_local.open_text import OpenText, OpenWork
+from v2.runtime.added import Spoken
 from v2.families.moss_tts_local.params import SPEECH_PARAMS
 from v2.families.moss_tts_local.long_text import build_rows
 from v2.families.moss_tts_local.prepare import CodecSpec, prepare, prepare_recording
@@ -149,6 +150,15 @@ class MossFamily(PagedFamily):
         executor = self.encode_exec
         assert executor is not None
         self._launch(lambda: executor.start(slots))
+
+    def spoken(self, record: RequestRecord) -> Spoken:
+        """What a request speaks (`SpokenInput`, for a loop added to the graph): an open request's text as fed
+        so far, else its `text` (`prompt_rows`: none)."""
+        work = record.work
+        if isinstance(work, OpenWork):
+            return Spoken(work.text.text)
+        text = getattr(record.request, "text", None)
+        return Spoken(text if isinstance(text, str) else None)
 
     def encoded(self, record: RequestRecord) -> torch.Tensor | None:
         """The prompt again, with the real codes of the request's recordings (an open request's: once its first

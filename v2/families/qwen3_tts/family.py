@@ -34,6 +34,7 @@ from v2.families.qwen3_tts.codec_executor import CodecExecutor
 from v2.families.qwen3_tts.encode import EncodeLoop, EncodeState, Qwen3Work
 from v2.families.qwen3_tts.encode_executor import CodesExecutor, SpeakerExecutor
 from v2.families.qwen3_tts.open_text import OpenText, OpenWork
+from v2.runtime.added import Spoken
 from v2.families.qwen3_tts.params import SPEECH_PARAMS
 from v2.families.qwen3_tts.prepare import (
     CodecSpec, EncodeInput, check_speaker, prepare, read_recording, rows_of, with_encoded,
@@ -194,6 +195,15 @@ class Qwen3Family(PagedFamily):
         (one,) = inputs
         assert isinstance(one, EncodeInput)  # what `prepare` or `read_input` gave
         return self.enc_loop.init(request_id, speaker_audio=one.speaker_audio, codec_audio=one.codec_audio)
+
+    def spoken(self, record: RequestRecord) -> Spoken:
+        """What a request speaks (`SpokenInput`, for a loop added to the graph): an open request's text as fed
+        so far, else its `text` and `text_ids`."""
+        work, request = record.work, record.request
+        if isinstance(work, OpenWork):
+            return Spoken(work.text)
+        text, ids = getattr(request, "text", None), getattr(request, "text_ids", None)
+        return Spoken(text if isinstance(text, str) else None, tuple(ids) if ids is not None else None)
 
     def encoded(self, record: RequestRecord) -> torch.Tensor | None:
         front = record.front
