@@ -27,8 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from v2.bench.__main__ import machine
 from v2.bench.family import choose, part
 from v2.models import kernels
-from v2.models.kernels import (decode_attention, frame_attention, layer_norm, local_attention, norm_linear, qk_rope,
-                               rms_norm, sample, swiglu)
+from v2.models.kernels import (decode_attention, frame_attention, grouped_experts, layer_norm, local_attention,
+                               moe_route, norm_linear, qk_rope, rms_norm, sample, swiglu)
 
 # operations that launch no kernel: views, allocations, dtype queries
 NO_LAUNCH = {"view", "_unsafe_view", "unsqueeze", "squeeze", "select", "slice", "t", "transpose", "expand", "alias",
@@ -70,7 +70,9 @@ def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Any]:
                          swiglu: ["_silu_mul_kernel", "_gate_up_kernel"], qk_rope: ["_qk_rope_kernel"],
                          local_attention: ["_local_attention_kernel"], frame_attention: ["_frame_attention_kernel"],
                          layer_norm: ["_add_layer_norm_kernel", "_embed_layer_norm_kernel"],
-                         norm_linear: ["_norm_linear_kernel"]}
+                         norm_linear: ["_norm_linear_kernel"],
+                         grouped_experts: ["_expert_gate_up_kernel", "_expert_down_kernel", "_expert_combine_kernel"],
+                         moe_route: ["_route_kernel"]}
     return {(module, name): _CountedKernel(name.strip("_").removesuffix("_kernel"), counter)
             for module, names in kernels_by_module.items() for name in names}
 

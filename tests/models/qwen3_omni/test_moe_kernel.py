@@ -1,7 +1,7 @@
 """The grouped-expert kernel (v2/models/kernels/grouped_experts.py, run by Triton's interpreter on the CPU) against
 the torch form of `SparseMoe._experts`: the same sums within float rounding (float32), for routings with empty
-experts, an expert holding more slots than a tile, and the talker's shared expert; its tile schedule covers every
-slot once; and a token's output through the kernel is the same alone as in a batch. float32 only: the interpreter's
+experts and an expert holding more slots than a tile; the routing kernel's choice equals `route`'s; the whole
+block through the kernels (with and without the talker's shared expert) equals the torch block; and a token's output through the kernel is the same alone as in a batch. float32 only: the interpreter's
 bfloat16 `tl.dot` is not faithful (the GPU test covers bfloat16, tests/gpu/test_qwen3_omni_moe_gpu.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from v2.models import kernels
 from v2.models.kernels import grouped_experts as ge
 from v2.models.qwen3_omni.config import MoeConfig
 from v2.models.qwen3_omni import moe
-from v2.models.qwen3_omni.moe import SparseMoe
+from v2.models.kernels.moe_route import route_fused
+from v2.models.qwen3_omni.moe import SparseMoe, route
 
 pytestmark = pytest.mark.skipif(ge.triton is None, reason="needs triton")
 
@@ -36,29 +37,38 @@ def _routing(n: int, k: int, e: int, seed: int) -> tuple[torch.Tensor, torch.Ten
     return weights, experts
 
 
-@pytest.mark.parametrize("case", ["spread", "crowded"])
-def test_schedule_covers_every_slot_once(case: str) -> None:
-    n, k, e = 40, 2, 6
-    _, experts = _routing(n, k, e, 0)
-    if case == "crowded":  # expert 1 holds 3 tiles' worth of slots; experts 4 and 5 none
-        experts[:, 0] = 1
-        experts[:, 1] = torch.arange(n) % 3 * 2 % 4
-        experts[experts[:, 1] == 1, 1] = 0
-    order, tile_expert, start, end = ge.schedule(experts, e)
-    assert tile_expert.shape[0] == ge.tile_bound(n * k, e)
-    seen: list[int] = []
-    for t in range(tile_expert.shape[0]):
-        s0, s1 = int(start[t]), int(end[t])
-        assert 0 <= s1 - s0 <= ge.BLOCK_M
-        slots = order[s0:s1]
-        assert bool((experts.view(-1)[slots] == tile_expert[t]).all())
-        seen += slots.tolist()
-    assert sorted(seen) == list(range(n * k))
+def _grouped(m: SparseMoe, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+    return ge.grouped_experts(x, weights, experts, m.experts.gate_up_proj, m.experts.down_proj)
+
+
+@pytest.mark.parametrize("renormalise", [True, False])
+def test_the_routing_kernel_chooses_as_route(renormalise: bool) -> None:
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(9, 12, generator=g) * 2
+    logits[0] = torch.tensor([0.0, 1.0, 1.0, 1.0, -2.0, 1.0, 0.5, 1.0, 1.0, 0.0, 0.0, 1.0])  # ties: lowest first
+    want_w, want_e = route(logits, 3, renormalise)
+    got_w, got_e = route_fused(logits, 3, renormalise, torch.float32)
+    assert torch.equal(got_e, want_e) and got_e[0].tolist() == [1, 2, 3]
+    torch.testing.assert_close(got_w, want_w, atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="top_k"):
+        route_fused(logits, 13, renormalise, torch.float32)
+
+
+@torch.no_grad()
+def test_crowded_and_empty_experts() -> None:
+    """Expert 1 holds 40 slots (three tiles, the last part full), experts 4 and 5 none."""
+    m = _moe(0)
+    n = 40
+    x = torch.randn(n, 24)
+    weights, _ = _routing(n, 2, 6, 0)
+    experts = torch.stack([torch.ones(n, dtype=torch.long), torch.tensor([0, 2, 3])[torch.arange(n) % 3]], 1)
+    want = m._experts(x, weights, experts)
+    torch.testing.assert_close(_grouped(m, x, weights, experts), want, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("n", [1, 3, 37])
 @torch.no_grad()
-def test_grouped_experts_equal_the_torch_form(n: int, monkeypatch) -> None:
+def test_grouped_experts_equal_the_torch_form(n: int) -> None:
     m = _moe(0)
     x = torch.randn(n, 24)
     weights, experts = _routing(n, 2, 6, n)
@@ -66,9 +76,7 @@ def test_grouped_experts_equal_the_torch_form(n: int, monkeypatch) -> None:
         experts[:20, 0] = 4  # expert 4 holds more slots than a tile (rows 0..19 keep distinct experts)
         experts[:20, 1] = torch.where(experts[:20, 1] == 4, 5, experts[:20, 1])
     want = m._experts(x, weights, experts)
-    monkeypatch.setattr(kernels, "FORCE", True)
-    got = m._experts(x, weights, experts)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(_grouped(m, x, weights, experts), want, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("shared", [0, 32])
@@ -79,9 +87,11 @@ def test_the_moe_block_through_the_kernel_equals_the_torch_block(shared: int, mo
     want = m(x)
     calls: list[int] = []
 
-    def grouped(*args: torch.Tensor) -> torch.Tensor:
-        calls.append(args[0].shape[0])
-        return ge.grouped_experts(*args)
+    def grouped(rows: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor, gate_up: torch.Tensor,
+                down: torch.Tensor, shared: torch.Tensor | None = None,
+                shared_gate: torch.Tensor | None = None) -> torch.Tensor:
+        calls.append(rows.shape[0])
+        return ge.grouped_experts(rows, weights, experts, gate_up, down, shared=shared, shared_gate=shared_gate)
 
     monkeypatch.setattr(moe, "grouped_experts", grouped)
     monkeypatch.setattr(kernels, "FORCE", True)

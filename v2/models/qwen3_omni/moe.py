@@ -10,11 +10,12 @@ Exact on the CPU (designs/model.md, "Exact on every CPU" and "Qwen3-Omni"): rout
 runs `exact.linear` on the rows routed to it (fixed-shape tiles, so a row's output does not depend on which
 other rows share the expert), and a row's k expert outputs are summed in its own rank order (highest
 probability first), never in expert or batch order. So a row's result is the same alone or in any batch.
-Where the Triton kernels run (CUDA, autograd off: `kernels.inference_kernels`), `_experts` is the grouped-expert
-kernel (v2/models/kernels/grouped_experts.py: slots sorted by expert on the device, three launches whatever the
-routing, a fixed reduction order, so batched == alone there too); elsewhere (a differentiable pass, no Triton)
-the same loop over experts runs with F.linear. On the CPU the loop runs unchanged (the kernel's tests force it
-there, through Triton's interpreter).
+Where the Triton kernels run (CUDA, autograd off: `kernels.inference_kernels`), the block is `_kernels`: the
+router's matmul, the routing in one launch (kernels/moe_route.py), and the grouped-expert kernel
+(kernels/grouped_experts.py: each expert's slots taken in slot order inside the kernel, three launches whatever
+the routing, a fixed reduction order, so batched == alone there too; the shared expert's gated sum added in its
+last launch); elsewhere off the CPU (a differentiable pass, no Triton) the same loop over experts runs with
+F.linear. On the CPU the loop runs unchanged (the kernels' tests force them there, through Triton's interpreter).
 Must not know: decoders, attention, caches, checkpoints, requests.
 """
 
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 from v2.models import exact, kernels
 from v2.models.config import BackboneConfig
 from v2.models.kernels.grouped_experts import grouped_experts
+from v2.models.kernels.moe_route import route_fused
 from v2.models.qwen3 import Qwen3MLP
 from v2.models.qwen3_omni.config import MoeConfig
 
@@ -74,6 +76,8 @@ class SparseMoe(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         lead, h = x.shape[:-1], x.shape[-1]
         rows = x.reshape(-1, h)  # [N, H]
+        if kernels.inference_kernels(rows.device):
+            return self._kernels(rows).view(*lead, h)
         weights, experts = route(self.gate(rows), self.cfg.top_k, self.cfg.norm_topk_prob)  # [N, k] each
         out = self._experts(rows, weights.to(rows.dtype), experts)  # [N, H]
         if self.shared_expert is not None and self.shared_expert_gate is not None:
@@ -81,11 +85,20 @@ class SparseMoe(nn.Module):
             out = out + self.shared_expert(rows) / (1.0 + torch.exp(-z))  # sigmoid(z) * shared, the same bits anywhere
         return out.view(*lead, h)
 
+    def _kernels(self, rows: Tensor) -> Tensor:
+        """The block through the Triton kernels: rows [N, H] -> [N, H]. The router's matmul, the routing in one
+        launch (`route_fused`), the routed experts and their sum in three (`grouped_experts`, which also adds
+        the gated shared expert), the shared expert's own matmuls and its gate's."""
+        weights, experts = route_fused(self.gate(rows), self.cfg.top_k, self.cfg.norm_topk_prob, rows.dtype)
+        shared = z = None
+        if self.shared_expert is not None and self.shared_expert_gate is not None:
+            shared, z = self.shared_expert(rows), self.shared_expert_gate(rows)  # [N, H], [N, 1]
+        return grouped_experts(rows, weights, experts, self.experts.gate_up_proj, self.experts.down_proj,
+                               shared=shared, shared_gate=z)
+
     def _experts(self, rows: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
-        """sum_k weights[n, k] * expert_{experts[n, k]}(rows[n]) for each row n, the k terms added in rank order.
-        With the kernels on: the grouped-expert kernel (the same sum, one pass over the slots sorted by expert)."""
-        if kernels.inference_kernels(rows.device):
-            return grouped_experts(rows, weights, experts, self.experts.gate_up_proj, self.experts.down_proj)
+        """sum_k weights[n, k] * expert_{experts[n, k]}(rows[n]) for each row n, the k terms added in rank order
+        (the torch form; `_kernels` is the same block through the grouped-expert kernel)."""
         n, k = experts.shape
         outs = rows.new_zeros(n, k, rows.shape[-1])  # [N, k, H]: row n's rank-r expert output at [n, r]
         flat = experts.reshape(-1)  # [N k]

@@ -1,0 +1,34 @@
+"""The launch counter of Qwen3-Omni's steps at the release's dimensions (meta device, no GPU): the release config
+reads as the README's table, and each step launches the MoE block's kernels once per layer, the routed experts
+always in the grouped kernels' three launches (never a launch per expert)."""
+
+from __future__ import annotations
+
+import json
+
+from v2.models.qwen3_omni import launches
+from v2.models.qwen3_omni.release import release_config
+
+
+def test_the_release_config_has_the_release_shapes() -> None:
+    cfg = release_config()
+    t, tk = cfg.thinker.text, cfg.talker
+    assert tk is not None and cfg.code_predictor is not None
+    assert (t.decoder.num_layers, t.decoder.hidden_size, t.moe.num_experts, t.moe.top_k, t.moe.intermediate_size,
+            t.moe.shared_intermediate_size) == (48, 2048, 128, 8, 768, 0)
+    assert (tk.text.decoder.num_layers, tk.hidden_size, tk.text.moe.num_experts, tk.text.moe.top_k,
+            tk.text.moe.intermediate_size, tk.text.moe.shared_intermediate_size) == (20, 1024, 128, 6, 384, 768)
+    assert cfg.code_predictor.decoder.num_layers == 5 and tk.num_code_groups == 16
+
+
+def test_the_steps_launch_the_grouped_expert_kernels_once_per_layer(capsys) -> None:
+    assert launches.main(["--buckets", "1", "3"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["dims"] == "release" and out["device"] == "meta" and [r["bucket"] for r in out["buckets"]] == [1, 3]
+    for row in out["buckets"]:
+        for name, layers in (("thinker", 48), ("talker", 20)):
+            step = row[name]
+            for kernel in ("triton:route", "triton:expert_gate_up", "triton:expert_down", "triton:expert_combine"):
+                assert step["ops"][kernel] == layers and step["moe_ops"][kernel] == 1, (name, kernel)
+            assert step["launches"] == sum(step["ops"].values()) and step["aim"] == launches.AIMS[name]
+    assert out["buckets"][0]["thinker"]["launches"] == out["buckets"][1]["thinker"]["launches"]  # no per-row launches
