@@ -6,8 +6,8 @@ Owns: `SpeechParams`, what the server parses a body (or a WebSocket's config) in
 knobs under their flat names, frame limits under ours and the peers' names, `language`, `ref_audio`,
 `ref_text`, `x_vector_only_mode`, `sample_rate`, `context`: earlier turns of a conversation, each a
 `ContextTurn`, and `timestamps`: word times from an aligner), strictly typed (a bool is not a number, `"7"` is
-not an int, unknown fields are refused); which of a value's two names the client used (`named`) and the value (`frame_limits`, refusing two
-different ones); `Resolved`, what the server made of the parts only it can resolve (the recording's bytes,
+not an int, unknown fields are refused); which of a value's two names the client used (`named`) and the value
+(`frame_limits`, refusing two different ones); `Resolved`, what the server made of the parts only it can resolve (the recording's bytes,
 which voice a name means, whether the answer streams, whether the text comes later, the context's turns
 with their audio read and their stored voices looked up: `ResolvedTurn`); and `FamilyParams`, which each
 family gives as its bound family's `speech_params`: `request(params, resolved)` (its request's fields, which

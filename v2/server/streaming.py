@@ -63,17 +63,15 @@ async def audio_body(handle: Any, encoder: Encoder, *, sse: bool, offload: bool,
     wrap: Callable[[bytes], bytes] = (lambda b: sse_event("speech.audio.delta", {"audio": base64.b64encode(b).decode()})
                                       ) if sse else (lambda b: b)
     held: list[SentenceWords] = []
-    sent_s = 0.0  # seconds of audio encoded and sent
     try:
         async for item in (merged(handle, True) if words else handle):
             if isinstance(item, SentenceWords):
                 held.append(item)
             else:
                 data = await _run(encoder.feed, item.audio, offload=offload)
-                sent_s += item.audio.shape[-1] / item.sample_rate
                 if data:
                     yield wrap(data)
-            while held and _spoken(held[0], sent_s):
+            while held and _spoken(held[0], encoder.samples / encoder.spec.sample_rate):  # the samples encoded
                 yield sse_event(EVENT, sentence_json(held.pop(0)))
         result = await final_result(handle)
         if result.finish_reason not in GOOD_ENDINGS:

@@ -1,0 +1,189 @@
+"""Word timestamps on every HTTP surface, a real server on 127.0.0.1 over the tiny card with the seeded
+`forced_aligner_tiny` aligner (its times are noise, but they are the runtime's): SSE `speech.timestamps` events,
+each after the audio its words span and before `speech.audio.done`, equal to the JSON answer's words and to the
+runtime's own `result.words`, one per word of the text in order; the captioned JSON and its Kokoro-FastAPI path
+alike (the same audio file, base64); a batch item's words; the stream's `speech.timestamps` per sentence after
+its `audio.done`; a barge-in acknowledgement with the words sent and, of them, those heard before `played_ms`;
+every answer and event valid against /openapi.json."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+
+from serverkit import CARD, LiveServer
+from v2.runtime import Runtime
+from wskit import until, ws_url
+
+SPEECH = "/v1/audio/speech"
+TEXT = "The quiet river runs past old stone houses."
+BODY = {"input": TEXT, "max_frames": 30, "seed": 7, "response_format": "pcm"}
+
+
+@pytest.fixture(scope="module")
+def rt():
+    runtime = Runtime.from_card(CARD, aligner="forced_aligner_tiny")
+    assert runtime.has_aligner
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture(scope="module")
+def live(rt):
+    with LiveServer(rt) as server:
+        server.spec = httpx.get(server.url + "/openapi.json").json()
+        yield server
+
+
+def _validator(spec: dict, schema: dict) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator({**schema, "components": spec["components"]})
+
+
+def _answer_schema(spec: dict, path: str, media: str = "application/json") -> dict:
+    return spec["paths"][path]["post"]["responses"]["200"]["content"][media]["schema"]
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[\w']+", text)
+
+
+def _sse(live: Any, body: dict) -> list[dict]:
+    r = httpx.post(live.url + SPEECH, json={**body, "timestamps": "word", "stream_format": "sse"}, timeout=120)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+    blocks = [b for b in r.text.split("\n\n") if b.strip()]
+    assert all(b.startswith("data: ") for b in blocks)
+    return [json.loads(b[len("data: "):]) for b in blocks]
+
+
+def test_sse_words_follow_their_audio_and_equal_the_json_answers_and_the_runtimes(rt, live):
+    events = _sse(live, BODY)
+    data = _validator(live.spec, _answer_schema(live.spec, SPEECH, "text/event-stream")["properties"]["data"][
+        "contentSchema"])
+    for e in events:
+        data.validate(e)
+    assert events[-1]["type"] == "speech.audio.done"
+    stamps = [i for i, e in enumerate(events) if e["type"] == "speech.timestamps"]
+    assert stamps, [e["type"] for e in events]
+    sent_s, said = 0.0, []
+    for e in events:  # pcm: s16 mono at 24 kHz
+        if e["type"] == "speech.audio.delta":
+            sent_s += len(base64.b64decode(e["audio"])) / 2 / 24000
+        elif e["type"] == "speech.timestamps":
+            assert all(w["end"] <= sent_s + 1e-3 for w in e["words"]), (e, sent_s)  # after the audio they span
+            said += e["words"]
+    assert [w["word"] for w in said] == _words(TEXT)
+    whole = httpx.post(live.url + SPEECH, json={**BODY, "timestamps": "word"}, timeout=120)
+    assert whole.status_code == 200 and whole.headers["content-type"] == "application/json"
+    got = whole.json()
+    _validator(live.spec, _answer_schema(live.spec, SPEECH)).validate(got)
+    assert [(w["word"], w["start"], w["end"]) for w in said] == [
+        (w["word"], w["start_time"], w["end_time"]) for w in got["timestamps"]]
+    ref = rt.submit({"text": TEXT, "max_frames": 30, "seed": 7, "timestamps": "word"}).result(timeout=120)
+    assert [(w.word, w.start, w.end) for w in ref.words] == [(w["word"], w["start"], w["end"]) for w in said]
+    streamed = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+    assert base64.b64decode(got["audio"]) == streamed  # the same pcm, streamed or whole
+
+
+def test_the_captioned_path_answers_as_the_speech_route_with_timestamps(live):
+    body = {**BODY, "response_format": "wav"}
+    alias = httpx.post(live.url + "/dev/captioned_speech", json={**body, "stream": True}, timeout=120)
+    assert alias.status_code == 200 and alias.headers["content-type"] == "application/json", alias.text
+    assert alias.text.endswith("}\n")  # one JSON line: what a reader of Kokoro's streamed lines reads too
+    _validator(live.spec, _answer_schema(live.spec, "/dev/captioned_speech")).validate(alias.json())
+    speech = httpx.post(live.url + SPEECH, json={**body, "timestamps": "word", "stream": False}, timeout=120)
+    assert alias.json() == speech.json()
+    assert alias.json()["audio_format"] == "audio/wav" and base64.b64decode(alias.json()["audio"])[:4] == b"RIFF"
+    assert [t["word"] for t in alias.json()["timestamps"]] == _words(TEXT)
+    plain = httpx.post(live.url + "/dev/captioned_speech", json={**body, "return_timestamps": False}, timeout=120)
+    assert plain.json()["timestamps"] is None and plain.json()["audio"] == alias.json()["audio"]
+
+
+def test_a_raw_audio_stream_with_timestamps_is_refused_naming_it(live):
+    r = httpx.post(live.url + SPEECH, json={**BODY, "timestamps": "word", "stream": True}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "timestamps"
+
+
+def test_a_batch_item_carries_its_words(rt, live):
+    r = httpx.post(live.url + SPEECH + "/batch", json={"max_frames": 30, "seed": 7, "items": [
+        {"input": TEXT, "timestamps": "word"}, {"input": "Hello there."}]}, timeout=120)
+    got = r.json()
+    assert r.status_code == 200 and got["succeeded"] == 2, r.text
+    _validator(live.spec, _answer_schema(live.spec, SPEECH + "/batch")).validate(got)
+    ref = rt.submit({"text": TEXT, "max_frames": 30, "seed": 7, "timestamps": "word"}).result(timeout=120)
+    assert got["results"][0]["words"] == [{"word": w.word, "start": w.start, "end": w.end} for w in ref.words]
+    assert "words" not in got["results"][1]
+
+
+SENTENCES = ("The quiet river runs past old stone houses.", "A small boat drifts under the bridge.")
+
+
+async def _session(live: Any, config: dict) -> Any:
+    from websockets.asyncio.client import connect
+    ws = await connect(ws_url(live))
+    await ws.send(json.dumps({"type": "session.config", "response_format": "pcm", "stream_audio": True,
+                              "max_frames": 30, "seed": 3, **config}))
+    events, _ = await until(ws, "session.ready")
+    assert events[-1]["type"] == "session.ready", events
+    return ws
+
+
+def test_the_stream_sends_each_sentences_words_after_its_audio(live):
+    check = _validator(live.spec, {"$ref": "#/components/schemas/StreamServerEvent"})
+
+    async def run() -> list[dict]:
+        ws = await _session(live, {"timestamps": "word"})
+        async with ws:
+            await ws.send(json.dumps({"type": "input.text", "text": " ".join(SENTENCES)}))
+            await ws.send(json.dumps({"type": "input.done"}))
+            events, _ = await until(ws, "session.done", timeout=120)
+        return events
+
+    events = asyncio.run(run())
+    for e in events:
+        check.validate(e)
+    kinds = [(e["type"], e.get("sentence_index")) for e in events if e["type"] != "session.done"]
+    for i, sentence in enumerate(SENTENCES):
+        stamp = kinds.index(("speech.timestamps", i))
+        assert stamp > kinds.index(("audio.done", i))  # after its audio
+        words = events[stamp]["words"]
+        assert [w["word"] for w in words] == _words(sentence)
+        assert all(0 <= w["start"] <= w["end"] for w in words)
+    assert events[-1]["type"] == "session.done" and "cancelled" not in events[-1]
+
+
+def test_a_barge_in_acknowledges_the_words_sent_and_those_heard(live):
+    """The utterance's text is left open after two sentences and a piece, so it cannot end on its own: the first
+    sentence's audio is whole (the second has begun), its words come, then the cancel."""
+    check = _validator(live.spec, {"$ref": "#/components/schemas/StreamServerEvent"})
+
+    async def one(ws: Any, played_ms: float) -> tuple[list[dict], dict]:
+        await ws.send(json.dumps({"type": "input.text", "text": " ".join(SENTENCES) + " And then"}))
+        events, _ = await until(ws, "speech.timestamps", timeout=120)
+        first = events[-1]
+        assert first["sentence_index"] == 0, first
+        await ws.send(json.dumps({"type": "input.cancel", "played_ms": played_ms}))
+        more, _ = await until(ws, "input.cancelled", timeout=60)
+        for e in events + more:
+            check.validate(e)
+        return first["words"], more[-1]
+
+    async def run() -> list[tuple[list[dict], dict]]:
+        ws = await _session(live, {"timestamps": "word"})
+        async with ws:
+            return [await one(ws, 1e9), await one(ws, 0)]
+
+    (words, everything), (words2, nothing) = asyncio.run(run())
+    assert everything["cancelled"] is True
+    sent = everything["words_sent"]
+    assert sent[:len(words)] == words  # the first sentence's words went out whole
+    assert [w["word"] for w in sent] == _words(" ".join(SENTENCES))[:len(sent)]
+    assert everything["words_heard"] == sent  # all played
+    assert nothing["words_sent"][:len(words2)] == words2
+    assert nothing["words_heard"] == [w for w in nothing["words_sent"] if w["end"] <= 0]  # none played
