@@ -22,7 +22,7 @@ from v2.audiofile import check_writable, format_for
 from v2.card import family_of, load_card
 from v2.cli.common import check_device, expected, load_runtime
 from v2.cli.options import DEFAULT_REPLY
-from v2.errors import CliError
+from v2.errors import CliError, FieldError
 from v2.progress import Progress
 
 AUDIO_FORMATS = {".wav": "wav", ".mp3": "mp3", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg"}
@@ -101,6 +101,11 @@ def in_options(message: str, labels: dict[str, str]) -> str:
                       else m.group(0), out)
 
 
+def _refusal(error: BaseException) -> bool:
+    """A request's refusal: an expected failure, or a FieldError naming its field."""
+    return expected(error) or isinstance(error, FieldError)
+
+
 def run_chat(args: argparse.Namespace) -> int:
     """`v2 chat`: one turn, the reply's text on stdout and its audio in `--out`."""
     if args.text_only and args.out is not None:
@@ -116,7 +121,7 @@ def run_chat(args: argparse.Namespace) -> int:
     try:  # what the card and the checkpoint's config refuse (a speaker it has not), before any model loads
         family_of(card).precheck(card, fields, checkpoint=args.checkpoint)
     except ValueError as e:
-        if not expected(e):
+        if not _refusal(e):
             raise
         raise CliError(in_options(str(e), labels)) from None
     with Progress(enabled=not args.quiet) as progress:
@@ -127,14 +132,15 @@ def run_chat(args: argparse.Namespace) -> int:
                                "give a chat card (v2 cards)")
             try:
                 handle = runtime.submit(fields)
-            except ValueError as e:  # a RequestError: named as the options that set the fields
-                if not expected(e):
+            except ValueError as e:  # a refused field: named as the options that set it
+                if not _refusal(e):
                     raise
                 raise CliError(in_options(str(e), labels)) from None
             progress.started()
             result = handle.result()
             m = result.metrics
-            progress.done(m.frames, m.audio_seconds, result.finish_reason)
+            if out is not None:
+                progress.done(m.frames, m.audio_seconds, result.finish_reason)
             if result.finish_reason not in ("stop", "length"):
                 raise CliError(f"the reply ended with {result.finish_reason}: {result.error or 'no reply'}")
             if out is not None:
@@ -144,7 +150,10 @@ def run_chat(args: argparse.Namespace) -> int:
         finally:
             runtime.close()
     print(result.text or "")
-    if out is not None and not args.quiet:
-        print(f"wrote {result.audio.shape[1] / result.sample_rate:.2f} s of audio to {out.absolute()}",
+    if not args.quiet:
+        tokens = len(result.text_ids or ())
+        said = f"; wrote {result.audio.shape[1] / result.sample_rate:.2f} s of audio to {out.absolute()}" \
+            if out is not None else ""
+        print(f"reply: {tokens} text tokens ({result.text_finish_reason or result.finish_reason}){said}",
               file=sys.stderr)
     return 0

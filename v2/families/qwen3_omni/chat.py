@@ -6,8 +6,8 @@ the release template's layout (designs/qwen3_omni_chat.md: no default system pro
 every turn as `<|im_start|>ROLE\\n...<|im_end|>\\n`; parts concatenated in order, a clip as `<|audio_start|>`
 + N x `<|audio_pad|>` + `<|audio_end|>` where it stands; an assistant turn's `<think>...</think>` kept only after
 the last user query, as Qwen3's template; then the generation prompt `<|im_start|>assistant\\n`), and the ids:
-the special tokens are the config's ids, the text between two of them is one piece for the tokenizer (as the
-reference tokenizer splits at special tokens first). Every refusal is a FieldError naming the value's path
+the special tokens and the role words are the config's ids, the text between two of them is one piece for the
+tokenizer (as the reference tokenizer splits at special tokens first). Every refusal is a FieldError naming the value's path
 (`messages[1].content[0].input_audio.format: ...`; its `field` the path without indices).
 Must not know: the thinker, the talker, sampling, the runtime, HTTP.
 """
@@ -141,7 +141,7 @@ def _last_query(turns: list[_Turn]) -> int:
 
 
 def _assistant(turn: _Turn, index: int, last: bool, last_query: int) -> str:
-    """An assistant turn's text after `<|im_start|>`, as Qwen3's template writes it (reasoning split off at
+    """An assistant turn's text after `<|im_start|>assistant`, as Qwen3's template writes it (reasoning split off at
     `</think>`; kept in a think block only after the last user query)."""
     content = turn.text or ""
     reasoning = turn.reasoning or ""
@@ -149,21 +149,25 @@ def _assistant(turn: _Turn, index: int, last: bool, last_query: int) -> str:
         reasoning = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
         content = content.split("</think>")[-1].lstrip("\n")
     if index > last_query and (last or reasoning):
-        return f"assistant\n<think>\n{reasoning.strip(chr(10))}\n</think>\n\n{content.lstrip(chr(10))}"
-    return f"assistant\n{content}"
+        return f"\n<think>\n{reasoning.strip(chr(10))}\n</think>\n\n{content.lstrip(chr(10))}"
+    return f"\n{content}"
 
 
 def _layout(turns: list[_Turn], ids: TokenIds) -> list[Piece]:
+    """The template's output as pieces. A role word is its config id: one token in the release vocab, which the
+    pre-tokenizer always splits from the newline after it, so the id placed apart gives the ids of the whole
+    piece `ROLE\n...`; and any tokenizer (the seeded card's bytes) gives the role ids the talker looks for."""
+    role_ids = {"system": ids.system, "user": ids.user, "assistant": ids.assistant}
     out: list[Piece] = []
     last_query = _last_query(turns)
     for index, turn in enumerate(turns):
-        out.append(ids.im_start)
+        out.extend([ids.im_start, role_ids[turn.role]])
         if turn.role == "assistant":
             out.append(_assistant(turn, index, index == len(turns) - 1, last_query))
         else:
-            out.extend([f"{turn.role}\n", *turn.content])
+            out.extend(["\n", *turn.content])
         out.extend([ids.im_end, "\n"])
-    out.extend([ids.im_start, "assistant\n"])  # the generation prompt
+    out.extend([ids.im_start, ids.assistant, "\n"])  # the generation prompt
     return out
 
 

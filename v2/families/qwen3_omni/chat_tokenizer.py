@@ -1,11 +1,11 @@
 """Qwen3-Omni's text tokenizers for chat rendering: the release's Qwen BPE, and UTF-8 bytes for seeded cards.
 
 Owns: `ChatTokenizer` (what the chat renderer needs: one piece of text between special tokens -> ids, and ids
--> text), `ByteTokenizer` (the seeded card's: UTF-8 bytes as ids, the role word that opens a turn as the
-config's role id, as the release vocab has it: "user\\n" -> [user, 10]), `ReleaseTokenizer` (the checkpoint's
+-> text), `ByteTokenizer` (the seeded card's: UTF-8 bytes as ids; the config's role ids decode as their
+words), `ReleaseTokenizer` (the checkpoint's
 `tokenizer.json`, else `vocab.json` + `merges.txt` as a byte-level BPE with Qwen2's pre-tokenizer split and NFC)
 and `build_chat_tokenizer` (which one a card's `tokenizer` setting and checkpoint give). The special tokens of
-the chat layout never reach a tokenizer: the renderer places their ids (the config's) itself.
+the chat layout and the role words never reach a tokenizer: the renderer places their ids (the config's) itself.
 Must not know: the chat template, messages, audio, requests, the runtime.
 """
 
@@ -17,9 +17,6 @@ from typing import Protocol, Sequence
 from v2.models.qwen3_omni.config import TokenIds
 from v2.models.qwen3_tts.tokenizer import QWEN2_PATTERN
 
-NEWLINE_BYTE = 10
-
-
 class ChatTokenizer(Protocol):
     """One piece of text (no special tokens in it) -> ids, as the release tokenizer encodes the text between
     two special tokens; and ids -> text."""
@@ -30,18 +27,13 @@ class ChatTokenizer(Protocol):
 
 
 class ByteTokenizer:
-    """UTF-8 bytes as ids (seeded weights ship no tokenizer files). A piece that opens with a role word and a
-    newline ("system\\n", "user\\n", "assistant\\n": what follows `<|im_start|>`) gives the config's role id and
-    10, so the thinker and the talker find the turns by the same ids as with the release vocab."""
+    """UTF-8 bytes as ids (seeded weights ship no tokenizer files); in decoded text the config's role ids are
+    their words and other ids past the bytes are left out."""
 
     def __init__(self, ids: TokenIds) -> None:
-        self._roles = {"system\n": ids.system, "user\n": ids.user, "assistant\n": ids.assistant}
-        self._words = {v: k.rstrip("\n") for k, v in self._roles.items()}
+        self._words = {ids.system: "system", ids.user: "user", ids.assistant: "assistant"}
 
     def encode(self, text: str) -> list[int]:
-        for head, role in self._roles.items():
-            if text.startswith(head):
-                return [role, NEWLINE_BYTE, *text[len(head):].encode("utf-8")]
         return list(text.encode("utf-8"))
 
     def decode(self, ids: Sequence[int]) -> str:

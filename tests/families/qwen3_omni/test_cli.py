@@ -1,0 +1,79 @@
+"""`v2 chat` on the seeded `qwen3_omni_tiny` card: a user turn of text and a recording -> the reply's text on
+stdout and its 24 kHz audio in a wav; `--text-only` writes none; every refusal names the option that set it."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from v2.cli import main
+from v2.cli.chat import in_options, messages
+
+
+def _wav(path, seconds: float, rate: int = 16000):
+    t = np.arange(int(seconds * rate)) / rate
+    sf.write(path, (0.3 * np.sin(2 * np.pi * 200 * t)).astype(np.float32), rate)
+    return path
+
+
+def test_chat_text_and_audio_in_speech_out(tmp_path, capsys):
+    out = tmp_path / "reply.wav"
+    question = _wav(tmp_path / "q.wav", 1.2, rate=22050)
+    assert main(["chat", "--card", "qwen3_omni_tiny", "--system", "Be brief.", "--audio", str(question),
+                 "--message", "What is this?", "--voice", "Ethan", "--max-tokens", "6", "--max-frames", "5",
+                 "-o", str(out), "-q"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.endswith("\n") and captured.out.count("\n") >= 1  # the reply's text
+    audio, rate = sf.read(out)
+    assert rate == 24000 and audio.ndim == 1 and 0 < len(audio) <= 5 * 1920
+
+
+def test_chat_text_only_writes_no_audio(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["chat", "--card", "qwen3_omni_tiny", "-m", "Hi", "--text-only", "--max-tokens", "4", "-q"]) == 0
+    assert not (tmp_path / "out").exists()
+    assert capsys.readouterr().out.endswith("\n")
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["chat", "-q"], "error: --message: give the user's turn"),
+    (["chat", "--audio", "{tmp}/a.aiff", "-q"], "error: --audio {tmp}/a.aiff: cannot tell the format"),
+    (["chat", "--audio", "{tmp}/missing.wav", "-q"], "error: --audio {tmp}/missing.wav: cannot be read"),
+    (["chat", "-m", "hi", "--text-only", "-o", "{tmp}/x.wav", "-q"], "error: --out: --text-only makes no audio"),
+    (["chat", "-m", "hi", "--temperature", "-1"], "error: argument --temperature"),
+    (["chat", "-m", "hi", "-o", "{tmp}/x.wav", "--voice", "nobody", "-q"], "error: --voice: "),
+    (["chat", "-m", "a", "-m", "say <|im_end|>", "-o", "{tmp}/x.wav", "-q"], "error: --message #2: contains the special token"),
+    (["chat", "-m", "a", "--audio", "{tmp}/short.wav", "-o", "{tmp}/x.wav", "-q"], "error: --audio {tmp}/short.wav: is "),
+])
+def test_chat_refusals_name_the_option(tmp_path, capsys, argv, error):
+    _wav(tmp_path / "short.wav", 0.005)
+    with pytest.raises(SystemExit) if "argument" in error else _nothing():
+        code = main(["chat", "--card", "qwen3_omni_tiny", *[a.replace("{tmp}", str(tmp_path)) for a in argv[1:]]])
+        assert code != 0
+    assert error.replace("{tmp}", str(tmp_path)) in capsys.readouterr().err
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+def test_message_paths_said_as_options(tmp_path):
+    audio = _wav(tmp_path / "a.wav", 0.1)
+    args = argparse.Namespace(system="s", parts=[("text", "x"), ("audio", str(audio)), ("text", "y")])
+    turns, labels = messages(args)
+    assert [t["role"] for t in turns] == ["system", "user"]
+    assert [p["type"] for p in turns[1]["content"]] == ["text", "input_audio", "text"]
+    assert turns[1]["content"][1]["input_audio"]["format"] == "wav"
+    said = in_options("messages[1].content[1].input_audio.data: is 0.00 s long", labels)
+    assert said == f"--audio {audio}: is 0.00 s long"
+    assert in_options("messages[1].content[2].text: bad", labels) == "--message #2: bad"
+    assert in_options("messages[0].content: bad", labels) == "--system: bad"
+    assert in_options("speaker: 'x' is not a speaker", labels) == "--voice: 'x' is not a speaker"
+    assert in_options("max_tokens: must be at least 1", labels) == "--max-tokens: must be at least 1"
