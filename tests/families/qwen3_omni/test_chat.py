@@ -248,3 +248,23 @@ def test_tokenizers(cfg, tmp_path) -> None:
     assert isinstance(release, ReleaseTokenizer) and release.encode("user\n") == [6, 7]
     with pytest.raises(ValueError, match="tokenizer"):
         build_chat_tokenizer("words", None, cfg.ids)
+
+
+def test_role_word_apart_gives_the_ids_of_the_whole_piece(cfg, tmp_path) -> None:
+    """Qwen2's pre-tokenizer splits the role word from the newline after it, so `[role] + encode("\\n...")` is
+    `encode("ROLE\\n...")` with a byte-level BPE that has the role as one token (the release vocab's case)."""
+    from tokenizers import pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    merges = [("u", "s"), ("us", "e"), ("use", "r"), ("Ċ", "Ċ"), ("Ġ", "H"), ("ĠH", "i"), ("t", "h")]
+    vocab = {c: i for i, c in enumerate(alphabet)}
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+    tok = ReleaseTokenizer.from_dir(tmp_path)
+    assert tok.encode("user") == [vocab["user"]]
+    for rest in ("\n", "\n\nHi", "\n Hi th", "\n\n\n", "\nuser\n", "\n<think>\n\n</think>\n\nok", "\n 42 é"):
+        assert tok.encode("user" + rest) == [vocab["user"], *tok.encode(rest)], repr(rest)
+    out = render_messages([{"role": "user", "content": "\n Hi"}], tok, cfg)
+    assert out.prompt_ids == (S, USER, *tok.encode("\n\n Hi"), E, *tok.encode("\n"), S, ASSISTANT, *tok.encode("\n"))
