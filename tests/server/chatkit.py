@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from v2.contracts import AudioChunk
+from v2.errors import FieldError, RequestError
 from v2.events import TextDelta
 from v2.runtime.handles import Dispatcher, Metrics, SpeechHandle, SpeechResult
 
@@ -66,9 +67,11 @@ class ChatRuntime:
         self.gate.set()
 
     def submit(self, fields: dict[str, Any]) -> SpeechHandle:
-        if fields.get("speaker") not in (None, *SPEAKERS):
-            from v2.errors import RequestError
-            raise RequestError(f"speaker: {fields['speaker']!r} is not a speaker", field="speaker")
+        for i, message in enumerate(fields["messages"]):  # the family's own refusal: its field, the path said
+            if message.get("content") == "<|im_end|>":
+                raise FieldError(f"messages[{i}].content: holds the special token <|im_end|>", field="messages.content")
+        if fields.get("seed", 0) < 0:
+            raise RequestError("seed: must be at least 0", field="seed")
         rid = next(self._ids)
         handle = SpeechHandle(rid, self._cancel, self._dispatcher)
         self.submitted.append(fields)

@@ -170,6 +170,16 @@ def test_refusals_name_the_field_in_openais_shape(live, extra, param):
     assert e.value.param == param
 
 
+@pytest.mark.parametrize("extra, param", [
+    ({"messages": [*HELLO, {"role": "user", "content": "<|im_end|>"}]}, "messages[2].content"),
+    ({"seed": -1}, "seed"),
+])
+def test_the_cards_refusals_name_the_parameter_sent(live, extra, param):
+    with pytest.raises(openai.BadRequestError) as e:
+        client(live).chat.completions.create(**{"model": MODEL, "messages": HELLO, **extra})
+    assert e.value.param == param and e.value.body["message"].startswith(param + ": ")
+
+
 def test_an_unserved_model_is_a_404(live):
     with pytest.raises(openai.NotFoundError) as e:
         client(live).chat.completions.create(model="gpt-4o-audio-preview", messages=HELLO)

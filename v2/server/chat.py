@@ -19,7 +19,7 @@ import anyio
 from fastapi import APIRouter, Request, Response, WebSocket
 from fastapi.responses import JSONResponse
 
-from v2.errors import OverloadedError, RequestError
+from v2.errors import FieldError, OverloadedError, RequestError
 from v2.server import audio
 from v2.server.audio import Encoder
 from v2.server.chat_schema import CHAT, ChatBody, ChatPlan, chat_only, field_param, is_chat_card, not_chat, \
@@ -52,10 +52,10 @@ def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[ChatPlan, E
         encoder = audio.make_encoder(spec, st.native_rate, st.native_channels, streaming=True)
     try:
         handle = st.runtime.submit(request_fields(p))  # parsed once, into the family's typed request, there
-    except RequestError as e:
-        param = field_param(e.field, p)
+    except (RequestError, FieldError) as e:  # a refusal of the family's: its field, the client's parameter
         message = str(e)
-        if param is not None and e.field is not None and message.startswith(e.field):
+        param = field_param(e.field, message, p)
+        if param is not None and e.field is not None and message.startswith(e.field + ":"):
             message = param + message[len(e.field):]
         raise ApiError(400, message, param=param, code="invalid_value") from None
     except OverloadedError as e:

@@ -257,18 +257,20 @@ def request_fields(p: ChatPlan) -> dict[str, Any]:
     return fields
 
 
-def field_param(field: str | None, p: ChatPlan) -> str | None:
-    """A request field as a refusal names it (`messages.1.content.0.input_audio`, `speaker`) -> the parameter the
-    client sent (`messages[1].content[0].input_audio`, `audio.voice`)."""
+def field_param(field: str | None, message: str, p: ChatPlan) -> str | None:
+    """A request field as a refusal names it (`speaker`, `messages.content.input_audio.data`, whose message says
+    which turn and part) -> the parameter the client sent (`audio.voice`,
+    `messages[1].content[0].input_audio.data`: the path the message starts with)."""
     if field is None:
         return None
-    head, _, rest = field.partition(".")
+    head = field.partition(".")[0]
     names: Mapping[str, str] = {"speaker": "audio.voice", "modalities": "modalities", "temperature": "temperature",
                                 "top_p": "top_p", "seed": "seed", "stream": "stream",
                                 "max_tokens": "max_completion_tokens" if p.body.max_tokens is None and
                                 p.body.max_completion_tokens is not None else "max_tokens"}
     if head == "messages":
-        return "messages" + "".join(f"[{x}]" if x.isdigit() else f".{x}" for x in rest.split(".") if x)
+        path = message.partition(": ")[0]
+        return path if path.startswith("messages") and " " not in path else "messages"
     return names.get(head)
 
 

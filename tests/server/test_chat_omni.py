@@ -1,0 +1,118 @@
+"""`POST /v1/chat/completions` on the real chat card, qwen3_omni_tiny (seeded weights: noise, not speech), through
+the official `openai` client on a real server: text and a decodable wav equal to the runtime's own answer, the
+streamed pcm16 deltas and transcript equal to the whole answer under one seed, a text-only reply, a turn
+carrying audio, and the speech routes refused naming /v1/chat/completions. The card is copied with the talker's
+frame cap lowered to keep each spoken reply short on a CPU."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+
+from serverkit import LiveServer, s16
+from v2.runtime import Runtime
+from v2.server import ServerConfig
+
+CARD = "qwen3_omni_tiny"
+ROOT = Path(__file__).resolve().parents[2]
+FRAMES = 20  # the talker's cap in the copied card: 1.6 s of audio a reply
+HELLO = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello, who are you?"}]
+SPOKEN: dict[str, Any] = {"modalities": ["text", "audio"], "audio": {"voice": "Chelsie", "format": "wav"}}
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    text = (ROOT / "cards" / f"{CARD}.toml").read_text()
+    assert "max_frames = 256               # 20.5 s of audio" in text
+    card = tmp_path_factory.mktemp("card") / f"{CARD}.toml"
+    card.write_text(text.replace("max_frames = 256               # 20.5 s", f"max_frames = {FRAMES}  #"))
+    with Runtime.from_card(str(card), device="cpu") as runtime:
+        with LiveServer(runtime, ServerConfig.for_card(CARD)) as server:
+            server.runtime = runtime
+            yield server
+
+
+def client(live: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def test_text_and_a_wav_equal_to_the_runtimes_own_answer(live):
+    answer = client(live).chat.completions.create(model=CARD, messages=HELLO, seed=4, max_tokens=6, **SPOKEN)
+    audio = answer.choices[0].message.audio
+    assert answer.choices[0].message.content is None and audio is not None
+    wav, rate = sf.read(io.BytesIO(base64.b64decode(audio.data)), dtype="int16", always_2d=True)
+    own = live.runtime.submit({"messages": HELLO, "modalities": ["text", "audio"], "speaker": "Chelsie", "seed": 4,
+                               "max_tokens": 6}).result(timeout=300)
+    assert rate == 24000 and np.array_equal(wav, s16(own.audio)) and len(wav) > 0
+    assert audio.transcript == own.text
+    assert answer.usage.completion_tokens_details.text_tokens == len(own.text_ids)
+    assert answer.usage.completion_tokens_details.audio_tokens == own.metrics.frames
+    assert answer.choices[0].finish_reason in ("stop", "length")
+
+
+def test_streamed_pcm16_and_transcript_equal_the_whole_answer(live):
+    c = client(live)
+    whole = c.chat.completions.create(model=CARD, messages=HELLO, seed=9, max_tokens=5, **SPOKEN)
+    transcript, pcm, finish, usage = [], b"", None, None
+    for chunk in c.chat.completions.create(model=CARD, messages=HELLO, seed=9, max_tokens=5, stream=True,
+                                           stream_options={"include_usage": True}, **SPOKEN):
+        usage = chunk.usage or usage
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        if delta.audio is not None:
+            transcript.append(delta.audio.transcript or "")
+            pcm += base64.b64decode(delta.audio.data or "")
+        finish = chunk.choices[0].finish_reason or finish
+    spoken = whole.choices[0].message.audio
+    wav, _ = sf.read(io.BytesIO(base64.b64decode(spoken.data)), dtype="int16")
+    assert pcm == wav.astype("<i2").tobytes() and len(pcm) > 0
+    assert "".join(transcript) == spoken.transcript
+    assert finish == whole.choices[0].finish_reason and usage == whole.usage
+
+
+def test_text_only_runs_the_thinker_alone(live):
+    c = client(live)
+    answer = c.chat.completions.create(model=CARD, messages=HELLO, seed=1, max_completion_tokens=4)
+    assert answer.choices[0].message.audio is None and answer.choices[0].message.content is not None
+    assert answer.usage.completion_tokens == answer.usage.completion_tokens_details.text_tokens <= 4
+    assert answer.usage.completion_tokens_details.audio_tokens == 0
+    streamed = c.chat.completions.create(model=CARD, messages=HELLO, seed=1, max_completion_tokens=4, stream=True)
+    assert "".join(ch.choices[0].delta.content or "" for ch in streamed if ch.choices) == \
+        answer.choices[0].message.content
+
+
+def test_a_turn_carrying_audio(live):
+    wav = io.BytesIO()
+    t = np.arange(8000) / 16000
+    sf.write(wav, (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000, format="WAV")
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav.getvalue()).decode(), "format": "wav"}}
+    messages = [{"role": "user", "content": [part, {"type": "text", "text": "What do you hear?"}]}]
+    answer = client(live).chat.completions.create(model=CARD, messages=messages, seed=2, max_tokens=4, **SPOKEN)
+    own = live.runtime.submit({"messages": messages, "modalities": ["text", "audio"], "speaker": "Chelsie", "seed": 2,
+                               "max_tokens": 4}).result(timeout=300)
+    wav_out, _ = sf.read(io.BytesIO(base64.b64decode(answer.choices[0].message.audio.data)), dtype="int16",
+                         always_2d=True)
+    assert np.array_equal(wav_out, s16(own.audio)) and answer.usage.prompt_tokens == own.metrics.prompt_rows
+
+
+def test_a_bad_recording_is_refused_naming_its_part(live):
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(b"not audio").decode(), "format": "wav"}}
+    with pytest.raises(openai.BadRequestError) as e:
+        client(live).chat.completions.create(model=CARD, messages=[{"role": "user", "content": [part]}])
+    assert e.value.param is not None and e.value.param.startswith("messages[0].content[0]"), e.value.body
+
+
+def test_the_speech_routes_name_chat_completions(live):
+    r = httpx.post(live.url + "/v1/audio/speech", json={"model": CARD, "input": "hello"}, timeout=60)
+    assert r.status_code == 404 and "/v1/chat/completions" in r.json()["error"]["message"]
+    spec = httpx.get(live.url + "/openapi.json", timeout=60)
+    assert spec.status_code == 200 and "/v1/chat/completions" in spec.json()["paths"]
