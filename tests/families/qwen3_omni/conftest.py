@@ -40,3 +40,17 @@ def request(ref: dict[str, np.ndarray], meta: dict, key: str, **over: Any) -> di
 def rt() -> Iterator[Runtime]:
     with Runtime.from_card(CARD, checkpoint=str(CHECKPOINT), device="cpu", dtype=torch.float32) as runtime:
         yield runtime
+
+
+def wait_idle(rt: Runtime, timeout: float = 30.0) -> dict[str, Any]:
+    """Wait until the runtime holds no request, slot of any of the family's pools or KV block; its stats then."""
+    import time
+
+    deadline = time.time() + timeout
+    keys = ("running", "waiting", "think_slots_in_use", "talk_slots_in_use", "c2w_slots_in_use", "kv_blocks_held")
+    while time.time() < deadline:
+        s = rt.stats()
+        if all(s[k] == 0 for k in keys):
+            return s
+        time.sleep(0.01)
+    raise AssertionError(f"runtime not idle: {rt.stats()}")

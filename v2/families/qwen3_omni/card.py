@@ -150,35 +150,14 @@ def build_parts(card: OmniCard, *, checkpoint: str | Path | None = None, dtype: 
     return Parts(thinker, talker, c2w, ckpt.config)
 
 
-class ByteTokenizer:
-    """UTF-8 bytes as text ids (the seeded card's: seeded weights have no tokenizer files)."""
+def build_tokenizer(card: OmniCard, checkpoint: str | Path | None = None) -> Any:
+    """The text tokenizer (chat_tokenizer.py's), or None when the checkpoint ships none (requests then give
+    `prompt_ids`)."""
+    from v2.families.qwen3_omni.chat_tokenizer import build_chat_tokenizer
 
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: list[int]) -> str:
-        return bytes(i for i in ids if i < 256).decode("utf-8", "replace")
-
-
-class FileTokenizer:
-    """The release's tokenizer.json (the `tokenizers` library), special tokens left out of decoded text."""
-
-    def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer
-
-        self._tok = Tokenizer.from_file(str(path))
-
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self._tok.decode(ids, skip_special_tokens=True))
-
-
-def build_tokenizer(card: OmniCard, checkpoint: str | Path | None = None) -> ByteTokenizer | FileTokenizer | None:
-    """The text tokenizer, or None when the checkpoint ships none (requests then give `prompt_ids`)."""
     source = source_of(card, checkpoint)
-    if source.startswith(SEED_PREFIX):
-        return ByteTokenizer() if card.experts.model.tokenizer == "bytes" else None
-    path = resolve_checkpoint(source) / "tokenizer.json"
-    return FileTokenizer(path) if path.is_file() else None
+    folder = None if source.startswith(SEED_PREFIX) else resolve_checkpoint(source)
+    kind = card.experts.model.tokenizer
+    if folder is None and kind == "release":
+        return None
+    return build_chat_tokenizer(kind, folder, checkpoint_config(card, checkpoint).ids)

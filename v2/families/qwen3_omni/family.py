@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from v2.contracts import FinishReason, LoopState, WorkUnitKind
-from v2.errors import FieldError, RequestError
+from v2.errors import RequestError
 from v2.families.qwen3_omni.card import OmniCard, build_parts, build_tokenizer, checkpoint_config
 from v2.families.qwen3_omni.executors import Code2WavExecutor, TalkerFrames, ThinkerFrames
 from v2.families.qwen3_omni.loops import (
@@ -128,7 +128,8 @@ class OmniFamily:
         pass
 
     def paged_kv(self) -> dict[Hashable, PagedKV]:
-        out = {THINKER: PagedKV(self.kv_specs[THINKER], self.think_calls, thinker_rows, Work.THINK_PREFILL)}
+        out: dict[Hashable, PagedKV] = {THINKER: PagedKV(self.kv_specs[THINKER], self.think_calls,
+                                                         self.recompute_rows, Work.THINK_PREFILL)}
         if self.talk is not None:
             loop = self.talk_loop
             out[TALKER] = PagedKV(self.kv_specs[TALKER], self.talk_calls,
@@ -237,7 +238,7 @@ class OmniFamily:
         raise RequestError("n: Qwen3-Omni requests share no prompt (submit them one by one)", field="n")
 
     def read_input(self, source: object) -> object:
-        raise FieldError("reference_audio: Qwen3-Omni takes audio as part of the prompt (audio)", field="audio")
+        raise RequestError("audio: Qwen3-Omni takes audio as part of the prompt (audio or messages)", field="audio")
 
     def front_state(self, request_id: int, inputs: tuple[object, ...]) -> FrontState:
         raise ValueError("the Qwen3-Omni family has no front loop")
@@ -268,7 +269,7 @@ class _Factory(FactoryBase[OmniCard]):
                 try:
                     cfg.talker.speaker_id(speaker)
                 except ValueError as e:
-                    raise FieldError(str(e), field="speaker") from None
+                    raise RequestError(str(e), field="speaker") from None
 
 
 FAMILY = _Factory()

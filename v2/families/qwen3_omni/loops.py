@@ -77,15 +77,26 @@ class TalkerState(ARSequence):
 
 
 class TalkerLoop(ARLoop[TalkerState]):
+    """`sequential`: it waits for the thinker's end before its prompt (the reference a cascade equals);
+    `overlapped` counts the frames launched while the thinker was still running."""
+
+    sequential = False
+    overlapped = 0
+
     def __init__(self, settings: Any) -> None:
         super().__init__(settings, TALKER, "talker", prefill=Work.TALK_PREFILL, frame=Work.TALK_FRAME)
+
+    def launched(self, state: TalkerState, plan: Any) -> None:
+        super().launched(state, plan)
+        if plan.signature.kind is Work.TALK_FRAME and state.upstream is None:
+            self.overlapped += 1
 
     def frame_feed(self, state: TalkerState, frame: int) -> int:
         n = frame + 1
         return state.tokens[n] if n < len(state.tokens) else state.eos_text if n == len(state.tokens) else state.pad_text
 
     def next(self, state: TalkerState) -> Any:
-        if state.rows is None:
+        if state.rows is None or (self.sequential and state.upstream is None):
             return None
         decoding = state.prefilled >= int(state.rows.shape[0])
         if decoding and state.upstream is None and state.launched_frames + 1 >= len(state.tokens):

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from v2.errors import FieldError
+from v2.errors import FieldError, RequestError
 from v2.families.qwen3_omni.card import OmniCard
 from v2.families.qwen3_omni.request import OmniRequest
 from v2.models.qwen3_omni.audio_features import audio_token_count, log_mel
@@ -68,16 +68,19 @@ def render(request: OmniRequest, tokenizer: Any, cfg: Qwen3OmniConfig) -> tuple[
         for j, part in enumerate(content if isinstance(content, list) else []):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind in ("image_url", "input_image", "image", "video", "video_url", "input_video"):
-                raise FieldError(f"messages[{i}].content[{j}]: {kind} parts are not supported (no vision input)",
+                raise RequestError(f"messages[{i}].content[{j}]: {kind} parts are not supported (no vision input)",
                                  field="messages")
     try:
         from v2.families.qwen3_omni.chat import render_messages
     except ImportError:
-        raise FieldError("messages: not rendered by this build yet; give prompt_ids (and audio)",
+        raise RequestError("messages: not rendered by this build yet; give prompt_ids (and audio)",
                          field="messages") from None
     if tokenizer is None:
-        raise FieldError("messages: this checkpoint ships no tokenizer; give prompt_ids", field="messages")
-    out = render_messages(request.messages, tokenizer, cfg)
+        raise RequestError("messages: this checkpoint ships no tokenizer; give prompt_ids", field="messages")
+    try:
+        out = render_messages(request.messages, tokenizer, cfg)
+    except FieldError as e:
+        raise RequestError(str(e), field=e.field or "messages") from None
     return list(out.prompt_ids), list(out.audio)
 
 
@@ -88,22 +91,22 @@ def encode_audio(clips: list[tuple[np.ndarray, int]], encoder: Callable[[list[Te
 
     if not clips:
         if placeholders:
-            raise FieldError(f"audio: the prompt holds {placeholders} audio placeholders but no audio is given",
+            raise RequestError(f"audio: the prompt holds {placeholders} audio placeholders but no audio is given",
                              field="audio")
         return None
     a = cfg.thinker.audio
     waves = [resample(s[None], rate, a.sampling_rate)[0] for s, rate in clips]
     seconds = sum(w.shape[0] for w in waves) / a.sampling_rate
     if seconds > max_seconds:
-        raise FieldError(f"audio: {seconds:.1f} s in all, over the card's max_audio_seconds ({max_seconds})",
+        raise RequestError(f"audio: {seconds:.1f} s in all, over the card's max_audio_seconds ({max_seconds})",
                          field="audio")
     try:
         mels = [log_mel(torch.from_numpy(np.ascontiguousarray(w)), a) for w in waves]
     except ValueError as e:
-        raise FieldError(str(e), field="audio") from None
+        raise RequestError(str(e), field="audio") from None
     count = sum(audio_token_count(int(m.shape[1]), a) for m in mels)
     if count != placeholders:
-        raise FieldError(f"audio: the clips make {count} audio rows but the prompt holds {placeholders} "
+        raise RequestError(f"audio: the clips make {count} audio rows but the prompt holds {placeholders} "
                          f"placeholders ({cfg.ids.audio})", field="audio")
     with torch.no_grad():
         return torch.cat(encoder(mels))
@@ -143,25 +146,25 @@ def prepare(request: OmniRequest, card: OmniCard, cfg: Qwen3OmniConfig, tokenize
     ids, clips = render(request, tokenizer, cfg)
     vocab = cfg.thinker.text.decoder.vocab_size
     if len(ids) > th.max_prompt_rows:
-        raise FieldError(f"prompt_ids: {len(ids)} ids, over the card's max_prompt_rows ({th.max_prompt_rows})",
+        raise RequestError(f"prompt_ids: {len(ids)} ids, over the card's max_prompt_rows ({th.max_prompt_rows})",
                          field="prompt_ids")
     bad = [i for i in ids if i >= vocab]
     if bad:
-        raise FieldError(f"prompt_ids: id {bad[0]} is outside the text vocab ({vocab})", field="prompt_ids")
+        raise RequestError(f"prompt_ids: id {bad[0]} is outside the text vocab ({vocab})", field="prompt_ids")
     t = cfg.ids
     vision = sorted({i for i in ids if i in (t.image, t.video, t.vision_start, t.vision_end)})
     if vision:
-        raise FieldError(f"prompt_ids: image / video ids {vision} are not supported (no vision input)",
+        raise RequestError(f"prompt_ids: image / video ids {vision} are not supported (no vision input)",
                          field="prompt_ids")
     max_tokens = request.max_tokens if request.max_tokens is not None else th.max_frames
     if max_tokens > th.max_frames:
-        raise FieldError(f"max_tokens: {max_tokens} exceeds the card's cap ({th.max_frames})", field="max_tokens")
+        raise RequestError(f"max_tokens: {max_tokens} exceeds the card's cap ({th.max_frames})", field="max_tokens")
     speech = request.decodes_speech
     if speech and (cfg.talker is None or not speech_loops):
-        raise FieldError('modalities: this card makes no speech; ask for ["text"]', field="modalities")
+        raise RequestError('modalities: this card makes no speech; ask for ["text"]', field="modalities")
     max_frames = request.max_frames if request.max_frames is not None else tk.max_frames
     if max_frames > tk.max_frames:
-        raise FieldError(f"max_frames: {max_frames} exceeds the card's cap ({tk.max_frames})", field="max_frames")
+        raise RequestError(f"max_frames: {max_frames} exceeds the card's cap ({tk.max_frames})", field="max_frames")
     speaker, prefix, sampling = 0, None, None
     placeholders = sum(i == t.audio for i in ids)
     tag = next(_TAGS) if placeholders else 0
@@ -172,7 +175,7 @@ def prepare(request: OmniRequest, card: OmniCard, cfg: Qwen3OmniConfig, tokenize
         try:
             speaker = cfg.talker.speaker_id(name)
         except ValueError as e:
-            raise FieldError(str(e), field="speaker") from None
+            raise RequestError(str(e), field="speaker") from None
         try:
             prefix = talker_prefix(ids, cfg, speaker, tag)
             sampling = talker_sampling(cfg.talker_defaults, temperature=request.talker_temperature,
@@ -180,12 +183,12 @@ def prepare(request: OmniRequest, card: OmniCard, cfg: Qwen3OmniConfig, tokenize
                                        repetition_penalty=request.talker_repetition_penalty)
         except ValueError as e:
             field = str(e).split(":")[0] if str(e).startswith("talker_") else "prompt_ids"
-            raise FieldError(str(e), field=field) from None
+            raise RequestError(str(e), field=field) from None
         if prefix.shape[0] > tk.max_prompt_rows:
-            raise FieldError(f"prompt_ids: the talker's prefix holds {prefix.shape[0]} rows, over the card's "
+            raise RequestError(f"prompt_ids: the talker's prefix holds {prefix.shape[0]} rows, over the card's "
                              f"talker max_prompt_rows ({tk.max_prompt_rows})", field="prompt_ids")
     elif request.speaker is not None:
-        raise FieldError('speaker: goes with modalities ["text", "audio"]', field="speaker")
+        raise RequestError('speaker: goes with modalities ["text", "audio"]', field="speaker")
     audio_rows = encode_audio(clips, encoder, cfg, placeholders, th.max_audio_seconds)
     temperature = request.temperature or 0.0
     return OmniWork(thinker_rows(ids, t.audio, tag), tuple(ids), audio_rows, prefix, speaker, max_tokens, max_frames,

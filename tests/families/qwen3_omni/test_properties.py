@@ -1,0 +1,143 @@
+"""Qwen3-Omni's properties on the runtime (fixture checkpoint, float32): batched == alone (with the other
+families' loops in one process too), cascaded == sequential (and the talker's frames overlap the thinker's
+tokens), streamed == whole, cached == uncached (a repeated conversation reuses the thinker's blocks), preempted
+== alone, nothing leaks (finish, cancel, timeout), refusals name the field."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from tests.families.qwen3_omni.conftest import CARD, request, wait_idle
+from tests.models.qwen3_omni.conftest import CHECKPOINT
+from v2.card import load_card
+from v2.errors import RequestError
+from v2.runtime import Runtime
+from v2.runtime.handles import SpeechResult
+
+pytestmark = pytest.mark.exact
+KEYS = ("a", "b", "c", "d")
+
+
+def same(a: SpeechResult, b: SpeechResult) -> None:
+    assert a.error is None and b.error is None, (a.error, b.error)
+    assert a.text_ids == b.text_ids and a.finish_reason == b.finish_reason
+    np.testing.assert_array_equal(a.codes, b.codes)
+    np.testing.assert_array_equal(a.audio, b.audio)
+
+
+@pytest.fixture(scope="module")
+def alone(rt: Runtime, fixture: tuple[dict, dict]) -> dict[str, SpeechResult]:
+    ref, meta = fixture
+    return {k: rt.submit(request(ref, meta, k)).result() for k in KEYS}
+
+
+def test_batched_equals_alone(rt: Runtime, fixture: tuple[dict, dict], alone: dict[str, SpeechResult]) -> None:
+    ref, meta = fixture
+    handles = [rt.submit(request(ref, meta, k)) for k in KEYS * 2]
+    for k, h in zip(KEYS * 2, handles):
+        same(h.result(), alone[k])
+    assert rt.stats()["kinds"]["think_token"]["mean_batch"] > 1
+
+
+def test_cascaded_equals_sequential(rt: Runtime, fixture: tuple[dict, dict], alone: dict[str, SpeechResult]) -> None:
+    ref, meta = fixture
+    loop = rt.family.talk_loop  # type: ignore[attr-defined]
+    before = loop.overlapped
+    cascaded = rt.submit(request(ref, meta, "c")).result()
+    assert loop.overlapped > before  # the talker spoke while the thinker was still writing
+    loop.sequential = True
+    try:
+        sequential = rt.submit(request(ref, meta, "c")).result()
+    finally:
+        loop.sequential = False
+    same(cascaded, sequential)
+    same(cascaded, alone["c"])
+
+
+@pytest.mark.parametrize("key", ["a", "c"])
+def test_streamed_equals_whole(rt: Runtime, fixture: tuple[dict, dict], alone: dict[str, SpeechResult],
+                               key: str) -> None:
+    ref, meta = fixture
+    h = rt.submit(request(ref, meta, key, stream=True))
+    chunks = list(h)
+    r = h.result()
+    assert len(chunks) > 1
+    np.testing.assert_array_equal(np.concatenate([c.audio for c in chunks], axis=1), r.audio)
+    same(r, alone[key])
+    text = [e.item for e in h.events() if e.loop == "thinker"]
+    assert tuple(i for d in text for i in d.ids) == r.text_ids  # type: ignore[attr-defined]
+
+
+def test_cached_equals_uncached(rt: Runtime, fixture: tuple[dict, dict], alone: dict[str, SpeechResult]) -> None:
+    """The conversation (d) again: its earlier turns' full blocks come from the prefix cache."""
+    ref, meta = fixture
+    before = rt.stats()["prefix_cache_hits"]
+    same(rt.submit(request(ref, meta, "d")).result(), alone["d"])
+    assert rt.stats()["prefix_cache_hits"] > before
+
+
+def test_audio_blocks_are_not_shared(rt: Runtime, fixture: tuple[dict, dict], alone: dict[str, SpeechResult]) -> None:
+    """The same prompt with other audio: no block of the first's audio rows is reused (its tag differs)."""
+    ref, meta = fixture
+    other = ref["c_audio_wave_16k"][::-1].copy()
+    r = rt.submit(request(ref, meta, "c", audio=[(other, 16000)])).result()
+    assert r.error is None and (r.text_ids != alone["c"].text_ids or not np.array_equal(r.codes, alone["c"].codes))
+    same(rt.submit(request(ref, meta, "c")).result(), alone["c"])
+
+
+def test_preempted_equals_alone(fixture: tuple[dict, dict], alone: dict[str, SpeechResult]) -> None:
+    """Pools of 6 thinker blocks and 6 talker blocks of 16 rows: four requests take turns."""
+    ref, meta = fixture
+    data = load_card(CARD).model_dump(by_alias=True)
+    for loop in ("thinker", "talker"):
+        data["loops"][loop].update(kv_blocks=6, max_prompt_rows=64, max_frames=32)
+    card = type(load_card(CARD)).model_validate(data)
+    with Runtime.from_card(card, checkpoint=str(CHECKPOINT), device="cpu", dtype=torch.float32) as small:
+        handles = [small.submit(request(ref, meta, k)) for k in KEYS]
+        for k, h in zip(KEYS, handles):
+            same(h.result(), alone[k])
+        assert small.stats()["kv_preemptions"] > 0
+        wait_idle(small)
+
+
+def test_nothing_leaks(rt: Runtime, fixture: tuple[dict, dict]) -> None:
+    """Finish, cancel while streaming, a timeout and a text-only request give every slot and block back."""
+    ref, meta = fixture
+    started = threading.Event()
+    streaming = rt.submit(request(ref, meta, "a", stream=True))
+    streaming.subscribe(lambda chunk: started.set())
+    late = rt.submit(request(ref, meta, "b", timeout=0.05))
+    text = rt.submit(request(ref, meta, "d", modalities=["text"], speaker=None))
+    assert started.wait(60)
+    streaming.cancel()
+    results = [h.result() for h in (streaming, late, text)]
+    assert results[2].error is None and results[2].codes.shape[0] == 0
+    wait_idle(rt)
+
+
+BAD = [
+    ({"prompt_ids": [1, 2]}, "prompt_ids"),  # speech needs the generation prompt at the end
+    ({"prompt_ids": [151644, 872, 198, 151655, 151645, 198, 151644, 77091, 198]}, "prompt_ids"),  # an image
+    ({"prompt_ids": [151644, 872, 198, 151675, 151645, 198, 151644, 77091, 198]}, "audio"),  # no clip
+    ({"prompt_ids": [10**6]}, "prompt_ids"),
+    ({"prompt_ids": [151644, 77091, 198], "speaker": "nobody"}, "speaker"),
+    ({"prompt_ids": [151644, 77091, 198], "modalities": ["audio"]}, "modalities"),
+    ({"prompt_ids": [151644, 77091, 198], "max_tokens": 10**6}, "max_tokens"),
+    ({"prompt_ids": [151644, 77091, 198], "temperature": -1.0}, "temperature"),
+    ({"prompt_ids": [151644, 77091, 198], "talker_top_p": 0.0}, "talker_top_p"),
+    ({"prompt_ids": [151644, 77091, 198], "audio": [(np.zeros(10), 5)]}, "audio"),
+    ({"prompt_ids": [151644, 77091, 198], "voice": "mine"}, "voice"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}], "prompt_ids": [1]}, "messages"),
+]
+
+
+@pytest.mark.parametrize("fields, name", BAD)
+def test_bad_request_names_the_field(rt: Runtime, fields: dict, name: str) -> None:
+    with pytest.raises(RequestError) as e:
+        rt.submit(fields).result()
+    assert e.value.field == name or str(e.value).startswith(name), (e.value.field, str(e.value))
