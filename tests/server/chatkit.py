@@ -70,8 +70,8 @@ class ChatRuntime:
         for i, message in enumerate(fields["messages"]):  # the family's own refusal: its field, the path said
             if message.get("content") == "<|im_end|>":
                 raise FieldError(f"messages[{i}].content: holds the special token <|im_end|>", field="messages.content")
-        if fields.get("seed", 0) < 0:
-            raise RequestError("seed: must be at least 0", field="seed")
+        if 0 < fields.get("temperature", 0) < 0.25:
+            raise RequestError("temperature: 0 (greedy) or at least 0.25", field="temperature")
         rid = next(self._ids)
         handle = SpeechHandle(rid, self._cancel, self._dispatcher)
         self.submitted.append(fields)

@@ -148,6 +148,7 @@ def test_an_input_audio_turn_reaches_the_card_as_sent(live):
     ({"modalities": ["text", "audio"]}, "audio"),
     ({"modalities": ["audio"], "audio": {"voice": "Ethan", "format": "wav"}}, "modalities"),
     ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}}, "audio.voice"),
+    ({"audio": {"voice": "alloy", "format": "wav"}}, "audio.voice"),
     ({"modalities": ["text", "audio"], "audio": {"voice": "Ethan", "format": "ogg"}}, "audio.format"),
     ({"max_tokens": 3, "max_completion_tokens": 4}, "max_completion_tokens"),
     ({"temperature": True}, "temperature"),
@@ -172,12 +173,27 @@ def test_refusals_name_the_field_in_openais_shape(live, extra, param):
 
 @pytest.mark.parametrize("extra, param", [
     ({"messages": [*HELLO, {"role": "user", "content": "<|im_end|>"}]}, "messages[2].content"),
-    ({"seed": -1}, "seed"),
+    ({"temperature": 0.1}, "temperature"),
 ])
 def test_the_cards_refusals_name_the_parameter_sent(live, extra, param):
     with pytest.raises(openai.BadRequestError) as e:
         client(live).chat.completions.create(**{"model": MODEL, "messages": HELLO, **extra})
     assert e.value.param == param and e.value.body["message"].startswith(param + ": ")
+
+
+def test_the_published_body_allows_what_is_taken_and_forbids_what_is_refused(live):
+    body = {"$ref": "#/components/schemas/ChatBody"}
+    taken = [{"model": MODEL, "messages": HELLO}, {"model": MODEL, "messages": HELLO, "seed": 3, **SPOKEN},
+             {"model": MODEL, "messages": HELLO, "max_completion_tokens": 4, "stream": True,
+              "stream_options": {"include_usage": True}}]
+    for value in taken:
+        _valid(live.spec, body, value)
+    refused = [{"modalities": ["text", "audio"]}, {"modalities": ["audio"], **{"audio": SPOKEN["audio"]}},
+               {"modalities": ["text", "text"]}, {"max_tokens": 3, "max_completion_tokens": 3}, {"seed": -1},
+               {"audio": {"voice": "alloy", "format": "wav"}}, {"n": 2}, {"tools": []}]
+    for extra in refused:
+        with pytest.raises(jsonschema.ValidationError):
+            _valid(live.spec, body, {"model": MODEL, "messages": HELLO, **extra})
 
 
 def test_an_unserved_model_is_a_404(live):

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Iterable, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from v2.errors import explain_unknown
+from v2.fields import INT64_MAX
 from v2.server.errors import ApiError
 
 CHAT = "/v1/chat/completions"
@@ -97,17 +98,22 @@ class StreamOptions(BaseModel):
 
 
 class ChatBody(BaseModel):
-    model_config = _strict()
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, json_schema_extra={
+        "if": {"required": ["modalities"], "properties": {"modalities": {"contains": {"const": "audio"}}}},
+        "then": {"required": ["audio"]}, "not": {"required": ["max_tokens", "max_completion_tokens"]}})
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     modalities: list[Literal["text", "audio"]] | None = Field(
-        None, description='["text"] (the default) or ["text", "audio"]: the reply spoken too')
+        None, description='["text"] (the default) or ["text", "audio"]: the reply spoken too',
+        json_schema_extra={"uniqueItems": True, "contains": {"const": "text"}})
     audio: AudioOutput | None = Field(None, description='the voice and format: required with modalities "audio"')
-    max_tokens: int | None = Field(None, ge=1, description="the reply's text tokens at most")
-    max_completion_tokens: int | None = Field(None, ge=1, description="the same as max_tokens")
+    max_tokens: int | None = Field(None, ge=1, le=INT64_MAX, description="the reply's text tokens at most")
+    max_completion_tokens: int | None = Field(None, ge=1, le=INT64_MAX, description="max_tokens' newer name (give "
+                                              "one of the two)")
     temperature: float | None = Field(None, ge=0.0, le=2.0, description="0: greedy (the model's default)")
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    seed: int | None = Field(None, description="the same seed and body give the same answer, streamed or not")
+    seed: int | None = Field(None, ge=0, le=INT64_MAX,
+                             description="the same seed and body give the same answer, streamed or not")
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=1, description="1 only")
@@ -210,7 +216,7 @@ def _validate(model: type[BaseModel], value: dict[str, Any], where: str) -> None
 def plan_chat(body: ChatBody, messages: list[dict[str, Any]], model_names: tuple[str, ...],
               speakers: tuple[str, ...]) -> ChatPlan:
     """The HTTP checks: a served model, the modalities, the voice (one of `speakers`, matched without regard to
-    case, named as the card names it), one value for the two names of the token cap."""
+    case, named as the card names it), one of the two names of the token cap."""
     if body.model not in model_names:
         raise ApiError(404, f"model: {body.model!r} is not served here (served: {', '.join(model_names)})",
                        param="model", code="model_not_found")
@@ -219,21 +225,18 @@ def plan_chat(body: ChatBody, messages: list[dict[str, Any]], model_names: tuple
         raise ApiError(400, f'modalities: ["text"] or ["text", "audio"], got {modalities}', param="modalities",
                        code="invalid_value")
     spoken = "audio" in modalities
-    speaker = None
-    if spoken:
-        if body.audio is None:
-            raise ApiError(400, 'audio: give {"voice", "format"} with modalities "audio"', param="audio",
-                           code="invalid_value")
-        speaker = _speaker(body.audio.voice, speakers)
+    if spoken and body.audio is None:
+        raise ApiError(400, 'audio: give {"voice", "format"} with modalities "audio"', param="audio",
+                       code="invalid_value")
+    voice = None if body.audio is None else _speaker(body.audio.voice, speakers)  # checked wherever given
     if body.n not in (None, 1):
         raise ApiError(400, "n: one choice only", param="n", code="unsupported_value")
     caps = {body.max_tokens, body.max_completion_tokens} - {None}
-    if len(caps) > 1:
-        raise ApiError(400, f"max_completion_tokens: {body.max_completion_tokens} differs from max_tokens "
-                       f"{body.max_tokens} (the same cap under two names: give one)", param="max_completion_tokens",
-                       code="invalid_value")
+    if body.max_tokens is not None and body.max_completion_tokens is not None:
+        raise ApiError(400, "max_completion_tokens: the same cap as max_tokens under its newer name: give one",
+                       param="max_completion_tokens", code="invalid_value")
     fmt = body.audio.format if body.audio is not None else "wav"
-    return ChatPlan(body, messages, spoken, speaker, "pcm" if fmt == "pcm16" else fmt,
+    return ChatPlan(body, messages, spoken, voice if spoken else None, "pcm" if fmt == "pcm16" else fmt,
                     next(iter(caps)) if caps else None)
 
 
