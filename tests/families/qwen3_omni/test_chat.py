@@ -246,6 +246,11 @@ def test_tokenizers(cfg, tmp_path) -> None:
     (tmp_path / "merges.txt").write_text("#version: 0.2\nu s\ne r\nus er\n")
     release = build_chat_tokenizer("release", tmp_path, cfg.ids)
     assert isinstance(release, ReleaseTokenizer) and release.encode("user\n") == [6, 7]
+    assert release.decode([6, 7]) == "user\n"
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    release._tok.save(str(whole / "tokenizer.json"))  # type: ignore[attr-defined]
+    assert build_chat_tokenizer("release", whole, cfg.ids).encode("user\n") == [6, 7]  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="tokenizer"):
         build_chat_tokenizer("words", None, cfg.ids)
 
