@@ -94,6 +94,7 @@ class ChatRuntime:
         spoken = "audio" in fields["modalities"]
         ids, parts, chunks = [], [], []
         ending = "length" if limit < self.reply_words else "stop"
+        failing = last == "FAIL"  # ends with an error after its first step
         for step in range(n):
             self.gate.wait()
             with self._lock:
@@ -106,6 +107,9 @@ class ChatRuntime:
             ids.append(word)
             parts.append(text)
             handle.publish("thinker", [TextDelta((word,), text)])
+            if failing:
+                ending = "error"
+                break
             if spoken:
                 audio = (rng.standard_normal((1, HOP)) * 0.2).astype(np.float32)
                 chunks.append(audio)
@@ -116,7 +120,7 @@ class ChatRuntime:
                           total_s=0.01, queue_s=0.0)
         result = ChatResult(audio=audio, sample_rate=RATE, codes=np.zeros((frames, 16), np.int64),
                             finish_reason=ending, metrics=metrics, text="".join(parts), text_ids=tuple(ids),
-                            text_finish_reason=ending)
+                            text_finish_reason=ending, error="the scripted failure" if failing else None)
         with self._lock:
             self.running -= 1
         handle.finish(result)

@@ -196,6 +196,15 @@ def test_the_published_body_allows_what_is_taken_and_forbids_what_is_refused(liv
             _valid(live.spec, body, {"model": MODEL, "messages": HELLO, **extra})
 
 
+def test_a_request_that_fails_is_an_error_event_mid_stream_and_a_500_whole(live):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "FAIL"}], **SPOKEN}
+    chunks, payloads = sse_chunks(live, {**body, "stream": True})
+    assert "[DONE]" not in payloads and chunks[-1]["error"]["code"] == "error"
+    assert all(ch["choices"][0]["finish_reason"] is None for ch in chunks[:-1])  # no answer looks finished
+    r = httpx.post(live.url + CHAT, json=body, timeout=60)
+    assert r.status_code == 500 and r.json()["error"]["code"] == "error"
+
+
 def test_an_unserved_model_is_a_404(live):
     with pytest.raises(openai.NotFoundError) as e:
         client(live).chat.completions.create(model="gpt-4o-audio-preview", messages=HELLO)
