@@ -5,7 +5,7 @@ Owns: `ThinkerFrames` (the kit's `PagedFrames` over the thinker's paged KV: per 
 seed, its prompt's audio-encoder rows (`audio`) and the rows A the talker reads at those positions (`accept`:
 the residual stream entering layer `accept_hidden_layer`, written by the prefill); the token step: logits of
 the slot's last final-norm row, the token (argmax, or drawn with Gumbel noise keyed by (seed, step) under
-temperature / top-k / top-p), its log-softmax under the raw logits, the token's row through the decoder;
+temperature / top-k / top-p), its logprob under that processed distribution (greedy: 0), the token's row through the decoder;
 packed [B, 3]: stop (the token is `<|im_end|>`), token, logprob); `TalkerFrames` (the Qwen3-TTS
 `TalkerExecutor` with this family's prompt rows: Pt(thinker row) + C[codec id] + Ph(A[index]) + frame(codes);
 per slot the A rows of its request, `accept`); `Code2WavExecutor` (the chunk executor over `Code2Wav`: a
@@ -101,12 +101,11 @@ class ThinkerFrames(PagedFrames):
         x, m = self.inputs, self.model
         slots, positions, steps, valid = x.slot[:b], x.position[:b], x.step[:b], x.valid[:b].bool()
         logits = m.logits(self.hidden[slots]).float()  # [b, V]
-        if draws:
-            tokens, _ = sample(logits, self.temperature[slots], self.top_k[slots], self.top_p[slots],
-                               gumbel_noise(self.seed[slots], steps, logits.shape[-1]))
+        if draws:  # logprob: under the processed distribution it was drawn from (a greedy row's point mass: 0)
+            tokens, logprob = sample(logits, self.temperature[slots], self.top_k[slots], self.top_p[slots],
+                                     gumbel_noise(self.seed[slots], steps, logits.shape[-1]))
         else:
-            tokens = logits.argmax(dim=-1)
-        logprob = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]  # [b], as the reference scores it
+            tokens, logprob = logits.argmax(dim=-1), torch.zeros(b, device=logits.device)
         row = m.model.embed_tokens(tokens)[:, None]  # [b, 1, H]
         out = m.model.forward_cached(row, self.kv, self.tables[slots], positions[:, None], valid=valid[:, None],
                                      context_len=context)  # [b, 1, H]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Mapping, Sequence
 
-import numpy as np
 import torch
 
 from v2.contracts import FinishReason, LoopState, WorkUnitKind
@@ -29,11 +28,10 @@ from v2.families.qwen3_omni.loops import (
 )
 from v2.families.qwen3_omni.prepare import OmniWork, prepare
 from v2.families.qwen3_omni.request import OmniRequest, parse
-from v2.kit.chunks import ChunkLoop, ChunkResult
+from v2.families.qwen3_omni.results import build_result
+from v2.kit.chunks import ChunkLoop
 from v2.kit.frames import OnStream
 from v2.kit.paged_family import pool_blocks
-from v2.kit.results import joined_audio, request_metrics
-from v2.kit.sequence import ARResult
 from v2.models.kv_cache import PagedKVCache
 from v2.runtime.family import (
     AnyExecutor, FactoryBase, FrontState, KVSpec, LaunchState, LoopGraph, Needs, PagedKV, Prepared, Request,
@@ -206,21 +204,10 @@ class OmniFamily:
         return thinker_rows(state)  # type: ignore[arg-type]
 
     def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: FinishReason, now: float) -> SpeechResult:
-        think: ARResult | None = outputs.get(THINKER)
-        talk: ARResult | None = outputs.get(TALKER) if self._speaks(record) else None
-        c2w: ChunkResult | None = outputs.get(CODE2WAV)
-        audio = joined_audio(c2w.chunks if c2w is not None else [], 1)
-        codes = np.array(talk.codes if talk else [], dtype=np.int64).reshape(-1, self.code_width)
-        text_ids = tuple(c[0] for c in think.codes) if think is not None else ()
-        text = self.tokenizer.decode(list(text_ids)) if self.tokenizer is not None else None
-        finish = (talk.finish if talk is not None else think.finish if think is not None else reason)
-        if reason in (FinishReason.ABORT, FinishReason.ERROR):
-            finish = reason
-        metrics = request_metrics(record, int(record.work.rows.shape[0]), len(codes),
-                                  audio.shape[1] / self.sample_rate, now)
-        return SpeechResult(audio, self.sample_rate, codes, finish.value, metrics, None, record.error,
-                            text=text, text_ids=text_ids,
-                            text_finish_reason=(think.finish.value if think is not None else reason.value))
+        return build_result(record, outputs.get(THINKER), outputs.get(TALKER) if self._speaks(record) else None,
+                            outputs.get(CODE2WAV), reason, now, sample_rate=self.sample_rate, groups=self.code_width,
+                            family=self.name, decode=self.tokenizer.decode if self.tokenizer is not None else None,
+                            eos=self.cfg.ids.im_end)
 
     def stats(self) -> dict[str, Any]:
         return {}
