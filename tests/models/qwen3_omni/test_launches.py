@@ -32,3 +32,18 @@ def test_the_steps_launch_the_grouped_expert_kernels_once_per_layer(capsys) -> N
                 assert step["ops"][kernel] == layers and step["moe_ops"][kernel] == 1, (name, kernel)
             assert step["launches"] == sum(step["ops"].values()) and step["aim"] == launches.AIMS[name]
     assert out["buckets"][0]["thinker"]["launches"] == out["buckets"][1]["thinker"]["launches"]  # no per-row launches
+
+
+def test_the_layer_scaled_count_equals_the_whole_count(oconfig, monkeypatch) -> None:
+    """`--device cuda`'s arithmetic, on the CPU with the dispatch counter and the kernels in the interpreter: the
+    tiny checkpoint's shapes counted with 1 and 2 layers and scaled give the count of its whole stacks."""
+    from v2.models import kernels
+    from v2.models.qwen3_omni.config import Qwen3OmniConfig
+
+    cfg = Qwen3OmniConfig.from_dict(oconfig)
+    monkeypatch.setattr(kernels, "FORCE", True)
+    assert (cfg.thinker.text.decoder.num_layers, cfg.talker and cfg.talker.text.decoder.num_layers) == (4, 2)
+    scaled = launches.cuda_counts(cfg, [2], 128, device="cpu", count=lambda fn: launches.counted(fn, True))[0]
+    th, tk = launches.build(cfg, "cpu")
+    for name, (step, _) in (("thinker", launches.thinker_step(th, 2, 128)), ("talker", launches.talker_step(tk, 2, 128))):
+        assert scaled[name]["launches"] == sum(launches.counted(step, True).values()), name

@@ -113,3 +113,41 @@ def test_bad_shapes_are_refused_naming_the_weights() -> None:
     w, e = _routing(2, 2, 4, 1)
     with pytest.raises(ValueError, match="gate_up"):
         ge.grouped_experts(torch.randn(2, 8), w, e, torch.randn(4, 10, 9), torch.randn(4, 8, 5))
+
+
+def test_the_kernels_compile_for_hopper_without_a_gpu(hopper_compile) -> None:
+    """In bf16 at the release's widths (thinker and talker experts; top-8 routing, top-6 with the shared
+    expert's gated sum): Triton builds every kernel for sm_90 (the runtime-bounded loops included)."""
+    sizes = hopper_compile(COMPILE_FOR_HOPPER)
+    assert len(sizes) == 8 and min(sizes) > 0
+
+
+COMPILE_FOR_HOPPER = """
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+from v2.models.kernels import grouped_experts as ge, moe_route as mr
+
+target = GPUTarget("cuda", 90, 32)
+blocks = dict(BLOCK_M=ge.BLOCK_M, BLOCK_N=ge.BLOCK_N, BLOCK_K=ge.BLOCK_K, CHUNK=ge.CHUNK, IEEE=False)
+c = "constexpr"
+for h, i in ((2048, 768), (1024, 384)):  # the thinker's and the talker's experts
+    src = ASTSource(fn=ge._expert_gate_up_kernel, signature={
+        "x_ptr": "*bf16", "w_ptr": "*bf16", "act_ptr": "*bf16", "experts_ptr": "*i64", "slots": "i32", "k": "i32",
+        "inter": "i32", "H": c, "BLOCK_M": c, "BLOCK_N": c, "BLOCK_K": c, "CHUNK": c, "IEEE": c},
+        constexprs={"H": h, **blocks})
+    print(len(compile(src, target=target).asm["cubin"]))
+    src = ASTSource(fn=ge._expert_down_kernel, signature={
+        "act_ptr": "*bf16", "w_ptr": "*bf16", "rw_ptr": "*bf16", "y_ptr": "*bf16", "experts_ptr": "*i64",
+        "slots": "i32", "hidden": "i32", "I": c, "BLOCK_M": c, "BLOCK_N": c, "BLOCK_K": c, "CHUNK": c, "IEEE": c},
+        constexprs={"I": i, **blocks})
+    print(len(compile(src, target=target).asm["cubin"]))
+for k, shared in ((8, False), (6, True)):
+    src = ASTSource(fn=ge._expert_combine_kernel, signature={
+        "y_ptr": "*bf16", "shared_ptr": "*bf16", "z_ptr": "*bf16", "out_ptr": "*bf16", "hidden": "i32", "K": c,
+        "BLOCK": c, "SHARED": c}, constexprs={"K": k, "BLOCK": ge.BLOCK_C, "SHARED": shared})
+    print(len(compile(src, target=target).asm["cubin"]))
+    src = ASTSource(fn=mr._route_kernel, signature={
+        "x_ptr": "*bf16", "w_ptr": "*bf16", "e_ptr": "*i64", "num_experts": "i32", "stride": "i32", "K": c,
+        "K_PAD": c, "E_PAD": c, "RENORM": c}, constexprs={"K": k, "K_PAD": 8, "E_PAD": 128, "RENORM": True})
+    print(len(compile(src, target=target).asm["cubin"]))
+"""

@@ -145,24 +145,30 @@ def device_launches(fn: Callable[[], Any]) -> Counter[str]:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
-    return Counter(e.name for e in prof.events() if e.device_type == DeviceType.CUDA)
+    seen = Counter(e.name for e in prof.events() if e.device_type == DeviceType.CUDA)
+    if not seen:
+        raise SystemExit("launches: the profiler saw no GPU work (is CUPTI available?)")
+    return seen
 
 
-def cuda_counts(cfg: Qwen3OmniConfig, buckets: list[int], context: int) -> list[dict[str, Any]]:
-    """Every bucket's two steps on CUDA, stacks of 1 and 2 layers scaled to the release's depths."""
+def cuda_counts(cfg: Qwen3OmniConfig, buckets: list[int], context: int, device: str = "cuda",
+                count: Callable[[Callable[[], Any]], Counter[str]] = device_launches) -> list[dict[str, Any]]:
+    """Every bucket's two steps on `device` counted by `count`, stacks of 1 and 2 layers scaled to the release's
+    depths (the tests count on the CPU with the dispatch counter)."""
     depth = {"thinker": cfg.thinker.text.decoder.num_layers, "talker": cfg.talker.text.decoder.num_layers if
              cfg.talker is not None else 0}
     counts: dict[int, dict[str, dict[int, Counter[str]]]] = {b: {"thinker": {}, "talker": {}} for b in buckets}
     moe: dict[int, dict[str, Counter[str]]] = {b: {} for b in buckets}
     for layers in (1, 2):
-        th, tk = build(with_layers(cfg, layers, layers), "cuda")
+        th, tk = build(with_layers(cfg, layers, layers), device)
         for bucket in buckets:
             for name, (step, block) in (("thinker", thinker_step(th, bucket, context)),
                                         ("talker", talker_step(tk, bucket, context))):
-                counts[bucket][name][layers] = device_launches(step)
-                moe[bucket][name] = device_launches(block)
+                counts[bucket][name][layers] = count(step)
+                moe[bucket][name] = count(block)
         del th, tk
-        torch.cuda.empty_cache()
+        if device == "cuda":
+            torch.cuda.empty_cache()
     rows = []
     for bucket in buckets:
         row: dict[str, Any] = {"bucket": bucket}
