@@ -10,11 +10,13 @@
 # Output lands in $OUT (or ./out when unset): gpu_tests.log, launches.json, framestep.json, compile.json,
 # serving.json, kv.json, engine.json, qwen_gpu_tests.log, qwen_launches.json, qwen_frames.json, qwen_family_tests.log,
 # qwen_engine.json, qwenstep_tests.log, qwenstep_launches.json, qwen_framestep_1.7b.json, qwen_framestep_0.6b.json,
-# csm_tests.log, csm_launches.json, csm_framestep.json, csm_bench.json.
+# csm_tests.log, csm_launches.json, csm_framestep.json, csm_bench.json, omni_tests.log, omni_launches.json,
+# omni_launches_meta.json.
 # Parts: scripts/gpu_check.sh [tests] [launches] [framestep] [compile] [serving] [kv] [engine] [qwen] [qwenstep] [csm]
-# (default: all ten, about 34 minutes at most by their timeouts; a device call runs at most 10, so split them over
-# calls when needed). A short first call for the frame step: scripts/gpu_check.sh tests launches framestep (~6
-# minutes); for Qwen3-TTS's fast path: scripts/gpu_check.sh qwenstep (~6 minutes at most).
+# [omni] (default: all eleven, about 42 minutes at most by their timeouts; a device call runs at most 10, so split
+# them over calls when needed). A short first call for the frame step: scripts/gpu_check.sh tests launches framestep
+# (~6 minutes); for Qwen3-TTS's fast path: scripts/gpu_check.sh qwenstep (~6 minutes at most); for Qwen3-Omni's MoE
+# kernels and launch counts: scripts/gpu_check.sh omni (~7.5 minutes at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-out}"
@@ -26,19 +28,21 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check.sh needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-parts="${*:-tests launches framestep compile serving kv engine qwen qwenstep csm}"
+parts="${*:-tests launches framestep compile serving kv engine qwen qwenstep csm omni}"
 QWEN_GPU_TESTS="tests/gpu/test_qwen3_tts_gpu.py tests/gpu/test_qwen3_tts_family_gpu.py"
 # the qwenstep part's: the fused sampler at 16 groups (in `tests` too), the code predictor's kernels in bf16, graph == eager
 QWENSTEP_GPU_TESTS="tests/gpu/test_sample_kernel_gpu.py tests/models/test_frame_kernels.py tests/gpu/test_qwen3_tts_frame_graph_gpu.py"
 # the csm part's: the fixture on CUDA, graphs == eager, batched == alone; Mimi's device path
 CSM_GPU_TESTS="tests/gpu/test_csm_gpu.py tests/models/mimi/test_device_path.py"
+# the omni part's: the MoE block's routing and grouped-expert kernels vs the torch form at the release's widths
+OMNI_GPU_TESTS="tests/gpu/test_qwen3_omni_moe_gpu.py"
 status=0
 for part in $parts; do
     case "$part" in
-    tests)  # every GPU test but the Qwen3-TTS ones (the qwen part runs those), the kernels' bf16 checks against their
-            # torch forms among them (qk_rope with and without q/k norms, norm_linear at the CSM depth decoder's widths)
+    tests)  # every GPU test but the Qwen3-TTS, CSM and Qwen3-Omni ones (their parts run those), the kernels' bf16
+            # checks against their torch forms among them (qk_rope with and without q/k norms, norm_linear at the CSM depth decoder's widths)
         timeout 200 python3 -m pytest -q -m gpu tests $(printf -- '--ignore=%s ' $QWEN_GPU_TESTS $CSM_GPU_TESTS \
-            tests/gpu/test_qwen3_tts_frame_graph_gpu.py) 2>&1 \
+            $OMNI_GPU_TESTS tests/gpu/test_qwen3_tts_frame_graph_gpu.py) 2>&1 \
             | tee "$OUT/gpu_tests.log" || status=1 ;;
     launches)  # kernels per frame step at the release's dims (meta device), by kind: the graph's node count
         timeout 60 python3 -m v2.bench.launches --buckets 1 64 2>&1 | tee "$OUT/launches.log"
@@ -109,7 +113,18 @@ for part in $parts; do
         grep -q '"graph_equals_eager": false' "$OUT/csm_framestep.json" && status=1
         timeout 150 python3 -m v2.bench --card csm_tiny --device cuda --quick 2>&1 | tee "$OUT/csm_bench.log" || status=1
         tail -n 1 "$OUT/csm_bench.log" > "$OUT/csm_bench.json" ;;
-    *) echo "unknown part: $part (tests, launches, framestep, compile, serving, kv, engine, qwen, qwenstep, csm)"; exit 2 ;;
+    omni)  # Qwen3-Omni's MoE block on CUDA: the routing kernel and the grouped-expert kernels against the torch form in
+           # bf16 (within 0.02 + 0.02 |x|, and as close to float32 as torch's bf16) and fp32 (1e-5) at the thinker's and
+           # the talker's release widths, the block with the shared expert, batched == alone bit for bit; then kernel
+           # launches per thinker token step and per talker frame step at the release's dims (aims: <= 400, <= 900):
+           # the real count (torch.profiler, random bf16 weights, stacks of 1 and 2 layers scaled to 48 / 20) and the
+           # dispatch count on the meta device
+        timeout 240 python3 -m pytest -q -m gpu $OMNI_GPU_TESTS 2>&1 | tee "$OUT/omni_tests.log" || status=1
+        timeout 150 python3 -m v2.models.qwen3_omni.launches --device cuda --buckets 1 16 2>"$OUT/omni_launches.log" \
+            | tail -n 1 > "$OUT/omni_launches.json"
+        timeout 60 python3 -m v2.models.qwen3_omni.launches --buckets 1 16 2>>"$OUT/omni_launches.log" \
+            | tail -n 1 > "$OUT/omni_launches_meta.json" ;;
+    *) echo "unknown part: $part (tests, launches, framestep, compile, serving, kv, engine, qwen, qwenstep, csm, omni)"; exit 2 ;;
     esac
 done
 exit $status
