@@ -126,22 +126,23 @@ def test_open_text_one_span_per_marked_segment_times_absolute(name: str) -> None
         slots_free(rt)
 
 
-def test_submitted_long_text_on_moss_one_span_per_segment_as_each_ends() -> None:
+@pytest.mark.parametrize("name, loop", [("moss_tts_local_tiny", "ar_decode"), ("qwen3_tts_tiny", "talker")])
+def test_submitted_long_text_one_span_per_segment_as_each_ends(name: str, loop: str) -> None:
     from v2.card import load_card
 
-    card = load_card("moss_tts_local_tiny")
-    ar = card.loops.ar_decode.model_copy(update={"max_segment_chars": 30})  # type: ignore[attr-defined]
-    card = card.model_copy(update={"loops": card.loops.model_copy(update={"ar_decode": ar})})  # type: ignore[attr-defined]
+    card = load_card(name)
+    decl = getattr(card.loops, loop).model_copy(update={"max_segment_chars": 30})  # type: ignore[attr-defined]
+    card = card.model_copy(update={"loops": card.loops.model_copy(update={loop: decl})})  # type: ignore[attr-defined]
     text = "The first sentence is here. A second one follows it. And a third, the last one."
     with Runtime.from_card(card, device="cpu", aligner="forced_aligner_tiny") as rt:
-        loop = rt.engine.family.built["aligner"].loop  # type: ignore[attr-defined]
-        advance, early = loop.advance, []
+        aligner = rt.engine.family.built["aligner"].loop  # type: ignore[attr-defined]
+        advance, early = aligner.advance, []
 
         def watched(state: Any, plan: Any, row: Any) -> bool:
             early.append(state.upstream is None)
             return bool(advance(state, plan, row))
 
-        loop.advance = watched
+        aligner.advance = watched
         h = rt.submit({"text": text, "max_frames": 6, "seed": 4, "stream": True, "timestamps": "word"})
         r = h.result(300)
         spans = words_ok(r, text)

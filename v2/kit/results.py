@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from v2.contracts import AudioChunk, FinishReason
-from v2.runtime.handles import Metrics, SpeechSegment
+from v2.runtime.handles import Metrics, SegmentMark, SpeechSegment
 
 
 def joined_audio(chunks: Sequence[AudioChunk], channels: int) -> np.ndarray:
@@ -45,3 +45,14 @@ def segment_spans(planned: Sequence[Any], ended: Iterable[tuple[int, int, Finish
         out.append(SpeechSegment(start, end, frame, frame + frames, finish.value, prompt_rows))
         frame += frames
     return tuple(out)
+
+
+def mark_switch(record: Any, state: Any) -> None:
+    """A submitted long text switching segments (`state`: its AR sequence, `switching`: `segment` has ended,
+    `done_codes` + `codes` its frames so far, `ended[-1]` how): that segment marked with its frames and its
+    finish, and the next one begun (`record.work.segments[i]`: `start`, `end` of the text)."""
+    planned, frames, i = record.work.segments, len(state.done_codes) + len(state.codes), state.segment
+    marks = record.handle.marks()
+    start = marks[-1].frame_start if marks and marks[-1].index == i else 0
+    record.handle.mark(SegmentMark(i, planned[i].start, planned[i].end, start, frames, state.ended[-1][2].value))
+    record.handle.mark(SegmentMark(i + 1, planned[i + 1].start, planned[i + 1].end, frames))

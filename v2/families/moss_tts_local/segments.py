@@ -7,8 +7,8 @@ blocks, which the paged KV's resume path gives it before the prompt is prefilled
 request) and write the segment's seed into the request's slot (`segment_seed`; presence masks cleared, as
 for a new request); the runtime makes the new prompt the record's (`RequestKV.new_prompt`: the ended
 segment's blocks go back, its prefix-cache keys are made again). The request keeps its slot and its codec
-stream, so its audio simply goes on. `mark_segments`: the ended and the next segment marked on the handle
-(`SegmentMark`s, as open text's are). `recompute_rows`: a resumed request's prompt, then one assistant row per
+stream, so its audio simply goes on; the ended and the next segment are marked on the handle
+(`v2.kit.results.mark_switch`). `recompute_rows`: a resumed request's prompt, then one assistant row per
 frame made so far.
 Must not know: scheduling, threads, streams, the engine's queues.
 """
@@ -21,9 +21,9 @@ import torch
 
 from v2.families.moss_tts_local.ar_decode import ARDecodeLoop, ARState
 from v2.long_text import segment_seed
-from v2.runtime.handles import SegmentMark
+from v2.kit.results import mark_switch
 
-__all__ = ["carried_rows", "mark_segments", "next_segment", "recompute_rows", "segment_seed"]
+__all__ = ["carried_rows", "next_segment", "recompute_rows", "segment_seed"]
 
 
 def carried_rows(text_rows: torch.Tensor, codes: list[tuple[int, ...]], assistant_slot: int) -> torch.Tensor:
@@ -40,23 +40,12 @@ def recompute_rows(state: ARState, assistant_slot: int) -> torch.Tensor:
     return carried_rows(prompt, state.codes, assistant_slot)  # [T + F, 1 + G]
 
 
-def mark_segments(req: Any, ar: ARState) -> None:
-    """The segment that just ended (its frames) and the next one (begun), marked on the request's handle, so a
-    loop added to the graph (`AddedContext.segments()`: the word aligner) can take each as soon as it ends."""
-    planned, frames = req.work.segments, len(ar.done_codes) + len(ar.codes)
-    marks = req.handle.marks()
-    start = marks[-1].frame_start if marks and marks[-1].index == ar.segment else 0
-    ended, nxt = planned[ar.segment], planned[ar.segment + 1]
-    req.handle.mark(SegmentMark(ar.segment, ended.start, ended.end, start, frames, ar.ended[-1][2].value))
-    req.handle.mark(SegmentMark(ar.segment + 1, nxt.start, nxt.end, frames))
-
-
 def next_segment(req: Any, ar: ARState, loop: ARDecodeLoop, executor: Any, assistant_slot: int) -> torch.Tensor:
     """`req`: the engine's record; `executor`: the family's `OnStream`. Returns the new prompt."""
     assert ar.switching
     segment = req.work.segments[ar.segment + 1]
     assert segment.rows is not None
-    mark_segments(req, ar)
+    mark_switch(req, ar)  # the ended segment and this one, on the handle
     rows = carried_rows(segment.rows, ar.codes, assistant_slot)
     req.handle.segments = (ar.segment + 1, len(req.work.segments))  # the progress a caller may show
     loop.begin_segment(ar, rows)

@@ -5,7 +5,7 @@ previous segment's as the reference transcript, and every segment's frame cap, l
 makes fit in the next prompt), and `next_segment`: when a segment that another follows has ended, lay out
 the next prompt (the carried layout below), hand it to the talker loop (`begin_text_segment`: it waits for KV
 blocks, then prefills) and write the segment's seed into the request's slot (`segment_seed`: the penalty
-set cleared, the x-vector kept).
+set cleared, the x-vector kept); the ended and the next segment are marked on the handle (`mark_switch`).
 The carried layout is the in-context clone's: the previous segment's text as the reference transcript and
 its codes as the reference frames, after the request's own speaker row (the x-vector of a clone, the
 speaker's E_0 row of custom voice, none for voice design) and instruction rows, fed as the first segment
@@ -24,6 +24,7 @@ import torch
 
 from v2.errors import RequestError
 from v2.families.qwen3_tts.talker import TalkerLoop, TalkerState
+from v2.kit.results import mark_switch
 from v2.long_text import segment_seed
 from v2.models.qwen3_tts.config import Qwen3TTSConfig
 from v2.models.qwen3_tts.prompt import PromptError, PromptSpec, layout
@@ -83,6 +84,7 @@ def next_segment(req: Any, state: TalkerState, loop: TalkerLoop, calls: Any, cfg
     """`req`: the engine's record; `calls`: the family's `OnStream`. Returns the new prompt rows."""
     assert state.switching
     work = req.work
+    mark_switch(req, state)  # the ended segment and this one, on the handle
     spec = work.segments[state.segment + 1].spec
     codes = np.array(state.codes, dtype=np.int64).reshape(len(state.codes), cfg.num_code_groups)  # [R, G]
     lay = layout(cfg, replace(spec, ref_frames=len(codes)))
