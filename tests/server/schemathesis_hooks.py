@@ -29,6 +29,7 @@ schemathesis.openapi.media_type("audio/wav", st.just(tone_wav()))
 
 
 BATCH = "/v1/audio/speech/batch"
+CAPTIONED = "/dev/captioned_speech"  # the speech route's alias with word timestamps: a speech body too
 
 
 @schemathesis.check
@@ -70,7 +71,7 @@ def filter_case(ctx, case) -> bool:
         return False  # schemathesis's coverage phase fills a required part of a form that has a custom part
         # strategy with "" whatever its schema says, and calls it either mode (4.32, coverage/_operation.py);
         # the empty name's 400 is test_schema_bounds.py's
-    if case.path not in (SPEECH, BATCH) or not isinstance(body, dict) or not _positive(case):
+    if case.path not in (SPEECH, BATCH, CAPTIONED) or not isinstance(body, dict) or not _positive(case):
         return True
     if case.path == BATCH:  # each item is a speech request: its own fields over the request-level ones
         items = body.get("items")
@@ -97,7 +98,7 @@ def map_case(ctx, case):
     body = case.body
     if not _positive(case) or not isinstance(body, dict):
         return case
-    if case.path == SPEECH and isinstance(body.get("ref_audio"), str):
+    if case.path in (SPEECH, CAPTIONED) and isinstance(body.get("ref_audio"), str):
         case.body = {**body, "ref_audio": TONE_B64}
     if case.path == BATCH:  # the request-level default and each item's own
         recorded = {**body, "ref_audio": TONE_B64} if isinstance(body.get("ref_audio"), str) else dict(body)

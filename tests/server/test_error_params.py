@@ -123,6 +123,8 @@ BAD: dict[str, st.SearchStrategy] = {
     # MOSS-TTS-Local takes no context: any value is refused naming it (a well-formed one as unsupported)
     "context": _one("context", st.one_of(JSON, st.lists(st.fixed_dictionaries({"text": st.text(max_size=8)}, optional={
         "speaker": st.integers(0, 3), "audio": st.just(_wav())}), max_size=2))),
+    # the shared runtime has no aligner: any value is refused naming it ("word" as unsupported)
+    "timestamps": _one("timestamps", st.one_of(st.just("word"), JSON)),
 }
 
 

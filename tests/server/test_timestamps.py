@@ -3,7 +3,8 @@
 each after the audio its words span and before `speech.audio.done`, equal to the JSON answer's words and to the
 runtime's own `result.words`, one per word of the text in order; the captioned JSON and its Kokoro-FastAPI path
 alike (the same audio file, base64); a batch item's words; the stream's `speech.timestamps` per sentence after
-its `audio.done`; a barge-in acknowledgement with the words sent and, of them, those heard before `played_ms`;
+its `audio.done`, and vllm-omni's shape for its `word_timestamps` (the audio as `audio.chunk` events, then one
+with the sentence's words in milliseconds from its start, before its `audio.done`); a barge-in acknowledgement with the words sent and, of them, those heard before `played_ms`;
 every answer and event valid against /openapi.json."""
 
 from __future__ import annotations
@@ -187,3 +188,66 @@ def test_a_barge_in_acknowledges_the_words_sent_and_those_heard(live):
     assert everything["words_heard"] == sent  # all played
     assert nothing["words_sent"][:len(words2)] == words2
     assert nothing["words_heard"] == [w for w in nothing["words_sent"] if w["end"] <= 0]  # none played
+
+
+def test_vllm_omnis_word_timestamps_shape(live):
+    """The same utterance under `timestamps: "word"` (binary pcm, `speech.timestamps`) and vllm-omni's
+    `word_timestamps: true` (`audio.chunk` events): the same pcm per sentence, the same words, in milliseconds
+    from each sentence's start, each sentence's events in vllm-omni's order."""
+    check = _validator(live.spec, {"$ref": "#/components/schemas/StreamServerEvent"})
+
+    async def utterance(config: dict) -> tuple[list[dict], list[bytes]]:
+        """Its events, and each sentence's binary frames joined (in the order they came)."""
+        ws = await _session(live, config)
+        events: list[dict] = []
+        pcm: list[bytes] = []
+        async with ws:
+            await ws.send(json.dumps({"type": "input.text", "text": " ".join(SENTENCES)}))
+            await ws.send(json.dumps({"type": "input.done"}))
+            while not events or events[-1]["type"] != "session.done":
+                msg = await asyncio.wait_for(ws.recv(), 120)
+                if isinstance(msg, bytes):
+                    pcm[-1] += msg
+                else:
+                    events.append(json.loads(msg))
+                    pcm += [b""] if events[-1]["type"] == "audio.start" else []
+        return events, pcm
+
+    async def run() -> tuple[Any, Any]:
+        return await utterance({"timestamps": "word"}), await utterance({"word_timestamps": True})
+
+    (ours, frames), (theirs, none) = asyncio.run(run())
+    assert not any(none)  # vllm-omni's shape sends no binary frame
+    for e in theirs:
+        check.validate(e)
+    start_s = 0.0
+    for i, sentence in enumerate(SENTENCES):
+        mine = [e for e in theirs if e.get("sentence_index") == i]
+        kinds = [e["type"] for e in mine]
+        assert kinds[0] == "audio.start" and mine[0]["word_timestamps"] is True
+        assert kinds[-2:] == ["audio.chunk", "audio.done"] and set(kinds[1:-1]) == {"audio.chunk"}, kinds
+        last = mine[-2]
+        assert last["audio_b64"] == "" and last["chunk_id"] == len(mine) - 3
+        pcm = b"".join(base64.b64decode(e["audio_b64"]) for e in mine[1:-2])
+        assert all(e["timestamps"] is None for e in mine[1:-2])
+        begin = [j for j, e in enumerate(ours) if e["type"] == "audio.start" and e["sentence_index"] == i][0]
+        done = [j for j, e in enumerate(ours) if e["type"] == "audio.done" and e["sentence_index"] == i][0]
+        assert pcm == frames[i] and mine[-1]["total_bytes"] == len(pcm) == ours[done]["total_bytes"]
+        words = [e for e in ours if e["type"] == "speech.timestamps" and e["sentence_index"] == i][0]["words"]
+        assert last["timestamps"] == [{"word": w["word"], "start_ms": round((w["start"] - start_s) * 1000),
+                                       "end_ms": round((w["end"] - start_s) * 1000)} for w in words]
+        assert [w["word"] for w in words] == _words(sentence) and begin < done
+        start_s += len(pcm) / 2 / 24000
+
+
+@pytest.mark.parametrize("config", [{"word_timestamps": True}, {"word_timestamps": True, "response_format": "wav"},
+                                    {"word_timestamps": "yes", "stream_audio": True}])
+def test_vllm_omnis_word_timestamps_needs_streamed_pcm(live, config):
+    from websockets.asyncio.client import connect
+
+    async def run() -> dict:
+        async with connect(ws_url(live)) as ws:
+            await ws.send(json.dumps({"type": "session.config", "response_format": "pcm", **config}))
+            return json.loads(await asyncio.wait_for(ws.recv(), 60))
+    e = asyncio.run(run())
+    assert e["type"] == "error" and e["param"] == "word_timestamps", e

@@ -84,8 +84,8 @@ def test_sse_puts_each_sentences_words_after_the_audio_they_span_and_before_done
     kinds = [e["type"] for e in events]
     assert kinds == ["speech.audio.delta", "speech.audio.delta", EVENT, "speech.audio.delta", EVENT,
                      "speech.audio.done"]
-    assert events[2] == {"type": EVENT, "sentence_index": 0, "text_start": None, "text_end": None,
-                         "words": [{"word": "w0_0", "start": 0.4, "end": 0.5}, {"word": "w0_1", "start": 1.4, "end": 1.5}]}
+    assert events[2] == {"type": EVENT, "sentence_index": 0, "text_start": None, "text_end": None, "words": [
+        {"word": "w0_0", "start": 0.4, "end": 0.5}, {"word": "w0_1", "start": 1.4, "end": 1.5}]}
     assert [w["word"] for w in events[4]["words"]] == ["w1_0", "w1_1"]
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
     assert len(pcm) == 3 * RATE * 2  # every sample, s16

@@ -91,6 +91,10 @@ def test_the_stream_refuses_timestamps_and_bad_played_ms_and_acks_without_words(
             e = await recv_json(ws)
             assert e["type"] == "error" and e["param"] == "timestamps"
             await ws.send(json.dumps({"type": "session.config", "response_format": "pcm", "stream_audio": True,
+                                      "word_timestamps": True}))  # vllm-omni's name
+            e = await recv_json(ws)
+            assert e["type"] == "error" and e["param"] == "word_timestamps" and "aligner" in e["message"]
+            await ws.send(json.dumps({"type": "session.config", "response_format": "pcm", "stream_audio": True,
                                       "max_frames": 400, "seed": 1}))
             assert (await recv_json(ws))["type"] == "session.ready"
             await ws.send(json.dumps({"type": "input.text", "text": "The quiet river runs past old stone houses."}))

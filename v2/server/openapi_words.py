@@ -126,6 +126,26 @@ def stream_messages(spec: dict[str, Any], components: dict[str, Any], aligner: b
     union = components["StreamServerEvent"]
     union["oneOf"].append({"$ref": _REF + "StreamSpeechTimestamps"})
     union["discriminator"]["mapping"][EVENT] = _REF + "StreamSpeechTimestamps"
+    components["StreamSessionConfig"]["properties"]["word_timestamps"] = {
+        "type": "boolean", "default": False, "description": "vllm-omni's: true (with stream_audio and pcm) sends "
+        "the audio as `audio.chunk` events and after each sentence's audio a last `audio.chunk` with its words"}
+    components["StreamAudioStart"]["properties"]["word_timestamps"] = {"const": True, "description": "present "
+                                                                       "with vllm-omni's word_timestamps"}
+    ms = {"type": "integer", "minimum": 0}
+    stamp = {"type": "object", "required": ["word", "start_ms", "end_ms"], "additionalProperties": False,
+             "properties": {"word": {"type": "string"}, "start_ms": {"type": "integer"}, "end_ms": {"type": "integer"}}}
+    components["StreamAudioChunk"] = {
+        "type": "object", "description": "vllm-omni's word_timestamps: a piece of the sentence's pcm (base64), or, "
+        "after its audio and before its `audio.done`, no audio and the sentence's words in milliseconds from its "
+        "start (null: the utterance ended before the sentence was aligned)",
+        "required": ["type", "utterance_index", "sentence_index", "chunk_id", "chunk_start_ms", "chunk_end_ms",
+                     "sample_rate", "channels", "audio_b64", "timestamps"], "additionalProperties": False,
+        "properties": {"type": {"const": "audio.chunk"}, "utterance_index": ms, "sentence_index": ms,
+                       "chunk_id": ms, "chunk_start_ms": ms, "chunk_end_ms": ms, "sample_rate": ms, "channels": ms,
+                       "audio_b64": {"type": "string", "contentEncoding": "base64"},
+                       "timestamps": {"type": ["array", "null"], "items": stamp}}}
+    union["oneOf"].append({"$ref": _REF + "StreamAudioChunk"})
+    union["discriminator"]["mapping"]["audio.chunk"] = _REF + "StreamAudioChunk"
     ws = spec.get("paths", {}).get(STREAM, {}).get("get", {}).get("x-websocket")
     if ws is not None:
-        ws["messages"]["server"].append(EVENT)
+        ws["messages"]["server"] += [EVENT, "audio.chunk"]

@@ -19,8 +19,9 @@ from v2.server.errors import ApiError
 from v2.server.jsonbody import MAX_DEPTH, MAX_MEMBERS, check_shape
 
 KINDS = ("session.config", "input.text", "input.done", "input.cancel", "session.close", "context.append")
-FIELDS = frozenset({"type", "text", "stream_audio", "split_granularity", "played_ms", *SpeechParams.model_fields,
-                    *ContextTurn.model_fields})  # every field a message may have (a refusal names another first)
+# every field a message may have (a refusal names another first)
+FIELDS = frozenset({"type", "text", "stream_audio", "split_granularity", "word_timestamps", "played_ms",
+                    *SpeechParams.model_fields, *ContextTurn.model_fields})
 
 
 def read_message(raw: str | None, max_bytes: int) -> dict[str, Any]:

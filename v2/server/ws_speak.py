@@ -148,9 +148,8 @@ class Sentences:
         if self.current >= 0:
             return
         text = self.u.text[mark.text_start:mark.text_end].strip() if mark is not None else ""
-        await self.send({"type": "audio.start", "utterance_index": self.u.index, "sentence_index": self.count,
-                         "sentence_text": text, "format": self.c.spec.format,
-                         "sample_rate": self.c.spec.sample_rate}, self.u)
+        await self.out({"type": "audio.start", "utterance_index": self.u.index, "sentence_index": self.count,
+                        "sentence_text": text, "format": self.c.spec.format, "sample_rate": self.c.spec.sample_rate})
         self.current, self.count, self.bytes, self.parts = self.count, self.count + 1, 0, []
         if self.c.stream_audio:
             self.encoder = audio.make_encoder(self.c.spec, self.native_rate, self.native_channels, streaming=True)
@@ -163,7 +162,7 @@ class Sentences:
 
     async def bytes_out(self, data: bytes) -> None:
         if data:
-            await self.send(data, self.u)
+            await self.out(data)
             self.bytes += len(data)
 
     async def close(self, failed: bool) -> None:
@@ -179,9 +178,22 @@ class Sentences:
             data = await anyio.to_thread.run_sync(audio.encode_whole, whole, self.c.spec, self.native_rate)
             await self.bytes_out(data)
         self.sent = self.frames
-        await self.send({"type": "audio.done", "utterance_index": self.u.index, "sentence_index": self.current,
-                         "total_bytes": self.bytes, "error": failed}, self.u)
+        await self.out({"type": "audio.done", "utterance_index": self.u.index, "sentence_index": self.current,
+                        "total_bytes": self.bytes, "error": failed})
         self.current = -1
+
+    async def out(self, message: dict[str, Any] | bytes) -> None:
+        """One message of the utterance's audio out (a subclass may shape or hold it: ws_omni_words.py)."""
+        await self.send(message, self.u)
+
+    def unfinished(self) -> list[tuple[int, int]]:
+        """The sentences whose `audio.start` went out and `audio.done` did not, with their bytes sent."""
+        return [(self.current, self.bytes)] if self.current >= 0 else []
+
+    @property
+    def begun(self) -> int:
+        """Sentences whose `audio.start` went out."""
+        return self.count
 
     @property
     def sent_s(self) -> float:
@@ -202,9 +214,9 @@ def cancelled_events(u: Utterance) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     if u.spoken:
         return events
-    if out is not None and out.current >= 0:
-        events.append({"type": "audio.done", "utterance_index": u.index, "sentence_index": out.current,
-                       "total_bytes": out.bytes, "error": False, "cancelled": True})
+    for index, sent in ([] if out is None else out.unfinished()):
+        events.append({"type": "audio.done", "utterance_index": u.index, "sentence_index": index,
+                       "total_bytes": sent, "error": False, "cancelled": True})
     events.append({"type": "session.done", "utterance_index": u.index,
-                   "total_sentences": 0 if out is None else out.count, "cancelled": True})
+                   "total_sentences": 0 if out is None else out.begun, "cancelled": True})
     return events

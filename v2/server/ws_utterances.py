@@ -30,6 +30,7 @@ from v2.server.state import ServerState
 from v2.server.streaming import GOOD_ENDINGS
 from v2.server.timestamps import PLAYED, heard, merged, played_ok, sentences
 from v2.server.ws_config import Config
+from v2.server.ws_omni_words import OmniSentences
 from v2.server.ws_speak import Cancelled, Gone, Outbox, Sentences, Utterance, cancelled_events
 
 log = logging.getLogger("v2.server")
@@ -235,9 +236,8 @@ class Speaker:
         are freed at the engine's next step), nothing more of it is sent, and its closing events and the
         acknowledgement go out at once: `audio.done` of the open sentence and `session.done`, both
         `"cancelled": true`, then `input.cancelled`. With none under way: only `input.cancelled`,
-        `"cancelled": false`. `played_ms`: how much of the utterance's audio the client has played; where the
-        runtime has an aligner, the acknowledgement lists the words sent and, of them, those heard
-        (timestamps.py `heard`)."""
+        `"cancelled": false`. `played_ms`: the audio the client played; where the runtime has an aligner, the
+        acknowledgement lists the words sent and, of them, those heard (timestamps.py `heard`)."""
         if not played_ok(played_ms):
             await self.out.error(PLAYED, "played_ms")
             return
@@ -267,7 +267,8 @@ class Speaker:
         nothing once it is cancelled, nor for one withdrawn or ended before the client began it."""
         config = self.config
         assert config is not None
-        out = u.out = Sentences(self.out.send, u, config, self.hop, self.st.native_rate, self.st.native_channels)
+        kind = OmniSentences if config.omni_words else Sentences
+        out = u.out = kind(self.out.send, u, config, self.hop, self.st.native_rate, self.st.native_channels)
         try:
             async for item in (merged(u.handle, True) if config.timestamps else u.handle):
                 if isinstance(item, SentenceWords):
