@@ -43,6 +43,7 @@ class ThinkerSettings(PagedLoopDecl):
     class_: Literal["ThinkerLoop"] = Field(alias="class")
     gives: ClassVar[str | None] = "tokens"
     max_audio_seconds: float = Field(default=300.0, gt=0, allow_inf_nan=False)  # all of a prompt's clips together
+    audio_streams: int = Field(default=8, ge=1)  # prompts whose clips encode at once (the front loop's slots)
 
 
 class TalkerSettings(PagedLoopDecl):

@@ -3,9 +3,9 @@
 Owns: building the expert a card names (`experts`: the thinker, talker and code2wav of one checkpoint and its
 tokenizer), what the checkpoint's config alone decides (`voice_spec`, `precheck`: an unknown speaker), and
 `OmniFamily`: the loop graph its card declares (`thinker` -> `talker` -> `code2wav`; the thinker publishes its
-text deltas), both paged KV pools (`thinker`, `talker`), the executors per work kind, the slot pools (`think`,
-`talk`, `c2w`), and the family's side of a request's life: parsing and preparing it (prepare.py, where the
-audio encoder runs over the prompt's clips), its loops' states at admission (a text-only request's talker and
+text deltas; the audio encoder in front, front.py), both paged KV pools (`thinker`, `talker`), the executors per work kind, the slot pools (`think`,
+`talk`, `c2w`, `audio`), and the family's side of a request's life: parsing and preparing it (prepare.py),
+the encoded clips' rows (`encoded`), its loops' states at admission (a text-only request's talker and
 code2wav start ended), the device state at admission (each loop's sampling and seed, the prompt's audio rows,
 fresh code2wav state), the talker's prompt once the thinker's first token exists (with the thinker's A rows
 handed to the talker's slot), the rows a preempted request recomputes, and the result (text, text ids, codes,
@@ -22,6 +22,7 @@ import torch
 from v2.contracts import FinishReason, LoopState, WorkUnitKind
 from v2.errors import RequestError
 from v2.families.qwen3_omni.card import OmniCard, build_parts, build_tokenizer, checkpoint_config
+from v2.families.qwen3_omni.front import AudioExecutor, AudioInput, AudioLoop, AudioState, FrontWork
 from v2.families.qwen3_omni.executors import Code2WavExecutor, TalkerFrames, ThinkerFrames
 from v2.families.qwen3_omni.loops import (
     CODE2WAV, TALKER, THINKER, TalkerLoop, TalkerState, ThinkerLoop, ThinkerState, Work, talker_rows, thinker_rows,
@@ -100,16 +101,16 @@ class OmniFamily:
             self.buckets[WorkUnitKind.AUDIO_CHUNK] = cw.batch_buckets
             self.pools["c2w"] = cw.max_streams
             loops[CODE2WAV], pools[CODE2WAV] = self.c2w_loop, ("c2w",)
+        self.audio_loop = AudioLoop()  # front work: the prompt's clips through the audio encoder
+        self.executors[FrontWork.AUDIO_ENCODE] = AudioExecutor(thinker).executor()
+        self.pools["audio"] = th.audio_streams
         edges = [(n, list(d.feeds)) for n, d in card.loops.driven() if n in loops]
         paged = tuple(n for n in (THINKER, TALKER) if n in loops)
         self.graph = LoopGraph.declared(edges, loops, pools, paged=paged,  # type: ignore[arg-type]
-                                        audio=CODE2WAV if CODE2WAV in loops else None, publishes=(THINKER,))
+                                        audio=CODE2WAV if CODE2WAV in loops else None, publishes=(THINKER,),
+                                        front=self.audio_loop, front_pool="audio")
         self.prefill_budget, self.max_waiting = th.prefill_chunk_rows, th.max_waiting
         self.max_buffered_chunks = th.max_buffered_chunks
-
-    def _encode(self, mels: list[torch.Tensor]) -> list[torch.Tensor]:
-        tower = self.thinker.audio_tower
-        return list(tower.encode([m.to(self.device, self.thinker.dtype) for m in mels]))
 
     # ----- the engine thread ---------------------------------------------------------------------
     def bind(self, launch: LaunchState) -> None:
@@ -136,6 +137,11 @@ class OmniFamily:
         return out
 
     def encoded(self, record: Any) -> torch.Tensor | None:
+        """The front loop has encoded the prompt's clips: their rows join the work (the thinker's slot takes them
+        at admission)."""
+        front = record.front
+        if isinstance(front, AudioState) and front.rows is not None:
+            record.work.audio_rows = front.rows
         return record.work.rows
 
     def _speaks(self, record: Any) -> bool:
@@ -218,8 +224,7 @@ class OmniFamily:
 
     def prepare(self, request: Request, *, voice: StoredVoice | None = None) -> Prepared:
         assert isinstance(request, OmniRequest)
-        return prepare(request, self.card, self.cfg, self.tokenizer, self._encode,
-                       speech_loops=self.talk is not None)
+        return prepare(request, self.card, self.cfg, self.tokenizer, speech_loops=self.talk is not None)
 
     def check_group(self, group: Sequence[tuple[Request, Prepared]]) -> None:
         raise RequestError("n: Qwen3-Omni requests share no prompt (submit them one by one)", field="n")
@@ -228,7 +233,9 @@ class OmniFamily:
         raise RequestError("audio: Qwen3-Omni takes audio as part of the prompt (audio or messages)", field="audio")
 
     def front_state(self, request_id: int, inputs: tuple[object, ...]) -> FrontState:
-        raise ValueError("the Qwen3-Omni family has no front loop")
+        (audio,) = inputs
+        assert isinstance(audio, AudioInput)  # what `prepare` gave
+        return self.audio_loop.init(request_id, audio)
 
 
 class _Factory(FactoryBase[OmniCard]):

@@ -3,8 +3,8 @@
 Owns: `OmniWork` (what `prepare` makes: the thinker's prompt rows, the talker's prefix rows, the encoded audio
 rows, the caps and both loops' sampling) and `prepare`: `messages` rendered by chat.py's `render_messages`
 (imported when a request has messages), the prompt's ids checked (vocab, length, no image / video
-placeholder, the generation prompt at its end for speech), each clip resampled to 16 kHz, its log-mel and the
-audio encoder over the prompt's clips in one call (the placeholder count must match the rows), the talker's
+placeholder, the generation prompt at its end for speech), each clip resampled to 16 kHz and its log-mel (the
+front loop's input; the encoder's row count must match the placeholders), the talker's
 prefix (talker_handoff.py's layout as rows). Row layouts:
 - thinker [T, 3] int64: (token id, audio row index or -1, audio tag or 0): an audio placeholder's embedding
   is the encoder's row of that index; the tag (fresh per request) keeps its KV blocks from being shared with
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from torch import Tensor
 
 from v2.errors import FieldError, RequestError
 from v2.families.qwen3_omni.card import OmniCard
+from v2.families.qwen3_omni.front import AudioInput
 from v2.families.qwen3_omni.request import OmniRequest
 from v2.models.qwen3_omni.audio_features import audio_token_count, log_mel
 from v2.models.qwen3_omni.config import Qwen3OmniConfig
@@ -48,14 +49,14 @@ class ThinkerSampling:
 class OmniWork:
     rows: Tensor                         # the thinker's prompt [T, 3]
     prompt_ids: tuple[int, ...]
-    audio_rows: Tensor | None            # [N, H_thinker] the encoder's rows of the prompt's clips
+    audio_rows: Tensor | None            # [N, H_thinker] the encoder's rows of the prompt's clips (the front loop's)
     talker_prefix: Tensor | None         # [P, 3 + G] (None: text only)
     speaker: int
     max_tokens: int
     max_frames: int
     thinker_sampling: ThinkerSampling
     talker_sampling: Qwen3TTSSampling | None
-    inputs: tuple[object, ...] = ()
+    inputs: tuple[object, ...] = ()      # (AudioInput,) when the prompt has audio: the front loop encodes it
 
 
 def render(request: OmniRequest, tokenizer: Any, cfg: Qwen3OmniConfig) -> tuple[list[int], list[tuple[np.ndarray, int]]]:
@@ -84,32 +85,31 @@ def render(request: OmniRequest, tokenizer: Any, cfg: Qwen3OmniConfig) -> tuple[
     return list(out.prompt_ids), list(out.audio)
 
 
-def encode_audio(clips: list[tuple[np.ndarray, int]], encoder: Callable[[list[Tensor]], list[Tensor]],
-                 cfg: Qwen3OmniConfig, placeholders: int, max_seconds: float) -> Tensor | None:
-    """The prompt's clips -> the encoder's rows [N, H_thinker] (N must equal the placeholder count)."""
+def audio_input(clips: list[tuple[np.ndarray, int]], cfg: Qwen3OmniConfig, placeholders: int,
+                max_seconds: float) -> AudioInput | None:
+    """The prompt's clips -> their log-mels for the front loop (the encoder's rows must fill the placeholders)."""
     from v2.models.audio_in import resample
 
     if not clips:
         if placeholders:
             raise RequestError(f"audio: the prompt holds {placeholders} audio placeholders but no audio is given",
-                             field="audio")
+                               field="audio")
         return None
     a = cfg.thinker.audio
     waves = [resample(s[None], rate, a.sampling_rate)[0] for s, rate in clips]
     seconds = sum(w.shape[0] for w in waves) / a.sampling_rate
     if seconds > max_seconds:
         raise RequestError(f"audio: {seconds:.1f} s in all, over the card's max_audio_seconds ({max_seconds})",
-                         field="audio")
+                           field="audio")
     try:
-        mels = [log_mel(torch.from_numpy(np.ascontiguousarray(w)), a) for w in waves]
+        mels = tuple(log_mel(torch.from_numpy(np.ascontiguousarray(w)), a) for w in waves)
     except ValueError as e:
         raise RequestError(str(e), field="audio") from None
     count = sum(audio_token_count(int(m.shape[1]), a) for m in mels)
     if count != placeholders:
         raise RequestError(f"audio: the clips make {count} audio rows but the prompt holds {placeholders} "
-                         f"placeholders ({cfg.ids.audio})", field="audio")
-    with torch.no_grad():
-        return torch.cat(encoder(mels))
+                           f"placeholders ({cfg.ids.audio})", field="audio")
+    return AudioInput(mels, count)
 
 
 def thinker_rows(ids: list[int], audio_id: int, tag: int) -> Tensor:
@@ -140,8 +140,8 @@ def talker_prefix(ids: list[int], cfg: Qwen3OmniConfig, speaker: int, tag: int) 
     return torch.tensor(out, dtype=torch.long)
 
 
-def prepare(request: OmniRequest, card: OmniCard, cfg: Qwen3OmniConfig, tokenizer: Any,
-            encoder: Callable[[list[Tensor]], list[Tensor]], *, speech_loops: bool) -> OmniWork:
+def prepare(request: OmniRequest, card: OmniCard, cfg: Qwen3OmniConfig, tokenizer: Any, *,
+            speech_loops: bool) -> OmniWork:
     th, tk = card.loops.thinker, card.loops.talker
     ids, clips = render(request, tokenizer, cfg)
     vocab = cfg.thinker.text.decoder.vocab_size
@@ -189,7 +189,8 @@ def prepare(request: OmniRequest, card: OmniCard, cfg: Qwen3OmniConfig, tokenize
                              f"talker max_prompt_rows ({tk.max_prompt_rows})", field="prompt_ids")
     elif request.speaker is not None:
         raise RequestError('speaker: goes with modalities ["text", "audio"]', field="speaker")
-    audio_rows = encode_audio(clips, encoder, cfg, placeholders, th.max_audio_seconds)
+    audio = audio_input(clips, cfg, placeholders, th.max_audio_seconds)
     temperature = request.temperature or 0.0
-    return OmniWork(thinker_rows(ids, t.audio, tag), tuple(ids), audio_rows, prefix, speaker, max_tokens, max_frames,
-                    ThinkerSampling(temperature, request.top_k or 0, request.top_p or 1.0), sampling)
+    return OmniWork(thinker_rows(ids, t.audio, tag), tuple(ids), None, prefix, speaker, max_tokens, max_frames,
+                    ThinkerSampling(temperature, request.top_k or 0, request.top_p or 1.0), sampling,
+                    (audio,) if audio is not None else ())
