@@ -45,11 +45,13 @@ _ERROR_SCHEMA = {
 _HEALTH_SCHEMA = {"type": "object", "required": ["status", "engine", "version"],
                   "properties": {"status": {"enum": ["ok", "draining", "unresponsive"]}, "engine": {"type": "string"},
                                  "version": {"type": "string"}}}
-_MODEL = {"type": "object", "required": ["id", "object", "created", "owned_by", "seeded_noise"],
+_MODEL = {"type": "object", "required": ["id", "object", "created", "owned_by", "seeded_noise", "chat"],
           "properties": {"id": {"type": "string"}, "object": {"enum": ["model"]}, "created": {"type": "integer"},
                          "owned_by": {"type": "string"},
                          "seeded_noise": {"type": "boolean", "description": "the weights are seeded (random): the "
-                                          "audio is noise, not speech"}}}
+                                          "audio is noise, not speech"},
+                         "chat": {"type": "boolean", "description": "a chat model: it answers POST "
+                                  "/v1/chat/completions (and speaks its own reply, never a given text)"}}}
 _MODELS_SCHEMA = {"type": "object", "required": ["object", "data"],
                   "properties": {"object": {"enum": ["list"]}, "data": {"type": "array", "items": _MODEL}}}
 _AUDIO_HEADERS = {name: {"description": doc, "schema": {"type": "string"}} for name, doc in (

@@ -1,7 +1,8 @@
 """Every route but speech: models, the voice store, health, metrics, and the playground page.
 
 Owns: `GET /v1/models` (the served names, aliases included, each with `seeded_noise`: whether the weights
-are seeded noise, which the playground plays quieter), `GET/POST/DELETE /v1/audio/voices` (GET
+are seeded noise, which the playground plays quieter, and `chat`: whether it answers chat completions, which
+the playground then offers), `GET/POST/DELETE /v1/audio/voices` (GET
 `?legacy=true`: Kokoro's plain list of names; POST: multipart `name`, `audio_sample` or `speaker_embedding` (a
 JSON list of numbers: a voice from a precomputed speaker embedding, where the family's voices can be one),
 optional `ref_text` and `replace` (a taken name is a 409 unless it is true); each text part at most the
@@ -24,6 +25,7 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from v2 import __version__
 from v2.fields import shown
+from v2.server.chat_schema import is_chat_card
 from v2.server.errors import ApiError
 from v2.server.metrics import CONTENT_TYPE
 from v2.server.state import server_state
@@ -37,8 +39,9 @@ _BODY_BOUNDS_IT = 2**62  # the form parser's cap on a text part: lifted (the gat
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, object]:
     st = server_state(request)
+    chat = is_chat_card(getattr(st.runtime, "request_fields", ()))
     return {"object": "list", "data": [{"id": n, "object": "model", "created": _STARTED, "owned_by": "v2",
-                                        "seeded_noise": st.seeded_noise} for n in st.config.model_names]}
+                                        "seeded_noise": st.seeded_noise, "chat": chat} for n in st.config.model_names]}
 
 
 @router.get("/v1/audio/voices")

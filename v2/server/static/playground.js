@@ -9,6 +9,7 @@
 // The sampling knobs left empty keep the card's settings; a reference recording clones (voices.js).
 // "live" speaks over the speech stream instead (live.js), where Stop cancels the utterance (input.cancel); its
 // whole audio is a wav built from the pcm received.
+// A chat card (`chat` in GET /v1/models) gets chat mode instead of the speech form (chat.js).
 // ?text=...&format=...&seed=...&max_frames=...&temperature=...&top_p=...&top_k=...&repetition_penalty=...
 // &voice=...&autorun=1 fills the form and speaks on load.
 "use strict";
@@ -18,6 +19,7 @@ import { PcmPlayer, StreamPlayer, WholePlayer, channelsOf, clearWhole, decode, h
          wavBlob } from "./audio.js";
 import { loadVoices, referenceFields, wireVoices } from "./voices.js";
 import { speakLive, stopLive } from "./live.js";
+import { startChat } from "./chat.js";
 
 // [input id, request field = query parameter]: numbers, sent only when filled in
 const KNOBS = [["seed", "seed"], ["max-frames", "max_frames"], ["temperature", "temperature"], ["top-p", "top_p"],
@@ -35,6 +37,7 @@ async function loadModel() {
     const resp = await fetch("/v1/models", { headers: authHeaders() });
     if (!resp.ok) return;
     const model = (await resp.json()).data[0];
+    if (model && model.chat) await startChat(model.id);  // a chat card: chat mode (chat.js)
     const seeded = Boolean(model && model.seeded_noise);
     setGain(seeded ? SEEDED_GAIN : 1);
     $("seeded-note").hidden = !seeded;
