@@ -111,3 +111,14 @@ def test_the_stream_refuses_timestamps_and_bad_played_ms_and_acks_without_words(
             ack = events[-1]
             assert ack["cancelled"] is True and "words_sent" not in ack and "words_heard" not in ack
     asyncio.run(run())
+
+
+def test_the_captioned_path_refuses_a_chat_card_as_the_speech_routes_do():
+    from chatkit import ChatRuntime
+    from v2.server import ServerConfig
+
+    runtime = ChatRuntime("chat-tiny")
+    with LiveServer(runtime, ServerConfig.for_card("chat-tiny")) as server:
+        r = httpx.post(server.url + "/dev/captioned_speech", json={"input": "hi"}, timeout=60)
+    assert r.status_code == 404 and "/v1/chat/completions" in r.json()["error"]["message"], r.text
+    assert r.json()["error"]["code"] == "model_not_supported"

@@ -26,6 +26,7 @@ from v2.params import FamilyParams
 from v2.server import audio
 from v2.server import captioned as captioned_speech
 from v2.server.audio import Encoder
+from v2.server.chat_schema import refuse_chat_card
 from v2.server.errors import ApiError, runtime_field_error
 from v2.server.jsonbody import MAX_MEMBERS, read_object
 from v2.server.schema import SpeechBody, SpeechPlan, family_params, param_names, parse_body, plan, resolved
@@ -97,8 +98,10 @@ async def create_captioned_speech(request: Request) -> Response:
     """Kokoro-FastAPI's captioned speech (captioned.py): the whole answer as JSON, the words beside the audio."""
     st = server_state(request)
     raw, ctype = await request.body(), request.headers.get("content-type", "")
-    p, encoder, handle = await anyio.to_thread.run_sync(
-        lambda: accept_body(st, captioned_speech.speech_body(read_json(raw, ctype, known=captioned_speech.KNOWN))))
+    def accept() -> tuple[SpeechPlan, Encoder | None, Any]:
+        refuse_chat_card(st.runtime)  # a chat card speaks its own reply: /v1/chat/completions
+        return accept_body(st, captioned_speech.speech_body(read_json(raw, ctype, known=captioned_speech.KNOWN)))
+    p, encoder, handle = await anyio.to_thread.run_sync(accept)
     return await answer(st, request, p, encoder, handle, captions=True)
 
 
