@@ -1,5 +1,5 @@
-"""Qwen3-Omni's properties on the runtime (fixture checkpoint, float32): batched == alone (with the other
-families' loops in one process too), cascaded == sequential (and the talker's frames overlap the thinker's
+"""Qwen3-Omni's properties on the runtime (fixture checkpoint, float32): batched == alone (beside a Qwen3-TTS
+runtime in one process too), cascaded == sequential (and the talker's frames overlap the thinker's
 tokens), streamed == whole, cached == uncached (a repeated conversation reuses the thinker's blocks), preempted
 == alone, nothing leaks (finish, cancel, timeout), refusals name the field."""
 
@@ -141,3 +141,18 @@ def test_bad_request_names_the_field(rt: Runtime, fields: dict, name: str) -> No
     with pytest.raises(RequestError) as e:
         rt.submit(fields).result()
     assert e.value.field == name or str(e.value).startswith(name), (e.value.field, str(e.value))
+
+
+def test_batched_equals_alone_next_to_qwen3_tts(rt: Runtime, fixture: tuple[dict, dict],
+                                               alone: dict[str, SpeechResult]) -> None:
+    """A Qwen3-TTS runtime in the same process, its requests running while these run."""
+    ref, meta = fixture
+    with Runtime.from_card("qwen3_tts_tiny", device="cpu") as tts:
+        tts_reqs = [{"text": f"Hello number {i}.", "speaker": "vivian", "seed": i, "max_frames": 6} for i in range(2)]
+        tts_alone = [tts.submit(r).result() for r in tts_reqs]
+        tts_handles = [tts.submit(r) for r in tts_reqs]
+        handles = [rt.submit(request(ref, meta, k)) for k in KEYS]
+        for k, h in zip(KEYS, handles):
+            same(h.result(), alone[k])
+        for h, b in zip(tts_handles, tts_alone):
+            np.testing.assert_array_equal(h.result().codes, b.codes)
