@@ -81,8 +81,7 @@ def test_the_block_through_the_kernels_matches_the_torch_block(part: str) -> Non
     got = m(x)
     with torch.enable_grad():
         want = m(x).detach()
-    logits = m.gate(x)
-    same = (route_fused(logits, m.cfg.top_k, True, torch.bfloat16)[1] == route(logits, m.cfg.top_k, True)[1]).all(1)
+    same = (route_fused(x, m.gate.weight, m.cfg.top_k, True)[1] == route(m.gate(x), m.cfg.top_k, True)[1]).all(1)
     assert same.float().mean() >= 0.99
     torch.testing.assert_close(got[same].float(), want[same].float(), atol=0.02, rtol=0.02)
 
@@ -92,24 +91,24 @@ def test_the_block_through_the_kernels_matches_the_torch_block(part: str) -> Non
 def test_routing_and_grouped_experts_batched_equal_alone(part: str) -> None:
     m = _block(part, torch.bfloat16)
     x = _rows(64, m.cfg.hidden_size, torch.bfloat16, seed=2)
-    logits = m.gate(x)
-    w, e = route_fused(logits, m.cfg.top_k, True, torch.bfloat16)
+    w, e = route_fused(x, m.gate.weight, m.cfg.top_k, True)
     batched = _grouped(m, x, w, e)
     for i in (0, 5, 63):
-        wi, ei = route_fused(logits[i : i + 1], m.cfg.top_k, True, torch.bfloat16)
+        wi, ei = route_fused(x[i : i + 1], m.gate.weight, m.cfg.top_k, True)
         assert torch.equal(ei, e[i : i + 1]) and torch.equal(wi, w[i : i + 1])
         assert torch.equal(_grouped(m, x[i : i + 1], wi, ei), batched[i : i + 1]), i
     part_rows = torch.arange(3, 40, 4, device="cuda")  # a smaller batch of some of the same rows
     assert torch.equal(_grouped(m, x[part_rows], w[part_rows], e[part_rows]), batched[part_rows])
 
 
+@pytest.mark.parametrize("part", ["thinker", "talker"])
 @torch.no_grad()
-def test_the_routing_kernel_picks_the_torch_forms_experts() -> None:
-    g = torch.Generator(device="cuda").manual_seed(3)
-    logits = torch.randn(256, 128, device="cuda", generator=g)
-    for k in (6, 8):
-        w, e = route_fused(logits, k, True, torch.float32)
-        want_w, want_e = route(logits, k, True)
-        same = (e == want_e).all(1)
-        assert same.float().mean() >= 0.99
-        torch.testing.assert_close(w[same], want_w[same], atol=1e-6, rtol=1e-5)
+def test_the_routing_kernel_picks_the_torch_forms_experts(part: str) -> None:
+    """The router's matmul and the routing in one launch, float32 (bf16: in the block test above)."""
+    m = _block(part, torch.float32)
+    x = _rows(256, m.cfg.hidden_size, torch.float32, seed=3)
+    w, e = route_fused(x, m.gate.weight, m.cfg.top_k, True)
+    want_w, want_e = route(m.gate(x), m.cfg.top_k, True)
+    same = (e == want_e).all(1)
+    assert same.float().mean() >= 0.99
+    torch.testing.assert_close(w[same], want_w[same], atol=1e-6, rtol=1e-5)

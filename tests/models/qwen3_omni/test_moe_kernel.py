@@ -43,15 +43,19 @@ def _grouped(m: SparseMoe, x: torch.Tensor, weights: torch.Tensor, experts: torc
 
 @pytest.mark.parametrize("renormalise", [True, False])
 def test_the_routing_kernel_chooses_as_route(renormalise: bool) -> None:
+    """The router's matmul and the routing in one launch == route(F.linear(rows, gate)); rows 0 and 1 meet
+    equal logits (the router's rows 1, 2, 3, 5 are one row: bit-equal dot products), ties to the lowest index."""
     g = torch.Generator().manual_seed(4)
-    logits = torch.randn(9, 12, generator=g) * 2
-    logits[0] = torch.tensor([0.0, 1.0, 1.0, 1.0, -2.0, 1.0, 0.5, 1.0, 1.0, 0.0, 0.0, 1.0])  # ties: lowest first
-    want_w, want_e = route(logits, 3, renormalise)
-    got_w, got_e = route_fused(logits, 3, renormalise, torch.float32)
+    gate = torch.randn(12, 80, generator=g) * 0.3
+    gate[[2, 3, 5]] = gate[1].clone()
+    rows = torch.randn(9, 80, generator=g)
+    rows[0] = gate[1] * 2  # expert 1's logit (and its copies') the largest
+    want_w, want_e = route(torch.nn.functional.linear(rows, gate), 3, renormalise)
+    got_w, got_e = route_fused(rows, gate, 3, renormalise)
     assert torch.equal(got_e, want_e) and got_e[0].tolist() == [1, 2, 3]
     torch.testing.assert_close(got_w, want_w, atol=1e-6, rtol=1e-6)
     with pytest.raises(ValueError, match="top_k"):
-        route_fused(logits, 13, renormalise, torch.float32)
+        route_fused(rows, gate, 13, renormalise)
 
 
 @torch.no_grad()
@@ -147,7 +151,9 @@ for k, shared in ((8, False), (6, True)):
         "BLOCK": c, "SHARED": c}, constexprs={"K": k, "BLOCK": ge.BLOCK_C, "SHARED": shared})
     print(len(compile(src, target=target).asm["cubin"]))
     src = ASTSource(fn=mr._route_kernel, signature={
-        "x_ptr": "*bf16", "w_ptr": "*bf16", "e_ptr": "*i64", "num_experts": "i32", "stride": "i32", "K": c,
-        "K_PAD": c, "E_PAD": c, "RENORM": c}, constexprs={"K": k, "K_PAD": 8, "E_PAD": 128, "RENORM": True})
+        "x_ptr": "*bf16", "g_ptr": "*bf16", "w_ptr": "*bf16", "e_ptr": "*i64", "num_experts": "i32", "H": c, "K": c,
+        "K_PAD": c, "E_PAD": c, "BLOCK_H": c, "RENORM": c},
+        constexprs={"H": 2048 if k == 8 else 1024, "K": k, "K_PAD": 8, "E_PAD": 128, "BLOCK_H": mr.BLOCK_H,
+                    "RENORM": True})
     print(len(compile(src, target=target).asm["cubin"]))
 """

@@ -1,11 +1,13 @@
-"""A mixture-of-experts router's choice in one launch: softmax over the experts, top-k, renormalisation.
+"""A mixture-of-experts router in one launch: the router's matmul, softmax over the experts, top-k, renormalisation.
 
-Owns: `route_fused(logits, top_k, renormalise, dtype)`: router logits [N, E] -> (weights [N, k] of `dtype`,
-experts [N, k] int64), highest probability first, what moe.py's `route` computes (then `weights.to(dtype)`):
-the softmax in float32 (max, exp, sum, divide), the k largest by repeated arg-max with ties to the lowest
-index, and with `renormalise` the k weights divided by their sum (float32, one fixed tree order). One program
-per row, the row's E logits in registers (E up to a few thousand). The exponential's and the sums' last bits
-may differ from torch's, so a near-tie between two experts may rank them otherwise than `route` does.
+Owns: `route_fused(rows, gate, top_k, renormalise)`: rows [N, H], the router's weight gate [E, H] -> (weights
+[N, k] of the rows' dtype, experts [N, k] int64), highest probability first, what moe.py's forward computes
+with `route(F.linear(rows, gate), ...)` then `weights.to(rows.dtype)`: the logits accumulated in float32 over H
+(BLOCK_H at a time, a fixed order) and rounded to the rows' dtype as the matmul's output is, the softmax in
+float32 (max, exp, sum, divide), the k largest by repeated arg-max with ties to the lowest index, and with
+`renormalise` the k weights divided by their sum (float32, one fixed tree order). One program per row, the
+row's E logits in registers (E up to a few hundred). The matmul's and the exponential's last bits may differ
+from torch's, so a near-tie between two experts may rank them otherwise than the torch form does.
 Must not know: the experts, the model.
 """
 
@@ -17,27 +19,42 @@ from torch import Tensor
 from v2.models.kernels import tl, triton
 
 
-def route_fused(logits: Tensor, top_k: int, renormalise: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    if logits.dim() != 2 or not 0 < top_k <= logits.shape[1]:
-        raise ValueError(f"route_fused: logits {tuple(logits.shape)} must be [N, E] with E >= top_k ({top_k})")
-    x = logits if logits.stride(-1) == 1 else logits.contiguous()
-    n, e = x.shape
-    weights = torch.empty(n, top_k, dtype=dtype, device=x.device)  # [N, k]
+BLOCK_H = 64  # router columns per step
+
+
+def route_fused(rows: Tensor, gate: Tensor, top_k: int, renormalise: bool) -> tuple[Tensor, Tensor]:
+    if (rows.dim() != 2 or gate.dim() != 2 or gate.shape[1] != rows.shape[1] or gate.dtype != rows.dtype
+            or not 0 < top_k <= gate.shape[0]):
+        raise ValueError(f"route_fused: rows {tuple(rows.shape)} {rows.dtype} [N, H] and gate {tuple(gate.shape)} "
+                         f"{gate.dtype} [E, H] of the rows' dtype, with E >= top_k ({top_k})")
+    x, w = rows.contiguous(), gate.contiguous()
+    n, h = x.shape
+    e = w.shape[0]
+    weights = torch.empty(n, top_k, dtype=rows.dtype, device=x.device)  # [N, k]
     experts = torch.empty(n, top_k, dtype=torch.long, device=x.device)  # [N, k]
-    _route_kernel[(n,)](x, weights, experts, e, x.stride(0), K=top_k, K_PAD=triton.next_power_of_2(top_k),
-                        E_PAD=triton.next_power_of_2(e), RENORM=renormalise)
+    _route_kernel[(n,)](x, w, weights, experts, e, H=h, K=top_k, K_PAD=triton.next_power_of_2(top_k),
+                        E_PAD=triton.next_power_of_2(e), BLOCK_H=BLOCK_H, RENORM=renormalise)
     return weights, experts
 
 
 if triton is not None:
 
     @triton.jit
-    def _route_kernel(x_ptr, w_ptr, e_ptr, num_experts, stride, K: tl.constexpr, K_PAD: tl.constexpr,
-                      E_PAD: tl.constexpr, RENORM: tl.constexpr):
+    def _route_kernel(x_ptr, g_ptr, w_ptr, e_ptr, num_experts, H: tl.constexpr, K: tl.constexpr,
+                      K_PAD: tl.constexpr, E_PAD: tl.constexpr, BLOCK_H: tl.constexpr, RENORM: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, E_PAD)
         ok = cols < num_experts
-        x = tl.load(x_ptr + row * stride + cols, mask=ok, other=float("-inf")).to(tl.float32)
+        red = tl.arange(0, BLOCK_H)
+        acc = tl.zeros([E_PAD], tl.float32)
+        for h0 in range(0, H, BLOCK_H):  # the router's matmul, a fixed order over H
+            hh = h0 + red
+            xs = tl.load(x_ptr + row * H + hh, mask=hh < H, other=0.0).to(tl.float32)  # [BLOCK_H]
+            g = tl.load(g_ptr + cols[:, None].to(tl.int64) * H + hh[None, :], mask=ok[:, None] & (hh < H)[None, :],
+                        other=0.0).to(tl.float32)  # [E, BLOCK_H]
+            acc += tl.sum(g * xs[None, :], 1)
+        dtype = w_ptr.dtype.element_ty
+        x = tl.where(ok, acc.to(dtype).to(tl.float32), float("-inf"))  # the logits, rounded as F.linear's output
         p = tl.exp(x - tl.max(x, 0))
         p = tl.where(ok, p, 0.0)
         p = tl.div_rn(p, tl.sum(p, 0))  # [E]: the softmax
@@ -50,4 +67,4 @@ if triton is not None:
             p = tl.where(cols == best, -1.0, p)  # taken: below every probability
         if RENORM:
             chosen = tl.div_rn(chosen, tl.sum(chosen, 0))
-        tl.store(w_ptr + row * K + ranks, chosen.to(w_ptr.dtype.element_ty), mask=ranks < K)
+        tl.store(w_ptr + row * K + ranks, chosen.to(dtype), mask=ranks < K)

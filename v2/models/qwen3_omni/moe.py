@@ -11,7 +11,7 @@ runs `exact.linear` on the rows routed to it (fixed-shape tiles, so a row's outp
 other rows share the expert), and a row's k expert outputs are summed in its own rank order (highest
 probability first), never in expert or batch order. So a row's result is the same alone or in any batch.
 Where the Triton kernels run (CUDA, autograd off: `kernels.inference_kernels`), the block is `_kernels`: the
-router's matmul, the routing in one launch (kernels/moe_route.py), and the grouped-expert kernel
+router's matmul and the routing in one launch (kernels/moe_route.py), and the grouped-expert kernel
 (kernels/grouped_experts.py: each expert's slots taken in slot order inside the kernel, three launches whatever
 the routing, a fixed reduction order, so batched == alone there too; the shared expert's gated sum added in its
 last launch); elsewhere off the CPU (a differentiable pass, no Triton) the same loop over experts runs with
@@ -86,10 +86,10 @@ class SparseMoe(nn.Module):
         return out.view(*lead, h)
 
     def _kernels(self, rows: Tensor) -> Tensor:
-        """The block through the Triton kernels: rows [N, H] -> [N, H]. The router's matmul, the routing in one
-        launch (`route_fused`), the routed experts and their sum in three (`grouped_experts`, which also adds
+        """The block through the Triton kernels: rows [N, H] -> [N, H]. The router's matmul and the routing in
+        one launch (`route_fused`), the routed experts and their sum in three (`grouped_experts`, which also adds
         the gated shared expert), the shared expert's own matmuls and its gate's."""
-        weights, experts = route_fused(self.gate(rows), self.cfg.top_k, self.cfg.norm_topk_prob, rows.dtype)
+        weights, experts = route_fused(rows, self.gate.weight, self.cfg.top_k, self.cfg.norm_topk_prob)
         shared = z = None
         if self.shared_expert is not None and self.shared_expert_gate is not None:
             shared, z = self.shared_expert(rows), self.shared_expert_gate(rows)  # [N, H], [N, 1]
