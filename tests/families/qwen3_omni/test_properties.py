@@ -73,11 +73,23 @@ def test_streamed_equals_whole(rt: Runtime, fixture: tuple[dict, dict], alone: d
 
 
 def test_cached_equals_uncached(rt: Runtime, fixture: tuple[dict, dict], alone: dict[str, SpeechResult]) -> None:
-    """The conversation (d) again: its earlier turns' full blocks come from the prefix cache."""
+    """A conversation's second turn (its first turn's prompt, the model's own reply, a new user turn) reuses the
+    first turn's full prompt blocks from the prefix cache, and speaks exactly as a runtime without the cache."""
     ref, meta = fixture
+    same(rt.submit(request(ref, meta, "d")).result(), alone["d"])  # the same conversation again: cached blocks
+    d = next(p for p in meta["prompts"] if p["key"] == "d")["input_ids"]
+    turn1 = d[:3] + d[3:7] * 4 + d[7:12]  # a user turn of 16 stand-in ids, then the generation prompt: 24 rows
+    reply = rt.submit({"prompt_ids": turn1, "modalities": ["text"], "max_tokens": 6}).result().text_ids
+    turn2 = turn1 + list(reply or ()) + [151645, 198] + d[19:]
     before = rt.stats()["prefix_cache_hits"]
-    same(rt.submit(request(ref, meta, "d")).result(), alone["d"])
+    cached = rt.submit({"prompt_ids": turn2, "talker_temperature": 0.0, "max_tokens": 8, "max_frames": 12}).result()
     assert rt.stats()["prefix_cache_hits"] > before
+    data = load_card(CARD).model_dump(by_alias=True)
+    data["loops"]["thinker"]["prefix_cache"] = False
+    card = type(load_card(CARD)).model_validate(data)
+    with Runtime.from_card(card, checkpoint=str(CHECKPOINT), device="cpu", dtype=torch.float32) as fresh:
+        same(cached, fresh.submit({"prompt_ids": turn2, "talker_temperature": 0.0, "max_tokens": 8,
+                                   "max_frames": 12}).result())
 
 
 def test_audio_blocks_are_not_shared(rt: Runtime, fixture: tuple[dict, dict], alone: dict[str, SpeechResult]) -> None:
