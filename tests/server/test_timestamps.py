@@ -251,3 +251,33 @@ def test_vllm_omnis_word_timestamps_needs_streamed_pcm(live, config):
             return json.loads(await asyncio.wait_for(ws.recv(), 60))
     e = asyncio.run(run())
     assert e["type"] == "error" and e["param"] == "word_timestamps", e
+
+
+def test_a_barge_in_under_vllm_omnis_shape_closes_every_sentence_begun(live):
+    """Under `word_timestamps` a sentence's audio.done waits for its words: a cancel closes every sentence whose
+    audio.start went out (each once), and its acknowledgement lists the first sentence's words (in seconds)."""
+    check = _validator(live.spec, {"$ref": "#/components/schemas/StreamServerEvent"})
+
+    async def run() -> list[dict]:
+        ws = await _session(live, {"word_timestamps": True})
+        async with ws:
+            await ws.send(json.dumps({"type": "input.text", "text": " ".join(SENTENCES) + " And then"}))
+            events: list[dict] = []
+            while not (events and events[-1]["type"] == "audio.chunk" and events[-1]["timestamps"]):
+                events.append(json.loads(await asyncio.wait_for(ws.recv(), 120)))
+            await ws.send(json.dumps({"type": "input.cancel", "played_ms": 1e9}))
+            more, _ = await until(ws, "input.cancelled", timeout=60)
+        return events + more
+
+    events = asyncio.run(run())
+    for e in events:
+        check.validate(e)
+    started = [e["sentence_index"] for e in events if e["type"] == "audio.start"]
+    done = [e["sentence_index"] for e in events if e["type"] == "audio.done"]
+    assert sorted(done) == started and len(set(done)) == len(done)  # each sentence begun closed once
+    ack = events[-1]
+    assert ack["type"] == "input.cancelled" and ack["cancelled"] is True
+    first = next(e for e in events if e["type"] == "audio.chunk" and e["timestamps"])
+    assert [w["word"] for w in ack["words_sent"]][:len(first["timestamps"])] == [
+        w["word"] for w in first["timestamps"]] == _words(SENTENCES[0])
+    assert ack["words_heard"] == ack["words_sent"]
