@@ -168,3 +168,18 @@ def test_batched_equals_alone_next_to_qwen3_tts(rt: Runtime, fixture: tuple[dict
             same(h.result(), alone[k])
         for h, b in zip(tts_handles, tts_alone):
             np.testing.assert_array_equal(h.result().codes, b.codes)
+
+
+def test_sampled_batched_equals_alone(rt: Runtime, fixture: tuple[dict, dict]) -> None:
+    """Sampled thinker and talker (noise keyed by each request's seed and step): together == alone; codes only
+    (decode_audio false) runs no code2wav and makes the same codes."""
+    ref, meta = fixture
+    reqs = [request(ref, meta, k, seed=5 + i, temperature=1.0, top_k=50, top_p=0.9, talker_temperature=0.9)
+            for i, k in enumerate(KEYS)]
+    alone = [rt.submit(r).result() for r in reqs]
+    handles = [rt.submit(r) for r in reqs]
+    for h, a in zip(handles, alone):
+        same(h.result(), a)
+    codes_only = rt.submit(reqs[0] | {"decode_audio": False}).result()
+    np.testing.assert_array_equal(codes_only.codes, alone[0].codes)
+    assert codes_only.audio.shape == (1, 0) and codes_only.text_ids == alone[0].text_ids
