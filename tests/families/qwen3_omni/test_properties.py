@@ -183,3 +183,18 @@ def test_sampled_batched_equals_alone(rt: Runtime, fixture: tuple[dict, dict]) -
     codes_only = rt.submit(reqs[0] | {"decode_audio": False}).result()
     np.testing.assert_array_equal(codes_only.codes, alone[0].codes)
     assert codes_only.audio.shape == (1, 0) and codes_only.text_ids == alone[0].text_ids
+
+
+def test_shared_prompt_equals_alone(rt: Runtime, fixture: tuple[dict, dict]) -> None:
+    """A group (one prompt prefilled once, e.g. RL samples of one prompt), each member sampled with its own
+    seed: each equals the same request alone; a prompt with audio is refused naming `audio`."""
+    ref, meta = fixture
+    reqs = [request(ref, meta, "d", seed=s, temperature=1.0, talker_temperature=0.9) for s in (1, 2, 3)]
+    alone = [rt.submit(r).result() for r in reqs]
+    before = rt.stats()["shared_prefills"]
+    for h, a in zip(rt.submit_many(reqs, share_prompt=True), alone):
+        same(h.result(), a)
+    assert rt.stats()["shared_prefills"] > before
+    with pytest.raises(RequestError) as e:
+        rt.submit_many([request(ref, meta, "c")] * 2, share_prompt=True)
+    assert e.value.field == "audio"

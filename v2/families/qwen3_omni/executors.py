@@ -69,6 +69,12 @@ class ThinkerFrames(PagedFrames):
             self.audio[slot] = audio.to(self.model.device, self.model.dtype)
             self.accept[slot] = torch.zeros_like(self.audio[slot])
 
+    def fork_state(self, src: int, dst: int) -> None:
+        """A group member takes its leader's prompt: its audio rows and A rows too."""
+        for table in (self.audio, self.accept):
+            if src in table:
+                table[dst] = table[src]
+
     # ----- prefill -------------------------------------------------------------------------------
     def pad_rows(self, batch: int, width: int) -> Tensor:
         rows = torch.full((batch, width, COLUMNS), -1, dtype=torch.long)  # [B, W, 3]

@@ -30,6 +30,7 @@ from v2.families.qwen3_omni.loops import (
 from v2.families.qwen3_omni.prepare import OmniWork, prepare
 from v2.families.qwen3_omni.request import OmniRequest, parse
 from v2.families.qwen3_omni.results import build_result
+from v2.kit.checks import shared_prompt
 from v2.kit.chunks import ChunkLoop
 from v2.kit.frames import OnStream
 from v2.kit.paged_family import pool_blocks
@@ -165,6 +166,8 @@ class OmniFamily:
         states: dict[Hashable, LoopState] = {
             THINKER: ThinkerState(record.id, rows=work.rows, prompt_len=int(work.rows.shape[0]),
                                   max_frames=work.max_tokens, slot=slots["think"])}
+        if share_from is not None:  # a group member: it takes the leader's prefilled prompt
+            self.think_loop.share(states[THINKER], share_from)  # type: ignore[arg-type]
         if self.talk is not None:
             talker = TalkerState(record.id, max_frames=work.max_frames, slot=slots.get("talk", -1),
                                  eos_text=ids.tts_eos, pad_text=ids.tts_pad)
@@ -227,7 +230,16 @@ class OmniFamily:
         return prepare(request, self.card, self.cfg, self.tokenizer, speech_loops=self.talk is not None)
 
     def check_group(self, group: Sequence[tuple[Request, Prepared]]) -> None:
-        raise RequestError("n: Qwen3-Omni requests share no prompt (submit them one by one)", field="n")
+        """Requests sharing one thinker prompt (prefilled once; each then thinks and speaks on its own): at most
+        the thinker's and talker's slots; no audio (its clips are encoded per request)."""
+        if any(p.inputs for _, p in group):
+            raise RequestError("audio: a group shares one prompt; a prompt with audio cannot be shared",
+                               field="audio")
+        shared_prompt(group, self._check_group_size)
+
+    def _check_group_size(self, group: Sequence[tuple[Any, Any]]) -> None:
+        if len(group) > min(self.pools.get("think", 0), self.pools.get("talk", len(group))):
+            raise RequestError(f"n: a group of {len(group)} exceeds the card's max_running", field="n")
 
     def read_input(self, source: object) -> object:
         raise RequestError("audio: Qwen3-Omni takes audio as part of the prompt (audio or messages)", field="audio")
