@@ -44,6 +44,8 @@ CASES: dict[str, tuple[list[str], str]] = {
     "--codec-checkpoint": (["--codec-checkpoint", "{tmp}/gone"], "error: checkpoint directory not found: {tmp}/gone"),
     "--device": (["--device", "meta"], "error: --device 'meta': the runtime runs on cpu or cuda"),
     "--batch": (["--batch", "{tmp}/none.jsonl", "-o", "{tmp}"], "error: --batch {tmp}/none.jsonl: cannot be read"),
+    "--timestamps": (["--timestamps", "{tmp}"], "error: --timestamps {tmp}: is a directory"),
+    "--aligner": (["--timestamps", "--aligner", "nope"], "error: --aligner: aligner: 'nope' is no aligner card"),
 }
 # options whose every value is usable: a voice store folder is made when first written
 NO_BAD_VALUE = {"--voices-dir"}

@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from v2.models.qwen3_tts.tokenizer import QWEN2_PATTERN
+# Qwen2's pre-tokenizer split (the release tokenizer's `Split` pattern, behaviour "isolated")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
 Tokenize = Callable[[str], Sequence[int]]
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, NoReturn
 
 from v2.audiofile import FORMATS, INSTALL_RAY, INSTALL_SERVER
 from v2.card import DEFAULT_CARD, CardError, known_cards, load_card
-from v2.cli.common import check_device, expected
+from v2.cli.common import check_aligner, check_device, expected
 from v2.cli.options import (
     add_chat_arguments, add_runtime_arguments, add_synth_arguments, choice_hint, chosen_parser, share_wording,
     unrecognized,
@@ -87,12 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
         except CardError as e:
             raise CliError(f"--add-loop: {e}") from None
     if getattr(args, "aligner", None) is not None:  # an unknown aligner is refused before any model loads
-        from v2.aligner.card import resolve_aligner
-
-        try:
-            resolve_aligner(args.aligner)
-        except CardError as e:
-            raise CliError(f"--aligner: {e}") from None
+        check_aligner(args.aligner)
     args.device = check_device(args.device)
     if args.replicas is not None:
         if args.replicas < 1:

@@ -57,6 +57,16 @@ def load_runtime(args: argparse.Namespace, card: ModelCard, device: str, progres
                              device=device, voices_dir=args.voices_dir, aligner=aligner_of(args, card))
 
 
+def check_aligner(source: str) -> None:
+    """`--aligner` names an aligner card, a card file, a directory or a hub id (read before any model loads)."""
+    from v2.aligner.card import resolve_aligner
+
+    try:
+        resolve_aligner(source)
+    except CardError as e:
+        raise CliError(f"--aligner: {e}") from None
+
+
 def aligner_of(args: argparse.Namespace, card: ModelCard) -> str | None:
     """The aligner `--timestamps` needs (`--aligner`, else the seeded one for a seeded card, else the
     release's); None without `--timestamps`."""

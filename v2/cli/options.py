@@ -79,6 +79,12 @@ def seconds(text: str) -> float:
 
 # the options of every command that reads a card: option -> (default, help); each help says its default, so
 # it reads the same on every parser that has the option (synth, voices and its actions, serve)
+# `--aligner` of serve and synth (one text: a shared option reads the same on every command)
+ALIGNER_HELP = ("the word aligner: an aligner card (forced_aligner_0_6b, the release from the Hugging Face cache; "
+                "forced_aligner_tiny, seeded), a card file, a checkpoint directory or a hub id; serve: requests may "
+                "then ask for timestamps \"word\" (default: none); synth: the one --timestamps uses (default: "
+                "forced_aligner_tiny for a seeded card, else forced_aligner_0_6b)")
+
 RUNTIME_OPTIONS: dict[str, tuple[str | None, str]] = {
     "--card": (DEFAULT_CARD, f"a shipped card's name (v2 cards) or a path to a card file (default: {DEFAULT_CARD})"),
     "--checkpoint": (None, "model checkpoint: a directory or a hub repo id in the Hugging Face cache "
@@ -167,9 +173,7 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timestamps", nargs="?", const="-", default=None, metavar="PATH",
                    help="each word's start and end in seconds, from the aligner: in the summary line's \"words\", and "
                         "with PATH also written there as JSON [{word, start, end}] (default: off)")
-    p.add_argument("--aligner", default=None, metavar="ALIGNER",
-                   help="with --timestamps: an aligner card, a card file, a checkpoint directory or a hub id (default: "
-                        "forced_aligner_tiny for a seeded card, else forced_aligner_0_6b)")
+    p.add_argument("--aligner", default=None, metavar="ALIGNER", help=ALIGNER_HELP)
     p.add_argument("--batch", default=None, metavar="ITEMS.JSONL",
                    help="speak many texts together: one JSON object a line, each setting these options by name "
                         "(text required; e.g. {\"text\": \"...\", \"seed\": 3, \"voice\": \"v\"}) over the ones "

@@ -20,7 +20,7 @@ from typing import Any
 
 from v2.audiofile import check_writable, format_for
 from v2.card import load_card
-from v2.cli.common import check_device, expected, load_runtime, precheck, read_utf8, request
+from v2.cli.common import check_aligner, check_device, expected, load_runtime, precheck, read_utf8, request
 from v2.cli.options import DEFAULT_OUT, DEFAULT_TEXT, in_option_names
 from v2.errors import CliError
 from v2.progress import Progress
@@ -62,6 +62,8 @@ def run_synth(args: argparse.Namespace) -> int:
         check_writable(args.codes_out, "--codes-out", make_parents=args.mkdir)
     if args.timestamps not in (None, "-"):
         check_writable(args.timestamps, "--timestamps", make_parents=args.mkdir)
+    if args.aligner is not None:  # an unknown aligner is refused before any model loads
+        check_aligner(args.aligner)
     text, text_option = _text(args)
     card = load_card(args.card)  # a bad card is refused before the device is looked at
     device = check_device(args.device)

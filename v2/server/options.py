@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from v2.card import DEFAULT_CARD
+from v2.cli.options import ALIGNER_HELP
 
 
 def _whole(least: int) -> Callable[[str], int]:
@@ -88,10 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="add a loop to the card's graph that its family knows nothing of (e.g. an aligner of the "
                         "audio): a registered added loop (entry-point group v2.added_loops) by NAME, or NAME=TARGET "
                         "(a registered name or module:attr); repeatable; each replica adds it too")
-    p.add_argument("--aligner", default=None, metavar="ALIGNER",
-                   help="add the word aligner, so requests may ask for timestamps: \"word\": an aligner card "
-                        "(forced_aligner_0_6b, the release from the Hugging Face cache; forced_aligner_tiny, seeded), "
-                        "a card file, a checkpoint directory or a hub id (default: none, timestamps refused)")
+    p.add_argument("--aligner", default=None, metavar="ALIGNER", help=ALIGNER_HELP)
     p.add_argument("--replicas", type=int, default=None,
                    help="serve N runtime replicas behind one endpoint on Ray Serve (needs the ray extra; "
                         "default: one runtime in this process)")
