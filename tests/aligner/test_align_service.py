@@ -104,6 +104,13 @@ def test_without_an_aligner_timestamps_and_align_are_refused() -> None:
         assert rt.submit({"text": "Hi.", "max_frames": 3}).result(300).words == ()
 
 
+def test_timestamps_need_the_audio() -> None:
+    with Runtime.from_card("qwen3_tts_tiny", device="cpu", aligner="forced_aligner_tiny") as rt:
+        with pytest.raises(RequestError, match="timestamps: word times are read from the audio") as err:
+            rt.submit({"text": "Hi.", "timestamps": "word", "decode_audio": False})
+        assert err.value.field == "timestamps"
+
+
 def test_aligner_cards_are_not_speech_cards() -> None:
     assert "forced_aligner_tiny" not in known_cards() and "forced_aligner_0_6b" not in known_cards()
     with pytest.raises(CardError, match="kind 'aligner', not a speech card"):

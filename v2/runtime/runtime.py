@@ -306,6 +306,9 @@ class Runtime:
             raise RequestError(f"timestamps: this runtime has no aligner (serve with --aligner, or "
                                f"Runtime.from_card(..., aligner=...)); the card {self.card.name!r} alone gives "
                                "no word times", field="timestamps")
+        if getattr(request, "timestamps", None) is not None and not getattr(request, "decode_audio", True):
+            raise RequestError("timestamps: word times are read from the audio, so they need decode_audio",
+                               field="timestamps")
         if request.stream and self.family.graph.audio is None:
             raise RequestError(f"stream: the card {self.card.name!r} declares no loop that makes audio (it gives "
                                "codes, and trajectories under rollout); nothing would stream: submit with "
