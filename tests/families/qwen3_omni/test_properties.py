@@ -116,19 +116,37 @@ def test_preempted_equals_alone(fixture: tuple[dict, dict], alone: dict[str, Spe
         wait_idle(small)
 
 
-def test_nothing_leaks(rt: Runtime, fixture: tuple[dict, dict]) -> None:
-    """Finish, cancel while streaming, a timeout and a text-only request give every slot and block back."""
+def test_nothing_leaks(rt: Runtime, fixture: tuple[dict, dict], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finish, cancel while streaming, cancel while its audio encodes or waits, a timeout, a failing talker and
+    a text-only request give every slot, front slot and block back."""
     ref, meta = fixture
+    loop = rt.family.talk_loop  # type: ignore[attr-defined]
+    real = loop.advance
+    doomed: set[int] = set()
+
+    def advance(state: object, plan: object, row: object) -> bool:
+        if getattr(state, "request_id", None) in doomed:
+            raise RuntimeError("injected")
+        return bool(real(state, plan, row))
+
+    monkeypatch.setattr(loop, "advance", advance)
     started = threading.Event()
     streaming = rt.submit(request(ref, meta, "a", stream=True))
     streaming.subscribe(lambda chunk: started.set())
+    failing = rt.submit(request(ref, meta, "d"))
+    doomed.add(failing.request_id)
+    encoding = rt.submit(request(ref, meta, "c"))
+    encoding.cancel()
     late = rt.submit(request(ref, meta, "b", timeout=0.05))
     text = rt.submit(request(ref, meta, "d", modalities=["text"], speaker=None))
     assert started.wait(60)
     streaming.cancel()
-    results = [h.result() for h in (streaming, late, text)]
-    assert results[2].error is None and results[2].codes.shape[0] == 0
-    wait_idle(rt)
+    results = [h.result() for h in (streaming, failing, encoding, late, text)]
+    assert [r.finish_reason for r in results[:4]] == ["abort", "error", "abort", "abort"]
+    assert "injected" in (results[1].error or "")
+    assert results[4].error is None and results[4].codes.shape[0] == 0
+    s = wait_idle(rt)
+    assert s["encoding"] == 0
 
 
 BAD = [
