@@ -7,7 +7,10 @@ causal pass (`forward`) and the cached prefill/decode pass (`forward_cached`) ov
 q/k RMSNorm before RoPE, grouped-query, the CPU exact attention and the CUDA kernels) and `RMSNorm`. What
 differs from `Qwen3Backbone`: the MLP is `SparseMoe`; RoPE is M-RoPE, so a call takes rotary positions
 [3, B, T] (t, h, w) apart from the cache positions [B, T] (equal for text and audio; they part with images);
-no fused norm-matmul paths (the layers run one by one on every device).
+where the Triton kernels run (CUDA, autograd off) and no layer inputs are asked for, `_run_fused`: each
+residual add inside the RMSNorm kernel after it, and for a pass of at most `DECODE_ROWS` rows (a decode step's)
+the input norm inside the q/k/v matmul (`norm_linear`), as `Qwen3Backbone._run_rows` does; the CPU runs the
+layers one by one.
 Must not know: token ids, audio, the talker's inputs, sampling, requests, which blocks a request holds.
 """
 
@@ -16,13 +19,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from v2.models.kernels import kernels_on
+from v2.models.kernels import inference_kernels, kernels_on
+from v2.models.kernels.norm_linear import norm_linear
+from v2.models.kernels.rms_norm import add_rms_norm_fused, rms_norm_fused
 from v2.models.kv_cache import Cache, CacheView, KVCache
 from v2.models.module_list import module_list_of
 from v2.models.qwen3 import Qwen3Attention, RMSNorm
 from v2.models.qwen3_omni.config import MoeDecoderConfig
 from v2.models.qwen3_omni.moe import SparseMoe
 from v2.models.qwen3_omni.mrope import mrope_cos_sin, text_positions
+
+DECODE_ROWS = 64  # where the kernels run, a pass of at most this many rows takes the input norm into `norm_linear`
 
 
 class MoeLayer(nn.Module):
@@ -95,8 +102,35 @@ class MoeDecoder(nn.Module):
     def _run(self, x: Tensor, rope_positions: Tensor, mask: Tensor | None, view: CacheView | None,
              layer_inputs: list[Tensor] | None) -> Tensor:
         cos, sin = self.rope(rope_positions)
+        if layer_inputs is None and inference_kernels(x.device):
+            return self._run_fused(x, cos, sin, mask, view)
         for i, layer in enumerate(self.layers):
             if layer_inputs is not None:
                 layer_inputs.append(x)
             x = layer(x, cos, sin, mask, i, view)
         return self.norm(x)
+
+    def _run_fused(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, view: CacheView | None) -> Tensor:
+        """The same layers through the kernels: each residual add done by the norm kernel after it; up to
+        `DECODE_ROWS` rows, the input norm and its add inside the q/k/v matmul as well."""
+        b, t, width = x.shape
+        layers = list(self.layers)
+        if b * t <= DECODE_ROWS and all(layer.self_attn.qkv_proj.bias is None for layer in layers):
+            s, delta = x.reshape(b * t, width), None  # [B T, H]: the residual stream; delta: what joins it next
+            for i, layer in enumerate(layers):
+                att, norm, post = layer.self_attn, layer.input_layernorm, layer.post_attention_layernorm
+                s, qkv = norm_linear(s, att.qkv_proj.weight, norm.weight, norm.eps, delta=delta)  # [B T, H], [B T, Q]
+                out = att.attend(qkv.view(b, t, -1), cos, sin, mask, i, view)  # [B, T, H]
+                s, h = add_rms_norm_fused(s, out.reshape(b * t, width), post.weight, post.eps)
+                delta = layer.mlp(h)  # [B T, H]
+            if delta is None:
+                raise ValueError("MoeDecoder: a stack without layers")
+            return add_rms_norm_fused(s, delta, self.norm.weight, self.norm.eps)[1].view(b, t, width)
+        first = layers[0].input_layernorm
+        h = rms_norm_fused(x, first.weight, first.eps)
+        for i, layer in enumerate(layers):
+            post = layer.post_attention_layernorm
+            x, h = add_rms_norm_fused(x, layer.self_attn(h, cos, sin, mask, i, view), post.weight, post.eps)
+            after = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
+            x, h = add_rms_norm_fused(x, layer.mlp(h), after.weight, after.eps)
+        return h
