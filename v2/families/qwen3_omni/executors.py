@@ -2,14 +2,14 @@
 talker executor over this family's rows), and code2wav's chunks (the kit's chunk executor).
 
 Owns: `ThinkerFrames` (the kit's `PagedFrames` over the thinker's paged KV: per slot its sampling settings and
-seed, its prompt's audio-encoder rows (`audio`) and the rows A the talker reads at those positions (`accept`:
-the residual stream entering layer `accept_hidden_layer`, written by the prefill); the token step: logits of
-the slot's last final-norm row, the token (argmax, or drawn with Gumbel noise keyed by (seed, step) under
-temperature / top-k / top-p), its logprob under that processed distribution (greedy: 0), the token's row through the decoder;
-packed [B, 3]: stop (the token is `<|im_end|>`), token, logprob); `TalkerFrames` (the Qwen3-TTS
-`TalkerExecutor` with this family's prompt rows: Pt(thinker row) + C[codec id] + Ph(A[index]) + frame(codes);
-per slot the A rows of its request, `accept`); `Code2WavExecutor` (the chunk executor over `Code2Wav`: a
-stream's first `lead` samples are not audio and are cut when read).
+seed, its prompt's audio-encoder rows (`audio`) and the rows A the talker reads at those positions (`accept`: the
+residual stream entering layer `accept_hidden_layer`, written by the prefill); the token step: logits of the
+slot's last final-norm row, the token (argmax, or drawn with Gumbel noise keyed by (seed, step) under temperature
+/ top-k / top-p), its logprob under that processed distribution (greedy: 0), the token's row through the decoder;
+packed [B, 3]: stop (the token is `<|im_end|>`), token, logprob); `TalkerFrames` (the Qwen3-TTS `TalkerExecutor`
+with this family's prompt rows: Pt(thinker row) + C[codec id] + Ph(A[index]) + frame(codes); per slot the A rows
+of its request, `accept`); `Code2WavExecutor` (the chunk executor over `Code2Wav`: a stream's first `lead` samples
+are not audio and are cut when read).
 Must not know: requests, loops' state, scheduling policy, threads.
 """
 
@@ -61,7 +61,8 @@ class ThinkerFrames(PagedFrames):
 
     @torch.no_grad()
     def admit_device(self, slot: int, settings: Any, seed: int, audio: Tensor | None) -> None:
-        self.temperature[slot], self.top_k[slot], self.top_p[slot] = settings.temperature, settings.top_k, settings.top_p
+        self.temperature[slot], self.top_k[slot] = settings.temperature, settings.top_k
+        self.top_p[slot] = settings.top_p
         self.seed[slot] = seed
         self.audio.pop(slot, None)
         self.accept.pop(slot, None)

@@ -3,13 +3,13 @@
 Owns: building the expert a card names (`experts`: the thinker, talker and code2wav of one checkpoint and its
 tokenizer), what the checkpoint's config alone decides (`voice_spec`, `precheck`: an unknown speaker), and
 `OmniFamily`: the loop graph its card declares (`thinker` -> `talker` -> `code2wav`; the thinker publishes its
-text deltas; the audio encoder in front, front.py), both paged KV pools (`thinker`, `talker`), the executors per work kind, the slot pools (`think`,
-`talk`, `c2w`, `audio`), and the family's side of a request's life: parsing and preparing it (prepare.py),
-the encoded clips' rows (`encoded`), its loops' states at admission (a text-only request's talker and
-code2wav start ended), the device state at admission (each loop's sampling and seed, the prompt's audio rows,
-fresh code2wav state), the talker's prompt once the thinker's first token exists (with the thinker's A rows
-handed to the talker's slot), the rows a preempted request recomputes, and the result (text, text ids, codes,
-audio).
+text deltas; the audio encoder in front, front.py), both paged KV pools (`thinker`, `talker`), the executors per
+work kind, the slot pools (`think`, `talk`, `c2w`, `audio`), and the family's side of a request's life: parsing
+and preparing it (prepare.py), the encoded clips' rows (`encoded`), its loops' states at admission (a text-only
+request's talker and code2wav start ended), the device state at admission (each loop's sampling and seed, the
+prompt's audio rows, fresh code2wav state), the talker's prompt once the thinker's first token exists (with the
+thinker's A rows handed to the talker's slot), the rows a preempted request recomputes, and the result (text, text
+ids, codes, audio).
 Must not know: the engine's queues, scheduling policy, threads.
 """
 

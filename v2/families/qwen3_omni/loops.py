@@ -3,11 +3,12 @@ paged AR sequence fed the thinker's tokens, one frame a step); code2wav is the k
 
 Owns: `ThinkerState` / `ThinkerLoop` (a token is a one-code frame; `<|im_end|>` is the stop decision: no frame,
 so it is never spoken and not in the text; every token it makes is published to the request's subscribers as
-a `TextDelta`, its text decoded incrementally), `TalkerState` / `TalkerLoop` (its prompt is laid out when the
-thinker's first token exists (family.py); frame t is fed text row t: the thinker's token t + 1, then tts_eos
-once the thinker has ended, then tts_pad; a frame whose row is not known yet waits, holding no batch row, so
-the talker never runs ahead of its text and its frames do not depend on when the text arrived), and the rows
-each recomputes after a preemption (its prompt, then a row per frame it made).
+a `TextDelta`, its text decoded incrementally: the tokens since the last whole character), `TalkerState` /
+`TalkerLoop` (its prompt is laid out when the thinker's first token exists (family.py); frame t is fed text
+row t: the thinker's token t + 1, then tts_eos once the thinker has ended, then tts_pad; a frame whose row is
+not known yet waits, holding no batch row, so the talker never runs ahead of its text and its frames do not
+depend on when the text arrived), and the rows each recomputes after a preemption (its prompt, then a row per
+frame it made).
 Must not know: tensors on a device (beyond the rows' layout), batching, other requests, the models.
 """
 
@@ -34,7 +35,7 @@ class Work(Kind):
 
 @dataclass
 class ThinkerState(ARSequence):
-    decoded: str = ""                       # the text of the tokens published so far
+    held: list[int] = field(default_factory=list)  # tokens whose text waits for a whole character
     deltas: list[TextDelta] = field(default_factory=list)  # made by the last advance
 
 
@@ -51,10 +52,11 @@ class ThinkerLoop(ARLoop[ThinkerState]):
         if taken and state.fresh:
             ids = tuple(c[0] for c in state.fresh)
             text = ""
-            if self.decode is not None:
-                whole = self.decode([c[0] for c in state.done_codes + state.codes])
-                if not whole.endswith("\ufffd"):  # an incomplete character waits for its next byte
-                    text, state.decoded = whole[len(state.decoded):], whole
+            if self.decode is not None:  # byte-level ids: text ending on a whole character decodes on its own
+                state.held += ids
+                piece = self.decode(state.held)
+                if not piece.endswith("\ufffd"):  # an incomplete character waits for its next byte
+                    text, state.held = piece, []
             state.deltas = [TextDelta(ids, text)]
         return taken
 
@@ -93,7 +95,9 @@ class TalkerLoop(ARLoop[TalkerState]):
 
     def frame_feed(self, state: TalkerState, frame: int) -> int:
         n = frame + 1
-        return state.tokens[n] if n < len(state.tokens) else state.eos_text if n == len(state.tokens) else state.pad_text
+        if n < len(state.tokens):
+            return state.tokens[n]
+        return state.eos_text if n == len(state.tokens) else state.pad_text
 
     def next(self, state: TalkerState) -> Any:
         if state.rows is None or (self.sequential and state.upstream is None):

@@ -59,7 +59,8 @@ class OmniWork:
     inputs: tuple[object, ...] = ()      # (AudioInput,) when the prompt has audio: the front loop encodes it
 
 
-def render(request: OmniRequest, tokenizer: Any, cfg: Qwen3OmniConfig) -> tuple[list[int], list[tuple[np.ndarray, int]]]:
+def render(request: OmniRequest, tokenizer: Any,
+           cfg: Qwen3OmniConfig) -> tuple[list[int], list[tuple[np.ndarray, int]]]:
     """The request's prompt ids and clips: `prompt_ids` + `audio` as given, or `messages` rendered."""
     if request.messages is None:
         assert request.prompt_ids is not None
