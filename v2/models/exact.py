@@ -117,6 +117,24 @@ class Tile:
         return torch.cat(parts)[:n]  # [n, out]
 
 
+    def linear_into(self, n: int, weight_t: Tensor, bias: Tensor | None, out: Tensor) -> None:
+        """`linear` of rows [:n] written into out [the tiles' rows covering n, out_features]: per tile the call
+        F.linear makes for it (torch.addmm with a bias, torch.mm without) on weight_t, an `aligned_weight`'s
+        transpose (`.t()`, made once by the caller), so the same bits; out's rows past n hold padding rows'."""
+        if n <= self.tile:  # out [tile, out_features]: one call
+            if bias is None:
+                torch.mm(self._first, weight_t, out=out)
+            else:
+                torch.addmm(bias, self._first, weight_t, out=out)
+            return
+        for s in range(0, n, self.tile):
+            rows, dst = self.buf[s : s + self.tile], out[s : s + self.tile]
+            if bias is None:
+                torch.mm(rows, weight_t, out=dst)
+            else:
+                torch.addmm(bias, rows, weight_t, out=dst)
+
+
 class Linear(nn.Linear):
     """nn.Linear (same parameters and names) computed by `linear` on the CPU."""
 

@@ -100,19 +100,43 @@ def _rms(x: Tensor, weight: Tensor, eps: float, out: Tensor | None = None) -> Te
     return torch.mul(weight, h) if out is None else torch.mul(weight, h, out=out)
 
 
+@dataclass(frozen=True)
+class _OneStep:
+    """`FrameAttention.attend_one`'s views for one position: products [S, G, 1, B, Hkv, D], scores [S, G, 1, B, Hkv]
+    (then the weights, in place; `weights` the same as [..., 1]), the weighted values [S, G, 1, B, Hkv, D + 1] in
+    a buffer of a power of two rows (`levels`: its halving levels' (lower, upper) halves), the sums and the
+    weights' total at row 0, and per layer the keys and values 0 .. S - 1."""
+
+    prod: Tensor
+    scores: Tensor
+    weights: Tensor
+    acc: Tensor
+    levels: list[tuple[Tensor, Tensor]]
+    sums: Tensor
+    total: Tensor
+    k_seen: list[Tensor]
+    v_seen: list[Tensor]
+
+
 class FrameAttention:
     """A frame's K/V buffers for `layers` layers of `batch` rows over positions 0 .. positions - 1 and the
     attention of a step over them (module docstring): shared by `FrameStack` and the LayerNorm blocks' pass
-    (v2/models/frame_stack_ln.py). Query heads `heads`, kv heads `kv_heads` of `head_dim`."""
+    (v2/models/frame_stack_ln.py). Query heads `heads`, kv heads `kv_heads` of `head_dim`. `q_beside_k`: the keys
+    are the last kv_heads of `qk` [layers, P', B, heads + kv_heads, D], whose first heads hold a position's
+    unscaled queries (a step writes its rotated q and k there in one operation); the key views are strided."""
 
     def __init__(self, layers: int, batch: int, positions: int, heads: int, kv_heads: int, head_dim: int,
-                 device: torch.device) -> None:
+                 device: torch.device, *, q_beside_k: bool = False) -> None:
         dev, dtype = device, torch.float32
         p2 = 1 << (positions - 1).bit_length()
         d, hkv = head_dim, kv_heads
         self.groups = heads // kv_heads
         # keys outermost: a halving level adds two contiguous halves
-        self.k = torch.zeros(layers, p2, batch, hkv, d, dtype=dtype, device=dev)
+        if q_beside_k:
+            self.qk = torch.zeros(layers, p2, batch, heads + hkv, d, dtype=dtype, device=dev)
+            self.k = self.qk[:, :, :, heads:]  # [L, P', B, Hkv, D] (a view)
+        else:
+            self.k = torch.zeros(layers, p2, batch, hkv, d, dtype=dtype, device=dev)
         self.v = torch.zeros(layers, p2, batch, hkv, d + 1, dtype=dtype, device=dev)
         self.v[..., d] = 1.0  # the weights' own sum rides along the weighted values'
         # read as [P', G, T, B, Hkv, ...]: the query heads of a kv head and the step's positions lead, so each
@@ -122,6 +146,45 @@ class FrameAttention:
         self.v_write = [v[..., :d] for v in self.v]  # [P', B, Hkv, D]
         self.mask = _causal(p2, dev).t()[:, None, :, None, None]  # [P', 1, P', 1, 1]: key j, query position p
         self.scale = 1.0 / math.sqrt(d)
+
+    def plan_one(self, q: Tensor, heads: Tensor, positions: int) -> None:
+        """Make once the buffers and views of `attend_one`: steps of one position (0 .. positions - 1) whose scaled
+        queries are in q [G, 1, B, Hkv, D] and whose result goes to heads [G, 1, B, Hkv, D]."""
+        g, _, b, hkv, d = q.shape
+        p2, dev = self.k.shape[1], q.device
+        prod = torch.empty(p2, g, 1, b, hkv, d, dtype=q.dtype, device=dev)  # [S, G, 1, B, Hkv, D] per step
+        scores = torch.empty(p2, g, 1, b, hkv, dtype=q.dtype, device=dev)  # [S, G, 1, B, Hkv]
+        self._q1, self._heads1 = q, heads
+        self._top = torch.empty(1, g, 1, b, hkv, dtype=q.dtype, device=dev)
+        self._one: list[_OneStep] = []
+        for p in range(positions):
+            seen = p + 1
+            keys = 1 << (seen - 1).bit_length()
+            # the weighted values and weights of keys 0 .. seen - 1, then -0.0 up to a power of two: x + -0.0 == x
+            # for every x (+0.0 included), so the halving levels over all `keys` rows add what halving_sum adds
+            acc = torch.full((keys, g, 1, b, hkv, d + 1), -0.0, dtype=q.dtype, device=dev)
+            levels, level = [], keys
+            while level > 1:  # the upper half added to the lower, in place (rows past `seen` are never written)
+                level //= 2
+                levels.append((acc[:level], acc[level : 2 * level]))
+            self._one.append(_OneStep(prod[:seen], scores[:seen], scores[:seen, ..., None], acc[:seen], levels,
+                                      acc[0, ..., :d], acc[0, ..., d:], [k[:seen] for k in self.k_read],
+                                      [v[:seen] for v in self.v_read]))
+
+    def attend_one(self, i: int, position: int) -> None:
+        """`attend` of one position (t = 1) through `plan_one`'s buffers: the same operations on the same values
+        (the products and the sum over D, the max over keys, exp, the weighted values, the halving levels, the
+        quotient), each written into its buffer."""
+        s = self._one[position]
+        torch.mul(self._q1, s.k_seen[i], out=s.prod)
+        torch.sum(s.prod, -1, out=s.scores)
+        torch.amax(s.scores, 0, keepdim=True, out=self._top)
+        torch.sub(s.scores, self._top, out=s.scores)
+        torch.exp(s.scores, out=s.scores)
+        torch.mul(s.weights, s.v_seen[i], out=s.acc)
+        for lo, hi in s.levels:
+            lo.add_(hi)
+        torch.div(s.sums, s.total, out=self._heads1)
 
     def attend(self, i: int, q: Tensor, position: int, t: int, heads: Tensor, k_seen: Tensor | None = None,
                v_seen: Tensor | None = None) -> None:

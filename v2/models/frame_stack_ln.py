@@ -67,7 +67,9 @@ class LnFrameStack(FrameAttention):
     cos, sin [positions, D]: the interleaved RoPE rows of the frame's positions, sin's even columns negated
     (-x1 * sin == x1 * -sin, exactly); act_into(x, out): the activation of x written into out.
     `step(x, position, out)`: x [B, H] (float32) the residual stream at `position` (every earlier position of the
-    frame already stepped) -> the final norm's output written into out [B, H] (e.g. the heads' `exact.Tile.rows`)."""
+    frame already stepped) -> the final norm's output written into out [B, H] (e.g. the heads' `exact.Tile.rows`).
+    Every intermediate is written into a buffer made here (`out=` forms, the projections through
+    `exact.Tile.linear_into`), the views a step reads made once per layer and position."""
 
     def __init__(self, blocks: Sequence[LnBlock], final: Norm, act_into: Callable[[Tensor, Tensor], None], *,
                  batch: int, positions: int, heads: int, cos: Tensor, sin: Tensor) -> None:
@@ -75,41 +77,63 @@ class LnFrameStack(FrameAttention):
         if hidden % heads:
             raise ValueError(f"LnFrameStack: hidden size {hidden} does not split into {heads} heads")
         d, dev, dtype = hidden // heads, final.weight.device, torch.float32
-        super().__init__(len(blocks), batch, positions, heads, heads, d, dev)
+        super().__init__(len(blocks), batch, positions, heads, heads, d, dev, q_beside_k=True)
         self.blocks, self.final, self.act_into = list(blocks), final, act_into
         self.batch, self.heads, self.hidden = batch, heads, hidden
+        self.weights_t = [(b.qkv.t(), b.o.t(), b.fc_in.t(), b.fc_out.t()) for b in self.blocks]  # [in', out] views
         self.cos, self.sin = cos[:, None], sin[:, None]  # [P, 1, D]
         self.t_hidden = exact.Tile(batch, hidden, dtype, dev)
         self.t_heads = exact.Tile(batch, hidden, dtype, dev)
         self.t_mlp = exact.Tile(batch, inter, dtype, dev)
+        rows = self.t_hidden.buf.shape[0]  # the tiles' rows: each projection's output buffer
+
+        def out(width: int) -> tuple[Tensor, Tensor]:  # (a projection's output [rows, width], its rows [B, width])
+            buf = torch.empty(rows, width, dtype=dtype, device=dev)
+            return buf, buf[:batch]
+
+        (self.qkv, qkv), (self.o_out, self.o_rows) = out(3 * hidden), out(hidden)
+        (self.fc_in_out, self.fc_in_rows), (self.fc_out_out, self.fc_out_rows) = out(inter), out(hidden)
+        self.qk_rows = qkv[:, : 2 * hidden]  # [B, 2 H]: q's heads, then k's
+        self.qk_heads = self.qk_rows.view(batch, 2 * heads, d)
+        self.v_rows = qkv[:, 2 * hidden :].view(batch, heads, d)
+        # the interleaved pairs swapped (x1, x0, x3, x2, ...): one index_select of the columns
+        self.swap = torch.arange(2 * hidden, device=dev).view(hidden, 2).flip(-1).reshape(-1)
+        self.swapped = torch.empty(batch, 2 * hidden, dtype=dtype, device=dev)
+        self.swapped_heads = self.swapped.view(batch, 2 * heads, d)
+        self.rot = torch.empty(batch, 2 * heads, d, dtype=dtype, device=dev)
+        self.res = torch.empty(batch, hidden, dtype=dtype, device=dev)  # the residual stream after a block's first add
         self.normed = self.t_hidden.rows(batch)  # [B, H]
         self.q = torch.empty(1, 1, batch, heads, d, dtype=dtype, device=dev)  # [G, T, B, heads, D]
         self.q_written = self.q.view(batch, heads, d)
         self.attended = self.t_heads.rows(batch).view(1, 1, batch, heads, d)  # [G, T, B, heads, D]
         self.act = self.t_mlp.rows(batch)  # [B, I]
-        # per layer and position: where the step writes its K and V [B, heads, D] and the keys and values it reads
-        self.k_at = [list(k.unbind(0)) for k in self.k]
-        self.v_at = [list(v.unbind(0)) for v in self.v_write]
-        self.k_seen = [[k[: p + 1] for p in range(positions)] for k in self.k_read]
-        self.v_seen = [[v[: p + 1] for p in range(positions)] for v in self.v_read]
+        self.plan_one(self.q, self.attended, positions)
+        # per layer and position: where the rotated q and k [B, 2 heads, D] go, q's part, where V goes
+        self.at = [[(qk[p], qk[p, :, :heads], v[p]) for p in range(positions)] for qk, v in zip(self.qk, self.v_write)]
         self.cos_at, self.sin_at = list(self.cos.unbind(0)), list(self.sin.unbind(0))  # [1, D] each
 
     def step(self, x: Tensor, position: int, out: Tensor) -> None:
-        b, h, d = self.batch, self.hidden, self.hidden // self.heads
+        n, shape, res, normed = self.batch, (self.hidden,), self.res, self.normed
         cos, sin = self.cos_at[position], self.sin_at[position]  # [1, D]
-        th, tm, normed, shape = self.t_hidden, self.t_mlp, self.normed, (h,)
+        th, tm, swapped = self.t_hidden, self.t_mlp, self.swapped_heads
         for i, w in enumerate(self.blocks):
+            qkv_t, o_t, fc_in_t, fc_out_t = self.weights_t[i]
+            qk_at, q_at, v_at = self.at[i][position]
             normed.copy_(torch.layer_norm(x, shape, w.ln_in.weight, w.ln_in.bias, w.ln_in.eps))
-            qkv = th.linear(b, w.qkv, w.qkv_bias)  # [B, 3 H]: q, k, v
-            qk = qkv[:, : 2 * h].view(b, 2 * self.heads, d)  # [B, 2 heads, D]
-            swapped = qk.view(b, 2 * self.heads, d // 2, 2).flip(-1).view(b, 2 * self.heads, d)  # x1, x0, x3, ...
-            qk = qk * cos + swapped * sin  # [B, 2 heads, D]
-            torch.mul(qk[:, : self.heads], self.scale, out=self.q_written)
-            self.k_at[i][position].copy_(qk[:, self.heads:])  # [B, heads, D]
-            self.v_at[i][position].copy_(qkv[:, 2 * h:].view(b, self.heads, d))
-            self.attend(i, self.q, position, 1, self.attended, self.k_seen[i][position], self.v_seen[i][position])
-            x = x + self.t_heads.linear(b, w.o, w.o_bias)
-            normed.copy_(torch.layer_norm(x, shape, w.ln_post.weight, w.ln_post.bias, w.ln_post.eps))
-            self.act_into(th.linear(b, w.fc_in, w.fc_in_bias), self.act)
-            x = x + tm.linear(b, w.fc_out, w.fc_out_bias)
-        out.copy_(torch.layer_norm(x, shape, self.final.weight, self.final.bias, self.final.eps))
+            th.linear_into(n, qkv_t, w.qkv_bias, self.qkv)  # [B, 3 H]: q, k, v
+            torch.index_select(self.qk_rows, 1, self.swap, out=self.swapped)
+            torch.mul(self.qk_heads, cos, out=self.rot)
+            torch.mul(swapped, sin, out=swapped)
+            torch.add(self.rot, swapped, out=qk_at)  # q and k rotated, k in place in the keys
+            torch.mul(q_at, self.scale, out=self.q_written)
+            v_at.copy_(self.v_rows)
+            self.attend_one(i, position)
+            self.t_heads.linear_into(n, o_t, w.o_bias, self.o_out)
+            torch.add(x, self.o_rows, out=res)
+            x = res
+            normed.copy_(torch.layer_norm(res, shape, w.ln_post.weight, w.ln_post.bias, w.ln_post.eps))
+            th.linear_into(n, fc_in_t, w.fc_in_bias, self.fc_in_out)
+            self.act_into(self.fc_in_rows, self.act)
+            tm.linear_into(n, fc_out_t, w.fc_out_bias, self.fc_out_out)
+            res.add_(self.fc_out_rows)
+        out.copy_(torch.layer_norm(res, shape, self.final.weight, self.final.bias, self.final.eps))

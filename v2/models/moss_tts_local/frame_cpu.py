@@ -11,6 +11,7 @@ Must not know: how a channel is drawn (the caller's `Draw`), requests, the runti
 from __future__ import annotations
 
 import math
+import threading
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -27,35 +28,80 @@ Draw = Callable[[SamplingTensors, Tensor, int, Tensor, "Tensor | None", bool], t
 Frame = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
+class FrameBuffers:
+    """A batch's buffers for the frame's heads, kept from frame to frame (per batch and thread, on the model): the
+    heads' tile (the final norm writes its rows), the stop and codebook logits of the tiles' rows (the heads'
+    `exact.Tile.linear_into` outputs; reused only where the caller does not take the raw logits), the masked stop
+    logits (and the -inf they take), each code's embedding row and their running sum. Must not know: the weights' values."""
+
+    def __init__(self, batch: int, width: int, vocab: int, n_vq: int, device: torch.device) -> None:
+        f32 = torch.float32
+        self.tile = exact.Tile(batch, width, f32, device)
+        self.normed = self.tile.rows(batch)  # [B, H]
+        self.rows = self.tile.buf.shape[0]
+        self.stop, self.codes = self.logits(2, vocab, n_vq, device)
+        self.masked = torch.empty(batch, 2, dtype=f32, device=device)
+        self.neg_inf = torch.tensor(-math.inf, dtype=f32, device=device)  # what a row that may not stop gets
+        self.fed = torch.empty(n_vq, batch, width, dtype=f32, device=device)  # [12, B, H]
+        self.summed = torch.empty(batch, width, dtype=f32, device=device)
+
+    def logits(self, stop: int, vocab: int, n_vq: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """Fresh outputs of the heads: stop [rows, 2], codes [12, rows, V] (rows: the tiles')."""
+        return (torch.empty(self.rows, stop, dtype=torch.float32, device=device),
+                torch.empty(n_vq, self.rows, vocab, dtype=torch.float32, device=device))
+
+
+def frame_buffers(model: MossTTSLocal, batch: int) -> FrameBuffers:
+    """The model's kept `FrameBuffers` for `batch` rows in this thread (at most 8 kept)."""
+    kept: dict[tuple[int, int], FrameBuffers] = model.frame_buffers
+    key = (threading.get_ident(), batch)
+    hit = kept.get(key)
+    if hit is None:
+        if len(kept) >= 8:
+            kept.pop(next(iter(kept)))
+        cfg = model.cfg
+        hit = kept[key] = FrameBuffers(batch, cfg.hidden_size, cfg.codebook_size, cfg.n_vq,
+                                       model.local_text_lm_head.weight.device)
+    return hit
+
+
 def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, steps: Tensor, draw: Draw, *,
-                     presence: Tensor | None, allow_stop: Tensor | None, full_sort: bool) -> Frame:
+                     presence: Tensor | None, allow_stop: Tensor | None, full_sort: bool,
+                     return_logits: bool = True) -> Frame:
     """hidden [B, H] -> (stop id [B], codes [B, 12], logprobs [B, 13], next_embed [B, H], stop logits [B, 2],
-    code logits [B, 12, V]), each equal to `decode_frame`'s generic CPU path bit for bit."""
-    b, width = hidden.shape
-    cfg, dev = model.cfg, hidden.device
+    code logits [B, 12, V]), each equal to `decode_frame`'s generic CPU path bit for bit. Without return_logits the
+    two logits are views of kept buffers, overwritten by the next frame of the batch."""
+    b = hidden.shape[0]
+    cfg = model.cfg
     stack = model.local_transformer.frame_stack(b)
-    t_head = exact.Tile(b, width, torch.float32, dev)
-    out = t_head.rows(b)  # [B, H]: the final norm's output, read by every head
-    stack.step(hidden, 0, out)
-    stop_logits = t_head.linear(b, model.local_text_lm_head.weight)  # [B, 2]
+    buf = frame_buffers(model, b)
+    stop_out, code_out = (buf.logits(2, cfg.codebook_size, cfg.n_vq, hidden.device) if return_logits
+                          else (buf.stop, buf.codes))
+    t_head, fed = buf.tile, buf.fed
+    stack.step(hidden, 0, buf.normed)
+    # each head: F.linear on the whole tile, as `exact.linear` computes it (aligned_weight: the padded copy)
+    t_head.linear_into(b, exact.aligned_weight(model.local_text_lm_head.weight).t(), None, stop_out)
+    stop_logits = stop_out[:b]  # [B, 2]
     masked = stop_logits
-    if allow_stop is not None:
-        masked = torch.stack([stop_logits[:, 0], stop_logits[:, 1].masked_fill(~allow_stop, -math.inf)], dim=1)
+    if allow_stop is not None:  # column 1 -inf where a row may not stop
+        masked = buf.masked
+        masked.copy_(stop_logits)
+        torch.where(allow_stop, stop_logits[:, 1], buf.neg_inf, out=masked[:, 1])
     stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
-    fed = torch.empty(cfg.n_vq, b, width, dtype=hidden.dtype, device=dev)  # each code's embedding row
-    codes, logprobs, raw = [], [stop_lp], []
+    codes, logprobs = [], [stop_lp]
     for c, table in enumerate(model.audio_embeddings):
-        logits = t_head.linear(b, table.weight)  # [B, V]
-        raw.append(logits)
+        t_head.linear_into(b, exact.aligned_weight(table.weight).t(), None, code_out[c])
+        logits = code_out[c, :b]  # [B, V]
         code, lp = draw(s, steps, 1 + c, logits, None if presence is None else presence[:, c], full_sort)
         codes.append(code)
         logprobs.append(lp)
         torch.index_select(table.weight, 0, code, out=fed[c])  # [B, H]
         if c + 1 < cfg.n_vq:
-            stack.step(fed[c], c + 1, out)
-    summed = fed[0]
-    for c in range(1, cfg.n_vq):  # as embed_codes sums them (drawn codes are never the pad code)
-        summed = summed + fed[c]
+            stack.step(fed[c], c + 1, buf.normed)
+    summed = buf.summed
+    torch.add(fed[0], fed[1], out=summed)
+    for c in range(2, cfg.n_vq):  # as embed_codes sums them (drawn codes are never the pad code)
+        summed.add_(fed[c])
     next_embed = model.transformer.embed_tokens.weight[cfg.ids.audio_assistant_slot] + summed  # [B, H]
     return (stop_id, torch.stack(codes, dim=1), torch.stack(logprobs, dim=1), next_embed, stop_logits,
-            torch.stack(raw, dim=1))
+            code_out[:, :b].transpose(0, 1))

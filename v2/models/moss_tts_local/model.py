@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from v2.models import exact
 
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
-from v2.models.moss_tts_local.frame_cpu import decode_frame_cpu
+from v2.models.moss_tts_local.frame_cpu import FrameBuffers, decode_frame_cpu
 from v2.models.moss_tts_local.local_transformer import LocalKV, LocalTransformer, frame_stack_fits
 from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.module_list import module_list_of
@@ -57,6 +57,7 @@ class MossTTSLocal(nn.Module):
         self.audio_embeddings = module_list_of(nn.Embedding(cfg.codebook_size, h) for _ in range(cfg.n_vq))
         self.local_transformer = LocalTransformer(cfg.local)
         self.local_text_lm_head = exact.Linear(h, 2, bias=False)
+        self.frame_buffers: dict[tuple[int, int], FrameBuffers] = {}  # the CPU frame pass's (frame_cpu.py)
 
     # ----- loading -------------------------------------------------------------------------------
     @classmethod
@@ -209,7 +210,8 @@ class MossTTSLocal(nn.Module):
         """`decode_frame` through the local transformer's CPU frame pass (frame_cpu.py): the same values."""
         draw = self._torch_draw(s, steps) if full_sort else self._host_draw(s, steps)
         stop_id, codes, logprobs, next_embed, stop_logits, code_logits = decode_frame_cpu(
-            self, hidden, s, steps, draw, presence=presence, allow_stop=allow_stop, full_sort=full_sort)
+            self, hidden, s, steps, draw, presence=presence, allow_stop=allow_stop, full_sort=full_sort,
+            return_logits=return_logits)
         return FrameOutput(stop=stop_id == 1, codes=codes, logprobs=logprobs, next_embed=next_embed,
                            stop_logits=stop_logits if return_logits else None,
                            code_logits=code_logits if return_logits else None)
