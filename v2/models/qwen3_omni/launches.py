@@ -142,7 +142,7 @@ def device_launches(fn: Callable[[], Any]) -> Counter[str]:
     with torch.no_grad():
         fn()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
     seen = Counter(e.name for e in prof.events() if e.device_type == DeviceType.CUDA)
