@@ -152,7 +152,7 @@ class AlignerLoop:
             if not last:
                 if mark.frame_end is None or s.frames < mark.frame_end:
                     break
-                end = min(s.samples, round(mark.frame_end * s.samples / max(s.frames, 1)))
+                end = max(s.cut, min(s.samples, round(mark.frame_end * s.samples / max(s.frames, 1))))
             else:
                 end = s.samples
             if text is None:
