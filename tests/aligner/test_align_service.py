@@ -91,6 +91,15 @@ def test_resampled_and_japanese_on_the_seeded_card() -> None:
         assert all(a.start <= a.end <= b.start for a, b in zip(ja, ja[1:]))
 
 
+def test_korean_without_the_release_word_list_is_refused_naming_it(rt: Runtime, ref: Any) -> None:
+    from v2.models.forced_aligner.words import find_korean_dict
+
+    if find_korean_dict() is not None:
+        pytest.skip("the release's Korean word list is installed here")
+    with pytest.raises(ValueError, match="language: 'Korean' needs the release's word list korean_dict_jieba.dict"):
+        rt.align(ref[0]["en_short/wave"], 16000, "안녕하세요 세계", word_ids=[[1], [2]], language="Korean")
+
+
 def test_without_an_aligner_timestamps_and_align_are_refused() -> None:
     with Runtime.from_card("qwen3_tts_tiny", device="cpu") as rt:
         assert not rt.has_aligner

@@ -55,3 +55,10 @@ def test_serve_hands_the_aligner_to_the_runtime(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(Stop):
         serve.run(args)
     assert seen["aligner"] == "forced_aligner_tiny"
+
+
+def test_cards_lists_the_aligners_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cards"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in ("forced_aligner_tiny", "forced_aligner_0_6b"):
+        assert any(line.startswith(name) and line.endswith(f"(aligner: --aligner {name})") for line in lines)

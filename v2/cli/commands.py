@@ -68,12 +68,16 @@ def _chat(args: argparse.Namespace) -> int:
 
 
 def _cards(args: argparse.Namespace) -> int:
-    names = known_cards()
-    width = max(len(n) for n in names)
+    from v2.aligner.card import aligner_cards, resolve_aligner
+
+    names, aligners = known_cards(), aligner_cards()
+    width = max(len(n) for n in [*names, *aligners])
     for name in names:
         card = load_card(name)
         mark = " (default)" if name == DEFAULT_CARD else ""
         print(f"{name:<{width}}  {card.description}{mark}")
+    for name in aligners:  # added to a speech card: --aligner NAME
+        print(f"{name:<{width}}  {resolve_aligner(name).description} (aligner: --aligner {name})")
     return 0
 
 
