@@ -88,6 +88,8 @@ def _speakable(body: dict) -> bool:
         if body.get(ours) is not None and body.get(peers) is not None and body[ours] != body[peers]:
             return False
     floor, limit = _frames(body, "min_frames", "min_new_tokens"), _frames(body, "max_frames", "max_new_tokens")
+    if body.get("timestamps") == "word" and body.get("stream") is True and body.get("stream_format") != "sse":
+        return False  # word timestamps on a raw audio stream (the schema's description says it; openapi_words.py)
     return floor is None or limit is None or floor <= limit
 
 

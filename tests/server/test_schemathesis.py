@@ -2,7 +2,7 @@
 127.0.0.1: every check (no 5xx, every answer as the schema says, a 405 with `Allow` for every undeclared
 method, and no mismatch between the schema and the server: a request the schema allows is not refused, one it
 forbids is not taken), a bounded, deterministic run (schemathesis's deterministic mode: no seed drawn, no
-example database; a few examples an operation), of the tiny card with caps that keep each request cheap (12
+example database; a few examples an operation), of the tiny card (alone, and with the tiny aligner) with caps that keep each request cheap (12
 frames, 48 characters, 3 items). `negative_data_rejection` runs as the hooks' `negative_data_rejection_by_item`:
 the same check, but a batch's items fail alone in a 200 by design, so a forbidden batch answered 200 must hold an item
 refused naming its field (tests/server/schemathesis_hooks.py). The voice store is a temporary folder. No
@@ -26,11 +26,12 @@ pytest.importorskip("schemathesis")
 HERE = Path(__file__).resolve().parent
 
 
-def test_schemathesis_finds_no_mismatch_between_the_schema_and_the_server(tmp_path):
+@pytest.mark.parametrize("aligner", [None, "forced_aligner_tiny"])  # with one: word timestamps, the captioned path
+def test_schemathesis_finds_no_mismatch_between_the_schema_and_the_server(tmp_path, aligner):
     card = load_card(CARD)  # a small frame cap, input cap and batch bound: every request the fuzzer sends is cheap
     ar = card.loops.ar_decode.model_copy(update={"max_frames": 12})
     runtime = Runtime.from_card(card.model_copy(update={"loops": card.loops.model_copy(update={"ar_decode": ar})}),
-                                voices_dir=str(tmp_path / "voices"))
+                                voices_dir=str(tmp_path / "voices"), aligner=aligner)
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "schemathesis_hooks",
            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     try:
