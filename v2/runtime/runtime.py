@@ -8,7 +8,8 @@ text arrives in pieces through the handle; each piece goes to the family on the 
 engine is told there is input; the card's `input_idle_timeout_s` ends one that waits too long), encode-only
 jobs (`encode_audio`, and for the voice store the codes with the arrays the family's voices carry; a voice
 from a speaker embedding through the family's `voice_from_embedding`, where it has one),
-weight-update calls (handed to the engine's gate), cancels,
+weight-update calls (handed to the engine's gate), cancels, word timestamps through the added loop named
+"aligner" (`from_card(aligner=...)`, `align`, `has_aligner`; the `timestamps` field refused without it),
 `stats()` and `close()`. Everything it queues is run by the engine thread (engine.py).
 Must not know: any family (the card names it; `v2.card.family_of` finds it), steps, executors, the device
 stream's workings, loop logic.
