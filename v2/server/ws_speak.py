@@ -6,9 +6,9 @@ pieces held for `input.done`, its sender task, whether the client has begun it, 
 it, whether its end was refused and its session.done sent), `Sentences` (the audio's chunks split at the
 segments' frames, each sentence framed by `audio.start` and `audio.done`; streamed pcm as it is made, else
 the sentence's whole file in one binary frame; the audio sent so far, `sent_s`; each aligned sentence's
-`speech.timestamps` after its `audio.done`, where asked), the events that close a cancelled utterance
-(`cancelled_events`: `audio.done` with `"cancelled": true` for the sentence open, then `session.done` with
-`"cancelled": true`), and the two ways a send ends the sender: `Cancelled` (the utterance was cancelled:
+`speech.timestamps` after its `audio.done`, where asked; every message through `out`, which ws_omni_words.py
+shapes and holds), the events that close a cancelled utterance (`cancelled_events`: `audio.done` with
+`"cancelled": true` for each sentence begun and not closed, then `session.done` with `"cancelled": true`), and the two ways a send ends the sender: `Cancelled` (the utterance was cancelled:
 nothing more of it goes out) and `Gone` (the client has left: `LEFT`, what the WebSocket raises then).
 Must not know: the session's messages in, its config beyond its output, the engine, how formats are encoded
 (audio.py), how the text is cut (the family).

@@ -6,8 +6,8 @@ opened (for text that has not come), being written or being spoken, the conversa
 `context`: earlier turns, each utterance spoken added with its codes, at most `conversation_turns` turns and
 `conversation_seconds` of their audio, and fewer of the oldest while the family refuses them as too long,
 when an utterance opens and when its own text, as it comes, leaves them no room: it is opened anew with fewer),
-the sender task of each utterance (its audio out: ws_speak.py) and which one is being spoken after its
-`input.done` (`finishing`). Opening a request is the config's last check (the family's own), so a refusal
+the sender task of each utterance (its audio out and its words: ws_speak.py), which one is being spoken after
+its `input.done` (`finishing`), and a cancel's acknowledgement (the words sent and heard, with an aligner). Opening a request is the config's last check (the family's own), so a refusal
 here is an `error` and nothing of the session changes.
 Must not know: the WebSocket's messages beyond the ones it is handed, the engine's internals, how formats
 are encoded (audio.py), how the text is cut (the family).
