@@ -25,6 +25,8 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
+from v2.bench.aligner_cost import paired, with_words
+from v2.bench.aligner_cost import table as aligner_table
 from v2.bench.family import family_bench
 from v2.bench.reference import compare, locate
 from v2.bench.reference import table as reference_table
@@ -90,6 +92,14 @@ def build_runtime(args: argparse.Namespace, parser: argparse.ArgumentParser | No
     """The card's runtime, built by its family's bench module (`--random-weights`: the release's dimensions
     with random weights, where the family has them; refused through `parser` otherwise)."""
     card = load_card(args.card)
+    aligner = getattr(args, "aligner", None)
+    if aligner is not None:
+        if args.random_weights:
+            message = "--aligner: the aligner is added to the card's own weights (no --random-weights)"
+            if parser is None:
+                raise ValueError(message)
+            parser.error(message)
+        return Runtime.from_card(card, device=args.device, aligner=aligner)
     try:
         return family_bench(card).runtime(card, device=args.device, random_weights=args.random_weights)  # type: ignore[no-any-return]
     except ValueError as e:
@@ -160,27 +170,50 @@ def main(argv: list[str] | None = None) -> int:
                         "skipped when neither is set or the family has none)")
     p.add_argument("--reference-python", default=None,
                    help="the python that runs it (default: the family's environment variable, else this one)")
+    p.add_argument("--aligner", default=None, metavar="CARD",
+                   help="serve with this word aligner added (an aligner card, e.g. forced_aligner_tiny) and ask every "
+                        "request for timestamps: \"word\" (default: no aligner)")
+    p.add_argument("--paired", type=int, default=0, metavar="N",
+                   help="with --aligner: each scenario also without it (a runtime without the aligner), N runs each "
+                        "way alternating, and what the timestamps cost (default: 0, no pairing)")
     args = p.parse_args(argv)
     check_plot(p, args.plot)
+    if args.paired and args.aligner is None:
+        p.error("--paired: needs --aligner (what is paired is without and with it)")
+    if args.paired < 0:
+        p.error("--paired: a count of runs, 0 or more")
     n = args.requests or (8 if args.quick else 48)
     max_frames = args.max_frames or (24 if args.quick else 100)
     levels = args.concurrency or ([1, 4] if args.quick else [1, 4, 16, 64])
     overhead_rows = [1, 16, 64]
 
+    load_before = os.getloadavg()[0]
     runtime = build_runtime(args, p)
     requests = workload(n, max_frames=max_frames, runtime=runtime)
-    if not family_bench(runtime.card).overhead:
-        overhead_rows = []  # no stand-ins for this family's executors
-    bar = Bar(n * (1 + 2 * len(levels)) + len(overhead_rows), enabled=not args.no_progress)
+    plain = Runtime.from_card(runtime.card, device=args.device) if args.paired else None
+    plain_requests = requests
+    if args.aligner is not None:
+        requests = with_words(requests)
+    if not family_bench(runtime.card).overhead or args.paired:
+        overhead_rows = []  # no stand-ins for this family's executors; or what is measured is the aligner's cost
+    bar = Bar(n * (1 + 2 * len(levels) * max(1, 2 * args.paired)) + len(overhead_rows), enabled=not args.no_progress)
+    costs: list[dict[str, Any]] = []
     try:
         runtime.submit({**requests[0], "max_frames": 4}).result()  # warm up
+        if plain is not None:
+            plain.submit({**plain_requests[0], "max_frames": 4}).result()
         bar.stage("baseline")
         baseline = run_baseline(runtime, requests, tick=bar.tick)
         scenarios = []
         for level in levels:
             for stream in (True, False):
                 bar.stage(f"concurrency {level}, stream {stream}")
-                s = run_serving(runtime, requests, concurrency=level, stream=stream, tick=bar.tick)
+                if plain is not None:
+                    s, cost = paired(plain, runtime, plain_requests, concurrency=level, stream=stream,
+                                     repeat=args.paired, tick=bar.tick)
+                    costs.append(cost)
+                else:
+                    s = run_serving(runtime, requests, concurrency=level, stream=stream, tick=bar.tick)
                 s["codes_match_baseline"] = all(np.array_equal(a, b) for a, b in zip(s.pop("codes"), baseline["codes"]))
                 s["speedup_vs_baseline"] = s["audio_s_per_s"] / baseline["audio_s_per_s"]
                 s["peak_memory_mb"] = peak_memory_mb(args.device)
@@ -195,8 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bar.close()
         runtime.close()
+        if plain is not None:
+            plain.close()
     baseline.pop("codes")
     print(table(scenarios, baseline))
+    if costs:
+        print(aligner_table(costs, str(args.aligner)))
     reference_dir, python, why = locate(runtime.card.family, args.reference, args.reference_python)
     if reference_dir is None:
         print(f"reference comparison: {why}")
@@ -211,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"bench": "v2.serving", "card": runtime.card.name, "random_weights": args.random_weights,
               "quick": args.quick, "requests": n, "max_frames": max_frames, "machine": machine(args.device),
               "baseline": baseline, "scenarios": scenarios, "engine_overhead": overhead,
-              "reference_comparison": comparison,
+              "reference_comparison": comparison, "aligner": args.aligner, "aligner_cost": costs,
+              "load_avg_1min": {"before": load_before, "after": os.getloadavg()[0]},
               "rtf_note": "RTF = generation time / audio duration, lower is better"}
     if args.plot:
         plot(report, args.plot)
