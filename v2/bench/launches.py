@@ -72,7 +72,7 @@ def _stand_ins(counter: LaunchCounter) -> dict[tuple[Any, str], Any]:
                          layer_norm: ["_add_layer_norm_kernel", "_embed_layer_norm_kernel"],
                          norm_linear: ["_norm_linear_kernel"],
                          grouped_experts: ["_expert_gate_up_kernel", "_expert_down_kernel", "_expert_combine_kernel"],
-                         moe_route: ["_route_kernel"]}
+                         moe_route: ["_route_kernel", "_add_norm_route_kernel"]}
     return {(module, name): _CountedKernel(name.strip("_").removesuffix("_kernel"), counter)
             for module, names in kernels_by_module.items() for name in names}
 

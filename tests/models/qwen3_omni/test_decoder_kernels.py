@@ -1,7 +1,8 @@
 """The thinker's MoE decoder through the Triton kernels (Triton's interpreter on the CPU, float32) equals its torch
 form: a prefill of more than `DECODE_ROWS` rows (each residual add inside the norm after it) and decode steps
-(the input norm inside the q/k/v matmul too), with the MoE blocks through the routing and grouped-expert
-kernels; and the kernels really served (the layers' own norms were not called)."""
+(the input norm inside the q/k/v matmul, the post-attention add and norm inside the routing launch), with the
+MoE blocks through the routing and grouped-expert kernels; and the kernels really served (the layers' own norms
+were not called)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,12 @@ def test_prefill_and_decode_through_the_kernels_equal_the_torch_form(thinker, mo
     want = run()
     norms: list[int] = []
     real_forward = RMSNorm.forward
-    monkeypatch.setattr(RMSNorm, "forward", lambda self, h: norms.append(1) or real_forward(self, h))
+
+    def counted(self: RMSNorm, h: torch.Tensor) -> torch.Tensor:
+        norms.append(1)
+        return real_forward(self, h)
+
+    monkeypatch.setattr(RMSNorm, "forward", counted)
     monkeypatch.setattr(kernels, "FORCE", True)
     got = run()
     assert not norms  # every norm went through the fused kernels

@@ -13,7 +13,8 @@ from v2.models import kernels
 from v2.models.kernels import grouped_experts as ge
 from v2.models.qwen3_omni.config import MoeConfig
 from v2.models.qwen3_omni import moe
-from v2.models.kernels.moe_route import route_fused
+from v2.models.kernels.moe_route import add_norm_route, route_fused
+from v2.models.kernels.rms_norm import add_rms_norm_fused
 from v2.models.qwen3_omni.moe import SparseMoe, route
 
 pytestmark = pytest.mark.skipif(ge.triton is None, reason="needs triton")
@@ -56,6 +57,24 @@ def test_the_routing_kernel_chooses_as_route(renormalise: bool) -> None:
     torch.testing.assert_close(got_w, want_w, atol=1e-6, rtol=1e-6)
     with pytest.raises(ValueError, match="top_k"):
         route_fused(rows, gate, 13, renormalise)
+
+
+@torch.no_grad()
+def test_add_norm_route_is_the_add_the_norm_and_the_routing(monkeypatch) -> None:
+    """A decode row's MoE entry in one launch == add_rms_norm_fused then route_fused (both kernels): the sum and
+    the normed rows bit for bit, the same experts, the weights within float rounding (its router sums in
+    another order)."""
+    monkeypatch.setattr(kernels, "FORCE", True)
+    g = torch.Generator().manual_seed(6)
+    x, delta = torch.randn(5, 40, generator=g), torch.randn(5, 40, generator=g)
+    norm, gate = torch.rand(40, generator=g) + 0.5, torch.randn(10, 40, generator=g) * 0.3
+    s, h, w, e = add_norm_route(x, delta, norm, 1e-6, gate, 3, True)
+    want_s, want_h = add_rms_norm_fused(x, delta, norm, 1e-6)
+    want_w, want_e = route_fused(want_h, gate, 3, True)
+    assert torch.equal(s, want_s) and torch.equal(h, want_h) and torch.equal(e, want_e)
+    torch.testing.assert_close(w, want_w, atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="gate"):
+        add_norm_route(x, delta, norm, 1e-6, gate[:, :8], 3, True)
 
 
 @torch.no_grad()
@@ -123,7 +142,7 @@ def test_the_kernels_compile_for_hopper_without_a_gpu(hopper_compile) -> None:
     """In bf16 at the release's widths (thinker and talker experts; top-8 routing, top-6 with the shared
     expert's gated sum): Triton builds every kernel for sm_90 (the runtime-bounded loops included)."""
     sizes = hopper_compile(COMPILE_FOR_HOPPER)
-    assert len(sizes) == 8 and min(sizes) > 0
+    assert len(sizes) == 10 and min(sizes) > 0
 
 
 COMPILE_FOR_HOPPER = """
@@ -155,5 +174,12 @@ for k, shared in ((8, False), (6, True)):
         "K_PAD": c, "E_PAD": c, "BLOCK_H": c, "RENORM": c},
         constexprs={"H": 2048 if k == 8 else 1024, "K": k, "K_PAD": 8, "E_PAD": 128, "BLOCK_H": mr.BLOCK_H,
                     "RENORM": True})
+    print(len(compile(src, target=target).asm["cubin"]))
+    src = ASTSource(fn=mr._add_norm_route_kernel, signature={
+        "x_ptr": "*bf16", "d_ptr": "*bf16", "nw_ptr": "*bf16", "g_ptr": "*bf16", "s_ptr": "*bf16", "h_ptr": "*bf16",
+        "w_ptr": "*bf16", "e_ptr": "*i64", "num_experts": "i32", "eps": "fp32", "H": c, "H_PAD": c, "K": c,
+        "K_PAD": c, "E_PAD": c, "EB": c, "RENORM": c},
+        constexprs={"H": 2048 if k == 8 else 1024, "H_PAD": 2048 if k == 8 else 1024, "K": k, "K_PAD": 8,
+                    "E_PAD": 128, "EB": mr.EB, "RENORM": True})
     print(len(compile(src, target=target).asm["cubin"]))
 """

@@ -9,8 +9,8 @@ differs from `Qwen3Backbone`: the MLP is `SparseMoe`; RoPE is M-RoPE, so a call 
 [3, B, T] (t, h, w) apart from the cache positions [B, T] (equal for text and audio; they part with images);
 where the Triton kernels run (CUDA, autograd off) and no layer inputs are asked for, `_run_fused`: each
 residual add inside the RMSNorm kernel after it, and for a pass of at most `DECODE_ROWS` rows (a decode step's)
-the input norm inside the q/k/v matmul (`norm_linear`), as `Qwen3Backbone._run_rows` does; the CPU runs the
-layers one by one.
+the input norm inside the q/k/v matmul (`norm_linear`), as `Qwen3Backbone._run_rows` does, and the post-attention
+add and norm inside the MoE block's routing launch (`add_norm_route`); the CPU runs the layers one by one.
 Must not know: token ids, audio, the talker's inputs, sampling, requests, which blocks a request holds.
 """
 
@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from v2.models.kernels import inference_kernels, kernels_on
+from v2.models.kernels.moe_route import add_norm_route
 from v2.models.kernels.norm_linear import norm_linear
 from v2.models.kernels.rms_norm import add_rms_norm_fused, rms_norm_fused
 from v2.models.kv_cache import Cache, CacheView, KVCache
@@ -84,9 +85,10 @@ class MoeDecoder(nn.Module):
         (cache positions, consecutive per row); index: slots [B] or block tables [B, W]; rope_positions
         [3, B, T] (default: `positions` on every component). Returns the final-norm output [B, T, H]."""
         b, t, _ = x.shape
-        if valid is None:
+        if valid is None:  # every row real: the positions stand as given
             valid = torch.ones(b, t, dtype=torch.bool, device=x.device)
-        positions = torch.where(valid, positions, torch.zeros_like(positions))
+        else:
+            positions = torch.where(valid, positions, torch.zeros_like(positions))
         if rope_positions is None:
             rope_positions = text_positions(positions)
         ctx = context_len if context_len is not None else (
@@ -112,7 +114,8 @@ class MoeDecoder(nn.Module):
 
     def _run_fused(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, view: CacheView | None) -> Tensor:
         """The same layers through the kernels: each residual add done by the norm kernel after it; up to
-        `DECODE_ROWS` rows, the input norm and its add inside the q/k/v matmul as well."""
+        `DECODE_ROWS` rows, the input norm and its add inside the q/k/v matmul, and the post-attention add and
+        norm inside the MoE routing launch."""
         b, t, width = x.shape
         layers = list(self.layers)
         if b * t <= DECODE_ROWS and all(layer.self_attn.qkv_proj.bias is None for layer in layers):
@@ -121,8 +124,10 @@ class MoeDecoder(nn.Module):
                 att, norm, post = layer.self_attn, layer.input_layernorm, layer.post_attention_layernorm
                 s, qkv = norm_linear(s, att.qkv_proj.weight, norm.weight, norm.eps, delta=delta)  # [B T, H], [B T, Q]
                 out = att.attend(qkv.view(b, t, -1), cos, sin, mask, i, view)  # [B, T, H]
-                s, h = add_rms_norm_fused(s, out.reshape(b * t, width), post.weight, post.eps)
-                delta = layer.mlp(h)  # [B T, H]
+                moe = layer.mlp
+                s, h, weights, experts = add_norm_route(s, out.reshape(b * t, width), post.weight, post.eps,
+                                                        moe.gate.weight, moe.cfg.top_k, moe.cfg.norm_topk_prob)
+                delta = moe.routed(h, weights, experts)  # [B T, H]
             if delta is None:
                 raise ValueError("MoeDecoder: a stack without layers")
             return add_rms_norm_fused(s, delta, self.norm.weight, self.norm.eps)[1].view(b, t, width)

@@ -90,6 +90,11 @@ class SparseMoe(nn.Module):
         one launch (`route_fused`), the routed experts and their sum in three (`grouped_experts`, which also adds
         the gated shared expert), the shared expert's own matmuls and its gate's."""
         weights, experts = route_fused(rows, self.gate.weight, self.cfg.top_k, self.cfg.norm_topk_prob)
+        return self.routed(rows, weights, experts)
+
+    def routed(self, rows: Tensor, weights: Tensor, experts: Tensor) -> Tensor:
+        """The block after its routing, through the kernels: rows [N, H], weights [N, k] (rows' dtype), experts
+        [N, k] -> [N, H] (a caller that routed with `add_norm_route` comes in here)."""
         shared = z = None
         if self.shared_expert is not None and self.shared_expert_gate is not None:
             shared, z = self.shared_expert(rows), self.shared_expert_gate(rows)  # [N, H], [N, 1]
