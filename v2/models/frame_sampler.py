@@ -4,27 +4,30 @@ A shared building block: every family that draws a frame as G code groups (each 
 settings column, the noise of group g keyed by counter = step * G + g) draws them through it on a CPU.
 
 Owns: `FrameSampler`, the CPU form of a frame's draws for rows that `sampling.fast_rows` marks (top_k in
-1..SORT_WIDTH, or greedy; a vocabulary of at most SORT_WIDTH ids is sorted whole): the settings' per-group
-columns and the seed-and-counter part of the hash made once per frame, then per group a top-(W+1)
-selection, the stable order of the top W, the top-k edge, the top-p prefix (its mass from the same full
-softmax as `process_logits`, so the kept set is the same bit for bit), the Gumbel noise only at the W
-candidates (from the frame's noise when the batch is small, hashed at the candidates when it is large: the
-same values) and the first-index Gumbel-max. The drawn ids equal `sample`'s exactly; logprobs are the same
-log-softmax over the same kept set, summed over the candidates (float rounding, ~1e-7) or, with
-`exact_logprobs`, over the whole vocabulary as `sample` sums it (the same bits).
+1..SORT_WIDTH, or greedy; a vocabulary of at most SORT_WIDTH ids is sorted whole). Per frame, in numpy: the
+settings' per-group columns, the host flags that skip what no row needs, the seed-and-counter part of the
+hash, and the Gumbel noise of every drawn group when the batch is small. Per group: one unsorted
+top-(W+1) selection (torch.topk: on this CPU 4x faster than numpy's argpartition at 1-16 rows), then numpy
+on the W + 1 candidates: the top-k edge from their sorted values, the ties check, the Gumbel-max (the first id
+among the highest scores, which no candidate order changes), the noise only at the candidates (gathered from
+the frame's noise, or hashed there: the same values). Only where an order or the whole vocabulary shapes the
+bits does it take them: the stable order (by value, ties by id) for the top-p prefix and for logprobs summed
+over the W candidates; torch's softmax / log-softmax / cumsum-in-float64 for the top-p mass and the logprobs.
+The drawn ids equal `sample`'s exactly; logprobs are the same log-softmax over the same kept set, summed
+over the candidates in their stable order (float rounding, ~1e-7) or, with `exact_logprobs`, over the whole
+vocabulary as `sample` sums it (the same bits).
 A row whose ties at its k-th value (a greedy row: at its maximum) run past the W candidates makes the
-group fall back to `sample` for the whole batch (the host sees it: one read per group), so every row's
-draw stays its own whatever the batch. A group whose rows are all greedy is the first argmax alone (no
-candidates, no noise). Per group, `raw_greedy_logprobs` makes a greedy row report the log-softmax of the
-logits it was given (temperature 1: what a greedy reference's scores give) instead of the point mass's 0.
+group fall back to `sample` for the whole batch (the host sees it), so every row's draw stays its own
+whatever the batch. A group whose rows are all greedy is the first argmax alone (no candidates, no noise).
+Per group, `raw_greedy_logprobs` makes a greedy row report the log-softmax of the logits it was given
+(temperature 1: what a greedy reference's scores give) instead of the point mass's 0.
 Must not know: the model, which family's groups these are, requests, the runtime; where a kernel would serve
-(the caller picks this on CPU).
+(the caller picks this on CPU; the sampler takes CPU tensors only).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -35,7 +38,7 @@ from v2.models.sampling import gumbel_noise, sample
 from v2.sampling_settings import MIN_TEMPERATURE, SORT_WIDTH
 
 FRAME_NOISE_MAX = 1 << 16  # rows x groups x vocabulary up to which the frame's noise is made whole
-SELECT_ROWS = 4  # rows from which the candidates come from numpy's argpartition instead of torch.topk
+_INF = np.float32(np.inf)
 
 
 class GroupSettings(Protocol):
@@ -66,10 +69,19 @@ def _finish(h: np.ndarray, n_words: int) -> np.ndarray:
     return h ^ (h >> 16)
 
 
-def _gumbel(h: np.ndarray) -> Tensor:
-    """As `sampling.gumbel_from_hash` (the uniform is exact in float32; the logs are torch's, so the same bits)."""
+def _gumbel(h: np.ndarray) -> np.ndarray:
+    """As `sampling.gumbel_from_hash`: the uniform is exact in float32, the logs are torch's (in place, so the
+    same bits) and the negations numpy's (exact)."""
     u = ((h >> 9).astype(np.float32) + np.float32(0.5)) * np.float32(1.0 / (1 << 23))
-    return -torch.log(-torch.log(torch.from_numpy(u)))
+    t = torch.from_numpy(u).log_()
+    np.negative(u, out=u)
+    t.log_()
+    return np.negative(u, out=u)
+
+
+def _flags(per_group: np.ndarray | np.bool_) -> list[bool]:
+    """A [G] bool array as host flags."""
+    return [bool(x) for x in np.asarray(per_group)]
 
 
 @functools.lru_cache(maxsize=8)
@@ -98,41 +110,44 @@ class FrameSampler:
         raw = [False] * g if raw_greedy_logprobs is None else list(raw_greedy_logprobs)
         if len(raw) != g:
             raise ValueError(f"FrameSampler: raw_greedy_logprobs has {len(raw)} flags for {g} groups")
+        if steps.device.type != "cpu":
+            raise ValueError(f"FrameSampler: steps on {steps.device}; the host sampler takes CPU tensors")
         self.sampling, self.steps, self.vocabs, self.exact_logprobs = s, steps, list(vocabs), exact_logprobs
         self.raw_greedy = raw
-        drawn = list(range(g)) if groups is None else list(groups)
-        self.greedy = s.temperature < MIN_TEMPERATURE                                     # [B, G]
-        self.divisor = torch.where(self.greedy, torch.ones_like(s.temperature), s.temperature)
-        widths = torch.tensor(self.vocabs, device=steps.device)                           # [G]
-        self.no_k = ~((s.top_k > 0) & (s.top_k < widths))                                # [B, G]
-        self.kth_index = torch.minimum(s.top_k.clamp(min=1), widths.clamp(max=SORT_WIDTH)) - 1  # [B, G]
-        self.p_off = s.top_p >= 1                                                         # [B, G]
-        self.counters = steps[:, None] * g + torch.arange(g, device=steps.device)        # [B, G]
+        temperature, top_k, top_p = s.temperature.numpy(), s.top_k.numpy(), s.top_p.numpy()          # [B, G]
+        greedy = temperature < np.float32(MIN_TEMPERATURE)
+        divisor = np.where(greedy, np.ones_like(temperature), temperature)
+        widths = np.array(self.vocabs, dtype=np.int64)                                               # [G]
+        no_k = ~((top_k > 0) & (top_k < widths))
+        kth_index = np.minimum(np.maximum(top_k, 1), np.minimum(widths, SORT_WIDTH)) - 1            # [B, G]
+        p_off = top_p >= 1
+        self.counters = steps.numpy()[:, None] * g + np.arange(g)                                    # [B, G] int64
         seed = s.seed.numpy()
         h = _fold(_fold(np.zeros(seed.shape, np.uint32), _word(seed.astype(np.uint32))),
-                  _word((seed >> 32).astype(np.uint32)))                                  # [B]
-        self.state = _fold(h[:, None], _word(self.counters.numpy().astype(np.uint32)))   # [B, G] uint32
-        # which groups have any greedy row, only greedy rows, any row without top-k, any row with top-p (one read)
-        self.any_greedy, self.all_greedy, self.any_no_k, self.any_p = torch.stack(
-            [self.greedy.any(0), self.greedy.all(0), self.no_k.any(0), (~self.p_off).any(0)]).tolist()
-        # each group's [B, 1] column of the settings, as views made at once (a draw reads its own)
+                  _word((seed >> 32).astype(np.uint32)))                                             # [B]
+        self.state = _fold(h[:, None], _word(self.counters.astype(np.uint32)))                      # [B, G] uint32
+        # which groups have any greedy row, only greedy rows, any row without top-k, any row with top-p
+        self.any_greedy, self.all_greedy = _flags(greedy.any(0)), _flags(greedy.all(0))
+        self.any_no_k, self.any_p = _flags(no_k.any(0)), _flags((~p_off).any(0))
+        # each group's [B, 1] settings column (a draw reads its own); the k-th value's place in the W + 1
+        # candidates' ascending values
         self._divisor, self._kth_index, self._no_k, self._greedy, self._top_p, self._p_off = (
-            t.t()[..., None].unbind(0) for t in (self.divisor, self.kth_index, self.no_k, self.greedy, s.top_p,
-                                                 self.p_off))
-        self.noise: Tensor | None = None
-        drawn = [grp for grp in drawn if not self.all_greedy[grp]]  # the groups that need noise
-        self._noise_of: dict[int, Tensor] = {}
+            list(np.moveaxis(a, 1, 0)[..., None]) for a in (divisor, kth_index, no_k, greedy, top_p, p_off))
+        self._kth_up = list(np.moveaxis(SORT_WIDTH - kth_index, 1, 0)[..., None])
+        self._rows = np.arange(steps.shape[0])[:, None]                                              # [B, 1]
+        self.noise: np.ndarray | None = None
+        drawn = [grp for grp in (range(g) if groups is None else groups) if not self.all_greedy[grp]]
+        self._noise_of: dict[int, np.ndarray] = {}
         width = max((self.vocabs[grp] for grp in drawn), default=0)
         if drawn and steps.shape[0] * len(drawn) * width <= FRAME_NOISE_MAX:  # small batch: the frame's noise at once
             self.noise = _gumbel(_finish(_fold(self.state[:, drawn, None], _token_words(width)), 4))  # [B, D, V]
-            self._noise_of = dict(zip(drawn, self.noise.unbind(1)))  # group -> [B, V]
+            self._noise_of = dict(zip(drawn, np.moveaxis(self.noise, 1, 0)))  # group -> [B, V]
 
-    def _noise_at(self, grp: int, ids: Tensor) -> Tensor:
+    def _noise_at(self, grp: int, ids: np.ndarray) -> np.ndarray:
         """Gumbel noise of group grp at token ids [B, W]."""
         if self.noise is not None:
-            return self._noise_of[grp].gather(1, ids)
-        k = _token_words(self.vocabs[grp])[ids.numpy()]  # [B, W]
-        return _gumbel(_finish(_fold(self.state[:, grp, None], k), 4))
+            return self._noise_of[grp][self._rows, ids]
+        return _gumbel(_finish(_fold(self.state[:, grp, None], _token_words(self.vocabs[grp])[ids]), 4))
 
     def draw(self, grp: int, logits: Tensor) -> tuple[Tensor, Tensor]:
         """logits [B, V] of group grp (after any penalty and masks) -> token ids [B] and their logprobs [B]."""
@@ -144,82 +159,71 @@ class FrameSampler:
             picked = logits.argmax(dim=-1, keepdim=True)                                   # [B, 1]
             if self.raw_greedy[grp]:
                 return picked[:, 0], torch.log_softmax(logits, dim=-1).gather(1, picked)[:, 0]
-            return picked[:, 0], torch.zeros(picked.shape[0], device=logits.device)
-        width = min(SORT_WIDTH, v)
-        z = logits / self._divisor[grp]                                            # [B, V]
-        # the top W + 1 in no order (topk's own sort costs more than the rest of the draw at one row), then by
-        # value, ties by id: the first W are the candidates (a tie at the W-th value picks other ids than a sorted
-        # topk only where that value is below the drawable edge: never drawn, never in a logprob) and the last
-        # is the value the ties check reads
-        if width < v:
-            order_all, sorted_all = _candidates(z, width + 1)                              # [B, W + 1]
-            order, sorted_z = order_all[:, :width], sorted_all[:, :width]                 # [B, W] stable order
-        else:  # the whole vocabulary: its ids are already ascending, so the stable order is z's own
-            sorted_z, order = z.sort(dim=-1, descending=True, stable=True)                 # [B, V]
-            sorted_all = sorted_z
-        kth = sorted_z.gather(1, self._kth_index[grp])                            # [B, 1]
+            return picked[:, 0], torch.zeros(picked.shape[0])
+        zn = logits.detach().numpy() / self._divisor[grp]                                  # [B, V]
+        z = torch.from_numpy(zn)
+        # the order only where it shapes the bits: the top-p prefix, a logprob summed over the candidates
+        ordered = v <= SORT_WIDTH or self.any_p[grp] or not self.exact_logprobs
+        last: np.ndarray | None = None  # the (W + 1)-th value, which the ties check reads
+        rows = self._rows                                                                    # [B, 1]
+        if v <= SORT_WIDTH:  # the whole vocabulary in stable order (-x is exact; ties keep the id order)
+            ids = np.argsort(-zn, axis=-1, kind="stable")                                    # [B, V]
+            vals = zn[rows, ids]
+            kth, top1 = vals[rows, self._kth_index[grp]], vals[:, :1]                        # [B, 1]
+        else:  # the top W + 1 in no order
+            top = torch.topk(z, SORT_WIDTH + 1, dim=-1, sorted=False)
+            ids, vals = top.indices.numpy(), top.values.numpy()                              # [B, W + 1]
+            if ordered:  # by value, ties by id: the first W are the candidates (ties at the W-th value past
+                # the drawable edge never drawn, never in a logprob)
+                by_id = ids.argsort(axis=-1)
+                ids, vals = ids[rows, by_id], vals[rows, by_id]
+                by_value = (-vals).argsort(axis=-1, kind="stable")
+                ids, vals = ids[rows, by_value], vals[rows, by_value]
+                ids, vals, last = ids[:, :SORT_WIDTH], vals[:, :SORT_WIDTH], vals[:, SORT_WIDTH:]
+                kth, top1 = vals[rows, self._kth_index[grp]], vals[:, :1]
+            else:  # the edge and the k-th value from the sorted values alone
+                ascending = np.sort(vals, axis=-1)
+                kth, last, top1 = ascending[rows, self._kth_up[grp]], ascending[:, :1], ascending[:, SORT_WIDTH:]
         if self.any_no_k[grp]:
-            kth = kth.masked_fill(self._no_k[grp], -math.inf)
-        greedy = self._greedy[grp]                                                          # [B, 1]
-        edge = torch.where(greedy, sorted_z[:, :1], kth) if self.any_greedy[grp] else kth  # lowest drawable value
-        if width < v and bool((sorted_all[:, width:] >= edge).any()):
+            kth = np.where(self._no_k[grp], -_INF, kth)
+        greedy = self._greedy[grp]                                                           # [B, 1]
+        edge = np.where(greedy, top1, kth) if self.any_greedy[grp] else kth  # lowest drawable value
+        if last is not None and bool((last >= edge).any()):
             return self._fallback(grp, logits)  # ties at that value past the candidates
-        kept = sorted_z >= kth                                                             # top-k, [B, W]
-        if self.any_p[grp]:
-            probs = torch.softmax(z.masked_fill(z < kth, -math.inf), dim=-1)  # as process_logits: the same bits
-            sorted_p = probs.gather(1, order)
-            before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+        kept = vals >= kth                                                                   # top-k
+        if self.any_p[grp]:  # the top-k distribution over the whole vocabulary, as process_logits makes it
+            topk_z = torch.full_like(z, -np.inf).scatter_(1, torch.from_numpy(ids),
+                                                          torch.from_numpy(np.where(kept, vals, -_INF)))
+            sorted_p = torch.softmax(topk_z, dim=-1).numpy()[rows, ids]
+            before = np.cumsum(sorted_p, axis=-1, dtype=np.float64).astype(np.float32) - sorted_p  # torch's cumsum
             keep = (before < self._top_p[grp]) | self._p_off[grp]
             keep[:, 0] = True
-            kept = kept & keep
-        zc = torch.where(kept, sorted_z, -math.inf)                                        # [B, W] processed
-        if self.any_greedy[grp]:
-            zc = torch.where(greedy, _point(width, z.device), zc)  # greedy: the first argmax alone
-        score = zc + self._noise_at(grp, order)
-        first = torch.where(score == score.amax(dim=-1, keepdim=True), order, v).argmin(dim=-1, keepdim=True)
-        picked = order.gather(1, first)                                                    # [B, 1]
+            kept &= keep
+        zc = np.where(kept, vals, -_INF)                                                     # processed
+        score = zc + self._noise_at(grp, ids)
+        first = np.where(score == score.max(axis=-1, keepdims=True), ids, v).argmin(axis=-1)  # [B] place
+        if self.any_greedy[grp]:  # the first argmax alone
+            first = np.where(greedy[:, 0], np.where(vals == top1, ids, v).argmin(axis=-1), first)
+        picked = ids[rows[:, 0], first]                                                      # [B]
         if self.exact_logprobs:  # the processed logits over the whole vocabulary, as `sample` normalises them
-            whole = torch.full_like(z, -math.inf).scatter_(1, order, zc)                   # [B, V]
-            lp = torch.log_softmax(whole, dim=-1).gather(1, picked)[:, 0]
+            whole = torch.full_like(z, -np.inf).scatter_(1, torch.from_numpy(ids), torch.from_numpy(zc))
+            lp = torch.log_softmax(whole, dim=-1).numpy()[rows[:, 0], picked]
         else:
-            lp = torch.log_softmax(zc, dim=-1).gather(1, first)[:, 0]
-        return picked[:, 0], self._greedy_raw(grp, logits, picked[:, 0], lp)
+            lp = torch.log_softmax(torch.from_numpy(zc), dim=-1).numpy()[rows[:, 0], first]
+        if self.any_greedy[grp]:  # the point mass's 0
+            lp = np.where(greedy[:, 0], np.float32(0), lp)
+        ids_t = torch.from_numpy(picked)
+        return ids_t, self._greedy_raw(grp, logits, ids_t, torch.from_numpy(lp))
 
     def _greedy_raw(self, grp: int, logits: Tensor, ids: Tensor, lp: Tensor) -> Tensor:
         """lp [B], with the greedy rows' logprobs under the raw logits where the group asks for them."""
         if not (self.raw_greedy[grp] and self.any_greedy[grp]):
             return lp
         raw = torch.log_softmax(logits, dim=-1).gather(1, ids[:, None])[:, 0]
-        return torch.where(self.greedy[:, grp], raw, lp)
+        return torch.where(torch.from_numpy(self._greedy[grp][:, 0]), raw, lp)
 
     def _fallback(self, grp: int, logits: Tensor) -> tuple[Tensor, Tensor]:
         s = self.sampling
-        noise = gumbel_noise(s.seed, self.counters[:, grp], logits.shape[-1])
+        noise = gumbel_noise(s.seed, torch.from_numpy(self.counters[:, grp]), logits.shape[-1])
         ids, lp = sample(logits, s.temperature[:, grp], s.top_k[:, grp], s.top_p[:, grp], noise, full=False)
         return ids, self._greedy_raw(grp, logits, ids, lp)
-
-
-def _candidates(z: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The k largest of each row of z [B, V] (k < V) by value, ties by id: ids [B, k] int64 and their values [B, k]
-    (which of several ids tied at the k-th value is not promised). The order is made by sorting the ids, then a
-    stable descending sort by value. Below SELECT_ROWS rows (or off the CPU) the k come from torch.topk, unsorted;
-    from SELECT_ROWS rows on the CPU from numpy's introselect (at 16 rows of 2,048 ids 55 us against topk's 180),
-    and the sorts are numpy's too (a float32 array's values compared as torch compares them; ties keep the id
-    order)."""
-    if z.shape[0] < SELECT_ROWS or z.device.type != "cpu":
-        top = torch.topk(z, k, dim=-1, sorted=False)                                       # [B, k] in no order
-        ids, perm = top.indices.sort(dim=-1)                                               # ids ascending
-        sorted_all, by_value = top.values.gather(1, perm).sort(dim=-1, descending=True, stable=True)
-        return ids.gather(1, by_value), sorted_all
-    zn = z.detach().numpy()
-    ids_n = np.sort(np.argpartition(zn, zn.shape[-1] - k, axis=-1)[:, zn.shape[-1] - k:], axis=-1)  # [B, k] ascending
-    values = np.take_along_axis(zn, ids_n, -1)
-    by_n = np.argsort(-values, axis=-1, kind="stable")  # descending, ties in id order (-x is exact)
-    order = np.take_along_axis(ids_n, by_n, -1).astype(np.int64, copy=False)
-    return torch.from_numpy(order), torch.from_numpy(np.take_along_axis(values, by_n, -1))
-
-
-@functools.lru_cache(maxsize=8)
-def _point(width: int, device: torch.device) -> Tensor:
-    """[1, width]: 0 at the first candidate, -inf elsewhere (a greedy row's processed logits)."""
-    return torch.full((1, width), -math.inf, device=device).index_fill_(1, torch.tensor([0], device=device), 0.0)
