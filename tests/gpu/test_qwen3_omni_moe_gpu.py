@@ -113,3 +113,28 @@ def test_the_routing_kernel_picks_the_torch_forms_experts(part: str) -> None:
     same = (e == want_e).all(1)
     assert same.float().mean() >= 0.99
     torch.testing.assert_close(w[same], want_w[same], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("part", ["thinker", "talker"])
+@torch.no_grad()
+def test_add_norm_route_is_the_add_the_norm_and_the_routing(part: str) -> None:
+    """A decode row's MoE entry (the decoder's post-attention add + RMSNorm + the routing, one launch) == the
+    add + norm kernel then the routing kernel, bf16, 64 rows: the sum bit for bit, the normed rows with the same
+    roundings (>= 99% of them equal: the compiler may lay the sum of squares out otherwise), the experts on >= 95%
+    of rows (its router sums in another order), the weights within 1e-2."""
+    from v2.models.kernels.moe_route import add_norm_route
+    from v2.models.kernels.rms_norm import add_rms_norm_fused
+
+    m = _block(part, torch.bfloat16)
+    h = m.cfg.hidden_size
+    x, delta = _rows(64, h, torch.bfloat16, seed=4), _rows(64, h, torch.bfloat16, seed=5)
+    norm = (torch.rand(h, device="cuda") + 0.5).bfloat16()
+    s, normed, w, e = add_norm_route(x, delta, norm, 1e-6, m.gate.weight, m.cfg.top_k, True)
+    want_s, want_h = add_rms_norm_fused(x, delta, norm, 1e-6)
+    want_w, want_e = route_fused(want_h, m.gate.weight, m.cfg.top_k, True)
+    assert torch.equal(s, want_s)
+    torch.testing.assert_close(normed.float(), want_h.float(), atol=1e-2, rtol=1e-2)
+    assert (normed == want_h).float().mean() >= 0.99  # the same roundings; the norm's sum may order otherwise
+    same = (e == want_e).all(1)
+    assert same.float().mean() >= 0.95
+    torch.testing.assert_close(w[same].float(), want_w[same].float(), atol=1e-2, rtol=1e-2)
