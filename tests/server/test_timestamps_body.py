@@ -175,3 +175,32 @@ def test_the_captioned_path_body():
         with pytest.raises(ApiError) as e:
             speech_body({"input": "Hi.", **bad})
         assert e.value.param == param
+
+
+def test_a_cancel_aligns_the_sentences_whose_audio_went_out_but_whose_words_had_not_come():
+    from v2.runtime.handles import SegmentMark
+    from v2.server.ws_speak import late_words
+
+    hop, rate = 10, 1000  # a frame is 10 ms
+    marks = [SegmentMark(0, 0, 5, 0, 10, "stop"), SegmentMark(1, 5, 10, 10, 20, "stop"),
+             SegmentMark(2, 10, 17, 20, 30, "stop"), SegmentMark(3, 17, 20, 30)]
+    calls: list[tuple[int, str]] = []
+
+    class Aligner:
+        def align(self, audio: np.ndarray, sample_rate: int, text: str, language: Any = None) -> list[WordTime]:
+            calls.append((audio.shape[1], text))
+            if text.strip() == "bad":
+                raise ValueError("text: no words")
+            return [WordTime(text.strip(), 0.01, 0.05)]
+
+    out = SimpleNamespace(kept=[np.zeros((1, 200), np.float32), np.zeros((1, 200), np.float32)], hop=hop,
+                          native_rate=rate, sent_s=0.25, c=SimpleNamespace(params=SimpleNamespace(language=None)))
+    handle = SimpleNamespace(events=lambda: [AddedEvent("aligner", 0, sentence(0, 0.05))], marks=lambda: marks)
+    u = SimpleNamespace(out=out, handle=handle, text="zero one  two three")
+    late = late_words(Aligner(), u)
+    # sentence 0 is aligned by the loop; 2 ends at 0.30 s, past the 0.25 s sent; 3 has not ended
+    assert calls == [(100, "one  ")]
+    assert late == [SentenceWords(1, 5, 10, (WordTime("one", 0.01 + 0.1, 0.05 + 0.1),))]
+    u.text = "zero bad   two three"
+    assert late_words(Aligner(), u) == []  # the aligner refuses it: left out
+    assert late_words(Aligner(), SimpleNamespace(out=None)) == []

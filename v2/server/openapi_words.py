@@ -113,8 +113,8 @@ def stream_messages(spec: dict[str, Any], components: dict[str, Any], aligner: b
         "in milliseconds from its start (optional; another value is refused naming it and nothing is cancelled)"}
     ack = components["StreamInputCancelled"]
     ack["properties"]["words_sent"] = {**WORDS, "description": "the words whose audio was sent, of the sentences "
-                                       "aligned by then (a sentence is aligned once its audio is whole, a step or "
-                                       "two after: a sentence cut by the cancel, or just ended, is not listed); " + _ACK_WORDS}
+                                       "aligned (once its audio is whole; one whose words had not come yet is "
+                                       "aligned at the cancel; a sentence cut by the cancel is not listed); " + _ACK_WORDS}
     ack["properties"]["words_heard"] = {**WORDS, "description": "of `words_sent`, those that end at most `played_ms`"
                                         " into the utterance's audio (all of them without `played_ms`); "
                                         + _ACK_WORDS}

@@ -26,9 +26,9 @@ import numpy as np
 from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
-from v2.events import SentenceWords
+from v2.events import SentenceWords, WordTime
 from v2.server import audio
-from v2.server.timestamps import EVENT, sentence_json
+from v2.server.timestamps import EVENT, sentence_json, sentences
 from v2.server.ws_config import Config
 
 
@@ -122,8 +122,11 @@ class Sentences:
         self.encoder: audio.Encoder | None = None
         self.sent = 0            # frames whose audio has gone out (a barge-in's words sent end within them)
         self.held: list[SentenceWords] = []  # aligned sentences whose `speech.timestamps` waits for their audio.done
+        self.kept: list[np.ndarray] = []     # the audio so far, where the runtime has an aligner (a cancel's words)
 
     async def chunk(self, samples: np.ndarray) -> None:
+        if self.c.aligner:
+            self.kept.append(samples)
         hop = self.hop
         n, pos = samples.shape[1] // hop, 0
         while pos < n:
@@ -205,6 +208,30 @@ class Sentences:
         while self.held and (every or self.held[0].index < self.count and self.held[0].index != self.current):
             s = self.held.pop(0)
             await self.send({"type": EVENT, "utterance_index": self.u.index, **sentence_json(s)}, self.u)
+
+
+def late_words(runtime: Any, u: Utterance) -> list[SentenceWords]:
+    """The words of each sentence whose audio went out whole but whose words had not come when the utterance was
+    cancelled (its aligner loop ends with it): aligned here (`runtime.align`, in the caller's thread, a worker's),
+    times from the utterance's start as the loop gives them. A sentence the aligner refuses is left out."""
+    out = u.out
+    if out is None or not out.kept:
+        return []
+    have = {s.index for s in sentences(u.handle.events())}
+    audio = np.concatenate(out.kept, axis=1)  # [channels, samples] of the utterance so far
+    late = []
+    for m in u.handle.marks():
+        if m.index in have or m.frame_end is None or m.frame_end * out.hop > out.sent_s * out.native_rate + 0.5:
+            continue
+        start = m.frame_start * out.hop / out.native_rate
+        try:
+            words = runtime.align(audio[:, m.frame_start * out.hop:m.frame_end * out.hop], out.native_rate,
+                                  u.text[m.text_start:m.text_end], language=out.c.params.language)
+        except (ValueError, RuntimeError):
+            continue
+        late.append(SentenceWords(m.index, m.text_start, m.text_end,
+                                  tuple(WordTime(w.word, w.start + start, w.end + start) for w in words)))
+    return late
 
 
 def cancelled_events(u: Utterance) -> list[dict[str, Any]]:

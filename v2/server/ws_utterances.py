@@ -31,7 +31,7 @@ from v2.server.streaming import GOOD_ENDINGS
 from v2.server.timestamps import PLAYED, heard, merged, played_ok, sentences
 from v2.server.ws_config import Config
 from v2.server.ws_omni_words import OmniSentences
-from v2.server.ws_speak import Cancelled, Gone, Outbox, Sentences, Utterance, cancelled_events
+from v2.server.ws_speak import Cancelled, Gone, Outbox, Sentences, Utterance, cancelled_events, late_words
 
 log = logging.getLogger("v2.server")
 
@@ -236,12 +236,11 @@ class Speaker:
         are freed at the engine's next step), nothing more of it is sent, and its closing events and the
         acknowledgement go out at once: `audio.done` of the open sentence and `session.done`, both
         `"cancelled": true`, then `input.cancelled`. With none under way: only `input.cancelled`,
-        `"cancelled": false`. `played_ms`: the audio the client played; where the runtime has an aligner, the
-        acknowledgement lists the words sent and, of them, those heard (timestamps.py `heard`)."""
+        `"cancelled": false`. `played_ms`: the audio the client played; with an aligner, the acknowledgement lists
+        the words sent and, of them, those heard (timestamps.py `heard`; ws_speak.py `late_words`)."""
         if not played_ok(played_ms):
             await self.out.error(PLAYED, "played_ms")
             return
-        aligner = self.config is not None and self.config.aligner
         u = self.utterance
         if u is None or not u.begun:
             await self.out.send({"type": "input.cancelled", "utterance_index": None, "cancelled": False})
@@ -251,13 +250,17 @@ class Speaker:
         self.utterance = None
         if self.finishing is u.sender:
             self.finishing = None
+        aligner = self.config is not None and self.config.aligner  # + sentences ended, not yet aligned (aligned here)
+        late = await anyio.to_thread.run_sync(late_words, self.st.runtime, u) if aligner else []
+
         def events() -> list[dict[str, Any]]:  # once any send of its under way has gone: after its last byte
             closing = cancelled_events(u)
             if not closing:  # its session.done went out just before: there was nothing left to cancel
                 return [{"type": "input.cancelled", "utterance_index": None, "cancelled": False}]
             ack: dict[str, Any] = {"type": "input.cancelled", "utterance_index": u.index, "cancelled": True}
-            if aligner:  # the words sent, and heard: of the aligned sentences, those whose audio went out
-                ack.update(heard(sentences(u.handle.events()), 0.0 if u.out is None else u.out.sent_s, played_ms))
+            if aligner:  # the words sent and heard, of the sentences aligned (the loop's where it has them)
+                spans = sorted({s.index: s for s in [*late, *sentences(u.handle.events())]}.items())
+                ack.update(heard([s for _, s in spans], 0.0 if u.out is None else u.out.sent_s, played_ms))
             return [*closing, ack]
 
         await self.out.send_all(events)
