@@ -86,7 +86,7 @@ class ChatRuntime:
         self.gate.set()
 
     def _run(self, handle: SpeechHandle, fields: dict[str, Any]) -> None:
-        last = fields["messages"][-1]["content"]
+        last = fields["messages"][-1].get("content")
         key = zlib.crc32(repr(last).encode()) ^ int(fields.get("seed", 0))
         rng = np.random.default_rng(key)
         limit = fields.get("max_tokens") or self.reply_words

@@ -184,13 +184,15 @@ def test_the_cards_refusals_name_the_parameter_sent(live, extra, param):
 def test_the_published_body_allows_what_is_taken_and_forbids_what_is_refused(live):
     body = {"$ref": "#/components/schemas/ChatBody"}
     taken = [{"model": MODEL, "messages": HELLO}, {"model": MODEL, "messages": HELLO, "seed": 3, **SPOKEN},
+             {"model": MODEL, "messages": HELLO, "temperature": 0}, {"model": MODEL, "messages": HELLO, "temperature": 0.7},
              {"model": MODEL, "messages": HELLO, "max_completion_tokens": 4, "stream": True,
               "stream_options": {"include_usage": True}}]
     for value in taken:
         _valid(live.spec, body, value)
     refused = [{"modalities": ["text", "audio"]}, {"modalities": ["audio"], **{"audio": SPOKEN["audio"]}},
                {"modalities": ["text", "text"]}, {"max_tokens": 3, "max_completion_tokens": 3}, {"seed": -1},
-               {"audio": {"voice": "alloy", "format": "wav"}}, {"n": 2}, {"tools": []}]
+               {"audio": {"voice": "alloy", "format": "wav"}}, {"n": 2}, {"tools": []}, {"temperature": 0.1},
+               {"temperature": 2.5}]
     for extra in refused:
         with pytest.raises(jsonschema.ValidationError):
             _valid(live.spec, body, {"model": MODEL, "messages": HELLO, **extra})

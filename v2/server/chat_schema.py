@@ -22,7 +22,7 @@ from typing import Annotated, Any, Iterable, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from v2.errors import explain_unknown
-from v2.fields import INT64_MAX
+from v2.fields import INT64_MAX, TEMPERATURE_MIN
 from v2.server.errors import ApiError
 
 CHAT = "/v1/chat/completions"
@@ -110,7 +110,10 @@ class ChatBody(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=INT64_MAX, description="the reply's text tokens at most")
     max_completion_tokens: int | None = Field(None, ge=1, le=INT64_MAX, description="max_tokens' newer name (give "
                                               "one of the two)")
-    temperature: float | None = Field(None, ge=0.0, le=2.0, description="0: greedy (the model's default)")
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description=f"0: greedy (the model's default); else "
+                                      f"{TEMPERATURE_MIN} to 2", json_schema_extra={"anyOf": [
+                                          {"type": "null"}, {"const": 0},
+                                          {"type": "number", "minimum": TEMPERATURE_MIN, "maximum": 2.0}]})
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     seed: int | None = Field(None, ge=0, le=INT64_MAX,
                              description="the same seed and body give the same answer, streamed or not")
@@ -229,6 +232,9 @@ def plan_chat(body: ChatBody, messages: list[dict[str, Any]], model_names: tuple
         raise ApiError(400, 'audio: give {"voice", "format"} with modalities "audio"', param="audio",
                        code="invalid_value")
     voice = None if body.audio is None else _speaker(body.audio.voice, speakers)  # checked wherever given
+    if body.temperature is not None and 0 < body.temperature < TEMPERATURE_MIN:
+        raise ApiError(400, f"temperature: 0 (greedy) or from {TEMPERATURE_MIN} to 2, got {body.temperature}",
+                       param="temperature", code="invalid_value")
     if body.n not in (None, 1):
         raise ApiError(400, "n: one choice only", param="n", code="unsupported_value")
     caps = {body.max_tokens, body.max_completion_tokens} - {None}
