@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,18 @@ HELLO = [{"role": "system", "content": "Be brief."}, {"role": "user", "content":
 SPOKEN: dict[str, Any] = {"modalities": ["text", "audio"], "audio": {"voice": "Chelsie", "format": "wav"}}
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory):
+def card_copy(folder: Path, frames: int) -> str:
+    """The card with its talker's frame cap set to `frames`."""
     text = (ROOT / "cards" / f"{CARD}.toml").read_text()
     assert "max_frames = 256               # 20.5 s of audio" in text
-    card = tmp_path_factory.mktemp("card") / f"{CARD}.toml"
-    card.write_text(text.replace("max_frames = 256               # 20.5 s", f"max_frames = {FRAMES}  #"))
-    with Runtime.from_card(str(card), device="cpu") as runtime:
+    card = folder / f"{CARD}.toml"
+    card.write_text(text.replace("max_frames = 256               # 20.5 s", f"max_frames = {frames}  #"))
+    return str(card)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    with Runtime.from_card(card_copy(tmp_path_factory.mktemp("card"), FRAMES), device="cpu") as runtime:
         with LiveServer(runtime, ServerConfig.for_card(CARD)) as server:
             server.runtime = runtime
             yield server
@@ -116,3 +122,23 @@ def test_the_speech_routes_name_chat_completions(live):
     assert r.status_code == 404 and "/v1/chat/completions" in r.json()["error"]["message"]
     spec = httpx.get(live.url + "/openapi.json", timeout=60)
     assert spec.status_code == 200 and "/v1/chat/completions" in spec.json()["paths"]
+
+
+def test_a_client_that_leaves_frees_everything_its_request_held(tmp_path):
+    """A reply of up to 4,000 frames (minutes on this CPU): the client reads its first audio and leaves; the
+    runtime holds nothing well before the reply could have ended, and the request is counted as aborted."""
+    with Runtime.from_card(card_copy(tmp_path, 4000), device="cpu") as runtime:
+        with LiveServer(runtime, ServerConfig.for_card(CARD)) as server:
+            body = {"model": CARD, "messages": HELLO, "stream": True, "max_tokens": 200, **SPOKEN}
+            with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=300) as r:
+                assert next(line for line in r.iter_lines() if '"data"' in line)  # the first audio
+            deadline = time.monotonic() + 60
+            while busy(runtime.stats()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not busy(runtime.stats()), runtime.stats()
+            metrics = httpx.get(server.url + "/metrics", timeout=60).text
+    assert 'v2_requests_total{finish_reason="abort"} 1.0' in metrics
+
+
+def busy(stats: dict[str, Any]) -> bool:
+    return bool(stats["running"] or stats["waiting"] or any(v for k, v in stats.items() if k.endswith("_in_use")))
