@@ -96,6 +96,15 @@ def test_text_only_runs_the_thinker_alone(live):
         answer.choices[0].message.content
 
 
+def test_a_conversation_is_answered_as_the_runtime_answers_it(live):
+    messages = [*HELLO, {"role": "assistant", "content": "I am a model."}, {"role": "user", "content": "Again?"}]
+    answer = client(live).chat.completions.create(model=CARD, messages=messages, seed=6, max_tokens=5)
+    own = live.runtime.submit({"messages": messages, "modalities": ["text"], "seed": 6,
+                               "max_tokens": 5}).result(timeout=300)
+    assert answer.choices[0].message.content == own.text
+    assert answer.usage.prompt_tokens == own.metrics.prompt_rows and answer.usage.completion_tokens == len(own.text_ids)
+
+
 def test_a_turn_carrying_audio(live):
     wav = io.BytesIO()
     t = np.arange(8000) / 16000
