@@ -134,7 +134,8 @@ def compare(reference: Path, python: str, *, frames: int = 32, batch: int = 16, 
     for key in keys:
         n = kit.side_rows(key)
         made = sum(c.shape[0] for _, c, _ in out[key])
-        row: dict[str, Any] = {"side": key, "rows": n, "frames": made, "text_tokens": sum(len(t) for t, _, _ in out[key]),
+        row: dict[str, Any] = {"side": key, "rows": n, "frames": made,
+                               "text_tokens": sum(len(t) for t, _, _ in out[key]),
                                "wall_s_median": statistics.median(walls[key]), "wall_s_min": min(walls[key]),
                                "ms_per_row_frame_median": statistics.median(walls[key]) / max(made, 1) * 1e3}
         if key.startswith("runtime"):
@@ -147,7 +148,8 @@ def compare(reference: Path, python: str, *, frames: int = 32, batch: int = 16, 
         "codes": {"greedy_runtime_1_equals_reference_1": equal(out["runtime_1"], out["reference_1"]),
                   f"greedy_runtime_{batch}_equals_reference_{batch}": equal(out[f"runtime_{batch}"],
                                                                             out[f"reference_{batch}"])},
-        "goals": {"runtime_1": {"x": x["runtime_1"], "goal": GOALS["batch_1"], "met": x["runtime_1"] <= GOALS["batch_1"]},
+        "goals": {"runtime_1": {"x": x["runtime_1"], "goal": GOALS["batch_1"],
+                                "met": x["runtime_1"] <= GOALS["batch_1"]},
                   f"runtime_{batch}": {"x": x[f"runtime_{batch}"], "goal": GOALS["batch_n"],
                                        "met": x[f"runtime_{batch}"] <= GOALS["batch_n"]}},
         "checkpoint": str(reference), "reference_python": python,
