@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from v2.models import frame_sampler
 from v2.models.frame_sampler import FrameSampler
-from v2.models.sampling import SamplingTensors, frame_noise, sample
+from v2.models.sampling import SamplingTensors, frame_noise, processed, sample
 from v2.sampling_settings import SORT_WIDTH, HeadSampling, SamplingSettings
 
 pytestmark = pytest.mark.exact
@@ -95,3 +95,50 @@ def test_the_host_hash_gives_the_torch_noise_bit_for_bit(seeds):
         got = torch.from_numpy(sampler._noise_at(ch, ids.numpy()))
         assert torch.equal(got, frame_noise(s.seed, steps, V)[:, ch].gather(1, ids))
         sampler.noise = None  # now hashed at the ids
+
+
+@pytest.mark.parametrize("vocabs,rows,temperature,top_k,top_p,exact", [
+    ([2051] * 32, 1, 0.9, 50, 1.0, True),              # CSM's sampled frame
+    ([3072] + [2048] * 15, 16, 0.9, 50, 1.0, True),    # Qwen3-TTS's
+    ([2] + [V] * 12, 16, 1.7, 25, 0.8, False),         # MOSS's (the stop channel sorted whole)
+])
+def test_a_draw_is_a_few_torch_operations(vocabs, rows, temperature, top_k, top_p, exact):
+    """The frame's setup is numpy (at most the noise's two logs in torch); a draw is its topk, the softmax of
+    the top-p mass and the logprob's log-softmax (with the whole row they read) and the noise's logs: the
+    rest runs on the W + 1 candidates in numpy, where torch's per-operation cost would dominate."""
+    from v2.bench.launches import LaunchCounter
+
+    g = len(vocabs)
+    s = SamplingTensors.build([SamplingSettings.uniform(temperature, top_k, top_p)] * rows, list(range(rows)))
+    cols = type("Columns", (), {"temperature": s.temperature[:, :1].expand(rows, g).contiguous(),
+                                "top_k": s.top_k[:, :1].expand(rows, g).contiguous(),
+                                "top_p": s.top_p[:, :1].expand(rows, g).contiguous(), "seed": s.seed})
+    gen = torch.Generator().manual_seed(rows)
+    logits = [torch.randn(rows, v, generator=gen) * 3 for v in vocabs]
+    with LaunchCounter() as setup:
+        sampler = FrameSampler(cols, torch.arange(rows) + 9, vocabs, exact_logprobs=exact)
+    assert sum(setup.ops.values()) <= 2, setup.ops
+    for grp, x in enumerate(logits):
+        with LaunchCounter() as c:
+            sampler.draw(grp, x)
+        assert sum(c.ops.values()) <= 7, (grp, c.ops)
+
+
+@pytest.mark.parametrize("b", [1, 3, 16])
+def test_candidate_logprobs_are_the_log_softmax_over_the_stable_top_width(b):
+    """Without `exact_logprobs` a logprob is, bit for bit, the log-softmax of the processed logits at the
+    top SORT_WIDTH ids in stable order (by value, ties by id): the sum's order is pinned, not only its value."""
+    s = SamplingTensors.build([SamplingSettings()] * b, list(range(3, 3 + b)))
+    steps = torch.arange(b) + 100
+    gen = torch.Generator().manual_seed(b)
+    sampler = FrameSampler(s, steps, VOCABS)
+    for ch in range(1, 13):
+        x = torch.randn(b, V, generator=gen) * 2
+        ids, lp = sampler.draw(ch, x)
+        t, k, p = s.temperature[:, ch], s.top_k[:, ch], s.top_p[:, ch]
+        z = x / t[:, None]
+        order = torch.sort(z, dim=-1, descending=True, stable=True).indices[:, :SORT_WIDTH]  # [B, W]
+        want = torch.log_softmax(processed(x, t, k, p, full=False).gather(1, order), dim=-1)
+        at = (order == ids[:, None]).int().argmax(dim=-1, keepdim=True)                         # [B, 1]
+        assert torch.equal(order.gather(1, at)[:, 0], ids), ch
+        assert torch.equal(lp, want.gather(1, at)[:, 0]), ch
