@@ -1,10 +1,10 @@
 """Call-invariant arithmetic on the CPU: a row's result never depends on the call it is computed in.
 
 Owns: `linear` / `Linear` (a matmul in fixed-shape, fixed-alignment row tiles; `Tile`, a call site's own
-reused tile for the same calls without the copies), `halving_sum` (a sum whose
-order is fixed by construction: pairwise halves of a power-of-two length), `attention` (softmax attention
-from elementwise products and halving sums, so a query's result does not depend on how many keys are
-masked after its own, on the batch, or on the chunk of queries it is in), and the tail-safe activations
+reused tile for the same calls without the copies; `tiles_linear_into`, those calls written into a given output),
+`halving_sum` (a sum whose order is fixed by construction: pairwise halves of a power-of-two length), `attention`
+(softmax attention from elementwise products and halving sums, so a query's result does not depend on how many
+keys are masked after its own, on the batch, or on the chunk of queries it is in), and the tail-safe activations
 (`silu`, `gelu`, `gelu_tanh`; the `_into` forms write the same values into a given tensor).
 
 The rule (designs/model.md, "Exact on every CPU"): every value a row's result is made of is computed by
@@ -116,23 +116,29 @@ class Tile:
         parts = [F.linear(self.buf[s : s + self.tile], w, bias) for s in range(0, n, self.tile)]
         return torch.cat(parts)[:n]  # [n, out]
 
-
     def linear_into(self, n: int, weight_t: Tensor, bias: Tensor | None, out: Tensor) -> None:
-        """`linear` of rows [:n] written into out [the tiles' rows covering n, out_features]: per tile the call
-        F.linear makes for it (torch.addmm with a bias, torch.mm without) on weight_t, an `aligned_weight`'s
-        transpose (`.t()`, made once by the caller), so the same bits; out's rows past n hold padding rows'."""
-        if n <= self.tile:  # out [tile, out_features]: one call
-            if bias is None:
-                torch.mm(self._first, weight_t, out=out)
-            else:
-                torch.addmm(bias, self._first, weight_t, out=out)
-            return
-        for s in range(0, n, self.tile):
-            rows, dst = self.buf[s : s + self.tile], out[s : s + self.tile]
-            if bias is None:
-                torch.mm(rows, weight_t, out=dst)
-            else:
-                torch.addmm(bias, rows, weight_t, out=dst)
+        """`linear` of rows [:n] written into out (`tiles_linear_into` on this tile's buffer)."""
+        tiles_linear_into(self.buf, n, weight_t, bias, out, self.tile)
+
+
+def tiles_linear_into(x: Tensor, n: int, weight_t: Tensor, bias: Tensor | None, out: Tensor, tile: int = TILE) -> None:
+    """`linear` of rows [:n] of x [tiles' rows, in'] written into out [tiles' rows, out_features]: x is what a
+    `Tile`'s buffer is (contiguous, whole tiles of `tile` rows covering n, in' a multiple of ALIGN); per tile the call
+    F.linear makes for it (torch.addmm with a bias, torch.mm without) on weight_t, an `aligned_weight`'s transpose
+    (`.t()`, made once by the caller), so the same bits; out's rows past n hold the padding rows'."""
+    if n <= tile:  # one call (x and out of one tile, or the first tile's rows)
+        rows, dst = (x, out) if x.shape[0] == tile else (x[:tile], out[:tile])
+        if bias is None:
+            torch.mm(rows, weight_t, out=dst)
+        else:
+            torch.addmm(bias, rows, weight_t, out=dst)
+        return
+    for s in range(0, n, tile):
+        rows, dst = x[s : s + tile], out[s : s + tile]
+        if bias is None:
+            torch.mm(rows, weight_t, out=dst)
+        else:
+            torch.addmm(bias, rows, weight_t, out=dst)
 
 
 class Linear(nn.Linear):

@@ -18,7 +18,9 @@ the weights, through the ones column: its first level adds the keys past the low
 product and sum runs over B Hkv D contiguous values (at 16 rows it is most of a step's arithmetic).
 So every value equals the generic pass's (`Qwen3Backbone.forward_cached` over a `KVCache`) bit for bit, whatever
 the batch (tests/models/test_frame_stack.py holds it to that).
-The buffers and the attention are `FrameAttention`, shared with the LayerNorm blocks' pass (frame_stack_ln.py).
+The buffers and the attention are `FrameAttention`, shared with the LayerNorm blocks' pass (frame_stack_ln.py),
+which keeps its keys beside its queries (`q_beside_k`) and takes the one-query attention through buffers and views
+made once (`plan_one`, `attend_one`: the same operations, each written into its buffer).
 Float32 only (the caller keeps the generic pass for other dtypes); inference only.
 Must not know: heads, embeddings, draws, what a position holds; caches outside the frame.
 """

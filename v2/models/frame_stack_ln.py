@@ -4,13 +4,15 @@ position after position, in the values of the blocks' generic step at a fraction
 
 A shared building block: a family's per-frame local transformer of such blocks (a depth decoder) runs them over
 positions 0..P-1 of each frame, one position a step. `LnFrameStack` shares `frame_stack.FrameAttention` (the K/V
-buffers, keys outermost, V with a column of ones, and the attention of one query as `exact.attention` computes it)
-and makes once per frame the `exact.Tile`s the projections read. A step is the generic step's arithmetic in its
-order: `torch.layer_norm` (copied into the next projection's tile), the projections through `exact.Tile.linear`
-(one tile shape and alignment for every row, as `exact.linear`; biases as F.linear adds them), interleaved RoPE
-over q and k at once (the pair swap as one `flip`, its sign folded into the caller's sin row: the same products),
+buffers, keys outermost beside the queries, V with a column of ones, and the attention of one query as
+`exact.attention` computes it, `attend_one`: its buffers and views made once) and makes once per frame every
+buffer a step writes. A step is the generic step's arithmetic in its order: `torch.layer_norm` over the residual
+stream's whole tiles (its output is the next projection's tile; copied into one where H is not a multiple of
+`exact.ALIGN`), the projections through `exact.tiles_linear_into` (one tile shape and alignment for every row, as
+`exact.linear`; biases as F.linear adds them), interleaved RoPE over q and k at once (the pair swap as one
+`index_select`, its sign folded into the caller's sin row: the same products; the sum written beside the keys),
 q scaled and the attention written into the output projection's tile, the activation written into the last
-projection's tile (the `exact` `_into` forms), the residual adds, the final LayerNorm into the caller's `out`.
+projection's tile (the `exact` `_into` forms), the residual adds in place, the final LayerNorm's tile returned.
 So every value equals the generic step's bit for bit, whatever the batch (a test in tests/models holds it to that).
 Steps of one position only (a frame's first position is its own step). Float32 only; inference only.
 Must not know: which model the blocks come from, heads, embeddings, draws, what a position holds.
@@ -66,10 +68,13 @@ class LnFrameStack(FrameAttention):
 
     cos, sin [positions, D]: the interleaved RoPE rows of the frame's positions, sin's even columns negated
     (-x1 * sin == x1 * -sin, exactly); act_into(x, out): the activation of x written into out.
-    `step(x, position, out)`: x [B, H] (float32) the residual stream at `position` (every earlier position of the
-    frame already stepped) -> the final norm's output written into out [B, H] (e.g. the heads' `exact.Tile.rows`).
-    Every intermediate is written into a buffer made here (`out=` forms, the projections through
-    `exact.Tile.linear_into`), the views a step reads made once per layer and position."""
+    `step(x, position)`: x [B, H] (float32) the residual stream at `position` (every earlier position of the
+    frame already stepped) -> the final norm's output as a tile (`exact.tiles_linear_into`'s x: [the tiles' rows,
+    H padded to ALIGN], rows [:B] the result), valid until the next step. Every intermediate is written into a
+    buffer made here (`out=` forms, the projections through `exact.tiles_linear_into`), the views a step reads made
+    once per layer and position. The residual stream lives in the rows of whole tiles (the rows past B stay 0):
+    where H is a multiple of ALIGN each norm runs over all of them and its output is the next projection's tile
+    itself (a row's norm is computed alone, whatever the rows around it); otherwise it is copied into a `Tile`."""
 
     def __init__(self, blocks: Sequence[LnBlock], final: Norm, act_into: Callable[[Tensor, Tensor], None], *,
                  batch: int, positions: int, heads: int, cos: Tensor, sin: Tensor) -> None:
@@ -82,10 +87,13 @@ class LnFrameStack(FrameAttention):
         self.batch, self.heads, self.hidden = batch, heads, hidden
         self.weights_t = [(b.qkv.t(), b.o.t(), b.fc_in.t(), b.fc_out.t()) for b in self.blocks]  # [in', out] views
         self.cos, self.sin = cos[:, None], sin[:, None]  # [P, 1, D]
-        self.t_hidden = exact.Tile(batch, hidden, dtype, dev)
+        self.t_hidden = exact.Tile(batch, hidden, dtype, dev)  # the norms' outputs where H is not aligned
         self.t_heads = exact.Tile(batch, hidden, dtype, dev)
         self.t_mlp = exact.Tile(batch, inter, dtype, dev)
         rows = self.t_hidden.buf.shape[0]  # the tiles' rows: each projection's output buffer
+        self.direct = hidden % exact.ALIGN == 0
+        self.res_tiles = torch.zeros(rows, hidden, dtype=dtype, device=dev)  # the residual stream, whole tiles
+        self.res = self.res_tiles[:batch]  # [B, H]
 
         def out(width: int) -> tuple[Tensor, Tensor]:  # (a projection's output [rows, width], its rows [B, width])
             buf = torch.empty(rows, width, dtype=dtype, device=dev)
@@ -101,8 +109,6 @@ class LnFrameStack(FrameAttention):
         self.swapped = torch.empty(batch, 2 * hidden, dtype=dtype, device=dev)
         self.swapped_heads = self.swapped.view(batch, 2 * heads, d)
         self.rot = torch.empty(batch, 2 * heads, d, dtype=dtype, device=dev)
-        self.res = torch.empty(batch, hidden, dtype=dtype, device=dev)  # the residual stream after a block's first add
-        self.normed = self.t_hidden.rows(batch)  # [B, H]
         self.q = torch.empty(1, 1, batch, heads, d, dtype=dtype, device=dev)  # [G, T, B, heads, D]
         self.q_written = self.q.view(batch, heads, d)
         self.attended = self.t_heads.rows(batch).view(1, 1, batch, heads, d)  # [G, T, B, heads, D]
@@ -112,15 +118,21 @@ class LnFrameStack(FrameAttention):
         self.at = [[(qk[p], qk[p, :, :heads], v[p]) for p in range(positions)] for qk, v in zip(self.qk, self.v_write)]
         self.cos_at, self.sin_at = list(self.cos.unbind(0)), list(self.sin.unbind(0))  # [1, D] each
 
-    def step(self, x: Tensor, position: int, out: Tensor) -> None:
-        n, shape, res, normed = self.batch, (self.hidden,), self.res, self.normed
+    def _norm(self, norm: Norm, tile: exact.Tile) -> Tensor:
+        """The LayerNorm of the residual stream as a projection's input tile [rows, H']."""
+        if self.direct:
+            return torch.layer_norm(self.res_tiles, (self.hidden,), norm.weight, norm.bias, norm.eps)
+        tile.rows(self.batch).copy_(torch.layer_norm(self.res, (self.hidden,), norm.weight, norm.bias, norm.eps))
+        return tile.buf
+
+    def step(self, x: Tensor, position: int) -> Tensor:
+        n, res, th, swapped = self.batch, self.res, self.t_hidden, self.swapped_heads
         cos, sin = self.cos_at[position], self.sin_at[position]  # [1, D]
-        th, tm, swapped = self.t_hidden, self.t_mlp, self.swapped_heads
+        res.copy_(x)
         for i, w in enumerate(self.blocks):
             qkv_t, o_t, fc_in_t, fc_out_t = self.weights_t[i]
             qk_at, q_at, v_at = self.at[i][position]
-            normed.copy_(torch.layer_norm(x, shape, w.ln_in.weight, w.ln_in.bias, w.ln_in.eps))
-            th.linear_into(n, qkv_t, w.qkv_bias, self.qkv)  # [B, 3 H]: q, k, v
+            exact.tiles_linear_into(self._norm(w.ln_in, th), n, qkv_t, w.qkv_bias, self.qkv)  # [B, 3 H]: q, k, v
             torch.index_select(self.qk_rows, 1, self.swap, out=self.swapped)
             torch.mul(self.qk_heads, cos, out=self.rot)
             torch.mul(swapped, sin, out=swapped)
@@ -129,11 +141,9 @@ class LnFrameStack(FrameAttention):
             v_at.copy_(self.v_rows)
             self.attend_one(i, position)
             self.t_heads.linear_into(n, o_t, w.o_bias, self.o_out)
-            torch.add(x, self.o_rows, out=res)
-            x = res
-            normed.copy_(torch.layer_norm(res, shape, w.ln_post.weight, w.ln_post.bias, w.ln_post.eps))
-            th.linear_into(n, fc_in_t, w.fc_in_bias, self.fc_in_out)
+            res.add_(self.o_rows)
+            exact.tiles_linear_into(self._norm(w.ln_post, th), n, fc_in_t, w.fc_in_bias, self.fc_in_out)
             self.act_into(self.fc_in_rows, self.act)
-            tm.linear_into(n, fc_out_t, w.fc_out_bias, self.fc_out_out)
+            self.t_mlp.linear_into(n, fc_out_t, w.fc_out_bias, self.fc_out_out)
             res.add_(self.fc_out_rows)
-        out.copy_(torch.layer_norm(res, shape, self.final.weight, self.final.bias, self.final.eps))
+        return self._norm(self.final, th)

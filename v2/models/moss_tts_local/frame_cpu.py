@@ -3,8 +3,9 @@ local transformer's frame pass (`LocalTransformer.frame_stack`) and `exact.Tile`
 
 Owns: the frame's loop on that path: the local step of position 0 (the backbone state), the stop head and its
 draw, then per codebook its head, its draw, its code's embedding row (the next position's input, and a term of the
-next backbone row, summed as the generic path sums them) and the next local step. The final LayerNorm writes into
-the heads' tile, so each head is one F.linear on the whole tile as `exact.linear` computes it (the same bits).
+next backbone row, summed as the generic path sums them) and the next local step. A local step returns the final
+LayerNorm's output as a tile, so each head is one F.linear on the whole tile as `exact.linear` computes it (the
+same bits), written into kept buffers (`FrameBuffers`).
 Must not know: how a channel is drawn (the caller's `Draw`), requests, the runtime.
 """
 
@@ -30,15 +31,13 @@ Frame = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
 class FrameBuffers:
     """A batch's buffers for the frame's heads, kept from frame to frame (per batch and thread, on the model): the
-    heads' tile (the final norm writes its rows), the stop and codebook logits of the tiles' rows (the heads'
-    `exact.Tile.linear_into` outputs; reused only where the caller does not take the raw logits), the masked stop
+    stop and codebook logits of the tiles' rows (the heads' `exact.tiles_linear_into` outputs, on the tile the local
+    pass's step returns; reused only where the caller does not take the raw logits), the masked stop
     logits (and the -inf they take), each code's embedding row and their running sum. Must not know: the weights' values."""
 
     def __init__(self, batch: int, width: int, vocab: int, n_vq: int, device: torch.device) -> None:
         f32 = torch.float32
-        self.tile = exact.Tile(batch, width, f32, device)
-        self.normed = self.tile.rows(batch)  # [B, H]
-        self.rows = self.tile.buf.shape[0]
+        self.rows = -(-batch // exact.TILE) * exact.TILE
         self.stop, self.codes = self.logits(2, vocab, n_vq, device)
         self.masked = torch.empty(batch, 2, dtype=f32, device=device)
         self.neg_inf = torch.tensor(-math.inf, dtype=f32, device=device)  # what a row that may not stop gets
@@ -77,10 +76,10 @@ def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, st
     buf = frame_buffers(model, b)
     stop_out, code_out = (buf.logits(2, cfg.codebook_size, cfg.n_vq, hidden.device) if return_logits
                           else (buf.stop, buf.codes))
-    t_head, fed = buf.tile, buf.fed
-    stack.step(hidden, 0, buf.normed)
+    fed = buf.fed
+    normed = stack.step(hidden, 0)  # the final norm's output, a tile [rows, H']
     # each head: F.linear on the whole tile, as `exact.linear` computes it (aligned_weight: the padded copy)
-    t_head.linear_into(b, exact.aligned_weight(model.local_text_lm_head.weight).t(), None, stop_out)
+    exact.tiles_linear_into(normed, b, exact.aligned_weight(model.local_text_lm_head.weight).t(), None, stop_out)
     stop_logits = stop_out[:b]  # [B, 2]
     masked = stop_logits
     if allow_stop is not None:  # column 1 -inf where a row may not stop
@@ -90,14 +89,14 @@ def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, st
     stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
     codes, logprobs = [], [stop_lp]
     for c, table in enumerate(model.audio_embeddings):
-        t_head.linear_into(b, exact.aligned_weight(table.weight).t(), None, code_out[c])
+        exact.tiles_linear_into(normed, b, exact.aligned_weight(table.weight).t(), None, code_out[c])
         logits = code_out[c, :b]  # [B, V]
         code, lp = draw(s, steps, 1 + c, logits, None if presence is None else presence[:, c], full_sort)
         codes.append(code)
         logprobs.append(lp)
         torch.index_select(table.weight, 0, code, out=fed[c])  # [B, H]
         if c + 1 < cfg.n_vq:
-            stack.step(fed[c], c + 1, buf.normed)
+            normed = stack.step(fed[c], c + 1)
     summed = buf.summed
     torch.add(fed[0], fed[1], out=summed)
     for c in range(2, cfg.n_vq):  # as embed_codes sums them (drawn codes are never the pad code)
