@@ -1,5 +1,5 @@
 """The reference comparison's plumbing that runs without a copy of the reference: where it looks (the card's
-family's environment variable, else the family's default: CSM's and Qwen3-TTS's tiny fixture checkpoints), why it skips (no copy, not a copy, a family with no comparison), and
+family's environment variable, else the family's default: CSM's, Qwen3-TTS's and Qwen3-Omni's tiny fixture checkpoints), why it skips (no copy, not a copy, a family with no comparison), and
 MOSS-TTS-Local's worker's left padding (the reference's processor layout)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_without_a_reference_copy_the_scenario_is_skipped_with_the_reason(monkey
     assert reference.locate(family, None, None) == (tmp_path, "/some/python", "")
 
 
-@pytest.mark.parametrize("family", ["csm", "qwen3_tts"])
+@pytest.mark.parametrize("family", ["csm", "qwen3_tts", "qwen3_omni"])
 def test_a_family_with_a_default_reference_runs_it_without_the_flag(family, monkeypatch, tmp_path):
     hooks = reference.hooks(family)
     monkeypatch.delenv(hooks.ENV, raising=False)
