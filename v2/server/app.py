@@ -33,6 +33,8 @@ from v2.server.voices import VoiceBook
 def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     """An app serving `runtime` (which the caller owns and closes)."""
     config = config or ServerConfig.for_card(runtime.card.name)
+    if is_chat_card(getattr(runtime, "request_fields", ())):  # OpenAI's speaking chat models as its aliases
+        config = chat.chat_names(config)
     state = ServerState(runtime=runtime, config=config, metrics=ServerMetrics(runtime.stats),
                         voices=VoiceBook(runtime), native_rate=int(runtime.sample_rate),
                         native_channels=int(runtime.channels), seeded_noise=config.seeded_for(runtime))

@@ -6,13 +6,16 @@ takes no `messages`), and submitted as the chat card's request fields (the runti
 family's typed request, once; a `RequestError` is a 400 naming the parameter the client sent, overload a
 429 with Retry-After, a closed runtime a 503); the answer: the whole `chat.completion` (the spoken reply's
 file encoded in a worker thread, base64, in `audio.format`) or, with `stream: true`, SSE chunks
-(chat_stream.py) over a response that cancels the request when the client leaves.
+(chat_stream.py) over a response that cancels the request when the client leaves. A chat card's served
+names (`chat_names`): OpenAI's speaking chat models as its aliases in place of the speech models'. On a chat
+card, the speech routes' refusals (`refusals`, put before them when the app is made).
 Must not know: the engine's internals, any family, how formats are encoded (audio.py), how chunks are framed.
 """
 
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -27,7 +30,8 @@ from v2.server.chat_schema import CHAT, ChatBody, ChatPlan, chat_only, field_par
 from v2.server.chat_stream import Answer, chat_body, completion
 from v2.server.errors import ApiError
 from v2.server.speech import read_json
-from v2.server.state import ServerState, server_state
+from v2.server.schema import OPENAI_MODELS
+from v2.server.state import ServerConfig, ServerState, server_state
 from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, whole_result
 
 router = APIRouter()
@@ -35,7 +39,17 @@ refusals = APIRouter()  # put before the speech routes on a chat card: it speaks
 SPEECH_ROUTES = ("/v1/audio/speech", "/v1/audio/speech/batch")
 STREAM = "/v1/audio/speech/stream"
 PROTOCOL = "v2.speech"  # the stream's subprotocol, echoed when offered (ws.py)
+OPENAI_CHAT_MODELS = ("gpt-4o-audio-preview", "gpt-4o-mini-audio-preview", "gpt-audio", "gpt-audio-mini")
 MAX_MEMBERS = 4096  # a conversation's messages and parts: more than a speech body's
+
+
+def chat_names(config: ServerConfig) -> ServerConfig:
+    """A chat card's served names: OpenAI's speaking chat models in place of its speech models, where the
+    config holds OpenAI's names (`--no-openai-aliases` leaves them out)."""
+    if not set(OPENAI_MODELS) & set(config.model_names):
+        return config
+    names = [n for n in config.model_names if n not in OPENAI_MODELS]
+    return replace(config, model_names=tuple(names + [n for n in OPENAI_CHAT_MODELS if n not in names]))
 
 
 def _accept(st: ServerState, raw: bytes, content_type: str) -> tuple[ChatPlan, Encoder | None, Any]:
