@@ -1,5 +1,6 @@
 """`python -m v2.models.forced_aligner.launches`: the operations (kernel launches) one aligner forward makes per
-clip, at Qwen3-ForcedAligner-0.6B's dimensions (`release_config`), counted on the CPU; one JSON line last.
+clip, at Qwen3-ForcedAligner-0.6B's dimensions (`release_config`; `--dims tiny`: the tiny card's), counted on the
+CPU; one JSON line last.
 
 Owns: the release config (the fixture README's section 11: AuT 1024 x 24 layers, 480 conv channels; Qwen3
 decoder 1024 x 28 layers, 16 / 8 heads of 128, 3072 FFN; 152064 ids; 5000 classes of 80 ms), and the count of
@@ -54,6 +55,25 @@ def release_config(audio_layers: int = 24, text_layers: int = 28) -> dict[str, A
                             "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "vocab_size": 152064},
         },
     }
+
+
+def full_config(dims: str) -> dict[str, Any]:
+    """`release_config()` (dims "release") or the `forced_aligner_tiny` card's config ("tiny")."""
+    if dims == "release":
+        return release_config()
+    from v2.aligner.card import resolve_aligner
+
+    seeded = resolve_aligner("forced_aligner_tiny").seed_table
+    assert seeded is not None
+    return copy.deepcopy(seeded.config)
+
+
+def dims_config(dims: str, audio_layers: int, text_layers: int) -> dict[str, Any]:
+    """`full_config(dims)` at the given depths."""
+    config = full_config(dims)
+    config["thinker_config"]["audio_config"]["encoder_layers"] = audio_layers
+    config["thinker_config"]["text_config"]["num_hidden_layers"] = text_layers
+    return config
 
 
 def random_model(config: dict[str, Any], seed: int = 0, dtype: torch.dtype = torch.float32) -> ForcedAligner:
@@ -113,15 +133,16 @@ def parts(model: ForcedAligner, clips: list[tuple[torch.Tensor, tuple[tuple[int,
     return out
 
 
-def count(seconds: float, batch: int) -> dict[str, Any]:
-    """Launches per batch and per clip at the release depths, both ways (scaled from 1- and 2-layer stacks)."""
+def count(seconds: float, batch: int, dims: str = "release") -> dict[str, Any]:
+    """Launches per batch and per clip at the config's depths, both ways (scaled from 1- and 2-layer stacks)."""
     clips = [clip_inputs(seconds, seed=i) for i in range(batch)]
     by_depth: dict[int, dict[bool, dict[str, Counter[str]]]] = {}
     for layers in (1, 2):
-        model = random_model(release_config(layers, layers))
+        model = random_model(dims_config(dims, layers, layers))
         by_depth[layers] = {device: parts(model, clips, device) for device in (True, False)}
         del model
-    depth = {"features": 0, "encoder": 24, "decoder": 28}
+    full = ForcedAlignerConfig.from_dict(full_config(dims))
+    depth = {"features": 1, "encoder": full.audio.num_layers, "decoder": full.text.num_layers}
     row: dict[str, Any] = {"seconds": seconds, "batch": batch, "words_per_clip": len(clips[0][1])}
     for device, way in ((True, "device"), (False, "cpu")):
         one, two = by_depth[1][device], by_depth[2][device]
@@ -141,20 +162,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, nargs="+", default=[3.0, 10.0],
                    help="each clip's audio seconds, one count each (default: 3 10)")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="clips per forward (default: 1 8)")
+    p.add_argument("--dims", choices=["release", "tiny"], default="release",
+                   help="release: Qwen3-ForcedAligner-0.6B's sizes; tiny: the forced_aligner_tiny card's (default: %(default)s)")
     args = p.parse_args(argv)
     if min(args.seconds) <= 0:
         p.error("--seconds: each must be > 0")
     if min(args.batch) < 1:
         p.error("--batch: each must be >= 1")
     torch.manual_seed(0)
-    rows = [count(s, b) for s in args.seconds for b in args.batch]
+    rows = [count(s, b, args.dims) for s in args.seconds for b in args.batch]
     for r in rows:
         print(f"{r['seconds']:>5.1f} s x {r['batch']:>2}: device {r['device']['per_clip']:>7.0f} per clip "
               f"(" + ", ".join(f"{k} {v['launches']}" for k, v in r["device"]["parts"].items()) + f"); cpu exact "
               f"{r['cpu']['per_clip']:>7.0f} per clip", file=sys.stderr)
-    print(json.dumps({"bench": "forced_aligner.launches", "dims": "release (Qwen3-ForcedAligner-0.6B)",
+    print(json.dumps({"bench": "forced_aligner.launches",
+                      "dims": "release (Qwen3-ForcedAligner-0.6B)" if args.dims == "release" else "tiny (forced_aligner_tiny)",
                       "counted_on": "cpu, dispatch counter, random float32 weights, 1- and 2-layer stacks scaled",
-                      "config": copy.deepcopy(release_config()), "rows": rows}))
+                      "config": full_config(args.dims), "rows": rows}))
     return 0
 
 
