@@ -2,14 +2,13 @@
 the official `openai` client on a real server: text and a decodable wav equal to the runtime's own answer, the
 streamed pcm16 deltas and transcript equal to the whole answer under one seed, a text-only reply, a turn
 carrying audio, and the speech routes refused naming /v1/chat/completions. The card is copied with the talker's
-frame cap lowered to keep each spoken reply short on a CPU."""
+frame cap lowered to keep each spoken reply short on a CPU (raised for the client that leaves)."""
 
 from __future__ import annotations
 
 import base64
 import io
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,28 +18,26 @@ import pytest
 import soundfile as sf
 
 from serverkit import LiveServer, s16
+from v2.card import ModelCard, load_card
 from v2.runtime import Runtime
 from v2.server import ServerConfig
 
 CARD = "qwen3_omni_tiny"
-ROOT = Path(__file__).resolve().parents[2]
 FRAMES = 20  # the talker's cap in the copied card: 1.6 s of audio a reply
 HELLO = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello, who are you?"}]
 SPOKEN: dict[str, Any] = {"modalities": ["text", "audio"], "audio": {"voice": "Chelsie", "format": "wav"}}
 
 
-def card_copy(folder: Path, frames: int) -> str:
+def card_copy(frames: int) -> ModelCard:
     """The card with its talker's frame cap set to `frames`."""
-    text = (ROOT / "cards" / f"{CARD}.toml").read_text()
-    assert "max_frames = 256               # 20.5 s of audio" in text
-    card = folder / f"{CARD}.toml"
-    card.write_text(text.replace("max_frames = 256               # 20.5 s", f"max_frames = {frames}  #"))
-    return str(card)
+    card: Any = load_card(CARD)  # the omni card (its loops: thinker, talker, code2wav)
+    talker = card.loops.talker.model_copy(update={"max_frames": frames})
+    return card.model_copy(update={"loops": card.loops.model_copy(update={"talker": talker})})
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    with Runtime.from_card(card_copy(tmp_path_factory.mktemp("card"), FRAMES), device="cpu") as runtime:
+def live():
+    with Runtime.from_card(card_copy(FRAMES), device="cpu") as runtime:
         with LiveServer(runtime, ServerConfig.for_card(CARD)) as server:
             server.runtime = runtime
             yield server
@@ -133,10 +130,10 @@ def test_the_speech_routes_name_chat_completions(live):
     assert spec.status_code == 200 and "/v1/chat/completions" in spec.json()["paths"]
 
 
-def test_a_client_that_leaves_frees_everything_its_request_held(tmp_path):
+def test_a_client_that_leaves_frees_everything_its_request_held():
     """A reply of up to 4,000 frames (minutes on this CPU): the client reads its first audio and leaves; the
     runtime holds nothing well before the reply could have ended, and the request is counted as aborted."""
-    with Runtime.from_card(card_copy(tmp_path, 4000), device="cpu") as runtime:
+    with Runtime.from_card(card_copy(4000), device="cpu") as runtime:
         with LiveServer(runtime, ServerConfig.for_card(CARD)) as server:
             body = {"model": CARD, "messages": HELLO, "stream": True, "max_tokens": 200, **SPOKEN}
             with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=300) as r:
