@@ -12,6 +12,7 @@ import httpx
 import pytest
 import soundfile as sf
 
+import cdp_pipe
 from cdp_pipe import Browser, chromium
 from chatkit import ChatRuntime
 from serverkit import LiveServer
@@ -38,7 +39,13 @@ def live():
 
 @pytest.fixture(scope="module")
 def browser():
-    b = Browser(CHROMIUM)
+    """Chromium with a fake microphone (a tone), taken without asking."""
+    flags = list(cdp_pipe.FLAGS)
+    cdp_pipe.FLAGS[:] = [*flags, "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
+    try:
+        b = Browser(CHROMIUM)
+    finally:
+        cdp_pipe.FLAGS[:] = flags
     yield b
     b.close()
 
@@ -74,3 +81,22 @@ def test_a_typed_turn_streams_in_its_reply_and_the_next_turn_carries_the_convers
     sent = next(f for f in reversed(live.runtime.submitted) if len(f["messages"]) == 3)
     assert sent["messages"] == [*messages, {"role": "assistant", "content": reply},
                                 {"role": "user", "content": "And the sea?"}]
+
+
+def test_a_recorded_turn_goes_as_an_input_audio_wav(live, browser):
+    session = browser.open(live.url + "/")
+    assert browser.wait_for(session, "document.getElementById('page').dataset.ready === '1'", timeout=30)
+    browser.evaluate(session, "document.getElementById('chat-record').click()")
+    assert browser.wait_for(session, "Number(document.getElementById('chat-recorded').dataset.seconds || 0) >= 0.5",
+                            timeout=60)
+    browser.evaluate(session, "document.getElementById('chat-record').click()")
+    assert browser.wait_for(session, "document.getElementById('chat-recorded').textContent.startsWith('Recorded')",
+                            timeout=30)
+    state = send(browser, session, "What is this sound?")
+    assert state["status"].startswith("Done"), state
+    turn = live.runtime.submitted[-1]["messages"][-1]
+    audio, text = turn["content"]
+    assert text == {"type": "text", "text": "What is this sound?"} and audio["input_audio"]["format"] == "wav"
+    samples, rate = sf.read(io.BytesIO(base64.b64decode(audio["input_audio"]["data"])), dtype="float32")
+    assert rate >= 8000 and len(samples) >= rate // 2 and float(abs(samples).max()) > 0.01  # the fake tone
+    assert browser.evaluate(session, "document.getElementById('chat-recorded').textContent") == ""  # sent once

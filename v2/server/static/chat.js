@@ -86,7 +86,13 @@ async function toggleRecording() {
     const source = ctx.createMediaStreamSource(stream);
     const node = ctx.createScriptProcessor(4096, 1, 1);
     const parts = [];
-    node.onaudioprocess = (e) => parts.push(new Float32Array(e.inputBuffer.getChannelData(0)));
+    let samples = 0;
+    node.onaudioprocess = (e) => {
+      parts.push(new Float32Array(e.inputBuffer.getChannelData(0)));
+      samples += e.inputBuffer.length;
+      $("chat-recorded").dataset.seconds = (samples / ctx.sampleRate).toFixed(2);
+      $("chat-recorded").textContent = `Recording... ${(samples / ctx.sampleRate).toFixed(1)} s`;
+    };
     source.connect(node);
     node.connect(ctx.destination);
     recording = { ctx, stream, node, parts };
