@@ -59,19 +59,20 @@ def known_cards() -> list[str]:
                   if f.name.endswith(".toml") and card_kind(f.read_text()) is None)
 
 
-def _default_card() -> str:
-    """The shipped card that says `default = true` among its top-level keys (data, not code: the first such
-    card by name, else the first card by name). Read without parsing the cards (a seeded card's TOML takes
-    milliseconds to parse); `ModelCard.default` validates the key when a card is loaded."""
+def _default_card(key: str = "default") -> str:
+    """The shipped card that says `<key> = true` among its top-level keys (data, not code: the first such card
+    by name; for `default`, else the first card by name). Read without parsing the cards (a seeded card's TOML
+    takes milliseconds to parse); `ModelCard.default` / `default_chat` validate the key when a card is loaded."""
     names = known_cards()
     for name in names:
         top = re.split(r"(?m)^\s*\[", CARDS_DIR.joinpath(f"{name}.toml").read_text(), maxsplit=1)[0]
-        if re.search(r"(?m)^default\s*=\s*true\s*(#.*)?$", top):
+        if re.search(rf"(?m)^{key}\s*=\s*true\s*(#.*)?$", top):
             return name
-    return names[0] if names else ""
+    return names[0] if names and key == "default" else ""
 
 
 DEFAULT_CARD = _default_card()  # the card a command or a runtime uses when none is named
+DEFAULT_CHAT_CARD = _default_card("default_chat")  # `v2 chat`'s card when none is named ("" when none ships)
 SEED_PREFIX = "seed:"
 DType = Literal["float32", "bfloat16", "float16"]
 
@@ -315,6 +316,7 @@ class ModelCard(_Frozen):
     family: str
     description: str = ""
     default: bool = False  # the shipped card used when none is named (DEFAULT_CARD): exactly one says so
+    default_chat: bool = False  # the shipped chat card `v2 chat` uses when none is named (DEFAULT_CHAT_CARD)
     runtime: RuntimeSettings = RuntimeSettings()
     seeded: dict[str, SeededWeights] = Field(default_factory=dict)
     # loops added to the family's graph, the family knowing nothing of them (v2/card_added.py), by name

@@ -1,4 +1,4 @@
-"""What word timestamps cost the serving path: `python -m v2.aligner.bench --card qwen3_tts_tiny` prints JSON.
+"""What word timestamps cost the serving path: `python -m v2.aligner.bench --card CARD` prints JSON.
 
 Owns: one runtime with the aligner added, the same requests with and without `timestamps: "word"` at 1 and
 at N together (alternating, `--repeats` times; the best of each kept, as the machine's load varies): audio
@@ -13,6 +13,7 @@ import json
 import time
 from typing import Any
 
+from v2.card import DEFAULT_CARD
 from v2.runtime import Runtime
 
 
@@ -41,7 +42,7 @@ def run(card: str, aligner: str, concurrency: int, frames: int, repeats: int) ->
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--card", default="qwen3_tts_tiny")
+    p.add_argument("--card", default=DEFAULT_CARD)
     p.add_argument("--aligner", default="forced_aligner_tiny")
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--frames", type=int, default=24)

@@ -19,6 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from v2.card import CARDS_DIR, SEED_PREFIX, CardError, card_kind
 
+# `--aligner` of serve and synth (one text: a shared option reads the same on every command)
+ALIGNER_HELP = ("the word aligner: an aligner card (forced_aligner_0_6b, the release from the Hugging Face cache; "
+                "forced_aligner_tiny, seeded), a card file, a checkpoint directory or a hub id; serve: requests may "
+                "then ask for timestamps \"word\" (default: none); synth: the one --timestamps uses (default: "
+                "forced_aligner_tiny for a seeded card, else forced_aligner_0_6b)")
+
+
 KIND = "aligner"  # the top-level key that marks an aligner card among the cards
 RELEASE = "Qwen/Qwen3-ForcedAligner-0.6B"
 

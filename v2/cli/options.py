@@ -19,8 +19,9 @@ import math
 import re
 from typing import Any, Callable
 
+from v2.aligner.card import ALIGNER_HELP
 from v2.audiofile import FORMATS
-from v2.card import DEFAULT_CARD
+from v2.card import DEFAULT_CARD, DEFAULT_CHAT_CARD
 from v2.errors import did_you_mean
 from v2.fields import INT64_MAX, TOP_K_MAX, check_penalty, check_temperature
 from v2.registry import FamilyOption, family_options
@@ -79,12 +80,6 @@ def seconds(text: str) -> float:
 
 # the options of every command that reads a card: option -> (default, help); each help says its default, so
 # it reads the same on every parser that has the option (synth, voices and its actions, serve)
-# `--aligner` of serve and synth (one text: a shared option reads the same on every command)
-ALIGNER_HELP = ("the word aligner: an aligner card (forced_aligner_0_6b, the release from the Hugging Face cache; "
-                "forced_aligner_tiny, seeded), a card file, a checkpoint directory or a hub id; serve: requests may "
-                "then ask for timestamps \"word\" (default: none); synth: the one --timestamps uses (default: "
-                "forced_aligner_tiny for a seeded card, else forced_aligner_0_6b)")
-
 RUNTIME_OPTIONS: dict[str, tuple[str | None, str]] = {
     "--card": (DEFAULT_CARD, f"a shipped card's name (v2 cards) or a path to a card file (default: {DEFAULT_CARD})"),
     "--checkpoint": (None, "model checkpoint: a directory or a hub repo id in the Hugging Face cache "
@@ -184,7 +179,7 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
 
 
 DEFAULT_REPLY = "out/reply.wav"  # `v2 chat`'s default output; its folder is created
-CHAT_CARD = "qwen3_omni_tiny"  # `v2 chat`'s default card: the shipped seeded chat card
+CHAT_CARD = DEFAULT_CHAT_CARD  # `v2 chat`'s default card: the shipped card that says `default_chat = true`
 
 
 class _Part(argparse.Action):

@@ -20,8 +20,8 @@ def logprobs(model: Any, trajectory: Trajectory) -> Any:
     """Teacher-forced logprobs of `trajectory` under `model` (the family's model, e.g. the policy being
     trained), laid out as `trajectory.logprobs`: for a speech family a tensor [F (+1 when it stopped), 1 + G],
     the stop decision's logprob in row F, channel 0; for a family with several sampled loops the family's
-    own record of one such tensor per loop (Qwen3-Omni: `OmniLogprobs(thinker, talker)`). Differentiable with
-    respect to the model's parameters."""
+    own record of one such tensor per loop (e.g. a thinker's and a talker's). Differentiable with respect to
+    the model's parameters."""
     name = trajectory.family
     try:
         module = f"{family_package(name)}.recompute"

@@ -25,7 +25,8 @@ from torch import Tensor, nn
 
 
 class Part(Protocol):
-    """Where one name lives in the model: rows [start, start + shape[0]) of parameter `param`."""
+    """Where one name lives in the model: rows [start, start + shape[0]) of parameter `param` (of its slice
+    `param[expert]` where the part has an `expert` that is not None: one expert of a stacked parameter)."""
 
     param: str
     start: int
@@ -143,7 +144,8 @@ def apply(model: nn.Module, tensors: Iterable[Named]) -> int:
     saved: list[tuple[Tensor, Tensor]] = []  # (rows, their values before), on the parameter's device
     try:
         for _name, part, value in tensors:
-            rows = params[part.param][part.start : part.start + part.shape[0]]
+            param, expert = params[part.param], getattr(part, "expert", None)
+            rows = (param if expert is None else param[expert])[part.start : part.start + part.shape[0]]
             saved.append((rows, rows.clone()))
             _copy(rows, value)
     except BaseException:

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from v2.aligner.card import ALIGNER_HELP
 from v2.card import DEFAULT_CARD
-from v2.cli.options import ALIGNER_HELP
 
 
 def _whole(least: int) -> Callable[[str], int]:

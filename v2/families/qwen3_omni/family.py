@@ -15,7 +15,7 @@ Must not know: the engine's queues, scheduling policy, threads.
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 
 import torch
 
@@ -30,6 +30,7 @@ from v2.families.qwen3_omni.loops import (
 from v2.families.qwen3_omni.prepare import OmniWork, prepare
 from v2.families.qwen3_omni.request import OmniRequest, parse
 from v2.families.qwen3_omni.results import build_result
+from v2.families.qwen3_omni.weights import NAMES
 from v2.kit.checks import shared_prompt
 from v2.kit.chunks import ChunkLoop
 from v2.kit.frames import OnStream
@@ -41,16 +42,29 @@ from v2.runtime.family import (
 )
 from v2.runtime.handles import SpeechResult
 
+if TYPE_CHECKING:
+    from v2.families.qwen3_omni.chat_tokenizer import ChatTokenizer
+    from v2.families.qwen3_omni.models import FedTalker, RuntimeThinker
+    from v2.models.qwen3_omni.code2wav import Code2Wav
+    from v2.models.qwen3_omni.config import Qwen3OmniConfig
+    from v2.runtime.records import RequestRecord
+
+
+def _request(record: RequestRecord) -> OmniRequest:
+    request = record.request
+    assert isinstance(request, OmniRequest)  # what this family's `parse` made
+    return request
+
 
 class OmniFamily:
     name = "qwen3_omni"
     request_fields = frozenset(OmniRequest.model_fields)
     sampling_keys: tuple[str, ...] = ()
-    weight_names: Any = None
+    weight_names = NAMES
     channels = 1
 
-    def __init__(self, card: OmniCard, thinker: Any, talker: Any, code2wav: Any, config: Any,
-                 tokenizer: Any = None, *, graphs: bool = True) -> None:
+    def __init__(self, card: OmniCard, thinker: RuntimeThinker, talker: FedTalker | None, code2wav: Code2Wav | None,
+                 config: Qwen3OmniConfig, tokenizer: ChatTokenizer | None = None, *, graphs: bool = True) -> None:
         th, tk, cw = card.loops.thinker, card.loops.talker, card.loops.code2wav
         self.card, self.cfg, self.tokenizer, self.thinker = card, config, tokenizer, thinker
         self.device, self.weights = thinker.device, torch.nn.ModuleDict(
@@ -137,7 +151,7 @@ class OmniFamily:
                                   Work.TALK_PREFILL)
         return out
 
-    def encoded(self, record: Any) -> torch.Tensor | None:
+    def encoded(self, record: RequestRecord) -> torch.Tensor | None:
         """The front loop has encoded the prompt's clips: their rows join the work (the thinker's slot takes them
         at admission)."""
         front = record.front
@@ -145,22 +159,22 @@ class OmniFamily:
             record.work.audio_rows = front.rows
         return record.work.rows
 
-    def _speaks(self, record: Any) -> bool:
-        return bool(record.request.decodes_speech) and self.talk is not None
+    def _speaks(self, record: RequestRecord) -> bool:
+        return bool(_request(record).decodes_speech) and self.talk is not None
 
-    def needs(self, record: Any) -> Needs:
+    def needs(self, record: RequestRecord) -> Needs:
         work: OmniWork = record.work
         slots = {"think": 1}
         rows: dict[Hashable, int] = {}
         if self._speaks(record):
             slots["talk"] = 1
             if self.c2w_loop is not None:
-                slots["c2w"] = int(record.request.decode_audio)
+                slots["c2w"] = int(_request(record).decode_audio)
             assert work.talker_prefix is not None
             rows[TALKER] = int(work.talker_prefix.shape[0]) + work.max_frames
         return Needs(slots, kv_rows=int(work.rows.shape[0]) + work.max_tokens, loop_rows=rows)
 
-    def start(self, record: Any, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
+    def start(self, record: RequestRecord, slots: Mapping[str, int], share_from: int | None) -> dict[Hashable, LoopState]:
         work: OmniWork = record.work
         speaks, ids = self._speaks(record), self.cfg.ids
         states: dict[Hashable, LoopState] = {
@@ -176,29 +190,30 @@ class OmniFamily:
             states[TALKER] = talker
         if self.c2w_loop is not None:
             c2w = self.c2w_loop.init(record.id, sample_rate=self.sample_rate,
-                                     enabled=speaks and record.request.decode_audio, slot=slots.get("c2w", -1))
+                                     enabled=speaks and _request(record).decode_audio, slot=slots.get("c2w", -1))
             if not speaks:
                 c2w.finish = FinishReason.STOP
             states[CODE2WAV] = c2w
         return states
 
-    def admitted(self, record: Any) -> None:
+    def admitted(self, record: RequestRecord) -> None:
         work: OmniWork = record.work
-        seed = record.request.seed
+        seed = _request(record).seed
         self.think_calls.admit(record.slots["think"], work.thinker_sampling, seed, work.audio_rows)
         if self._speaks(record) and self.talk is not None:
             talk, slot = self.talk, record.slots["talk"]
             self.talk_calls.admit(slot, work.talker_sampling, seed, None)
             self._launch(lambda: talk.set_accept(slot, None))
-            if self.c2w is not None and "c2w" in record.slots and record.request.decode_audio:
+            if self.c2w is not None and "c2w" in record.slots and _request(record).decode_audio:
                 c2w, cslot = self.c2w, record.slots["c2w"]
                 self._launch(lambda: c2w.admit(cslot))
 
-    def more_input(self, record: Any, loop: Hashable | None) -> torch.Tensor | None:
+    def more_input(self, record: RequestRecord, loop: Hashable | None) -> torch.Tensor | None:
         """The talker's prompt once the thinker's first token exists: its prefix with that token's row last."""
         if loop != TALKER:
             return None
-        state: TalkerState = record.states[TALKER]
+        state = record.states[TALKER]
+        assert isinstance(state, TalkerState)
         if state.rows is not None or not state.tokens or state.finish is not None:
             return None
         rows = record.work.talker_prefix.clone()
@@ -212,7 +227,7 @@ class OmniFamily:
     def recompute_rows(self, state: LoopState) -> torch.Tensor:
         return thinker_rows(state)  # type: ignore[arg-type]
 
-    def result(self, record: Any, outputs: Mapping[Hashable, Any], reason: FinishReason, now: float) -> SpeechResult:
+    def result(self, record: RequestRecord, outputs: Mapping[Hashable, Any], reason: FinishReason, now: float) -> SpeechResult:
         return build_result(record, outputs.get(THINKER), outputs.get(TALKER) if self._speaks(record) else None,
                             outputs.get(CODE2WAV), reason, now, sample_rate=self.sample_rate, groups=self.code_width,
                             family=self.name, decode=self.tokenizer.decode if self.tokenizer is not None else None,
@@ -237,7 +252,7 @@ class OmniFamily:
                                field="audio")
         shared_prompt(group, self._check_group_size)
 
-    def _check_group_size(self, group: Sequence[tuple[Any, Any]]) -> None:
+    def _check_group_size(self, group: Sequence[tuple[Request, Prepared]]) -> None:
         if len(group) > min(self.pools.get("think", 0), self.pools.get("talk", len(group))):
             raise RequestError(f"n: a group of {len(group)} exceeds the card's max_running", field="n")
 
