@@ -222,6 +222,8 @@ def test_the_speech_routes_refuse_a_chat_card_naming_chat_completions(live):
     for path, body in (("/v1/audio/speech", {"input": "hi"}), ("/v1/audio/speech/batch", {"items": [{"input": "hi"}]})):
         r = httpx.post(live.url + path, json=body, timeout=60)
         assert r.status_code == 404 and CHAT in r.json()["error"]["message"], (path, r.text)
+        declared = live.spec["paths"][path]["post"]["responses"]["404"]["content"]["application/json"]["schema"]
+        _valid(live.spec, declared, r.json())
         assert r.json()["error"]["code"] == "model_not_supported"
     from websockets.sync.client import connect
     with connect(live.url.replace("http", "ws") + "/v1/audio/speech/stream") as ws:

@@ -185,6 +185,7 @@ def amend(spec: dict[str, Any], server: Any) -> None:
         for method, op in item.items():
             _amend_operation(path, method, op)
     words.speech_answer(spec, aligner)
+    openapi_chat.refusals(spec, server)
 
 
 def _amend_operation(path: str, method: str, op: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@ Owns: `ChatBody`'s JSON schema (with its messages and parts) as the request body
 names and `audio.voice` to the card's speakers; the whole answer (`chat.completion`: the message's `content`, or
 `audio` with `content: null` when spoken, `finish_reason`, `usage`) and the streamed one (`text/event-stream`:
 each event one `data:` block holding a `chat.completion.chunk`, an `error`, or `[DONE]`); the route's own
-error answers (`CHAT_ERRORS`).
+error answers (`CHAT_ERRORS`); on a chat card, the 404 every speech operation answers (`refusals`).
 Must not know: the engine, how the route does its work.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from v2.server.chat_schema import CHAT, ChatBody
+from v2.server.chat_schema import CHAT, ChatBody, is_chat_card
 
-__all__ = ("CHAT", "CHAT_ERRORS", "components", "operation")
+__all__ = ("CHAT", "CHAT_ERRORS", "components", "operation", "refusals")
 
 CHAT_ERRORS = {400: "a field is invalid or not supported here (`param` names it: `messages[1].content[0].type`, "
                     "`audio.voice`, `tools`), or the body is not a JSON object or is too complex",
@@ -97,3 +97,16 @@ def operation(op: dict[str, Any]) -> None:
     op.setdefault("responses", {})["200"] = {"description": _OK, "content": {
         "application/json": {"schema": _COMPLETION}, "text/event-stream": {"schema": _EVENT}}}
 
+
+
+def refusals(spec: dict[str, Any], server: Any) -> None:
+    """On a chat card, every speech operation (a POST under /v1/audio/speech, /dev/captioned_speech) declares the
+    404 that names /v1/chat/completions (`server`: the app's `ServerState`)."""
+    if not is_chat_card(getattr(server.runtime, "request_fields", ())):
+        return
+    for path, item in spec.get("paths", {}).items():
+        op = item.get("post")
+        if op is not None and (path.startswith("/v1/audio/speech") or path == "/dev/captioned_speech"):
+            op.setdefault("responses", {})["404"] = {
+                "description": "a chat model speaks its own reply: use POST /v1/chat/completions",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
