@@ -229,7 +229,10 @@ def test_the_speech_routes_refuse_a_chat_card_naming_chat_completions(live):
     with connect(live.url.replace("http", "ws") + "/v1/audio/speech/stream") as ws:
         event = json.loads(ws.recv(timeout=30))
     assert event["type"] == "error" and CHAT in event["message"]
-    assert httpx.get(live.url + "/v1/audio/voices", timeout=60).status_code == 200
+    voices = httpx.get(live.url + "/v1/audio/voices", timeout=60)  # the card's speakers listed as declared
+    assert voices.status_code == 200 and [v["kind"] for v in voices.json()["voices"]][:3] == ["speaker"] * 3
+    _valid(live.spec, live.spec["paths"]["/v1/audio/voices"]["get"]["responses"]["200"]["content"][
+        "application/json"]["schema"], voices.json())
 
 
 def test_a_card_that_is_no_chat_card_answers_404_naming_it():

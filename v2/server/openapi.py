@@ -57,7 +57,7 @@ _MODELS_SCHEMA = {"type": "object", "required": ["object", "data"],
 _AUDIO_HEADERS = {name: {"description": doc, "schema": {"type": "string"}} for name, doc in (
     ("X-Sample-Rate", "samples per second"), ("X-Channels", "channels"), ("X-Request-Id", "the runtime's id"))}
 _VOICE = {"type": "object", "required": ["id", "name", "kind"],
-          "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "kind": {"enum": ["stored", "builtin"]}}}
+          "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "kind": {"enum": ["speaker", "stored", "builtin"]}}}
 _VOICES_SCHEMA = {"oneOf": [
     {"type": "object", "required": ["voices", "cloning"], "additionalProperties": False,
      "properties": {"voices": {"type": "array", "items": _VOICE}, "cloning": {"type": "boolean"}}},
