@@ -14,7 +14,8 @@ Where the Triton kernels run (CUDA, autograd off: `kernels.inference_kernels`), 
 router's matmul and the routing in one launch (kernels/moe_route.py), and the grouped-expert kernel
 (kernels/grouped_experts.py: each expert's slots taken in slot order inside the kernel, three launches whatever
 the routing, a fixed reduction order, so batched == alone there too; the shared expert's gated sum added in its
-last launch); elsewhere off the CPU (a differentiable pass, no Triton) the same loop over experts runs with
+last launch); `routed` is the part after the routing, for a decoder that routed in its own launch
+(`moe_route.add_norm_route`); elsewhere off the CPU (a differentiable pass, no Triton) the same loop over experts runs with
 F.linear. On the CPU the loop runs unchanged (the kernels' tests force them there, through Triton's interpreter).
 Must not know: decoders, attention, caches, checkpoints, requests.
 """
