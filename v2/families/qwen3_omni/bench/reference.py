@@ -100,7 +100,8 @@ def compare(reference: Path, python: str, *, frames: int = 32, batch: int = 16, 
     walls: dict[str, list[float]] = {}
     keys = ["reference_1", "runtime_1", f"reference_{batch}", f"runtime_{batch}"]
     try:
-        ref = ReferenceProcess(python, ck, ps, reference.resolve() == CHECKPOINT.resolve())
+        is_fixture = reference.resolve() == CHECKPOINT.resolve()
+        ref = worker = ReferenceProcess(python, ck, ps, is_fixture)
 
         def serve(n: int) -> tuple[float, Outputs]:
             reqs = [omni_request(p, tokens, frames, wave) for p in ps[:n]]
@@ -113,16 +114,21 @@ def compare(reference: Path, python: str, *, frames: int = 32, batch: int = 16, 
             return wall, [(list(r.text_ids or ()), np.asarray(r.codes), np.asarray(r.audio[0])) for r in rs]
 
         def generate(n: int) -> tuple[float, Outputs]:
-            wall, texts, codes, wavs = ref.generate(list(range(n)), tokens + 1, frames + 1)  # type: ignore[union-attr]
+            wall, texts, codes, wavs = worker.generate(list(range(n)), tokens + 1, frames + 1)
             return wall, [(spoken(t, tokens), c, w) for t, c, w in zip(texts, codes, wavs)]
 
-        run = {k: (lambda n=kit.side_rows(k), s=k.startswith("runtime"): serve(n) if s else generate(n)) for k in keys}
-        serve(batch)  # warm-up (the reference warmed up on its fixture check)
+        def side(key: str) -> tuple[float, Outputs]:
+            n = kit.side_rows(key)
+            return serve(n) if key.startswith("runtime") else generate(n)
+
+        serve(batch)  # warm-up; the reference's is its fixture check, else one short run
+        if not is_fixture:
+            worker.generate([0], 2, 2)
         walls = {k: [] for k in keys}
         for i in range(repeat):
             shift = i % len(keys)
             for key in keys[shift:] + keys[:shift]:
-                wall, out[key] = run[key]()
+                wall, out[key] = side(key)
                 walls[key].append(wall)
             log(f"  repetition {i + 1}/{repeat}: " + ", ".join(f"{k} {walls[k][-1]:.2f} s" for k in keys))
     finally:
