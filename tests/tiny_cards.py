@@ -4,6 +4,8 @@ tiny card is covered by them without an edit."""
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from v2.card import known_cards, load_card
 from v2.registry import families
 
@@ -23,3 +25,15 @@ def tiny_cards() -> dict[str, str]:
 def without_tiny_card() -> list[str]:
     """The families of the registry that ship no card with seeded weights (the shared tests cannot run them)."""
     return sorted(set(families()) - set(tiny_cards()))
+
+
+def speaks_given_text(family: str) -> bool:
+    """Whether the family's requests speak a given text (`text`), as the speech routes, the WebSocket stream and
+    open text need; a speaking chat model takes a conversation instead and speaks its own reply."""
+    bound = import_module(f"{families()[family]}.family").FAMILY.bound
+    return "text" in bound.request_fields
+
+
+def speech_cards() -> dict[str, str]:
+    """`tiny_cards()` of the families that speak a given text (the shared speech-surface tests run over them)."""
+    return {f: card for f, card in tiny_cards().items() if speaks_given_text(f)}

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from tiny_cards import tiny_cards
+from tiny_cards import speech_cards
 from v2.bench.opentext import main, reply, session, summary
 from v2.bench.opentext_budget import Budget, budget, frame_cap, segments_per_sentence, takes_min_frames
 from v2.runtime import Runtime
 
-CARDS = list(tiny_cards().values())  # every family of the registry, by its tiny card
+CARDS = list(speech_cards().values())  # every family of the registry that speaks a given text, by its tiny card
 FIELDS = {"sessions", "written_s", "segments_per_session", "audio_s_per_session", "underruns", "underrun_wait_s",
           "whole_underruns", "whole_underrun_wait_s", "finishes", "text_cut_sessions",
           "first_sentence_to_audio_p50_s", "open_first_piece_to_audio_p50_s", "whole_ttfa_p50_s",

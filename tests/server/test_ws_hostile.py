@@ -1,5 +1,5 @@
 """`/v1/audio/speech/stream` under a hostile or careless client, with a real websocket client, on every
-family's tiny card (the registry's families: tests/tiny_cards.py): a config is checked whole before `session.ready` (a refused one gets an
+speaking family's tiny card (the registry's families that speak a given text: tests/tiny_cards.py): a config is checked whole before `session.ready` (a refused one gets an
 `error` naming the parameter and the session keeps its previous config, or none); messages are bounded as
 REST bodies are (depth, members) and refused naming the problem, the connection kept; text UTF-8 cannot
 encode (a lone surrogate) is refused naming its field wherever it is, and an utterance ends at once, not at
@@ -23,11 +23,11 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as sync_connect
 
 from serverkit import CARD, LiveServer, shared_runtime, wait_idle
-from tiny_cards import tiny_cards
+from tiny_cards import speech_cards
 from v2.server import ServerConfig
 from wskit import recv_json, server_log, sync_until, until, ws_url
 
-CARDS = list(tiny_cards().values())
+CARDS = list(speech_cards().values())
 BOUND = 120.0  # seconds: a hang check
 
 

@@ -58,8 +58,12 @@ class RolloutBatch:
             h.cancel()
 
 
-def _request(prompt: Any) -> dict[str, Any]:
+def _request(prompt: Any, fields: frozenset[str]) -> dict[str, Any]:
+    """A prompt as request fields: a text is the text spoken, or, where the request takes a conversation and no
+    text (a speaking chat model), the user's turn."""
     if isinstance(prompt, str):
+        if "text" not in fields and "messages" in fields:
+            return {"messages": [{"role": "user", "content": prompt}]}
         return {"text": prompt}
     if isinstance(prompt, dict):
         return dict(prompt)
@@ -83,10 +87,12 @@ def start_rollout(runtime: Any, prompts: list[Any], *, n: int, seed: int, decode
     if n < 1:
         raise ValueError(f"n: must be >= 1, got {n}")
     handles = []
+    fields = frozenset(getattr(runtime, "request_fields", ()))
     for g, prompt in enumerate(prompts, start=first_prompt_index):
-        base = _request(prompt)
-        base.update(profile="rollout", decode_audio=decode_audio, min_frames=min_frames, stream=False,
-                    sampling={**base.get("sampling", {}), **sampling})
+        base = _request(prompt, fields)
+        base.update(profile="rollout", decode_audio=decode_audio, min_frames=min_frames, stream=False)
+        if keys or "sampling" in base:  # a family without nested sampling takes no `sampling` field
+            base["sampling"] = {**base.get("sampling", {}), **sampling}
         if max_frames is not None:
             base["max_frames"] = max_frames
         members = [{**base, "seed": sample_seed(seed, g, i)} for i in range(n)]
