@@ -12,7 +12,8 @@ on the W + 1 candidates: the top-k edge from their sorted values, the ties check
 among the highest scores, which no candidate order changes), the noise only at the candidates (gathered from
 the frame's noise, or hashed there: the same values). Only where an order or the whole vocabulary shapes the
 bits does it take them: the stable order (by value, ties by id) for the top-p prefix and for logprobs summed
-over the W candidates; torch's softmax / log-softmax / cumsum-in-float64 for the top-p mass and the logprobs.
+over the W candidates; torch's softmax and log-softmax over the whole row for the top-p mass and the logprobs
+(the mass's cumsum in float64, as torch's CPU cumsum sums float32, so the same bits).
 The drawn ids equal `sample`'s exactly; logprobs are the same log-softmax over the same kept set, summed
 over the candidates in their stable order (float rounding, ~1e-7) or, with `exact_logprobs`, over the whole
 vocabulary as `sample` sums it (the same bits).
