@@ -56,3 +56,12 @@ def test_text_only(tiny: Runtime) -> None:
     r = tiny.submit({"messages": [{"role": "user", "content": "Hi"}], "modalities": ["text"], "max_tokens": 5}).result()
     assert r.error is None and len(r.text_ids or ()) <= 5 and r.codes.shape == (0, 16) and r.audio.shape == (1, 0)
     assert r.finish_reason == r.text_finish_reason
+
+
+def test_the_seeded_card_makes_finite_audible_noise(tiny: Runtime) -> None:
+    """Every seeded part stays finite (convolutions, transposed convolutions and stacked experts drawn by their
+    fan-in, not as norm scales): the tiny card's audio is noise, never NaN or silence."""
+    r = tiny.submit({"messages": [{"role": "user", "content": "Say something."}], "max_tokens": 4, "max_frames": 8,
+                     "seed": 1}).result()
+    assert r.audio.size > 0 and np.isfinite(r.audio).all()
+    assert 1e-4 < float(np.abs(r.audio).max()) <= 1.0

@@ -122,7 +122,8 @@ def build_parts(card: OmniCard, *, checkpoint: str | Path | None = None, dtype: 
     from v2.families.qwen3_omni.models import RuntimeThinker, FedTalker
     from v2.models.qwen3_omni.code2wav import Code2Wav
     from v2.models.qwen3_omni.loader import build_part, load_part, open_checkpoint
-    from v2.models.weights import empty_model, fill_seeded
+    from v2.models.qwen3_omni.seeded import fill_seeded_part
+    from v2.models.weights import empty_model
 
     dt = dtype or getattr(torch, card.experts.model.dtype)
     source = source_of(card, checkpoint)
@@ -130,13 +131,13 @@ def build_parts(card: OmniCard, *, checkpoint: str | Path | None = None, dtype: 
     if source.startswith(SEED_PREFIX):
         seed = card.seeded[source[len(SEED_PREFIX):]].seed
         thinker = empty_model(RuntimeThinker, cfg.thinker)
-        fill_seeded(thinker, seed, gain=0.5)
+        fill_seeded_part(thinker, seed, gain=0.5)
         talker = empty_model(FedTalker, cfg) if cfg.talker is not None else None
         if talker is not None:
-            fill_seeded(talker, seed + 1, gain=0.5)
+            fill_seeded_part(talker, seed + 1, gain=0.5)
         c2w = empty_model(Code2Wav, cfg.code2wav) if cfg.code2wav is not None else None
         if c2w is not None:
-            fill_seeded(c2w, seed + 2, gain=0.5)
+            fill_seeded_part(c2w, seed + 2, gain=0.5)
         parts = [m.to(device=device, dtype=dt).eval() if m is not None else None for m in (thinker, talker, c2w)]
         return Parts(parts[0], parts[1], parts[2], cfg)
     ckpt = open_checkpoint(resolve_checkpoint(source))
