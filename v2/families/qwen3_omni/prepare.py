@@ -72,11 +72,8 @@ def render(request: OmniRequest, tokenizer: Any,
             if kind in ("image_url", "input_image", "image", "video", "video_url", "input_video"):
                 raise RequestError(f"messages[{i}].content[{j}]: {kind} parts are not supported (no vision input)",
                                  field="messages")
-    try:
-        from v2.families.qwen3_omni.chat import render_messages
-    except ImportError:
-        raise RequestError("messages: not rendered by this build yet; give prompt_ids (and audio)",
-                         field="messages") from None
+    from v2.families.qwen3_omni.chat import render_messages  # base64 audio and soxr: only for messages
+
     if tokenizer is None:
         raise RequestError("messages: this checkpoint ships no tokenizer; give prompt_ids", field="messages")
     try:
