@@ -107,3 +107,13 @@ def test_a_kept_frame_pass_follows_its_parameters(monkeypatch):
     got, want = both(monkeypatch, model, 3, FAST)
     for field in FIELDS:
         assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+def test_a_kept_frame_pass_follows_a_replaced_parameter(monkeypatch):
+    model = copy.deepcopy(models()[1])
+    frame(model, 3, FAST)  # a pass is kept for 3 rows in this thread
+    fc = model.local_transformer.h[0].mlp.fc_in
+    fc.weight = torch.nn.Parameter(fc.weight.detach() * 0.75, requires_grad=False)  # another tensor, version 0
+    got, want = both(monkeypatch, model, 3, FAST)
+    for field in FIELDS:
+        assert torch.equal(getattr(got, field), getattr(want, field)), field

@@ -165,8 +165,9 @@ class LocalTransformer(nn.Module):
         self.cfg = cfg
         self.h = module_list_of(LocalBlock(cfg) for _ in range(cfg.num_layers))
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        # (thread, batch) -> (the parameters' identities and versions, the frame pass made for them)
-        self._stacks: dict[tuple[int, int], tuple[tuple[tuple[int, int], ...], LnFrameStack]] = {}
+        # (thread, batch) -> (the parameters' versions, the frame pass made for them)
+        self._stacks: dict[tuple[int, int], tuple[tuple[int, ...], LnFrameStack]] = {}
+        self._held: list[tuple[dict[str, nn.Parameter | None], str, nn.Parameter]] | None = None  # _held_versions's
 
     def forward(self, x: Tensor) -> Tensor:
         """One causal pass over x [B, T, H] (T <= 13) from position 0; returns ln_f output [B, T, H]."""
@@ -176,11 +177,22 @@ class LocalTransformer(nn.Module):
             x = x + block.mlp(block.ln_2(x))
         return self.ln_f(x)
 
+    def _held_versions(self) -> tuple[int, ...]:
+        """The parameters' versions, read from a list of where each is held (made once: walking `parameters()`
+        every frame costs more than the check); a parameter replaced in its module makes the list anew and drops
+        every kept pass."""
+        held = self._held
+        if held is None or any(d.get(n) is not p for d, n, p in held):
+            held = self._held = [(m._parameters, n, p) for m in self.modules()
+                                 for n, p in m._parameters.items() if p is not None]
+            self._stacks.clear()
+        return tuple(p._version for _, _, p in held)
+
     def frame_stack(self, batch: int) -> LnFrameStack:
         """The blocks' CPU frame pass for `batch` rows over a frame's positions (`frame_stack_fits`): the same values
         as `step`, position after position. Kept for the next frame of the same batch in the same thread (a frame
         writes every K/V it reads) while the parameters are the same tensors, unchanged; at most 8 kept."""
-        key, params = (threading.get_ident(), batch), tuple((id(p), p._version) for p in self.parameters())
+        key, params = (threading.get_ident(), batch), self._held_versions()
         hit = self._stacks.get(key)
         if hit is not None and hit[0] == params:
             return hit[1]
