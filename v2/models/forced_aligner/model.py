@@ -2,7 +2,8 @@
 
 Owns: the module tree in the release's names below `thinker.` (`audio_tower`: Qwen3-Omni's AuT encoder and
 projector, the same maths and keys; `model`: a Qwen3 decoder with its token table; `lm_head`: the 5000-class
-head, no bias), the release's per-clip encoding (a clip's last chunk zero-padded to a whole chunk: `encode`),
+head, no bias), the release's per-clip encoding (a clip's last chunk zero-padded to a whole chunk: `encode`; the three
+convs as `exact.linear` in `CONV_TILE`-row calls, the AuT's weights),
 the audio rows put in place of `<|audio_pad|>`, one causal pass over the batch right-padded (positions
 0.. per clip, keys past a clip's length masked), and the head read only at the marker rows.
 Exact on the CPU: every matmul is `exact.linear`, attention `exact.attention`, so a clip's logits are the
@@ -19,8 +20,10 @@ from torch import Tensor, nn
 from v2.models import exact
 from v2.models.forced_aligner.config import ForcedAlignerConfig
 from v2.models.qwen3 import Qwen3Backbone
-from v2.models.qwen3_omni.audio_encoder import AudioEncoder
-from v2.models.qwen3_omni.audio_features import audio_token_count
+from v2.models.qwen3_omni.audio_encoder import AudioEncoder, sinusoids
+from v2.models.qwen3_omni.audio_features import audio_token_count, rows_after_convs
+
+CONV_TILE = 256  # rows per matmul call in the conv front end (a chunk's first conv makes 3200 rows)
 
 
 class ForcedAligner(nn.Module):
@@ -35,9 +38,22 @@ class ForcedAligner(nn.Module):
         """Each clip's rows entering the encoder layers [N_a, d_model]: its chunks of 2 n_window frames, the
         last one zero-padded to a whole chunk (the release encodes each clip alone, so no other clip's length
         reaches it), through the convs, `conv_out` and the per-chunk positions; rows past the clip's dropped."""
-        chunk = 2 * self.cfg.audio.n_window
-        padded = [F.pad(m, (0, -m.shape[1] % chunk)) for m in mels]  # [mel, chunks * chunk] each
-        rows = self.audio_tower.conv_rows(padded)  # [chunks * rows_after_convs(chunk), d] each
+        tower, chunk = self.audio_tower, 2 * self.cfg.audio.n_window
+        counts = [-(-m.shape[1] // chunk) for m in mels]  # whole chunks per clip
+        # [sum chunks, 1, mel, chunk]: every clip's chunks, the last one zero-padded to a whole chunk
+        x = torch.cat([F.pad(m, (0, c * chunk - m.shape[1])).view(m.shape[0], c, chunk).transpose(0, 1)
+                       for m, c in zip(mels, counts)])[:, None]
+        for conv in (tower.conv2d1, tower.conv2d2, tower.conv2d3):
+            b, _, hf, t = x.shape
+            ho, to = (hf - 1) // 2 + 1, (t - 1) // 2 + 1
+            patches = F.unfold(x, 3, padding=1, stride=2).transpose(1, 2)  # [B, ho * to, C * 9]
+            y = exact.linear(patches, conv.weight.flatten(1), conv.bias, tile=CONV_TILE)  # [B, ho * to, C]
+            x = exact.gelu(y.transpose(1, 2).reshape(b, -1, ho, to))  # [B, C, ho, to]
+        b, c, f, t = x.shape
+        x = tower.conv_out(x.permute(0, 3, 1, 2).reshape(b, t, c * f))  # [B, T', d]: channel-major c * F' + f
+        x = x + sinusoids(t, self.cfg.audio.d_model, x.device)[None].to(x.dtype)
+        assert t == rows_after_convs(chunk)
+        rows = x.reshape(b * t, -1).split([n * t for n in counts])  # [chunks_i * T', d] each
         return [r[: audio_token_count(m.shape[1], self.cfg.audio)] for r, m in zip(rows, mels)]
 
     def encode(self, mels: list[Tensor]) -> list[Tensor]:
