@@ -78,9 +78,11 @@ class WithAdded:
         self.family, self.built = family, dict(built)
         graph = family.graph
         feeds: dict[Hashable, tuple[Hashable, ...]] = {s.name: s.feeds for s in graph.loops}
+        self.upstream: dict[str, Hashable] = {}  # added loop -> the loop it takes from
         for r in order:
             after = r.after if r.after_added else graph_name(graph, r.after)
             feeds[after] = (*feeds.get(after, ()), r.name)
+            self.upstream[r.name] = after
         self.pool_names = {name: {f"{name}_{p}": p for p in b.pools} for name, b in built.items()}
         specs = [dataclasses.replace(s, feeds=feeds[s.name]) for s in graph.loops]
         specs += [LoopSpec(r.name, built[r.name].loop, feeds.get(r.name, ()), tuple(self.pool_names[r.name]),
@@ -169,6 +171,9 @@ class WithAdded:
             states[name] = b.start(AddedContext(record.id, own, family.sample_rate, family.channels,
                                                 lambda: spoken_of(family, record, open_text), record.handle.marks,
                                                 record.request))
+            upstream = states.get(self.upstream[name])
+            if upstream is not None and upstream.finish is not None:  # it will make nothing (e.g. a reply in text
+                b.loop.feed(states[name], [], upstream.finish)      # alone): the added loop learns it at once
         return states
 
     def result(self, record: RequestRecord, outputs: Mapping[Hashable, object], reason: FinishReason,

@@ -40,6 +40,7 @@ from v2.runtime.family import (
     AnyExecutor, FactoryBase, FrontState, KVSpec, LaunchState, LoopGraph, Needs, PagedKV, Prepared, Request,
     StoredVoice, VoiceSpec,
 )
+from v2.runtime.added import Spoken
 from v2.runtime.handles import SpeechResult
 
 if TYPE_CHECKING:
@@ -150,6 +151,13 @@ class OmniFamily:
                                   lambda s: talker_rows(loop, s),  # type: ignore[arg-type]
                                   Work.TALK_PREFILL)
         return out
+
+    def spoken(self, record: RequestRecord) -> Spoken:
+        """What the reply speaks so far (`SpokenInput`, for a loop added to the graph, e.g. a word aligner): the
+        thinker's text ids (every one is spoken) and their text where the checkpoint has a tokenizer."""
+        state = record.states.get(THINKER)
+        ids = tuple(int(c[0]) for c in state.codes) if isinstance(state, ThinkerState) else ()
+        return Spoken(self.tokenizer.decode(list(ids)) if self.tokenizer is not None else None, ids)
 
     def encoded(self, record: RequestRecord) -> torch.Tensor | None:
         """The front loop has encoded the prompt's clips: their rows join the work (the thinker's slot takes them
