@@ -32,7 +32,7 @@ from v2.server.errors import ApiError
 from v2.server.speech import read_json
 from v2.server.schema import OPENAI_MODELS
 from v2.server.state import ServerConfig, ServerState, server_state
-from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, whole_result
+from v2.server.streaming import WatchedStreamingResponse, good_whole_result
 
 router = APIRouter()
 refusals = APIRouter()  # put before the speech routes on a chat card: it speaks its own reply, never a given text
@@ -93,13 +93,9 @@ async def create_chat_completion(request: Request) -> Response:
         handle.on_done(lambda _: st.metrics.streams.dec())
         return WatchedStreamingResponse(body, on_disconnect=handle.cancel, media_type="text/event-stream",
                                         headers={"Cache-Control": "no-cache", "X-Request-Id": str(handle.request_id)})
-    result = await whole_result(handle, request.receive)
+    result = await good_whole_result(handle, request.receive)
     if result is None:
         return Response(status_code=499)  # the client left; nobody reads this
-    if result.finish_reason not in GOOD_ENDINGS:
-        status = 503 if result.finish_reason == "abort" else 500
-        raise ApiError(status, f"the request ended with {result.finish_reason}" +
-                       (f": {result.error}" if result.error else ""), code=result.finish_reason)
     data = None
     if p.audio:
         spec = audio.output_spec(p.format, None, st.native_rate, st.native_channels)

@@ -31,7 +31,7 @@ from v2.server.errors import ApiError, runtime_field_error
 from v2.server.jsonbody import MAX_MEMBERS, read_object
 from v2.server.schema import SpeechBody, SpeechPlan, family_params, param_names, parse_body, plan, resolved
 from v2.server.state import ServerState, server_state
-from v2.server.streaming import GOOD_ENDINGS, WatchedStreamingResponse, audio_body, whole_result
+from v2.server.streaming import WatchedStreamingResponse, audio_body, good_whole_result
 from v2.server.timestamps import ask, captioned, has_aligner, plan_words, result_sentences, words_of
 
 router = APIRouter()
@@ -124,13 +124,9 @@ async def answer(st: ServerState, request: Request, p: SpeechPlan, encoder: Enco
         st.metrics.streams.inc()
         handle.on_done(lambda _: st.metrics.streams.dec())
         return WatchedStreamingResponse(body_iter, on_disconnect=handle.cancel, media_type=media, headers=headers)
-    result = await whole_result(handle, request.receive)
+    result = await good_whole_result(handle, request.receive)
     if result is None:
         return Response(status_code=499)  # the client left; nobody reads this
-    if result.finish_reason not in GOOD_ENDINGS:
-        status = 503 if result.finish_reason == "abort" else 500
-        raise ApiError(status, f"the request ended with {result.finish_reason}" +
-                       (f": {result.error}" if result.error else ""), code=result.finish_reason)
     data = await anyio.to_thread.run_sync(audio.encode_whole, result.audio, spec, result.sample_rate)
     m = result.metrics
     headers.update({"X-Finish-Reason": result.finish_reason, "X-Audio-Seconds": f"{m.audio_seconds:.4f}",

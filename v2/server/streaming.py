@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from v2.events import SentenceWords
 from v2.server.audio import Encoder
+from v2.server.errors import ApiError
 from v2.server.timestamps import EVENT, merged, sentence_json
 
 log = logging.getLogger("v2.server")
@@ -139,3 +140,14 @@ async def whole_result(handle: Any, receive: Receive) -> Any | None:
         watch_task.cancel()
         result_task.cancel()
         handle.cancel()
+
+
+async def good_whole_result(handle: Any, receive: Receive) -> Any | None:
+    """`whole_result`, and a request that ended badly as the client's error: 503 for an abort, 500 otherwise,
+    naming how it ended (and why, where the runtime says)."""
+    result = await whole_result(handle, receive)
+    if result is not None and result.finish_reason not in GOOD_ENDINGS:
+        status = 503 if result.finish_reason == "abort" else 500
+        raise ApiError(status, f"the request ended with {result.finish_reason}" +
+                       (f": {result.error}" if result.error else ""), code=result.finish_reason)
+    return result
