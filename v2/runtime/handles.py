@@ -70,7 +70,7 @@ class SpeechResult:
     error: str | None = None
     segments: tuple[SpeechSegment, ...] = ()  # in order; their frame ranges tile `codes` (one unless long text)
     added: Mapping[str, object] = field(default_factory=dict)  # each added loop's result, by its name (v2/runtime/added.py)
-    text: str | None = None                     # a speaking LLM's reply text (the omni family; None elsewhere)
+    text: str | None = None                     # a speaking LLM's reply text (None where the family speaks a given text)
     text_ids: tuple[int, ...] | None = None      # ... its token ids (the stop token not included)
     text_finish_reason: str | None = None        # ... how the text ended: stop | length | abort
 

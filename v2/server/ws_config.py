@@ -41,12 +41,12 @@ class Config:
     names: dict[str, str]     # the family's request fields -> the parameters the client sent
     context: tuple[ResolvedTurn, ...] | None = None  # the config's `context`, its audio encoded (None: not given)
     aligner: bool = False     # the runtime has an aligner: every utterance is aligned (a barge-in's words)
-    omni_words: bool = False  # vllm-omni's `word_timestamps`: audio and words as its `audio.chunk` events
+    vllm_words: bool = False  # vllm-omni's `word_timestamps`: audio and words as its `audio.chunk` events
 
     @property
     def timestamps(self) -> bool:
         """The client asked for each sentence's words (`speech.timestamps` events, or vllm-omni's shape)."""
-        return self.params.timestamps is not None or self.omni_words
+        return self.params.timestamps is not None or self.vllm_words
 
     @property
     def takes_context(self) -> bool:
@@ -84,9 +84,9 @@ def configure(st: ServerState, msg: dict[str, Any]) -> Config:
              native_channels=st.native_channels, takes=family.takes)
     aligner = has_aligner(st.runtime)
     refuse_without(p.params, aligner)  # `timestamps` asked of a server without an aligner
-    omni = ours.get("word_timestamps", False)
-    if not isinstance(omni, bool) or omni and not (aligner and stream_audio and p.spec.format == "pcm"):
-        why = "true or false" if not isinstance(omni, bool) else "this server has no aligner (v2 serve --aligner " \
+    vllm = ours.get("word_timestamps", False)
+    if not isinstance(vllm, bool) or vllm and not (aligner and stream_audio and p.spec.format == "pcm"):
+        why = "true or false" if not isinstance(vllm, bool) else "this server has no aligner (v2 serve --aligner " \
             "NAME)" if not aligner else "it needs stream_audio true and response_format pcm (as vllm-omni's)"
         raise ApiError(400, f"word_timestamps: {why}", param="word_timestamps", code="invalid_value")
     if stream_audio and p.spec.format != "pcm":
@@ -96,7 +96,7 @@ def configure(st: ServerState, msg: dict[str, Any]) -> Config:
     given = resolved(replace(p, context=None), st.voices.voice_fields(p.voice), stream=True, text_later=True)
     return Config(p.params, given, family, p.spec, stream_audio, "sentence" if split == "none" else split, split,
                   split != "none" and family.speaks_while_written,
-                  {**param_names(family, p.params), "timestamps": "timestamps"}, config_turns(st, p), aligner, omni)
+                  {**param_names(family, p.params), "timestamps": "timestamps"}, config_turns(st, p), aligner, vllm)
 
 
 def ready(c: Config) -> dict[str, Any]:

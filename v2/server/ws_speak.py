@@ -6,7 +6,7 @@ pieces held for `input.done`, its sender task, whether the client has begun it, 
 it, whether its end was refused and its session.done sent), `Sentences` (the audio's chunks split at the
 segments' frames, each sentence framed by `audio.start` and `audio.done`; streamed pcm as it is made, else
 the sentence's whole file in one binary frame; the audio sent so far, `sent_s`; each aligned sentence's
-`speech.timestamps` after its `audio.done`, where asked; every message through `out`, which ws_omni_words.py
+`speech.timestamps` after its `audio.done`, where asked; every message through `out`, which ws_vllm_words.py
 shapes and holds), the events that close a cancelled utterance (`cancelled_events`: `audio.done` with
 `"cancelled": true` for each sentence begun and not closed, then `session.done` with `"cancelled": true`), and the two ways a send ends the sender: `Cancelled` (the utterance was cancelled:
 nothing more of it goes out) and `Gone` (the client has left: `LEFT`, what the WebSocket raises then).
@@ -186,7 +186,7 @@ class Sentences:
         self.current = -1
 
     async def out(self, message: dict[str, Any] | bytes) -> None:
-        """One message of the utterance's audio out (a subclass may shape or hold it: ws_omni_words.py)."""
+        """One message of the utterance's audio out (a subclass may shape or hold it: ws_vllm_words.py)."""
         await self.send(message, self.u)
 
     def unfinished(self) -> list[tuple[int, int]]:

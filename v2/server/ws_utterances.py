@@ -30,7 +30,7 @@ from v2.server.state import ServerState
 from v2.server.streaming import GOOD_ENDINGS
 from v2.server.timestamps import PLAYED, heard, merged, played_ok, sentences
 from v2.server.ws_config import Config
-from v2.server.ws_omni_words import OmniSentences
+from v2.server.ws_vllm_words import VllmWordSentences
 from v2.server.ws_speak import Cancelled, Gone, Outbox, Sentences, Utterance, cancelled_events, late_words
 
 log = logging.getLogger("v2.server")
@@ -270,7 +270,7 @@ class Speaker:
         nothing once it is cancelled, nor for one withdrawn or ended before the client began it."""
         config = self.config
         assert config is not None
-        kind = OmniSentences if config.omni_words else Sentences
+        kind = VllmWordSentences if config.vllm_words else Sentences
         out = u.out = kind(self.out.send, u, config, self.hop, self.st.native_rate, self.st.native_channels)
         try:
             async for item in (merged(u.handle, True) if config.timestamps else u.handle):

@@ -3,7 +3,7 @@
 binary frames, and after its audio a last `audio.chunk` with no audio that carries the sentence's words, in
 milliseconds from the sentence's start, then its `audio.done`.
 
-Owns: `OmniSentences` (ws_speak.py's `Sentences` with those shapes): `audio.start` with `word_timestamps:
+Owns: `VllmWordSentences` (ws_speak.py's `Sentences` with those shapes): `audio.start` with `word_timestamps:
 true`; each pcm piece as `audio.chunk {utterance_index, sentence_index, chunk_id, chunk_start_ms,
 chunk_end_ms, sample_rate, channels, audio_b64, timestamps: null}`; the words' chunk (`audio_b64: ""`,
 `timestamps: [{word, start_ms, end_ms}]`, or null where the request ended before its sentence was aligned);
@@ -23,7 +23,7 @@ from v2.server.ws_speak import Sentences
 _WAIT = "words"  # a queue entry: the words' chunk of a sentence, sent once its words are known
 
 
-class OmniSentences(Sentences):
+class VllmWordSentences(Sentences):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.queue: list[tuple[Any, int]] = []  # (message or a words entry, its audio's bytes), in send order
