@@ -4,8 +4,8 @@ itself, behind `Runtime.align`; the added loop runs the same model).
 Owns: loading (a checkpoint directory or hub id through `v2.checkpoints`, or the card's seeded weights: every
 matrix and conv kernel ~ N(0, gain / sqrt(fan_in)), biases ~ N(0, 0.02), norms ~ 1 + N(0, 0.02), drawn from
 the card's seed in name order), the tokenizer the card names, a recording made mono 16 kHz (the channel mean,
-soxr "HQ": `v2.models.audio_in.resample`), the words of a text (`words_of`: the release's rule for
-`language`; a language this build cannot split is refused, naming it), and `align` / `align_clips` (the
+soxr "HQ": `v2.models.audio_in.resample`), the words of a text (the release's rule for `language`, in
+`make_clip`; a language this build cannot split is refused, naming it), and `align` / `align_clips` (the
 release's times: seconds from the clip's start, not clamped to its length).
 Must not know: requests, the engine, families, HTTP.
 """
@@ -28,7 +28,7 @@ from v2.models.forced_aligner.align import Alignment, Clip, align, make_clip
 from v2.models.forced_aligner.config import ForcedAlignerConfig
 from v2.models.forced_aligner.loader import load_aligner
 from v2.models.forced_aligner.model import ForcedAligner
-from v2.models.forced_aligner.words import LanguageError, check_language, split_words
+from v2.models.forced_aligner.words import LanguageError, check_language
 from v2.models.weights import empty_model, set_tensor
 
 RATE = 16000  # what the aligner reads
@@ -98,10 +98,6 @@ class Aligner:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    def words_of(self, text: str, language: str | None = None) -> list[str]:
-        """The words of `text` by the release's rule (`language`: a listed one, or None for the default rule)."""
-        return split_words(text, language)
 
     def clip(self, audio: Any, sample_rate: int, text: str | None = None, *, words: Sequence[str] | None = None,
              word_ids: Sequence[Sequence[int]] | None = None, language: str | None = None) -> Clip:
