@@ -86,19 +86,17 @@ class ThinkerFrames(PagedFrames):
         m = self.model.model
         index = rows[..., 1]                                        # [B, W] audio row or -1
         x = m.embed_tokens(rows[..., 0].clamp(min=0))              # [B, W, H]
-        audio = [(b, int(s)) for b, s in enumerate(slots.tolist()) if int(s) in self.audio]
-        for b, slot in audio:
-            at = (index[b] >= 0).nonzero().squeeze(1)              # [n] positions in the chunk
-            if at.numel():
-                x[b, at] = self.audio[slot][index[b, at]]
+        audio = [(b, s, (index[b] >= 0).nonzero().squeeze(1))  # at: [n] positions in the chunk
+                 for b, s in enumerate(slots.tolist()) if s in self.audio]
+        audio = [(b, s, at) for b, s, at in audio if at.numel()]
+        for b, slot, at in audio:
+            x[b, at] = self.audio[slot][index[b, at]]
         inputs: list[Tensor] = []
         out = m.forward_cached(x, self.kv, self.tables[slots], positions, valid=valid, context_len=context,
                                layer_inputs=inputs if audio else None)  # [B, W, H]
-        for b, slot in audio:
-            at = (index[b] >= 0).nonzero().squeeze(1)
-            if at.numel():
-                a = inputs[self.accept_layer] if self.accept_layer < self.layers else out
-                self.accept[slot][index[b, at]] = a[b, at]
+        for b, slot, at in audio:
+            a = inputs[self.accept_layer] if self.accept_layer < self.layers else out
+            self.accept[slot][index[b, at]] = a[b, at]
         return out
 
     # ----- the token step ------------------------------------------------------------------------
