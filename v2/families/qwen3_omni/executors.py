@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from v2.families.qwen3_omni.loops import Work
 from v2.families.qwen3_omni.models import FedTalker, RuntimeThinker
 from v2.families.qwen3_tts.talker_executor import TalkerExecutor
 from v2.kit.chunk_executor import ChunkExecutor
@@ -175,4 +174,4 @@ class Code2WavExecutor(ChunkExecutor):
         return out
 
 
-__all__ = ["Code2WavExecutor", "TalkerFrames", "ThinkerFrames", "Work"]
+__all__ = ["Code2WavExecutor", "TalkerFrames", "ThinkerFrames"]

@@ -15,7 +15,7 @@ Must not know: tensors on a device (beyond the rows' layout), batching, other re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -131,5 +131,5 @@ def talker_rows(loop: TalkerLoop, state: TalkerState) -> torch.Tensor:
     return torch.cat([prompt, frames])
 
 
-__all__ = ["CODE2WAV", "Hashable", "TALKER", "THINKER", "TalkerLoop", "TalkerState", "ThinkerLoop", "ThinkerState",
+__all__ = ["CODE2WAV", "TALKER", "THINKER", "TalkerLoop", "TalkerState", "ThinkerLoop", "ThinkerState",
            "Work", "talker_rows", "thinker_rows"]
