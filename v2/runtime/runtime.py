@@ -303,11 +303,12 @@ class Runtime:
     def _check_stream(self, request: Request) -> None:
         """A card whose loops make no audio (its graph has no audio loop) streams nothing: `stream` is refused;
         so is `timestamps` without an aligner."""
-        if getattr(request, "timestamps", None) is not None and self._aligner is None:
+        timestamps = getattr(request, "timestamps", None)
+        if timestamps is not None and self._aligner is None:
             raise RequestError(f"timestamps: this runtime has no aligner (serve with --aligner, or "
                                f"Runtime.from_card(..., aligner=...)); the card {self.card.name!r} alone gives "
                                "no word times", field="timestamps")
-        if getattr(request, "timestamps", None) is not None and not getattr(request, "decode_audio", True):
+        if timestamps is not None and not getattr(request, "decode_audio", True):
             raise RequestError("timestamps: word times are read from the audio, so they need decode_audio",
                                field="timestamps")
         if request.stream and self.family.graph.audio is None:
