@@ -43,7 +43,7 @@ from v2.server.jsonbody import refuse_unencodable_key
 from v2.server.schema import SpeechBody, family_params, parse_body, plan
 from v2.server.speech import read_json, submit_plan
 from v2.server.state import ServerState, server_state
-from v2.server.streaming import GOOD_ENDINGS
+from v2.server.streaming import ending_error
 from v2.server.timestamps import has_aligner, plan_words, result_sentences, word_json, words_of
 
 router = APIRouter()
@@ -215,10 +215,8 @@ def _answer(item: _Item) -> dict[str, Any]:
     """An item's result object: its audio (base64, its format) or its error (OpenAI's error object)."""
     out: dict[str, Any] = {"index": item.index, "id": item.id}
     r = item.result
-    if item.error is None and r is not None and r.finish_reason not in GOOD_ENDINGS:
-        status = 503 if r.finish_reason == "abort" else 500
-        item.error = ApiError(status, f"the request ended with {r.finish_reason}" +
-                              (f": {r.error}" if r.error else ""), code=r.finish_reason)
+    if item.error is None and r is not None:
+        item.error = ending_error(r)
     if item.error is not None:
         return {**out, "status": "error", "error": item.error.body()["error"]}
     data = audio.encode_whole(r.audio, item.spec, r.sample_rate)

@@ -27,7 +27,7 @@ from typing import Any, AsyncIterator
 from v2.contracts import AudioChunk
 from v2.events import TextDelta
 from v2.server.audio import Encoder
-from v2.server.streaming import GOOD_ENDINGS, final_result
+from v2.server.streaming import bad_ending, final_result
 
 _END = object()
 
@@ -162,8 +162,8 @@ async def chat_body(handle: Any, answer: Answer, encoder: Encoder | None, *,
             if data:
                 yield spoken({"data": base64.b64encode(data).decode()})
         result = await final_result(handle)
-        if result.finish_reason not in GOOD_ENDINGS:
-            message = f"the request ended with {result.finish_reason}" + (f": {result.error}" if result.error else "")
+        message = bad_ending(result)
+        if message is not None:
             yield sse({"error": {"message": message, "type": "server_error", "param": None,
                                  "code": result.finish_reason}})
             return

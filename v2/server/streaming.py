@@ -41,6 +41,21 @@ def sse_event(kind: str, payload: dict[str, Any]) -> bytes:
     return f"data: {json.dumps({'type': kind, **payload})}\n\n".encode()
 
 
+def bad_ending(result: Any) -> str | None:
+    """How a request that ended badly ended (and why, where the runtime says); None for a good ending."""
+    if result.finish_reason in GOOD_ENDINGS:
+        return None
+    return f"the request ended with {result.finish_reason}" + (f": {result.error}" if result.error else "")
+
+
+def ending_error(result: Any) -> ApiError | None:
+    """A bad ending as the client's error: 503 for an abort, 500 otherwise, naming it; None for a good one."""
+    message = bad_ending(result)
+    if message is None:
+        return None
+    return ApiError(503 if result.finish_reason == "abort" else 500, message, code=result.finish_reason)
+
+
 async def final_result(handle: Any) -> Any:
     """The handle's result once its chunks are consumed (waiting in a worker thread if it is not set yet)."""
     if handle.done:
@@ -75,8 +90,8 @@ async def audio_body(handle: Any, encoder: Encoder, *, sse: bool, offload: bool,
             while held and _spoken(held[0], encoder.samples / encoder.spec.sample_rate):  # the samples encoded
                 yield sse_event(EVENT, sentence_json(held.pop(0)))
         result = await final_result(handle)
-        if result.finish_reason not in GOOD_ENDINGS:
-            message = f"the request ended with {result.finish_reason}" + (f": {result.error}" if result.error else "")
+        message = bad_ending(result)
+        if message is not None:
             if not sse:
                 raise StreamAborted(message)
             yield sse_event("error", {"error": {"message": message, "type": "server_error", "param": None,
@@ -146,8 +161,7 @@ async def good_whole_result(handle: Any, receive: Receive) -> Any | None:
     """`whole_result`, and a request that ended badly as the client's error: 503 for an abort, 500 otherwise,
     naming how it ended (and why, where the runtime says)."""
     result = await whole_result(handle, receive)
-    if result is not None and result.finish_reason not in GOOD_ENDINGS:
-        status = 503 if result.finish_reason == "abort" else 500
-        raise ApiError(status, f"the request ended with {result.finish_reason}" +
-                       (f": {result.error}" if result.error else ""), code=result.finish_reason)
+    error = None if result is None else ending_error(result)
+    if error is not None:
+        raise error
     return result
