@@ -44,7 +44,7 @@ from v2.server.schema import SpeechBody, family_params, parse_body, plan
 from v2.server.speech import read_json, submit_plan
 from v2.server.state import ServerState, server_state
 from v2.server.streaming import ending_error
-from v2.server.timestamps import has_aligner, plan_words, result_sentences, word_json, words_of
+from v2.server.timestamps import has_aligner, plan_words, word_json
 
 router = APIRouter()
 PATH = "/v1/audio/speech/batch"
@@ -225,7 +225,7 @@ def _answer(item: _Item) -> dict[str, Any]:
             "media_type": audio.CONTENT_TYPES[item.spec.format], "response_format": item.spec.format,
             "sample_rate": item.spec.sample_rate, "channels": item.spec.channels,
             "finish_reason": r.finish_reason, "audio_seconds": round(m.audio_seconds, 4), "frames": m.frames,
-            **({"words": [word_json(w) for w in words_of(result_sentences(r))]} if item.words else {})}
+            **({"words": [word_json(w) for w in r.words]} if item.words else {})}
 
 
 def _answers(items: list[_Item]) -> list[dict[str, Any]]:

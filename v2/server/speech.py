@@ -32,7 +32,7 @@ from v2.server.jsonbody import MAX_MEMBERS, read_object
 from v2.server.schema import SpeechBody, SpeechPlan, family_params, param_names, parse_body, plan, resolved
 from v2.server.state import ServerState, server_state
 from v2.server.streaming import WatchedStreamingResponse, audio_body, good_whole_result
-from v2.server.timestamps import ask, captioned, has_aligner, plan_words, result_sentences, words_of
+from v2.server.timestamps import ask, captioned, has_aligner, plan_words
 
 router = APIRouter()
 
@@ -134,7 +134,7 @@ async def answer(st: ServerState, request: Request, p: SpeechPlan, encoder: Enco
     if m.ttfa_s is not None:
         headers["X-TTFA-Ms"] = f"{m.ttfa_s * 1e3:.1f}"
     if captions or p.params.timestamps is not None:
-        words = words_of(result_sentences(result)) if p.params.timestamps is not None else None
+        words = list(result.words) if p.params.timestamps is not None else None
         body = json.dumps(captioned(data, audio.CONTENT_TYPES[spec.format], words)) + "\n"  # one JSON line
         return Response(body, media_type="application/json", headers=headers)
     return Response(data, media_type=audio.CONTENT_TYPES[spec.format], headers=headers)

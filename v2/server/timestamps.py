@@ -25,7 +25,7 @@ from v2.events import SentenceWords, WordTime
 from v2.params import SpeechParams
 from v2.server.errors import ApiError
 
-ALIGNER = "aligner"  # the added loop's name (issue 45's contract)
+ALIGNER = "aligner"  # the word aligner's added-loop name (its events' and result's key)
 EVENT = "speech.timestamps"  # one sentence's words, over SSE and the WebSocket
 NO_ALIGNER = ("timestamps: this server has no aligner (start it with `v2 serve --aligner NAME`, e.g. "
               "forced_aligner_tiny or forced_aligner_0_6b)")
@@ -65,12 +65,6 @@ def ask(fields: dict[str, Any], wanted: bool) -> dict[str, Any]:
 def sentences(events: Iterable[Any]) -> list[SentenceWords]:
     """The aligned sentences among a request's added-loop events (`AddedEvent`s), in order."""
     return [e.item for e in events if getattr(e, "loop", None) == ALIGNER and isinstance(e.item, SentenceWords)]
-
-
-def result_sentences(result: Any) -> list[SentenceWords]:
-    """A result's aligned sentences (`SpeechResult.added["aligner"]`; none without timestamps)."""
-    got = getattr(result, "added", {}).get(ALIGNER, ())
-    return [s for s in got if isinstance(s, SentenceWords)]
 
 
 def words_of(spans: Iterable[SentenceWords]) -> list[WordTime]:
