@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from v2.card import family_of, load_card
+from v2.card import DEFAULT_CHAT_CARD, family_of, load_card
 from v2.cli import build_parser, main
 from v2.cli.commands import _Help
-from v2.cli.options import CHAT_CARD, RUNTIME_OPTIONS
+from v2.cli.options import RUNTIME_OPTIONS
 from v2.runtime.runtime import Runtime
 from v2.voices.store import VoiceStore
 
@@ -142,7 +142,7 @@ def test_shared_options_read_the_same_on_every_command():
     parsers = {name: rendered(p) for name, p in commands.items()}
     parsers |= {f"voices {name}": rendered(p) for name, p in subparsers(commands["voices"]).items()}
     assert set(RUNTIME_OPTIONS) - {"--voices-dir"} <= set(parsers["serve"])  # the server takes no voices folder
-    assert parsers["chat"].pop("--card").endswith(f"(default: {CHAT_CARD})")  # chat's default is a chat card
+    assert parsers["chat"].pop("--card").endswith(f"(default: {DEFAULT_CHAT_CARD})")  # chat's default is a chat card
     for option in RUNTIME_OPTIONS:
         texts = {name: helps[option] for name, helps in parsers.items() if option in helps}
         assert len(set(texts.values())) == 1, texts

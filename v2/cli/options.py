@@ -179,7 +179,6 @@ def add_synth_arguments(p: argparse.ArgumentParser) -> None:
 
 
 DEFAULT_REPLY = "out/reply.wav"  # `v2 chat`'s default output; its folder is created
-CHAT_CARD = DEFAULT_CHAT_CARD  # `v2 chat`'s default card: the shipped card that says `default_chat = true`
 
 
 class _Part(argparse.Action):
@@ -193,11 +192,11 @@ class _Part(argparse.Action):
 
 
 def add_chat_arguments(p: argparse.ArgumentParser) -> None:
-    """`v2 chat`'s options (the runtime options are added before: `--card` defaults to CHAT_CARD here)."""
+    """`v2 chat`'s options (the runtime options are added before: `--card` defaults to DEFAULT_CHAT_CARD here)."""
     for action in p._actions:
         if "--card" in action.option_strings:
-            action.default = CHAT_CARD
-            action.help = f"a shipped chat card's name (v2 cards) or a path to a card file (default: {CHAT_CARD})"
+            action.default = DEFAULT_CHAT_CARD
+            action.help = f"a shipped chat card's name (v2 cards) or a path to a card file (default: {DEFAULT_CHAT_CARD})"
     p.set_defaults(parts=None)
     p.add_argument("-m", "--message", action=_Part, metavar="TEXT",
                    help="text of the user's turn; repeat for several parts, kept in order with --audio (default: none)")
