@@ -91,6 +91,22 @@ def _token_words(vocab: int) -> np.ndarray:
     return _word(np.arange(vocab, dtype=np.uint32))
 
 
+def _candidates(zn: np.ndarray, z: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """The W + 1 highest values of each row of zn [B, V] (V > W + 1; z: the same array as a tensor) with their ids,
+    by id: (ids, values) [B, W + 1]. The (W + 1)-th highest value is numpy's partition's (exact, whatever the
+    algorithm); where it is unique in every row, the candidates are the values at or above it, read in id order
+    by one `flatnonzero`. Ties at it (or a NaN) take torch.topk's W + 1 (any of the tied), put in id order."""
+    b, v = zn.shape
+    w = SORT_WIDTH + 1
+    edge = np.partition(zn, v - w, axis=-1)[:, v - w : v - w + 1]                            # [B, 1]
+    above = zn >= edge                                                                        # [B, V]
+    flat = np.flatnonzero(above)
+    if flat.shape[0] == b * w and (b == 1 or bool((above.sum(axis=-1) == w).all())):  # (a NaN is never above)
+        return flat.reshape(b, w) % v, zn.reshape(-1)[flat].reshape(b, w)
+    ids = np.sort(torch.topk(z, w, dim=-1, sorted=False).indices.numpy(), axis=-1)            # [B, W + 1]
+    return ids, np.take_along_axis(zn, ids, axis=-1)
+
+
 class FrameSampler:
     """Draws for the code groups of one frame: `draw(g, logits) -> (ids [B], logprobs [B])`.
 
@@ -132,9 +148,8 @@ class FrameSampler:
         self.any_no_k, self.any_p = _flags(no_k.any(0)), _flags((~p_off).any(0))
         # each group's [B, 1] settings column (a draw reads its own); the k-th value's place in the W + 1
         # candidates' ascending values
-        self._divisor, self._kth_index, self._no_k, self._greedy, self._top_p, self._p_off = (
-            list(np.moveaxis(a, 1, 0)[..., None]) for a in (divisor, kth_index, no_k, greedy, top_p, p_off))
-        self._kth_up = list(np.moveaxis(SORT_WIDTH - kth_index, 1, 0)[..., None])
+        self._divisor, self._kth_index, self._no_k, self._greedy, self._top_p, self._p_off, self._kth_up = (
+            a.T[..., None] for a in (divisor, kth_index, no_k, greedy, top_p, p_off, SORT_WIDTH - kth_index))  # [G, B, 1]
         self._rows = np.arange(steps.shape[0])[:, None]                                              # [B, 1]
         self.noise: np.ndarray | None = None
         drawn = [grp for grp in (range(g) if groups is None else groups) if not self.all_greedy[grp]]
@@ -171,13 +186,10 @@ class FrameSampler:
             ids = np.argsort(-zn, axis=-1, kind="stable")                                    # [B, V]
             vals = zn[rows, ids]
             kth, top1 = vals[rows, self._kth_index[grp]], vals[:, :1]                        # [B, 1]
-        else:  # the top W + 1 in no order
-            top = torch.topk(z, SORT_WIDTH + 1, dim=-1, sorted=False)
-            ids, vals = top.indices.numpy(), top.values.numpy()                              # [B, W + 1]
+        else:  # the top W + 1, by id
+            ids, vals = _candidates(zn, z)                                                   # [B, W + 1]
             if ordered:  # by value, ties by id: the first W are the candidates (ties at the W-th value past
                 # the drawable edge never drawn, never in a logprob)
-                by_id = ids.argsort(axis=-1)
-                ids, vals = ids[rows, by_id], vals[rows, by_id]
                 by_value = (-vals).argsort(axis=-1, kind="stable")
                 ids, vals = ids[rows, by_value], vals[rows, by_value]
                 ids, vals, last = ids[:, :SORT_WIDTH], vals[:, :SORT_WIDTH], vals[:, SORT_WIDTH:]
