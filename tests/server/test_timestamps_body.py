@@ -53,10 +53,12 @@ class FakeHandle:
         return [AddedEvent("aligner", i, s) for i, s in enumerate(said)]
 
     async def __aiter__(self) -> Any:
-        for i, item in enumerate(self.items):
+        said = 0  # an event's seq: its index among the loop's events, as `events()` numbers them
+        for item in self.items:
             if isinstance(item, SentenceWords):
                 for cb in self.callbacks:
-                    cb(AddedEvent("aligner", i, item))
+                    cb(AddedEvent("aligner", said, item))
+                said += 1
             else:
                 yield item
             await asyncio.sleep(0.01)

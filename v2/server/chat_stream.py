@@ -2,9 +2,9 @@
 as SSE.
 
 Owns: one request's text deltas (`TextDelta`s its loops publish, whatever loop makes them) and audio chunks
-merged on the event loop as they come (`replies`); the streamed body, OpenAI's way: a first chunk with the
-role, then `delta.content` (text only) or `delta.audio.transcript` and `delta.audio.data` (pcm16, 24 kHz mono
-s16le, base64, whatever format the body asked for), the audio's `id` with its first delta and its
+merged on the event loop as they come (`replies`, through interleave.py); the streamed body, OpenAI's way: a
+first chunk with the role, then `delta.content` (text only) or `delta.audio.transcript` and `delta.audio.data`
+(pcm16, 24 kHz mono s16le, base64, whatever format the body asked for), the audio's `id` with its first delta and its
 `expires_at` alone as its last, a chunk with `finish_reason`, with `stream_options.include_usage` a last chunk of
 `usage` and no choices (and `usage: null` on the others), then `data: [DONE]`; a request that ends badly
 after the answer started: one `data: {"error": ...}` block and no `[DONE]`. The transcript streamed is the
@@ -16,7 +16,6 @@ Must not know: the engine's internals, request mapping, routes, how formats are 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import secrets
@@ -27,9 +26,8 @@ from typing import Any, AsyncIterator
 from v2.contracts import AudioChunk
 from v2.events import TextDelta
 from v2.server.audio import Encoder
+from v2.server.interleave import interleave
 from v2.server.streaming import bad_ending, final_result
-
-_END = object()
 
 
 @dataclass(frozen=True)
@@ -86,41 +84,11 @@ def completion(answer: Answer, result: Any, handle: Any, audio_data: str | None)
             "usage": usage(result, tokens, answer.spoken)}
 
 
-async def replies(handle: Any) -> AsyncIterator[TextDelta | AudioChunk]:
-    """The request's text deltas and audio chunks, each as it arrives, on the event loop; every text delta
-    made before the request ended comes before the end. Stopping early cancels the request."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-
-    def put(item: Any) -> None:  # the runtime's callback thread; a closed loop has nobody left to read
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:
-            pass
-
-    # events and the done callback share one ordered thread: an event made before the end is put before it
-    handle.subscribe_events(lambda e: put(e.item) if isinstance(e.item, TextDelta) else None)
-    handle.on_done(lambda _: put(_END))
-
-    async def pump() -> None:
-        try:
-            async for chunk in handle:
-                queue.put_nowait(chunk)
-        finally:
-            queue.put_nowait(_END)
-
-    task = asyncio.ensure_future(pump())
-    ends = 0
-    try:
-        while ends < 2:  # the events' end and the audio's
-            item = await queue.get()
-            if item is _END:
-                ends += 1
-            else:
-                yield item
-    finally:
-        task.cancel()
-        handle.cancel()  # idempotent; a finished request is left as it is
+def replies(handle: Any) -> AsyncIterator[TextDelta | AudioChunk]:
+    """The request's text deltas (whatever loop makes them) and audio chunks, each as it arrives, on the event
+    loop; every text delta made before the request ended comes before the end. Stopping early cancels the
+    request; a read error ends it quietly (the request cancelled: the final result says so, in-band)."""
+    return interleave(handle, lambda e: e.item if isinstance(e.item, TextDelta) else None, raise_read_error=False)
 
 
 def sse(payload: dict[str, Any] | str) -> bytes:

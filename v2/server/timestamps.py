@@ -8,13 +8,13 @@ the request field the runtime takes (`ask`: `timestamps: "word"` added to the fa
 knows of it), a request's aligned sentences (`sentences`, from its added-loop events or its result), the
 words' JSON (`{word, start, end}` in seconds from the start of the request's audio; Kokoro-FastAPI's captioned
 answer `{audio, audio_format, timestamps: [{word, start_time, end_time}]}`), chunks and sentence words merged
-on the event loop in the order they come (`merged`), and what a barge-in's listener heard (`heard`).
+on the event loop in the order they come (`merged`, through interleave.py), and what a barge-in's listener heard
+(`heard`).
 Must not know: the engine's internals, the aligner's model, any family, routes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import math
 from dataclasses import replace
@@ -24,6 +24,7 @@ from v2.contracts import AudioChunk
 from v2.events import SentenceWords, WordTime
 from v2.params import SpeechParams
 from v2.server.errors import ApiError
+from v2.server.interleave import interleave
 
 ALIGNER = "aligner"  # the word aligner's added-loop name (its events' and result's key)
 EVENT = "speech.timestamps"  # one sentence's words, over SSE and the WebSocket
@@ -107,47 +108,10 @@ def heard(spans: Iterable[SentenceWords], sent_s: float, played_ms: float | None
             "words_heard": [word_json(w) for w in sent if played is None or w.end <= played]}
 
 
-_END = object()
-
-
-async def merged(handle: Any, words: bool) -> AsyncIterator[AudioChunk | SentenceWords]:
+def merged(handle: Any, words: bool) -> AsyncIterator[AudioChunk | SentenceWords]:
     """The handle's chunks and (`words`) its aligned sentences, in the order they reach the event loop; after the
     last chunk, every sentence not yet given (the request has ended: its events are all published). Closing it
-    early cancels the request (as the handle's own iteration does)."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-
-    def put(item: Any) -> None:  # any thread; a closed loop has nobody left to read
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:
-            pass
-
-    if words:
-        handle.subscribe_events(lambda e: put(e.item) if e.loop == ALIGNER and isinstance(e.item, SentenceWords)
-                                else None)
-
-    async def pump() -> None:
-        try:
-            async for chunk in handle:
-                queue.put_nowait(chunk)
-        finally:
-            queue.put_nowait(_END)
-
-    task = asyncio.ensure_future(pump())
-    given: set[int] = set()
-    try:
-        while (item := await queue.get()) is not _END:
-            if isinstance(item, SentenceWords):
-                if item.index in given:
-                    continue
-                given.add(item.index)
-            yield item
-        await task  # its error, if any
-        if words:
-            for s in sentences(handle.events()):
-                if s.index not in given:
-                    given.add(s.index)
-                    yield s
-    finally:
-        task.cancel()
+    early cancels the request; a read error is raised to the caller (a raw stream cannot carry it in-band)."""
+    def pick(e: Any) -> SentenceWords | None:
+        return e.item if words and e.loop == ALIGNER and isinstance(e.item, SentenceWords) else None
+    return interleave(handle, pick, raise_read_error=True)
