@@ -33,7 +33,7 @@ from v2.runtime.family import AnyExecutor, AnyFedLoop
 if TYPE_CHECKING:
     import torch
 
-    from v2.runtime.handles import SegmentMark
+    from v2.runtime.results import SegmentMark
     from v2.runtime.records import RequestRecord
 
 

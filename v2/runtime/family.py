@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from v2.card import ModelCard
-    from v2.runtime.handles import SpeechResult
+    from v2.runtime.results import SpeechResult
     from v2.runtime.records import RequestRecord
     from v2.runtime.weight_updates import WeightNames
 

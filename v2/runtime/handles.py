@@ -1,4 +1,5 @@
-"""What a caller holds: `SpeechHandle` (chunks as they come, the final result, cancel) and the result types.
+"""What a caller holds: `SpeechHandle` (chunks as they come, the final result, cancel); the result types it
+gives are results.py's and the callback thread it posts to is dispatch.py's (both re-exported here).
 
 Owns: `TextHandle` (a `SpeechHandle` whose text arrives in pieces: `feed`, `end_text`, and their async
 forms), the per-request chunk log (every chunk kept, so an iterator or subscriber attached at any time
@@ -11,121 +12,25 @@ callbacks; results are published on a thread no user code runs on, so `result()`
 callback), anything a callback raises (`BaseException` included) recorded, never raised, `result(timeout)`,
 `cancel()`; async iteration that cancels the request when its consumer goes away.
 Thread-safe: the engine thread delivers, any thread or event loop consumes.
-Must not know: models, slots, scheduling.
+Must not know: models, slots, scheduling, what a result is made of (results.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
-
-import numpy as np
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 from v2.contracts import AudioChunk
-from v2.events import SentenceWords, WordTime
 from v2.errors import RequestError
 from v2.fields import encoding_problem
 from v2.runtime.added import AddedEvent, EventLog
-
-
-@dataclass(frozen=True)
-class Metrics:
-    prompt_rows: int      # all segments' prompts together
-    frames: int
-    audio_seconds: float
-    ttfa_s: float | None  # submit -> first audio chunk made (None when no audio)
-    total_s: float        # submit -> finished
-    queue_s: float        # submit -> admitted
-
-    @property
-    def rtf(self) -> float | None:
-        """Real-time factor = generation time / audio duration (lower is better)."""
-        return self.total_s / self.audio_seconds if self.audio_seconds > 0 else None
-
-
-@dataclass(frozen=True)
-class SpeechSegment:
-    """One segment of a result: a long text is spoken as consecutive segments of whole sentences."""
-
-    text_start: int          # its span of the request's text: text[text_start:text_end]
-    text_end: int
-    frame_start: int         # its frames: codes[frame_start:frame_end]; its audio starts at frame_start * hop
-    frame_end: int
-    finish_reason: str       # how the segment ended: stop | length (its frame cap) | abort (cut short)
-    prompt_rows: int
-
-
-@dataclass(frozen=True)
-class SpeechResult:
-    audio: np.ndarray        # float32 [channels, samples]
-    sample_rate: int
-    codes: np.ndarray        # int64 [F, G]: G codes per frame (the family's)
-    finish_reason: str       # stop | length | abort | error
-    metrics: Metrics
-    trajectory: Any = None  # a v2.rl.Trajectory under the ROLLOUT profile
-    error: str | None = None
-    segments: tuple[SpeechSegment, ...] = ()  # in order; their frame ranges tile `codes` (one unless long text)
-    added: Mapping[str, object] = field(default_factory=dict)  # each added loop's result, by its name (v2/runtime/added.py)
-    text: str | None = None                     # a speaking LLM's reply text (None where the family speaks a given text)
-    text_ids: tuple[int, ...] | None = None      # ... its token ids (the stop token not included)
-    text_finish_reason: str | None = None        # ... how the text ended: stop | length | abort
-
-    @property
-    def words(self) -> tuple[WordTime, ...]:
-        """Every word's times, in order (`timestamps: "word"`: the aligner's `SentenceWords`, flattened; empty
-        without them). Seconds from the start of the request's audio."""
-        spans = self.added.get("aligner", ())
-        return tuple(w for s in spans if isinstance(s, SentenceWords) for w in s.words) \
-            if isinstance(spans, tuple) else ()
-
-
-@dataclass(frozen=True)
-class SegmentMark:
-    """A segment of a request being spoken (open text: as its segments begin and end, before the result)."""
-
-    index: int
-    text_start: int             # its span of the text fed: [text_start, text_end)
-    text_end: int
-    frame_start: int            # its frames so far: from frame_start; frame_end once it has ended
-    frame_end: int | None = None
-    finish_reason: str | None = None  # stop | length, once it has ended
+from v2.runtime.dispatch import Dispatcher  # re-exported: its home is dispatch.py
+from v2.runtime.results import Metrics, SegmentMark, SpeechResult, SpeechSegment  # re-exported: results.py's
 
 
 _END = object()
-
-
-class Dispatcher:
-    """One thread that runs functions in the order they were posted. Whatever a function raises, any
-    `BaseException` included, is recorded in `errors` and the thread goes on with the next."""
-
-    def __init__(self, name: str = "v2-callbacks") -> None:
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.errors: list[str] = []
-        self._thread.start()
-
-    def post(self, fn: Callable[[], None]) -> None:
-        self._queue.put(fn)
-
-    def stop(self) -> None:
-        """Run what is posted, then end the thread (without waiting for it)."""
-        self._queue.put(None)
-
-    def join(self, timeout: float | None = None) -> None:
-        """Wait for the thread to end (returns at once when called from the thread itself)."""
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while (fn := self._queue.get()) is not None:
-            try:
-                fn()
-            except BaseException as e:  # noqa: BLE001 - user code may raise SystemExit or KeyboardInterrupt
-                self.errors.append(f"{type(e).__name__}: {e}")
 
 
 class _Subscriber:
