@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from v2.audiofile import check_writable, format_for
-from v2.card import family_of, load_card
-from v2.cli.common import check_device, expected, load_runtime
+from v2.card import load_card
+from v2.cli.common import check_device, expected, load_runtime, precheck, read_bounded
 from v2.cli.options import DEFAULT_REPLY
 from v2.errors import CliError, FieldError
 from v2.progress import Progress
@@ -42,13 +42,7 @@ def _audio_part(path: str) -> dict[str, Any]:
     if fmt is None:
         raise CliError(f"{where}: cannot tell the format from the suffix {Path(path).suffix or '(none)'!r}; "
                        f"give a {', '.join(AUDIO_FORMATS)} file")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_AUDIO_BYTES + 1)
-    except OSError as e:
-        raise CliError(f"{where}: cannot be read ({e.strerror or e})") from None
-    if len(raw) > MAX_AUDIO_BYTES:
-        raise CliError(f"{where}: over {MAX_AUDIO_BYTES >> 20} MiB")
+    raw = read_bounded(path, where, MAX_AUDIO_BYTES)
     return {"type": "input_audio", "input_audio": {"data": base64.b64encode(raw).decode("ascii"), "format": fmt}}
 
 
@@ -118,12 +112,8 @@ def run_chat(args: argparse.Namespace) -> int:
     fields = request(args, turns)
     card = load_card(args.card)
     device = check_device(args.device)
-    try:  # what the card and the checkpoint's config refuse (a speaker it has not), before any model loads
-        family_of(card).precheck(card, fields, checkpoint=args.checkpoint)
-    except ValueError as e:
-        if not _refusal(e):
-            raise
-        raise CliError(in_options(str(e), labels)) from None
+    # what the card and the checkpoint's config refuse (a speaker it has not), before any model loads
+    precheck(card, fields, args.checkpoint, rename=lambda message: in_options(message, labels))
     with Progress(enabled=not args.quiet) as progress:
         runtime = load_runtime(args, card, device, progress)
         try:

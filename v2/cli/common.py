@@ -1,11 +1,11 @@
 """What the commands that run a model share: checking the device, loading the runtime, the request the options
-make, what the card and the checkpoint's config refuse of it, reading a text file, and which failures are the
+make, what the card and the checkpoint's config refuse of it, reading a file, and which failures are the
 user's to act on.
 
 Owns: `check_device` (refused before anything loads), `load_runtime` (the only place a model loads: one runtime
 per job), `request` (the request's fields as the options set them), `precheck` (the family's `precheck`, its
-refusal in the options' names), `read_utf8` (a file or stdin, bounded, UTF-8), `expected` (a failure shown as
-one line rather than a bug shown with its traceback).
+refusal in the options' names, each command's way), `read_bounded` (a file or stdin, bounded), `read_utf8` (the
+same, UTF-8), `expected` (a failure shown as one line rather than a bug shown with its traceback).
 Must not know: model internals, scheduling, the server's internals, which command calls it.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from v2.audiofile import OutputError
 from v2.card import CardError, ModelCard, family_of
@@ -77,15 +77,18 @@ def aligner_of(args: argparse.Namespace, card: ModelCard) -> str | None:
     return "forced_aligner_tiny" if card.seeded and args.checkpoint is None else "forced_aligner_0_6b"
 
 
-def precheck(card: ModelCard, request: dict[str, Any], checkpoint: str | None, text_option: str) -> None:
+def precheck(card: ModelCard, request: dict[str, Any], checkpoint: str | None, text_option: str = "text", *,
+             rename: Callable[[str], str] | None = None) -> None:
     """What the card and the checkpoint's config refuse of the request (e.g. a speaker or language the
-    checkpoint does not have), named as the options; before any model loads."""
+    checkpoint does not have), named as the options; before any model loads. `rename`: how the command says a
+    refusal's fields as its options (default: `in_option_names` with the text's option, `text_option`)."""
     try:
         family_of(card).precheck(card, request, checkpoint=checkpoint)
     except ValueError as e:
         if not expected(e):
             raise
-        raise CliError(in_option_names(str(e), text_option)) from None
+        said = rename(str(e)) if rename is not None else in_option_names(str(e), text_option)
+        raise CliError(said) from None
 
 
 def request(args: argparse.Namespace, family: str, text: str) -> dict[str, Any]:
@@ -128,9 +131,9 @@ def _family_fields(family: str, args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
-def read_utf8(source: str, where: str, limit: int) -> str:
-    """A file's text (`-`: stdin's), refused naming `where` when it cannot be read, is over `limit` bytes (no
-    more is read) or is not UTF-8; a byte-order mark is dropped."""
+def read_bounded(source: str, where: str, limit: int) -> bytes:
+    """A file's bytes (`-`: stdin's), refused naming `where` when it cannot be read or is over `limit` bytes (no
+    more is read)."""
     try:
         if source == "-":
             raw = sys.stdin.buffer.read(limit + 1)
@@ -141,6 +144,13 @@ def read_utf8(source: str, where: str, limit: int) -> str:
         raise CliError(f"{where}: cannot be read ({e.strerror or e})") from None
     if len(raw) > limit:
         raise CliError(f"{where}: over {limit} bytes")
+    return raw
+
+
+def read_utf8(source: str, where: str, limit: int) -> str:
+    """A file's text (`-`: stdin's), refused as `read_bounded` refuses, or naming `where` when it is not UTF-8; a
+    byte-order mark is dropped."""
+    raw = read_bounded(source, where, limit)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -77,3 +77,13 @@ def test_message_paths_said_as_options(tmp_path):
     assert in_options("messages[0].content: bad", labels) == "--system: bad"
     assert in_options("speaker: 'x' is not a speaker", labels) == "--voice: 'x' is not a speaker"
     assert in_options("max_tokens: must be at least 1", labels) == "--max-tokens: must be at least 1"
+
+
+def test_an_audio_file_over_the_bound_is_refused_naming_the_option(tmp_path, monkeypatch):
+    import v2.cli.chat as chat
+    from v2.errors import CliError
+
+    monkeypatch.setattr(chat, "MAX_AUDIO_BYTES", 100)  # the bounded read the other commands use, at 100 bytes
+    audio = _wav(tmp_path / "long.wav", 0.1)
+    with pytest.raises(CliError, match=rf"^--audio {audio}: over 100 bytes$"):
+        messages(argparse.Namespace(system=None, parts=[("audio", str(audio))]))
