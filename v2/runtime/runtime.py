@@ -2,15 +2,15 @@
 
 Owns: building a runtime from a card (its family, named by the card, binds the card and its experts; the
 loops the card or the caller adds, `add_loops`, wired around it: added_graph.py; the runtime holds an
-`Engine`, which it starts last), validating and queueing requests (the family parses and
-prepares them, errors name the field; a group of requests sharing one prompt), open requests (`open`: the
-text arrives in pieces through the handle; each piece goes to the family on the caller's thread, then the
-engine is told there is input; the card's `input_idle_timeout_s` ends one that waits too long), encode-only
+`Engine`, which it starts last), the voice store it holds (a request's voice looked up by name), encode-only
 jobs (`encode_audio`, and for the voice store the codes with the arrays the family's voices carry; a voice
 from a speaker embedding through the family's `voice_from_embedding`, where it has one),
-weight-update calls (handed to the engine's gate), cancels, word timestamps through the added loop named
-"aligner" (`from_card(aligner=...)`, `align`, `has_aligner`; the `timestamps` field refused without it),
-`stats()` and `close()`. Everything it queues is run by the engine thread (engine.py).
+weight-update calls (handed to the engine's gate), rollouts, `stats()` and `close()`. Its requests' way in
+(validating and queueing requests, a group sharing one prompt, open requests whose text arrives in pieces,
+the card's `input_idle_timeout_s` handed to the engine for them, cancels) is submitting.py's `Submitting`;
+word timestamps through the added loop named "aligner" (`from_card(aligner=...)`, `align`, `has_aligner`;
+the `timestamps` field refused without it) are aligning.py's `Aligning`: `Runtime` is both, with what they
+use set here. Everything it queues is run by the engine thread (engine.py).
 Must not know: any family (the card names it; `v2.card.family_of` finds it), steps, executors, the device
 stream's workings, loop logic.
 """
@@ -20,53 +20,26 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any
 
 import numpy as np
 import torch
 
-from v2.card import DEFAULT_CARD, CardError, ModelCard, family_of, load_card
-from v2.errors import OverloadedError, RequestError
+from v2.card import DEFAULT_CARD, ModelCard, family_of, load_card
+from v2.errors import OverloadedError, RequestError  # noqa: F401 - OverloadedError: re-exported
 from v2.runtime import shutdown, weight_updates
 from v2.runtime.device import Stream, default_stream
 from v2.runtime.encoding import EncodeJob
-from v2.card_added import AddedLoopDecl, added_decls
-from v2.events import WordTime
 from v2.runtime.added_graph import AddLoops, added_loops, with_added
+from v2.runtime.aligning import ALIGNER, Aligning, WordAligner, with_aligner
 from v2.runtime.engine import Engine
-from v2.runtime.family import Family, FrontState, Request, TextInput, VoiceArrays, VoiceEmbedding
-from v2.runtime.groups import Group
-from v2.runtime.handles import SpeechHandle, TextHandle
-from v2.runtime.inbox import Cancel, Encode, Feed, Submit
-from v2.runtime.records import RequestRecord
+from v2.runtime.family import Family, TextInput, VoiceArrays, VoiceEmbedding
+from v2.runtime.inbox import Cancel, Encode
+from v2.runtime.submitting import Submitting
 from v2.voices.store import Voice, VoiceError, VoiceStore, store_directory
 
-ALIGNER = "aligner"  # the added loop that gives word timestamps (`timestamps: "word"`, `Runtime.align`)
 
-
-@runtime_checkable
-class WordAligner(Protocol):
-    """What the added loop named "aligner" offers besides its loop: aligning any recording with its text."""
-
-    def align(self, audio: Any, sample_rate: int, text: str | None = None, *, words: Sequence[str] | None = None,
-              word_ids: Sequence[Sequence[int]] | None = None, language: str | None = None) -> list[WordTime]: ...
-
-
-def with_aligner(add_loops: AddLoops, source: str) -> dict[str, AddedLoopDecl]:
-    """`add_loops` with the added loop "aligner" reading the aligner `source` (an aligner card's name or path,
-    a checkpoint directory or a hub id), through the registry like any added loop."""
-    if not isinstance(source, str) or not source.strip():
-        raise CardError(f"aligner: an aligner card's name or path, a directory or a hub id, got {source!r}")
-    try:
-        decls = added_decls(add_loops)
-    except ValueError as e:
-        raise CardError(str(e)) from None
-    if ALIGNER in decls:
-        raise CardError(f"aligner: add_loops already adds a loop named {ALIGNER!r}")
-    return {**decls, ALIGNER: AddedLoopDecl(loop=ALIGNER, settings={"card": source})}
-
-
-class Runtime:
+class Runtime(Submitting, Aligning):
     def __init__(self, card: ModelCard, *experts: Any, graphs: bool = True, voices_dir: str | None = None,
                  stream: Stream | None = None, family: Family | None = None, add_loops: AddLoops = (),
                  **named: Any) -> None:
@@ -152,117 +125,6 @@ class Runtime:
         """Frames per second of audio."""
         return self.family.frame_rate
 
-    @property
-    def has_aligner(self) -> bool:
-        """Whether requests may ask for `timestamps: "word"` and `align` answers (an added loop "aligner")."""
-        return self._aligner is not None
-
-    def align(self, audio: Any, sample_rate: int, text: str | None = None, *, words: Sequence[str] | None = None,
-              word_ids: Sequence[Sequence[int]] | None = None, language: str | None = None) -> list[WordTime]:
-        """Each word of `text` (or the given `words`) in a recording (samples [n] or [channels, n] at
-        `sample_rate`): its start and end in seconds from the recording's start, as the aligner places them
-        (not clamped to the recording). `word_ids`: each word's token ids (no tokenizer is used);
-        `language`: the aligner's word rule for that language (an unsupported one is refused, naming it).
-        Runs on the caller's thread. ValueError naming the field for bad input; RuntimeError without an
-        aligner."""
-        if self._aligner is None:
-            raise RuntimeError("align: this runtime has no aligner (Runtime.from_card(..., aligner=...) or a card's "
-                               "[added_loops.aligner])")
-        return self._aligner.align(audio, sample_rate, text, words=words, word_ids=word_ids, language=language)
-
-    # ----- caller side -----------------------------------------------------------------------------
-    def parse(self, fields: Any) -> Request:
-        """The family's typed request (its request model) from a dict of fields;
-        a `RequestError` whose `field` names the field to blame. `submit` takes what this returns (and checks
-        it again: a caller may have changed what it holds)."""
-        return self.family.parse(fields)
-
-    def submit(self, request: Any) -> SpeechHandle:
-        """Validate (errors name the field), queue, and return a handle at once. `request`: the family's typed
-        request (`parse`) or a dict of its fields."""
-        return self.submit_many([request])[0]
-
-    def submit_many(self, requests: list[Any], *, share_prompt: bool = False,
-                    group_id: int = 0) -> list[SpeechHandle]:
-        """Validate every request first (one bad request queues none), then queue them all at once, so
-        they are admitted together while slots last. `share_prompt`: the requests have the same prompt;
-        it is prefilled once and its KV blocks are shared by all (they are admitted all together)."""
-        family = self.family
-        prepared = []
-        for request in requests:
-            req = family.parse(request)
-            self._check_stream(req)
-            prepared.append((req, family.prepare(req, voice=self._voice(req.voice))))
-        if share_prompt:
-            family.check_group(prepared)
-        handles = []
-        engine = self.engine
-        with self._cond:
-            if engine.closed:
-                raise RuntimeError("the runtime is closed")
-            waiting = engine.waiting_count()
-            if waiting + len(prepared) > family.max_waiting:
-                raise OverloadedError(f"queue: {waiting} requests are already waiting for a slot "
-                                      f"(max_waiting {family.max_waiting}); nothing was queued, try again later")
-            group = Group([]) if share_prompt else None
-            records = []
-            for i, (req, p) in enumerate(prepared):
-                rid = next(self._ids)
-                handle = SpeechHandle(rid, self._request_cancel, engine.callbacks, family.max_buffered_chunks)
-                record = RequestRecord(rid, handle, req, p, p.rows, time.perf_counter(), group=group,
-                                       group_id=group_id, sample_id=i, front=self._front_state(rid, p.inputs))
-                if group is not None:
-                    group.members.append(rid)
-                records.append(record)
-                handles.append(handle)
-            engine.inbox.post(Submit(tuple(records)))
-        return handles
-
-    def open(self, request: Any, *, split: str = "sentence") -> TextHandle:
-        """An open request: like `submit` (voice, references, sampling, seed, limits), but its text arrives in
-        pieces through the handle (`feed`, `end_text`; `request`'s `text`, if given, is the first piece). The
-        family speaks it as the text allows (e.g. a segment per sentence, `v2.text_feed`; `split="clause"`
-        also cuts at clause marks); one stream, one result. Refusals name the field, as at `submit`."""
-        family = self.family
-        text_input = self._text_input
-        if text_input is None:
-            raise RequestError(f"text: the {family.name} family does not take text while a request runs", field='text')
-        voice = request.get("voice") if isinstance(request, dict) else getattr(request, "voice", None)
-        req, work = text_input.open_text(request, voice=self._voice(voice), split=split)
-        self._check_stream(req)
-        first = request.get("text") if isinstance(request, dict) else getattr(request, "text", None)
-        engine, idle = self.engine, self.card.runtime.input_idle_timeout_s
-        with self._cond:
-            if engine.closed:
-                raise RuntimeError("the runtime is closed")
-            waiting = engine.waiting_count()
-            if waiting + 1 > family.max_waiting:
-                raise OverloadedError(f"queue: {waiting} requests are already waiting for a slot "
-                                      f"(max_waiting {family.max_waiting}); nothing was queued, try again later")
-            rid = next(self._ids)
-            handle = TextHandle(rid, self._request_cancel, engine.callbacks, family.max_buffered_chunks,
-                                give=lambda text, end: self._give(record, text, end))
-            record = RequestRecord(rid, handle, req, work, None, time.perf_counter(),
-                                   front=self._front_state(rid, work.inputs), unprompted=True)
-            engine.inbox.post(Submit((record,), idle_s=idle))
-        if first:
-            try:
-                handle.feed(first)
-            except BaseException:  # a refused first piece: the request is withdrawn, not left to its idle timeout
-                handle.cancel()
-                raise
-        return handle
-
-    def _give(self, record: RequestRecord, text: str, end: bool) -> None:
-        """A piece of an open request's text (the handle serialises calls): its family takes it here, on the
-        caller's thread (refusals raise, naming the field); the engine hands it over at its next step."""
-        if record.ended:
-            raise RuntimeError(f"request {record.id} has ended" + (f": {record.error}" if record.error else ""))
-        assert self._text_input is not None  # an open request exists only where the family takes text
-        new = self._text_input.feed(record.request, record.work, text, end=end)
-        with self._cond:
-            if not record.ended:
-                self.engine.inbox.post(Feed(record, bool(new), end, self.card.runtime.input_idle_timeout_s))
 
     def encode_audio(self, audio: Any, *, timeout: float | None = None) -> np.ndarray:
         """One recording (a path, file bytes or (samples, sample_rate)) -> its codes [N, G], encoded on the
@@ -296,25 +158,6 @@ class Runtime:
         if job.error is not None:
             raise RuntimeError(f"encode failed: {job.error}")
         return job
-
-    def _front_state(self, rid: int, inputs: tuple[object, ...]) -> FrontState | None:
-        return self.family.front_state(rid, inputs) if inputs else None
-
-    def _check_stream(self, request: Request) -> None:
-        """A card whose loops make no audio (its graph has no audio loop) streams nothing: `stream` is refused;
-        so is `timestamps` without an aligner."""
-        timestamps = getattr(request, "timestamps", None)
-        if timestamps is not None and self._aligner is None:
-            raise RequestError(f"timestamps: this runtime has no aligner (serve with --aligner, or "
-                               f"Runtime.from_card(..., aligner=...)); the card {self.card.name!r} alone gives "
-                               "no word times", field="timestamps")
-        if timestamps is not None and not getattr(request, "decode_audio", True):
-            raise RequestError("timestamps: word times are read from the audio, so they need decode_audio",
-                               field="timestamps")
-        if request.stream and self.family.graph.audio is None:
-            raise RequestError(f"stream: the card {self.card.name!r} declares no loop that makes audio (it gives "
-                               "codes, and trajectories under rollout); nothing would stream: submit with "
-                               "stream false", field="stream")
 
     def _voice(self, name: str | None) -> Voice | None:
         if name is None:
@@ -385,6 +228,3 @@ class Runtime:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request_cancel(self, rid: int) -> None:
-        with self._cond:
-            self.engine.inbox.post(Cancel(rid))
