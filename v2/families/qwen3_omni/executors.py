@@ -9,7 +9,7 @@ slot's last final-norm row, the token (argmax, or drawn with Gumbel noise keyed 
 packed [B, 3]: stop (the token is `<|im_end|>`), token, logprob); `TalkerFrames` (the Qwen3-TTS `TalkerExecutor`
 with this family's prompt rows: Pt(thinker row) + C[codec id] + Ph(A[index]) + frame(codes); per slot the A rows
 of its request, `accept`); `Code2WavExecutor` (the chunk executor over `Code2Wav`: a stream's first `lead` samples
-are not audio and are cut when read).
+are not audio and are cut when read); `executors_as` (a frame executor's halves under this family's work kinds).
 Must not know: requests, loops' state, scheduling policy, threads.
 """
 
@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from v2.contracts import WorkUnitKind
 from v2.families.qwen3_omni.models import FedTalker, RuntimeThinker
 from v2.families.qwen3_tts.talker_executor import TalkerExecutor
 from v2.kit.chunk_executor import ChunkExecutor
@@ -116,10 +117,6 @@ class ThinkerFrames(PagedFrames):
         self.hidden[slots] = out[:, 0]
         return torch.stack([(tokens == self.eos).float(), tokens.float(), logprob], dim=1)  # [b, 3]
 
-    def executors_as(self, prefill: Hashable, frame: Hashable) -> dict[Hashable, Halves]:
-        ex = self.executors()
-        return {prefill: next(iter(ex.values())), frame: list(ex.values())[1]}
-
 
 class TalkerFrames(TalkerExecutor):
     """Qwen3-TTS's talker executor over this family's rows [B, W, 3 + G] and the A rows of each slot."""
@@ -149,9 +146,12 @@ class TalkerFrames(TalkerExecutor):
                 x[b, at] = x[b, at] + m.project_hidden(self.accept[int(slot)][index[b, at]])
         return x
 
-    def executors_as(self, prefill: Hashable, frame: Hashable) -> dict[Hashable, Halves]:
-        ex = list(self.executors().values())
-        return {prefill: ex[0], frame: ex[1]}
+
+def executors_as(frames: PagedFrames, prefill: Hashable, frame: Hashable) -> dict[Hashable, Halves]:
+    """A frame executor's two halves (the kit's under PREFILL and AR_FRAME) under this family's work kinds: the
+    thinker's and the talker's prefill and step are distinct kinds, so both run in one engine step."""
+    ex = frames.executors()
+    return {prefill: ex[WorkUnitKind.PREFILL], frame: ex[WorkUnitKind.AR_FRAME]}
 
 
 class Code2WavExecutor(ChunkExecutor):
@@ -174,4 +174,4 @@ class Code2WavExecutor(ChunkExecutor):
         return out
 
 
-__all__ = ["Code2WavExecutor", "TalkerFrames", "ThinkerFrames"]
+__all__ = ["Code2WavExecutor", "TalkerFrames", "ThinkerFrames", "executors_as"]

@@ -23,7 +23,7 @@ from v2.contracts import FinishReason, LoopState, WorkUnitKind
 from v2.errors import RequestError
 from v2.families.qwen3_omni.card import OmniCard, build_parts, build_tokenizer, checkpoint_config
 from v2.families.qwen3_omni.front import AudioExecutor, AudioInput, AudioLoop, AudioState, FrontWork
-from v2.families.qwen3_omni.executors import Code2WavExecutor, TalkerFrames, ThinkerFrames
+from v2.families.qwen3_omni.executors import Code2WavExecutor, TalkerFrames, ThinkerFrames, executors_as
 from v2.families.qwen3_omni.loops import (
     CODE2WAV, TALKER, THINKER, TalkerLoop, TalkerState, ThinkerLoop, ThinkerState, Work, talker_rows, thinker_rows,
 )
@@ -86,8 +86,8 @@ class OmniFamily:
                                    batch_buckets=th.batch_buckets, num_blocks=think_blocks, block_size=th.block_size,
                                    accept_layer=accept, eos=ids.im_end, graphs=graphs)
         self.think_calls = OnStream(self.think, lambda work: self._launch(work))
-        self.executors: dict[Hashable, AnyExecutor] = dict(self.think.executors_as(Work.THINK_PREFILL,
-                                                                                  Work.THINK_TOKEN))
+        self.executors: dict[Hashable, AnyExecutor] = dict(executors_as(self.think, Work.THINK_PREFILL,
+                                                                             Work.THINK_TOKEN))
         self.buckets: dict[Hashable, list[int]] = {Work.THINK_TOKEN: th.batch_buckets}
         self.pools = {"think": th.max_running}
         self.kv_specs = {THINKER: KVSpec(think_blocks, th.block_size, th.max_blocks, th.prefix_cache)}
@@ -102,7 +102,7 @@ class OmniFamily:
                                      batch_buckets=tk.batch_buckets, num_blocks=talk_blocks,
                                      block_size=tk.block_size, graphs=graphs)
             self.talk_calls = OnStream(self.talk, lambda work: self._launch(work))
-            self.executors |= self.talk.executors_as(Work.TALK_PREFILL, Work.TALK_FRAME)
+            self.executors |= executors_as(self.talk, Work.TALK_PREFILL, Work.TALK_FRAME)
             self.buckets[Work.TALK_FRAME] = tk.batch_buckets
             self.pools["talk"] = tk.max_running
             self.kv_specs[TALKER] = KVSpec(talk_blocks, tk.block_size, tk.max_blocks, tk.prefix_cache)
