@@ -29,6 +29,7 @@ Must not know: the model, which family's groups these are, requests, the runtime
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -82,7 +83,8 @@ def _gumbel(h: np.ndarray) -> np.ndarray:
 
 def _flags(per_group: np.ndarray | np.bool_) -> list[bool]:
     """A [G] bool array as host flags."""
-    return [bool(x) for x in np.asarray(per_group)]
+    flags: list[bool] = np.asarray(per_group).tolist()
+    return flags
 
 
 @functools.lru_cache(maxsize=8)
@@ -152,17 +154,17 @@ class FrameSampler:
             a.T[..., None] for a in (divisor, kth_index, no_k, greedy, top_p, p_off, SORT_WIDTH - kth_index))  # [G, B, 1]
         self._rows = np.arange(steps.shape[0])[:, None]                                              # [B, 1]
         self.noise: np.ndarray | None = None
+        self._minus_inf: dict[int, np.ndarray] = {}  # vocabulary -> [B, V] of -inf (`_over_whole`)
         drawn = [grp for grp in (range(g) if groups is None else groups) if not self.all_greedy[grp]]
-        self._noise_of: dict[int, np.ndarray] = {}
+        self._noise_column = {grp: i for i, grp in enumerate(drawn)}  # group -> its column of the frame's noise
         width = max((self.vocabs[grp] for grp in drawn), default=0)
         if drawn and steps.shape[0] * len(drawn) * width <= FRAME_NOISE_MAX:  # small batch: the frame's noise at once
             self.noise = _gumbel(_finish(_fold(self.state[:, drawn, None], _token_words(width)), 4))  # [B, D, V]
-            self._noise_of = dict(zip(drawn, np.moveaxis(self.noise, 1, 0)))  # group -> [B, V]
 
     def _noise_at(self, grp: int, ids: np.ndarray) -> np.ndarray:
         """Gumbel noise of group grp at token ids [B, W]."""
         if self.noise is not None:
-            return self._noise_of[grp][self._rows, ids]
+            return self.noise[self._rows, self._noise_column[grp], ids]
         return _gumbel(_finish(_fold(self.state[:, grp, None], _token_words(self.vocabs[grp])[ids]), 4))
 
     def draw(self, grp: int, logits: Tensor) -> tuple[Tensor, Tensor]:
@@ -205,9 +207,7 @@ class FrameSampler:
             return self._fallback(grp, logits)  # ties at that value past the candidates
         kept = vals >= kth                                                                   # top-k
         if self.any_p[grp]:  # the top-k distribution over the whole vocabulary, as process_logits makes it
-            topk_z = torch.full_like(z, -np.inf).scatter_(1, torch.from_numpy(ids),
-                                                          torch.from_numpy(np.where(kept, vals, -_INF)))
-            sorted_p = torch.softmax(topk_z, dim=-1).numpy()[rows, ids]
+            sorted_p = self._over_whole(torch.softmax, v, ids, np.where(kept, vals, -_INF))[rows, ids]
             before = np.cumsum(sorted_p, axis=-1, dtype=np.float64).astype(np.float32) - sorted_p  # torch's cumsum
             keep = (before < self._top_p[grp]) | self._p_off[grp]
             keep[:, 0] = True
@@ -219,14 +219,24 @@ class FrameSampler:
             first = np.where(greedy[:, 0], np.where(vals == top1, ids, v).argmin(axis=-1), first)
         picked = ids[rows[:, 0], first]                                                      # [B]
         if self.exact_logprobs:  # the processed logits over the whole vocabulary, as `sample` normalises them
-            whole = torch.full_like(z, -np.inf).scatter_(1, torch.from_numpy(ids), torch.from_numpy(zc))
-            lp = torch.log_softmax(whole, dim=-1).numpy()[rows[:, 0], picked]
+            lp = self._over_whole(torch.log_softmax, v, ids, zc)[rows[:, 0], picked]
         else:
             lp = torch.log_softmax(torch.from_numpy(zc), dim=-1).numpy()[rows[:, 0], first]
         if self.any_greedy[grp]:  # the point mass's 0
             lp = np.where(greedy[:, 0], np.float32(0), lp)
         ids_t = torch.from_numpy(picked)
         return ids_t, self._greedy_raw(grp, logits, ids_t, torch.from_numpy(lp))
+
+    def _over_whole(self, fn: Callable[..., Tensor], v: int, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """fn(rows, dim=-1) of [B, v] rows that hold `values` [B, W] at `ids` and -inf elsewhere -> [B, v]. The rows
+        are a buffer of -inf kept for the frame, written at ids and restored after (no fresh [B, v] per draw)."""
+        whole = self._minus_inf.get(v)
+        if whole is None:
+            whole = self._minus_inf[v] = np.full((self._rows.shape[0], v), -_INF, dtype=np.float32)
+        whole[self._rows, ids] = values
+        out: np.ndarray = fn(torch.from_numpy(whole), dim=-1).numpy()
+        whole[self._rows, ids] = -_INF
+        return out
 
     def _greedy_raw(self, grp: int, logits: Tensor, ids: Tensor, lp: Tensor) -> Tensor:
         """lp [B], with the greedy rows' logprobs under the raw logits where the group asks for them."""
