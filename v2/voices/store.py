@@ -1,101 +1,44 @@
 """The voice store: named voices (reference codes [N, G], an optional transcript, and the named arrays the
 runtime's family asks every voice to carry, e.g. a speaker embedding) kept on disk.
 
-Owns: the store's folder (`store_directory`: the one given, else the per-card default), validating voice
-names (matched whole: no path separators, no leading dot, no trailing newline), the on-disk layout (one
-directory per voice: `codes.npy` and one `<array>.npy` per named array, read with allow_pickle=False,
-`meta.json`; nothing in it followed through a symbolic link), checking the named arrays (the names and
-shapes the store is given; float32, finite), publishing and withdrawing entries so that a reader in any
-thread or process sees a whole voice or none (a staging directory renamed into place; an entry renamed out
-of sight before it is deleted), the cross-process lock that orders writers and readers (`flock` on
-`<dir>/.lock`: exclusive for add and remove, shared for reads), refusing a taken name unless asked to
-replace (`taken` answers it without a lock, before any encoding), sweeping what a crashed writer left,
-reading the directory as the truth (a cache keyed by each entry's write id, so several stores on one
-directory agree), reporting corrupt entries in `errors` (skipped, never fatal), and telling audio from codes
-in `add` (audio is encoded through the `encode` function it is given, once, ever: it returns the codes, or
-the codes and the named arrays), and a voice from a precomputed speaker embedding (`add(name,
-speaker_embedding=...)`: the `embed` function it is given makes the named arrays, checked; the voice has no
-recording, so no codes ([0, G]) and no transcript; a store given no `embed` refuses it naming
-`speaker_embedding`, with the reason).
+Owns: the store's folder (`store_directory`: the one given, else the per-card default), checking the named
+arrays (the names and shapes the store is given; float32, finite), the cross-process lock that orders writers
+and readers (`flock` on `<dir>/.lock`: exclusive for add and remove, shared for reads), withdrawing entries
+so that a reader in any thread or process sees a whole voice or none (an entry renamed out of sight before it
+is deleted), refusing a taken name unless asked to replace (`taken` answers it without a lock, before any
+encoding), sweeping what a crashed writer left, reading the directory as the truth (a cache keyed by each
+entry's write id, so several stores on one directory agree), reporting corrupt entries in `errors` (skipped,
+never fatal), and telling audio from codes in `add` (audio is encoded through the `encode` function it is
+given, once, ever: it returns the codes, or the codes and the named arrays), and a voice from a precomputed
+speaker embedding (`add(name, speaker_embedding=...)`: the `embed` function it is given makes the named
+arrays, checked; the voice has no recording, so no codes ([0, G]) and no transcript; a store given no `embed`
+refuses it naming `speaker_embedding`, with the reason). What a voice is, its name's rule and the errors are
+voice.py's (re-exported here); an entry's layout on disk, publishing one and reading one back are
+entries.py's (`Entries`, which `VoiceStore` is).
 Must not know: the engine, models, requests, which family asks for which array.
 """
 
 from __future__ import annotations
 
-import builtins
-import json
 import logging
 import os
-import re
-import stat
-import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
-import torch
 
 from v2.fields import FieldError, int_tensor
 from v2.voices.arrays import check_arrays, check_names
-from v2.voices.files import create, delete, locked, read_bytes, read_npy, sync_directory
+from v2.voices.entries import STAGING, WITHDRAWN, Entries, _Unusable
+from v2.voices.files import delete, locked, sync_directory
+from v2.voices.voice import (  # re-exported: voice.py's
+    NAME, Voice, VoiceError, VoiceExists, check_name, clip, is_codes,
+)
 
 log = logging.getLogger(__name__)
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always used with fullmatch
-FORMAT = 1
-STAGING, WITHDRAWN = ".staging-", ".withdrawn-"  # hidden: never listed; swept at start
-MAX_CODES_BYTES, MAX_META_BYTES = 16 * 2**20, 2**20  # [N, G] int64 at 16 MiB: 2M codes, hours of audio
-MAX_ARRAY_BYTES = 2**20  # one named array (a speaker embedding is a few KiB)
-
-
-class VoiceError(ValueError):
-    """A voice name, its codes or its entry on disk is unusable; the message names which, and `field` says it:
-    "voice" (the name), "text", "replace", "codes", or the entry's file ("meta.json", "codes.npy")."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class VoiceExists(VoiceError):
-    """`add` of a name that is taken, without `replace=True`."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"voice: a voice named {name!r} is stored already; pass replace=True to replace it",
-                         field="voice")
-        self.name = name
-
-
-class _Unusable(Exception):
-    """An entry on disk that is not a readable voice (why: the message)."""
-
-
-@dataclass(frozen=True, repr=False)
-class Voice:
-    name: str
-    codes: np.ndarray    # int64 [N, G]
-    text: str | None     # the transcript of the recording, when known (then usable for continuation)
-    created: float       # seconds since the epoch
-    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)  # the named arrays the store asks for
-                                                                    # (e.g. "x_vector": float32 [H])
-
-    def info(self) -> dict[str, Any]:
-        out = {"name": self.name, "frames": int(len(self.codes)), "text": self.text, "created": self.created}
-        return out | {"arrays": sorted(self.arrays)} if self.arrays else out
-
-    def __repr__(self) -> str:
-        text = None if self.text is None else clip(self.text, 40)
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.created))
-        return f"Voice(name={self.name!r}, frames={len(self.codes)}, text={text!r}, created={when!r})"
-
-
-def clip(text: str, width: int) -> str:
-    """`text` on one line, at most `width` characters (an ellipsis where cut)."""
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[:width - 1] + "…"
 
 
 def default_directory(card_name: str) -> Path:
@@ -110,24 +53,7 @@ def store_directory(card_name: str, *choices: str | Path | None) -> Path:
     return Path(next((c for c in choices if c), None) or default_directory(card_name))
 
 
-def check_name(name: object) -> str:
-    if not isinstance(name, str) or NAME.fullmatch(name) is None:
-        raise VoiceError(f"voice: name must be 1-64 characters of letters, digits, '_', '-', '.', starting with a "
-                         f"letter or digit (no path separators); got {name!r}", field="voice")
-    return name
-
-
-def is_codes(value: object, width: int) -> bool:
-    """Whether `add` was given codes (an integer [N, width] array, tensor or nested list) rather than audio."""
-    if isinstance(value, np.ndarray):
-        return value.dtype.kind in "iu"
-    if isinstance(value, torch.Tensor):
-        return not value.dtype.is_floating_point
-    return isinstance(value, list) and bool(value) and isinstance(value[0], (list, tuple)) \
-        and len(value[0]) == width and all(isinstance(x, int) for x in value[0])
-
-
-class VoiceStore:
+class VoiceStore(Entries):
     """`add`, `get`, `list`, `remove`; persisted under `directory` (shared safely with other stores on it)."""
 
     def __init__(self, directory: str | Path, *, encode: Callable[[Any], Any], width: int,
@@ -272,37 +198,6 @@ class VoiceStore:
             return False
         return True
 
-    # ----- disk ------------------------------------------------------------------------------------
-    def _publish(self, voice: Voice, write_id: str, taken: bool) -> None:
-        """Under the exclusive lock: write a staging directory, then rename it into place (the old entry,
-        if any, renamed aside first and deleted after). A failure removes what it wrote and keeps the old."""
-        final = self.directory / voice.name
-        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{voice.name}-", dir=self.directory))
-        try:
-            with create(staging / "codes.npy") as f:
-                np.save(f, voice.codes, allow_pickle=False)
-            for key, value in voice.arrays.items():
-                with create(staging / f"{key}.npy") as f:
-                    np.save(f, value, allow_pickle=False)
-            meta = {"format": FORMAT, "name": voice.name, "text": voice.text, "created": voice.created,
-                    "id": write_id, "arrays": sorted(voice.arrays)}
-            with create(staging / "meta.json") as f:
-                f.write(json.dumps(meta).encode())
-            if taken:
-                aside = self.directory / f"{WITHDRAWN}{voice.name}-{write_id}"
-                os.rename(final, aside)
-                try:
-                    os.rename(staging, final)
-                except BaseException:
-                    os.rename(aside, final)
-                    raise
-                delete(aside)
-            else:
-                os.rename(staging, final)
-        finally:
-            delete(staging)  # gone already once published
-        sync_directory(self.directory)
-
     def _sweep(self) -> None:
         """Delete staging and withdrawn entries a crashed writer left: under the exclusive lock no write is
         in progress, so every one of them is debris. Skipped where the directory is absent or read-only."""
@@ -315,55 +210,6 @@ class VoiceStore:
                         delete(Path(entry.path))
         except OSError as e:
             log.debug("voice store %s: not swept (%s)", self.directory, e)  # e.g. a read-only store
-
-    def _names(self) -> builtins.list[str]:  # (`list` here is the method)
-        try:
-            return sorted(e.name for e in os.scandir(self.directory) if not e.name.startswith("."))
-        except FileNotFoundError:
-            return []
-
-    def _entry(self, name: str) -> Voice:
-        """Under a lock: the voice stored as `name` (the cached one while its write id is unchanged)."""
-        path = self.directory / name
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            raise VoiceError(f"voice: no stored voice named {name!r}", field="voice") from None
-        if stat.S_ISLNK(mode):
-            raise _Unusable("a symbolic link (the store does not follow links; remove it and add the voice)")
-        if not stat.S_ISDIR(mode):
-            raise _Unusable("not a directory")
-        try:
-            check_name(name)
-            meta = json.loads(read_bytes(path / "meta.json", MAX_META_BYTES))
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("name") != name:
-                raise VoiceError("meta.json: not a voice entry of this format", field="meta.json")
-            text, created = meta.get("text"), meta.get("created", 0.0)
-            if text is not None and not isinstance(text, str):
-                raise VoiceError("meta.json: text must be a string or null", field="meta.json")
-            if not isinstance(created, (int, float)):
-                raise VoiceError("meta.json: created must be a number", field="meta.json")
-            write_id = str(meta.get("id") or repr(created))  # entries written before ids: their time
-            with self._cache_lock:
-                cached = self._cache.get(name)
-            if cached is not None and cached[0] == write_id:
-                return cached[1]
-            # no frames: a voice made from an embedding, where voices carry arrays
-            codes = self._check_codes(read_npy(path / "codes.npy", MAX_CODES_BYTES, "iu"), "codes.npy",
-                                      empty=bool(self._arrays))
-            named = {}
-            for key in self._arrays:
-                if not os.path.lexists(path / f"{key}.npy"):
-                    raise VoiceError(f"{key}.npy: missing (this runtime's voices carry {key!r}: add the voice "
-                                     "again from its recording)", field=None)
-                named[key] = read_npy(path / f"{key}.npy", MAX_ARRAY_BYTES, "f")
-            named = check_arrays(named, self._arrays, ".npy")
-        except (OSError, ValueError) as e:  # VoiceError included
-            raise _Unusable(f"{type(e).__name__}: {e}") from None
-        voice = Voice(name, codes, text, float(created), named)
-        with self._cache_lock:
-            self._cache[name] = (write_id, voice)
-        return voice
 
     def _named(self, given: Any) -> dict[str, np.ndarray]:
         try:
