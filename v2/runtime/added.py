@@ -28,7 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Protocol, Sequence, runtime_checkable
 
 from v2.contracts import LoopState
-from v2.runtime.family import AnyExecutor, AnyFedLoop
+from v2.runtime.loops import AnyExecutor, AnyFedLoop
 
 if TYPE_CHECKING:
     import torch
