@@ -1,9 +1,12 @@
 """The FastAPI application over one runtime: `create_app(runtime, config)`.
 
-Owns: putting the parts together (the gate middleware, the speech route and its batch (batch.py), the speech stream's WebSocket
-(ws.py), chat completions (chat.py; on a chat card, the speech routes' refusals before them), the other routes, the static playground files, the published schema from openapi.py), the state routes reach, and turning every error
+Owns: putting the parts together (the gate middleware, the speech route and its batch (batch.py), the speech
+stream's WebSocket (ws.py), chat completions (chat.py; on a chat card, the speech routes' refusals before them),
+the other routes (on a chat card without the voice store's: routes.py `no_store` answers in their place), the
+static playground files, the published schema from openapi.py), the state routes reach, and turning every error
 (ours, FastAPI's validation errors, unknown routes, a method a path does not take: 405 with every method
-the path takes in `Allow`, the static files' mount and the stream's WebSocket path included) into OpenAI's error shape; anything unexpected is the gate's 500.
+the path takes in `Allow`, the static files' mount and the stream's WebSocket path included) into OpenAI's error
+shape; anything unexpected is the gate's 500.
 Must not know: the engine's internals, uvicorn, signals, the command line.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -41,13 +45,15 @@ def create_app(runtime: Any, config: ServerConfig | None = None) -> FastAPI:
     # /docs is docs.py's: Swagger UI with its files served from here, not FastAPI's default (a CDN)
     app = FastAPI(title="v2 speech server", version=__version__, docs_url=None, redoc_url=None)
     app.state.server = state
-    if is_chat_card(getattr(runtime, "request_fields", ())):  # it speaks its own reply: the speech routes refuse
+    chat_card = is_chat_card(getattr(runtime, "request_fields", ()))
+    if chat_card:  # it speaks its own reply: the speech routes refuse; it stores no voices: their routes refuse
         app.include_router(chat.refusals)
-    app.include_router(speech.router)
-    app.include_router(batch.router)
-    app.include_router(chat.router)
-    app.include_router(routes.router)
-    app.include_router(ws.router)
+        app.include_router(routes.no_store)
+    # the routers whose methods a path takes (a 405's `Allow`); the refusals' are not among them
+    app.state.routers = (speech.router, batch.router, chat.router, routes.router,
+                         *(() if chat_card else (routes.store,)), ws.router)
+    for router in app.state.routers:
+        app.include_router(router)
     app.add_api_route(STREAM, _plain_get, methods=["GET"], include_in_schema=False)  # its HTTP side: 404, else 405
     app.mount("/static", StaticFiles(directory=routes.STATIC), name="static")
     add_docs(app)
@@ -86,13 +92,16 @@ async def _plain_get() -> None:
 
 def allowed_methods(app: FastAPI, scope: Any) -> str:
     """Every method some route of this path takes (Starlette names only the first route's), HEAD with GET.
-    The routers' own routes are read too: FastAPI may wrap included routers in routes without methods."""
+    The routers' own routes are read too (those `create_app` included: `app.state.routers`): FastAPI may wrap
+    included routers in routes without methods. A refusal in place of a route not served takes no method."""
     methods: set[str] = set()
     # a mount (the static files) rewrites `root_path` for what it serves: match from the app's own root again
     scope = {"type": "http", "path": scope["path"], "method": scope.get("method", "GET"),
              "root_path": scope.get("app_root_path", scope.get("root_path", ""))}
-    for route in [*app.router.routes, *speech.router.routes, *batch.router.routes, *chat.router.routes,
-                  *routes.router.routes]:
+    refusals = {r.endpoint for r in routes.no_store.routes if isinstance(r, APIRoute)}  # they take no method
+    for route in [*app.router.routes, *(r for router in app.state.routers for r in router.routes)]:
+        if isinstance(route, APIRoute) and route.endpoint in refusals:
+            continue
         match, _ = route.matches(scope)
         if match is not Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())

@@ -4,7 +4,8 @@ Owns: `ChatBody`'s JSON schema (with its messages and parts) as the request body
 names and `audio.voice` to the card's speakers; the whole answer (`chat.completion`: the message's `content`, or
 `audio` with `content: null` when spoken, `finish_reason`, `usage`) and the streamed one (`text/event-stream`:
 each event one `data:` block holding a `chat.completion.chunk`, an `error`, or `[DONE]`); the route's own
-error answers (`CHAT_ERRORS`); on a chat card, the 404 every speech operation answers (`refusals`).
+error answers (`CHAT_ERRORS`); on a chat card, the 404 every speech operation answers and the voice store's
+operations left out (`refusals`).
 Must not know: the engine, how the route does its work.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 from v2.server.chat_schema import CHAT, ChatBody, is_chat_card
 
 __all__ = ("CHAT", "CHAT_ERRORS", "components", "operation", "refusals")
+VOICES, VOICE = "/v1/audio/voices", "/v1/audio/voices/{name}"
 
 CHAT_ERRORS = {400: "a field is invalid or not supported here (`param` names it: `messages[1].content[0].type`, "
                     "`audio.voice`, `tools`), or the body is not a JSON object or is too complex",
@@ -101,9 +103,21 @@ def operation(op: dict[str, Any]) -> None:
 
 def refusals(spec: dict[str, Any], server: Any) -> None:
     """On a chat card, every speech operation (a POST under /v1/audio/speech, /dev/captioned_speech) declares the
-    404 that names /v1/chat/completions (`server`: the app's `ServerState`)."""
+    404 that names /v1/chat/completions, and the voice store's operations are not published: it stores no voices
+    (POST and DELETE /v1/audio/voices answer 405), GET lists its speakers (`server`: the app's `ServerState`)."""
     if not is_chat_card(getattr(server.runtime, "request_fields", ())):
         return
+    paths = spec.get("paths", {})
+    paths.pop(VOICE, None)
+    voices = paths.get(VOICES, {})
+    for method in ("post", "delete"):
+        voices.pop(method, None)
+    for name in [n for n in spec.get("components", {}).get("schemas", {}) if n.startswith("Body_add_voice")]:
+        del spec["components"]["schemas"][name]
+    if "get" in voices:
+        voices["get"]["responses"]["200"]["description"] = (
+            "the model's speakers: the voices `audio.voice` takes (a chat model stores no voices); `?legacy=true`: "
+            "the names alone")
     for path, item in spec.get("paths", {}).items():
         op = item.get("post")
         if op is not None and (path.startswith("/v1/audio/speech") or path == "/dev/captioned_speech"):

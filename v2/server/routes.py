@@ -7,7 +7,9 @@ the playground then offers), `GET/POST/DELETE /v1/audio/voices` (GET
 JSON list of numbers: a voice from a precomputed speaker embedding, where the family's voices can be one),
 optional `ref_text` and `replace` (a taken name is a 409 unless it is true); each text part at most the
 server's `max_part_bytes` (`--max-part-mb`), refused naming it: the form parser's own cap is lifted to the body's,
-which the gate bounds; `DELETE /v1/audio/voices/{name}` or `?name=`), `GET
+which the gate bounds; `DELETE /v1/audio/voices/{name}` or `?name=`; the store's routes are `store`'s: on a chat
+card, which stores no voices, `no_store`'s answer in their place: 405 for POST and DELETE /v1/audio/voices,
+404 naming `name` under /v1/audio/voices/{name}), `GET
 /health` (the engine answers `stats()` within 2 s, version, weight version), `GET /metrics` (Prometheus text)
 and `GET /` (the static playground page). Store calls and stats run in worker threads.
 Must not know: the engine's internals, audio encoding, how the speech route streams.
@@ -32,6 +34,8 @@ from v2.server.state import server_state
 
 STATIC = Path(__file__).resolve().parent / "static"
 router = APIRouter()
+store = APIRouter()  # the voice store's routes (POST, DELETE): where there is a store to change
+no_store = APIRouter()  # in their place on a chat card: it stores no voices, it speaks with its speakers
 _STARTED = int(time.time())
 _BODY_BOUNDS_IT = 2**62  # the form parser's cap on a text part: lifted (the gate bounds the body; the route, each part)
 
@@ -54,7 +58,7 @@ async def list_voices(request: Request, legacy: bool = False) -> dict[str, objec
     return {"voices": entries, "cloning": book.store is not None}
 
 
-@router.post("/v1/audio/voices", form_limits={"max_part_size": _BODY_BOUNDS_IT})
+@store.post("/v1/audio/voices", form_limits={"max_part_size": _BODY_BOUNDS_IT})
 async def add_voice(request: Request, name: str = Form(...), audio_sample: UploadFile | None = File(None),
                     ref_text: str | None = Form(None), replace: bool = Form(False),
                     speaker_embedding: str | None = Form(None, description=(
@@ -109,18 +113,37 @@ def embedding_list(text: str) -> list[float]:
     return numbers
 
 
-@router.delete("/v1/audio/voices/{name}")
+@store.delete("/v1/audio/voices/{name}")
 async def delete_voice(request: Request, name: str) -> dict[str, object]:
     await anyio.to_thread.run_sync(server_state(request).voices.remove, name)
     return {"id": name, "object": "voice", "deleted": True}
 
 
-@router.delete("/v1/audio/voices")
+@store.delete("/v1/audio/voices")
 async def delete_voice_by_query(request: Request, name: str | None = None) -> dict[str, object]:
     if not name:
         raise ApiError(400, "name: give the voice to delete (/v1/audio/voices/NAME or ?name=NAME)", param="name",
                        code="invalid_value")
     return await delete_voice(request, name)
+
+
+NO_STORE = ("a chat model stores no voices: it speaks with its own speakers, the voices `audio.voice` takes, which "
+            "GET /v1/audio/voices lists")
+
+
+async def _stores_none(request: Request) -> Response:
+    """POST and DELETE /v1/audio/voices on a chat card: not published, so a 405 (only GET and HEAD are)."""
+    raise ApiError(405, NO_STORE, code="method_not_allowed", headers={"Allow": "GET, HEAD"})
+
+
+async def _no_stored(request: Request, name: str) -> Response:
+    """/v1/audio/voices/{name} on a chat card: no such resource (no stored voice), whatever the method."""
+    raise ApiError(404, f"name: no stored voice {name!r}: {NO_STORE}", param="name", code="voice_not_found")
+
+
+no_store.add_api_route("/v1/audio/voices", _stores_none, methods=["POST", "DELETE"], include_in_schema=False)
+no_store.add_api_route("/v1/audio/voices/{name}", _no_stored, include_in_schema=False,
+                       methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
 
 
 @router.get("/health")

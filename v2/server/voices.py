@@ -4,11 +4,12 @@ Owns: detecting the store (`rt.voices` with `add(name, audio, text=..., replace=
 `VoiceExists` for a taken name, `list()`, `get(name)`, `remove(name)`, and a `voice` request field); the
 checkpoint's built-in speakers (`rt.speakers`, empty for a family without them); listing voices for `GET
 /v1/audio/voices` (speakers, stored ones, then OpenAI's built-in names, which speak with the card's default
-voice unless a stored voice has that name); resolving a request's `voice` (a speaker's name, any case, is
-the `speaker` field; else a stored voice; else an OpenAI name; else a 400 whose message lists the stored
-voices and the speakers apart); a context turn's stored voice (`turn_voice`: its codes and transcript, the
-turn's audio and text); adding, from a recording or a precomputed speaker embedding (a taken name, or a
-speaker's, is a 409 unless replacing a stored one), and removing. Every call may touch disk: run them off the event loop.
+voice unless a stored voice has that name; on a chat card its speakers alone, the voices chat takes); resolving
+a request's `voice` (a speaker's name, any case, is the `speaker` field; else a stored voice; else an OpenAI
+name; else a 400 whose message lists the stored voices and the speakers apart); a context turn's stored voice
+(`turn_voice`: its codes and transcript, the turn's audio and text); adding, from a recording or a precomputed
+speaker embedding (a taken name, or a speaker's, is a 409 unless replacing a stored one), and removing. Every
+call may touch disk: run them off the event loop.
 Must not know: HTTP, FastAPI, audio encoding.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from v2.voices.store import VoiceExists
+from v2.server.chat_schema import is_chat_card
 from v2.server.errors import ApiError
 from v2.server.schema import NO_CLONING, OPENAI_VOICES, family_params, runtime_supports
 
@@ -57,8 +59,12 @@ class VoiceBook:
             return False
 
     def listing(self) -> list[dict[str, Any]]:
-        stored = self.stored_names()
+        """The voices a request may name: the speakers, the stored voices, OpenAI's names not shadowed; on a chat
+        card the speakers alone (the voices its `audio.voice` takes: it stores none, and refuses OpenAI's)."""
         entries = [{"id": n, "name": n, "kind": "speaker"} for n in self.speakers]
+        if is_chat_card(getattr(self._runtime, "request_fields", ())):
+            return entries
+        stored = self.stored_names()
         entries += [{"id": n, "name": n, "kind": "stored"} for n in stored]
         entries += [{"id": n, "name": n, "kind": "builtin"} for n in OPENAI_VOICES
                     if n not in stored and self.speaker(n) is None]
