@@ -1,4 +1,5 @@
-"""`python -m v2.bench --aligner CARD [--paired N]`: serving with word timestamps, and what they cost (tiny settings)."""
+"""`python -m v2.bench --aligner CARD [--paired N [--paired-one-runtime]]`: serving with word timestamps, and what
+they cost (tiny settings)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,24 @@ def test_paired_aligner_bench_prints_the_cost_table_and_json(capsys):
         assert row["plain"]["runs"] == row["words"]["runs"] == 1
         assert row["plain"]["audio_s_per_s"] > 0 and row["words"]["audio_s_per_s"] > 0
         assert row["aligner_engine_s_per_run"] > 0  # the timestamps were asked for and aligned
+        assert row["aligner_calls_per_run"] > 0 and row["aligner_rows_per_call"] >= 1  # its forwards, their spans
+        assert row["plain_on"] == "a runtime without the aligner"
         assert isinstance(row["within_goal"], bool) and "load_avg_1min" in row
     for s in report["scenarios"]:
         assert s["codes_match_baseline"] is True
         assert s["kind_seconds"].get("aligner_align", 0.0) > 0
+
+
+def test_paired_on_one_runtime_runs_the_plain_requests_on_the_aligned_runtime(capsys):
+    """Asking for words or not on one runtime with the aligner (no second runtime), and the aligner's launches
+    and spans per launch."""
+    assert main(["--card", "moss_tts_local_tiny", "--quick", "--no-progress", "--requests", "2", "--max-frames", "6",
+                 "--concurrency", "2", "--aligner", "forced_aligner_tiny", "--paired", "1", "--paired-one-runtime"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "without: the aligned runtime" in out
+    for row in json.loads(out[-1])["aligner_cost"]:
+        assert row["plain_on"] == "the aligned runtime" and row["same_codes"] is True
+        assert row["aligner_calls_per_run"] > 0 and 1 <= row["aligner_rows_per_call"] <= 2
 
 
 def test_aligner_without_pairing_asks_every_request_for_words(capsys):
@@ -38,7 +53,9 @@ def test_aligner_without_pairing_asks_every_request_for_words(capsys):
 
 @pytest.mark.parametrize("argv, named", [(["--paired", "1"], "--paired"),
                                          (["--aligner", "forced_aligner_tiny", "--paired", "-1"], "--paired"),
-                                         (["--aligner", "forced_aligner_tiny", "--random-weights"], "--aligner")])
+                                         (["--aligner", "forced_aligner_tiny", "--random-weights"], "--aligner"),
+                                         (["--aligner", "forced_aligner_tiny", "--paired-one-runtime"],
+                                          "--paired-one-runtime")])
 def test_bad_aligner_options_are_refused_naming_them(argv, named, capsys):
     with pytest.raises(SystemExit):
         main(["--quick", "--no-progress", *argv])

@@ -176,12 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--paired", type=int, default=0, metavar="N",
                    help="with --aligner: each scenario also without it (a runtime without the aligner), N runs each "
                         "way alternating, and what the timestamps cost (default: 0, no pairing)")
+    p.add_argument("--paired-one-runtime", action="store_true",
+                   help="with --paired: the requests without timestamps on the aligned runtime itself, not on a "
+                        "second runtime without the aligner (what asking for words costs; one runtime's memory)")
     args = p.parse_args(argv)
     check_plot(p, args.plot)
     if args.paired and args.aligner is None:
         p.error("--paired: needs --aligner (what is paired is without and with it)")
     if args.paired < 0:
         p.error("--paired: a count of runs, 0 or more")
+    if args.paired_one_runtime and not args.paired:
+        p.error("--paired-one-runtime: needs --paired N (it says where the requests without timestamps run)")
     n = args.requests or (8 if args.quick else 48)
     max_frames = args.max_frames or (24 if args.quick else 100)
     levels = args.concurrency or ([1, 4] if args.quick else [1, 4, 16, 64])
@@ -190,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     runtime = build_runtime(args, p)
     requests = workload(n, max_frames=max_frames, runtime=runtime)
-    plain = Runtime.from_card(runtime.card, device=args.device) if args.paired else None
+    plain = (runtime if args.paired_one_runtime else Runtime.from_card(runtime.card, device=args.device)
+             ) if args.paired else None
     plain_requests = requests
     if args.aligner is not None:
         requests = with_words(requests)
@@ -200,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     costs: list[dict[str, Any]] = []
     try:
         runtime.submit({**requests[0], "max_frames": 4}).result()  # warm up
-        if plain is not None:
+        if plain is not None and plain is not runtime:
             plain.submit({**plain_requests[0], "max_frames": 4}).result()
         bar.stage("baseline")
         baseline = run_baseline(runtime, requests, tick=bar.tick)
@@ -228,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bar.close()
         runtime.close()
-        if plain is not None:
+        if plain is not None and plain is not runtime:
             plain.close()
     baseline.pop("codes")
     print(table(scenarios, baseline))
