@@ -37,6 +37,7 @@ from torch import Tensor
 from v2.models import exact
 from v2.models.config import BackboneConfig
 from v2.models.kv_cache import Cache, PagedKVCache
+from v2.models.persist import persistent
 from v2.models.rope import rotate_half_cos_sin
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ class _Scratch:
         self.plans: dict[tuple[int, int, int], _Plan] = {}
         self.tiles: tuple[exact.Tile, exact.Tile, exact.Tile] | None = None
 
+    @persistent
     def tiles_for(self, cfg: BackboneConfig, b: int, device: torch.device) -> tuple[exact.Tile, exact.Tile,
                                                                                      exact.Tile]:
         """(hidden, heads, mlp) tiles holding at least b rows."""
@@ -111,6 +113,7 @@ class _Scratch:
                           exact.Tile(self.rows, cfg.intermediate_size, f32, device))
         return self.tiles
 
+    @persistent
     def plan(self, cfg: BackboneConfig, b: int, blocks: int, size: int, device: torch.device) -> _Plan:
         key = (b, blocks, size)
         plan = self.plans.get(key)

@@ -51,15 +51,17 @@ def _pad_inner(t: Tensor) -> Tensor:
 
 def aligned_weight(weight: Tensor) -> Tensor:
     """weight [out, in] with `in` zero-padded to a multiple of ALIGN, contiguous; cached per parameter
-    value while autograd is off (a differentiable pass pads it in its graph)."""
+    value while autograd is off (a differentiable pass pads it in its graph; an inference tensor, made in the
+    call, has no version to key a cache on)."""
     if weight.shape[-1] % ALIGN == 0 and weight.is_contiguous():
         return weight
-    if torch.is_grad_enabled() and weight.requires_grad:
+    if torch.is_grad_enabled() and weight.requires_grad or weight.is_inference():  # (nothing to key a cache on)
         return _pad_inner(weight).contiguous()
     hit = getattr(weight, "_exact_aligned", None)  # (version, padded): kept on the tensor, freed with it
     if hit is not None and hit[0] == weight._version:
         return hit[1]
-    value = _pad_inner(weight.detach()).contiguous()
+    with torch.inference_mode(False):  # kept past the call: a normal tensor (v2/models/persist.py)
+        value = _pad_inner(weight.detach()).contiguous()
     weight._exact_aligned = (weight._version, value)  # type: ignore[attr-defined]
     return value
 

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from v2.models import exact
 from v2.models.kv_cache import KVCache
+from v2.models.persist import persistent
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.rope import Llama3Scaling, rotate_half_cos_sin
 
@@ -78,6 +79,7 @@ def _layers(model: Qwen3Backbone) -> list[_Layer]:
 
 
 @functools.lru_cache(maxsize=16)
+@persistent
 def _rope_rows(head_dim: int, theta: float, scaling: Llama3Scaling | None, positions: int,
                device: torch.device) -> tuple[Tensor, Tensor]:
     """cos, signed sin [positions, head_dim] (read-only): row p is `rotate_half_cos_sin` of the lone position p;
@@ -90,6 +92,7 @@ def _rope_rows(head_dim: int, theta: float, scaling: Llama3Scaling | None, posit
 
 
 @functools.lru_cache(maxsize=16)
+@persistent
 def _causal(positions: int, device: torch.device) -> Tensor:
     """[P, P] float32 (read-only): row p is 0 at keys 0..p and -inf past p."""
     keys = torch.arange(positions, device=device)

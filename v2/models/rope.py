@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from v2.models.persist import persistent
+
 
 @dataclass(frozen=True)
 class Llama3Scaling:
@@ -28,6 +30,7 @@ class Llama3Scaling:
 
 
 @functools.lru_cache(maxsize=32)
+@persistent
 def rope_inv_freq(head_dim: int, base: float, device: torch.device) -> Tensor:
     """[head_dim / 2] float32 inverse frequencies base^(-2j/head_dim), made once per device (read-only)."""
     exponent = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
@@ -35,6 +38,7 @@ def rope_inv_freq(head_dim: int, base: float, device: torch.device) -> Tensor:
 
 
 @functools.lru_cache(maxsize=32)
+@persistent
 def llama3_inv_freq(head_dim: int, base: float, scaling: Llama3Scaling, device: torch.device) -> Tensor:
     """[head_dim / 2] float32 Llama-3 scaled inverse frequencies (read-only), from the plain ones f with
     wavelength w = 2 pi / f: f / factor where w > original / low_freq_factor; f where w < original /

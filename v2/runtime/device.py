@@ -6,7 +6,9 @@ device tensor or None) and returns a `Pending` at once; `fetch(pendings)` starts
 the host and returns one `Pending` of host arrays (an exception in place of a failed launch's array; of a
 `Kept` result, kept.py, only its host part is copied, the rest stays on the device);
 `sync()` waits until everything launched has run. `depth` is how many launched steps the engine may leave
-unread while it plans the next: 0 for a stream with nothing to overlap.
+unread while it plans the next: 0 for a stream with nothing to overlap. Work runs in `torch.inference_mode()`:
+no autograd or version bookkeeping on what it makes (on a CPU a fixed cost per operation that the tiny
+operations of a frame feel); what a model keeps past a call it makes as normal tensors (v2/models/persist.py).
 - `HostStream`: a CPU. Work runs at launch; depth 0, so the engine reads each step before planning the next.
 - `CudaStream`: work runs at launch on the host thread and only enqueues kernels (graph replays, pinned
   non-blocking uploads); `fetch` copies into pinned buffers and records an event; only reading waits.
@@ -83,9 +85,10 @@ def host_array(t: Tensor) -> np.ndarray:
 
 
 def run_now(work: Callable[[], T]) -> Pending[T]:
-    """Run `work` on this thread; what it raises is read like a device error: at the result."""
+    """Run `work` on this thread in inference mode; what it raises is read like a device error: at the result."""
     try:
-        return Pending(work())
+        with torch.inference_mode():
+            return Pending(work())
     except Exception as e:
         return Pending(error=e)
 
@@ -194,7 +197,8 @@ class SimulatedStream:
             if self._began is None:
                 self._began = time.perf_counter()
             try:
-                pending.set(work())
+                with torch.inference_mode():
+                    pending.set(work())
             except BaseException as e:  # the device's failure is the launcher's to read
                 pending.set(error=e)
 

@@ -33,6 +33,7 @@ from v2.models.csm.config import CsmConfig
 from v2.models.kernels.frame_attention import MAX_FRAME_POSITIONS, frame_attention
 from v2.models.kernels.norm_linear import norm_linear
 from v2.models.kv_cache import KVCache
+from v2.models.persist import persistent
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.rope import Llama3Scaling, rotate_half_cos_sin
 
@@ -66,7 +67,8 @@ class CodebooksHead(nn.Module):
         key = (w.data_ptr(), w._version)
         if self._cached is None or self._cached[:2] != key:
             pad = -w.shape[1] % exact.ALIGN
-            self._cached = (*key, F.pad(w.detach().transpose(1, 2), (0, pad)).contiguous())
+            with torch.inference_mode(False):  # kept past the call (v2/models/persist.py)
+                self._cached = (*key, F.pad(w.detach().transpose(1, 2), (0, pad)).contiguous())
         return self._cached[2]
 
     def forward(self, hidden: Tensor, codebook: int) -> Tensor:
@@ -203,7 +205,8 @@ class DepthDecoder(nn.Module):
         table, proj = self.model.embed_tokens.weight, self.model.inputs_embeds_projector.weight
         key = (table.data_ptr(), table._version, proj.data_ptr(), proj._version, table.device)
         if self._projected is None or self._projected[0] != key:
-            self._projected = (key, self.model.inputs_embeds_projector(table.detach()).contiguous())
+            with torch.inference_mode(False):  # kept past the call (v2/models/persist.py)
+                self._projected = (key, self.model.inputs_embeds_projector(table.detach()).contiguous())
         return self._projected[1]
 
     def teacher_inputs(self, hidden: Tensor, codes: Tensor) -> Tensor:
@@ -223,6 +226,7 @@ class DepthDecoder(nn.Module):
 
 
 @functools.lru_cache(maxsize=16)
+@persistent
 def _frame_rope(head_dim: int, theta: float, scaling: Llama3Scaling | None, positions: int,
                 device: torch.device) -> tuple[Tensor, Tensor]:
     """cos, sin [positions, head_dim] float32 of a frame's positions 0 .. positions - 1 (made once, read-only)."""

@@ -24,6 +24,7 @@ from v2.models.mimi.config import MimiConfig
 from v2.models.mimi.ops import elu, strided_conv, taps_weight
 from v2.models.mimi.quantizer import SplitRVQ
 from v2.models.mimi.transformer import MimiTransformer
+from v2.models.persist import persistent
 
 
 def tile_for(rows_per_frame: int) -> int:
@@ -55,7 +56,7 @@ class _Conv(nn.Module):
     def _taps(self) -> Tensor:
         w = self.conv.weight
         if self._w is None or self._w[:2] != (id(w), w._version):
-            self._w = (id(w), w._version, taps_weight(w).detach())
+            self._w = (id(w), w._version, persistent(taps_weight)(w).detach())
         return self._w[2]
 
     def forward(self, x: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor | None]:

@@ -36,7 +36,8 @@ class _Codebook(nn.Module):
         e, u = self.embed_sum, self.cluster_usage
         key = (id(e), e._version, id(u), u._version)
         if self._table is None or key != self._key:
-            self._table = (e / u.clamp(min=1e-5)[:, None]).detach()
+            with torch.inference_mode(False):  # kept past the call (v2/models/persist.py)
+                self._table = (e / u.clamp(min=1e-5)[:, None]).detach()
             self._key = key
         return self._table
 

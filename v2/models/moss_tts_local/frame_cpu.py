@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from v2.models import exact
+from v2.models.persist import persistent
 from v2.models.sampling import SamplingTensors
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def frame_buffers(model: MossTTSLocal, batch: int) -> FrameBuffers:
         if len(kept) >= 8:
             kept.pop(next(iter(kept)))
         cfg = model.cfg
-        hit = kept[key] = FrameBuffers(batch, cfg.hidden_size, cfg.codebook_size, cfg.n_vq,
+        hit = kept[key] = persistent(FrameBuffers)(batch, cfg.hidden_size, cfg.codebook_size, cfg.n_vq,
                                        model.local_text_lm_head.weight.device)
     return hit
 

@@ -27,6 +27,7 @@ from v2.models.kernels import inference_kernels
 from v2.models.kernels.layer_norm import add_layer_norm_fused
 from v2.models.kernels.local_attention import local_attention_step
 from v2.models.module_list import module_list_of
+from v2.models.persist import persistent
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
 FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)
@@ -74,6 +75,7 @@ class LocalKV:
 
 
 @functools.lru_cache(maxsize=16)
+@persistent
 def _frame_rope(head_dim: int, base: float, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """cos, sin [13, head_dim] of a frame's positions, made once per device and dtype (read-only)."""
     cos, sin = interleaved_cos_sin(torch.arange(FRAME_POSITIONS, device=device), head_dim, base)
@@ -81,6 +83,7 @@ def _frame_rope(head_dim: int, base: float, device: torch.device, dtype: torch.d
 
 
 @functools.lru_cache(maxsize=16)
+@persistent
 def _frame_rope_signed(head_dim: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
     """`_frame_rope`'s float32 cos and its sin with the even columns negated (the interleaved swap's sign), [13, D]."""
     cos, sin = _frame_rope(head_dim, base, device, torch.float32)
@@ -202,6 +205,7 @@ class LocalTransformer(nn.Module):
         self._stacks[key] = (params, stack)
         return stack
 
+    @persistent
     def _frame_stack(self, batch: int) -> LnFrameStack:
         blocks = [aligned(LnBlock(_norm(b.ln_1), b.attn.c_attn.weight, b.attn.c_attn.bias, b.attn.c_proj.weight,
                                   b.attn.c_proj.bias, _norm(b.ln_2), b.mlp.fc_in.weight, b.mlp.fc_in.bias,

@@ -17,11 +17,13 @@ import functools
 import torch
 from torch import Tensor
 
+from v2.models.persist import persistent
 from v2.models.qwen3_omni.config import AudioEncoderConfig
 from v2.models.qwen3_tts.speaker_encoder import mel_filterbank
 
 
 @functools.lru_cache(maxsize=4)
+@persistent
 def mel_filters(cfg: AudioEncoderConfig, device: torch.device) -> Tensor:
     """[n_fft // 2 + 1, mel] float32 Slaney filters (0 .. rate / 2), read-only."""
     return mel_filterbank(cfg.sampling_rate, cfg.n_fft, cfg.num_mel_bins, 0.0, cfg.sampling_rate / 2).T.contiguous().to(device)

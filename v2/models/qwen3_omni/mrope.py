@@ -15,10 +15,12 @@ import functools
 import torch
 from torch import Tensor
 
+from v2.models.persist import persistent
 from v2.models.rope import rope_inv_freq
 
 
 @functools.lru_cache(maxsize=16)
+@persistent
 def axis_of_frequency(head_dim: int, section: tuple[int, int, int], interleaved: bool,
                       device: torch.device) -> Tensor:
     """[head_dim / 2] int64: the position component (0 t, 1 h, 2 w) frequency j reads (read-only)."""

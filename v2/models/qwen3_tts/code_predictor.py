@@ -30,6 +30,7 @@ from v2.models.kernels.rms_norm import add_rms_norm_fused, embed_rms_norm_fused,
 from v2.models.kernels.swiglu import gate_up_swiglu
 from v2.models.kv_cache import KVCache
 from v2.models.module_list import module_list_of
+from v2.models.persist import persistent
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.qwen3_tts.config import CodePredictorConfig
 from v2.models.rope import rotate_half_cos_sin
@@ -191,6 +192,7 @@ class CodePredictor(nn.Module):
 
 
 @functools.lru_cache(maxsize=16)
+@persistent
 def _frame_rope(head_dim: int, theta: float, positions: int, device: torch.device) -> tuple[Tensor, Tensor]:
     """cos, sin [positions, head_dim] float32 of a frame's positions 0 .. positions - 1 (made once, read-only)."""
     cos, sin = rotate_half_cos_sin(torch.arange(positions, device=device)[None], head_dim, theta)

@@ -23,6 +23,7 @@ from v2.models import exact
 
 from v2.models.kernels import inference_kernels
 from v2.models.kv_cache import Cache, KVCache, PagedKVCache
+from v2.models.persist import persistent
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.qwen3_tts.code_predictor import CodePredictor
 from v2.models.qwen3_tts.config import Qwen3TTSConfig
@@ -93,7 +94,7 @@ class Qwen3TTS(nn.Module):
     def suppress_mask(self, device: torch.device) -> Tensor:
         """[V] bool: the control ids the group-0 choice never takes (EOS excepted)."""
         if device not in self._suppress:
-            self._suppress[device] = group0_mask(self.cfg.talker.vocab_size, self.cfg.codec.eos, self.cfg.control_ids,
+            self._suppress[device] = persistent(group0_mask)(self.cfg.talker.vocab_size, self.cfg.codec.eos, self.cfg.control_ids,
                                                  device)
         return self._suppress[device]
 

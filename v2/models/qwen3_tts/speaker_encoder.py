@@ -14,6 +14,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from v2.models.persist import persistent
 from v2.models.qwen3_tts.config import SpeakerEncoderConfig
 
 
@@ -57,10 +58,14 @@ class MelFrontEnd(nn.Module):
     def tables(self, device: torch.device) -> tuple[Tensor, Tensor]:
         """The filterbank [mel_dim, n_fft // 2 + 1] and the periodic Hann window [win_size] on `device`."""
         if device not in self._tables:
-            cfg = self.cfg
-            fb = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.mel_dim, cfg.fmin, cfg.mel_fmax)
-            self._tables[device] = (fb.to(device), torch.hann_window(cfg.win_size, device=device))
+            self._tables[device] = self._made_tables(device)
         return self._tables[device]
+
+    @persistent
+    def _made_tables(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        cfg = self.cfg
+        fb = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.mel_dim, cfg.fmin, cfg.mel_fmax)
+        return fb.to(device), torch.hann_window(cfg.win_size, device=device)
 
     def forward(self, wav: Tensor) -> Tensor:
         cfg = self.cfg
