@@ -48,6 +48,7 @@ def negative_data_rejection_by_item(ctx, response, case) -> bool | None:
 
 
 SPEECH = "/v1/audio/speech"
+CHAT = "/v1/chat/completions"
 VOICES = "/v1/audio/voices"
 TONE_B64 = base64.b64encode(tone_wav()).decode()
 
@@ -93,13 +94,25 @@ def _speakable(body: dict) -> bool:
     return floor is None or limit is None or floor <= limit
 
 
+def _recorded(message):
+    """A chat message whose `input_audio` parts carry a real recording (their `format` as generated)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return message
+    return {**message, "content": [
+        {**part, "input_audio": {**part["input_audio"], "data": TONE_B64}} if isinstance(part, dict) and
+        isinstance(part.get("input_audio"), dict) else part for part in content]}
+
+
 @schemathesis.hook
 def map_case(ctx, case):
     """In a positive case, a string `ref_audio` is a real recording (the schema says it is an audio file, not
-    what makes one), a batch's default and items' too."""
+    what makes one), a batch's default and items' too; so is a chat message's `input_audio` part's `data`."""
     body = case.body
     if not _positive(case) or not isinstance(body, dict):
         return case
+    if case.path == CHAT and isinstance(body.get("messages"), list):
+        case.body = {**body, "messages": [_recorded(m) for m in body["messages"]]}
     if case.path in (SPEECH, CAPTIONED) and isinstance(body.get("ref_audio"), str):
         case.body = {**body, "ref_audio": TONE_B64}
     if case.path == BATCH:  # the request-level default and each item's own

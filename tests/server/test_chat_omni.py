@@ -1,7 +1,8 @@
 """`POST /v1/chat/completions` on the real chat card, qwen3_omni_tiny (seeded weights: noise, not speech), through
 the official `openai` client on a real server: text and a decodable wav equal to the runtime's own answer, the
 streamed pcm16 deltas and transcript equal to the whole answer under one seed, a text-only reply, a turn
-carrying audio, and the speech routes refused naming /v1/chat/completions. The card is copied with the talker's
+carrying audio, the published input_audio formats and token cap (the family's; a format or cap outside them
+refused naming it), and the speech routes refused naming /v1/chat/completions. The card is copied with the talker's
 frame cap lowered to keep each spoken reply short on a CPU (raised for the client that leaves)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from typing import Any
 
 import httpx
+import jsonschema
 import numpy as np
 import openai
 import pytest
@@ -25,6 +27,7 @@ from v2.server import ServerConfig
 CARD = "qwen3_omni_tiny"
 FRAMES = 20  # the talker's cap in the copied card: 1.6 s of audio a reply
 HELLO = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello, who are you?"}]
+TONE = base64.b64encode(b"RIFF").decode()  # never decoded: the format is refused first
 SPOKEN: dict[str, Any] = {"modalities": ["text", "audio"], "audio": {"voice": "Chelsie", "format": "wav"}}
 
 
@@ -121,6 +124,34 @@ def test_a_bad_recording_is_refused_naming_its_part(live):
     with pytest.raises(openai.BadRequestError) as e:
         client(live).chat.completions.create(model=CARD, messages=[{"role": "user", "content": [part]}])
     assert e.value.param is not None and e.value.param.startswith("messages[0].content[0]"), e.value.body
+
+
+def test_the_published_input_audio_formats_and_token_cap_are_the_familys_and_another_is_refused_by_name(live):
+    """The schema lists exactly the formats the family decodes (its own list) and caps max_tokens at the card's
+    reply cap; a format outside the list (another case included) is refused in OpenAI's shape naming the part's
+    `format`, and the published body forbids it too."""
+    spec = httpx.get(live.url + "/openapi.json", timeout=60).json()
+    schemas = spec["components"]["schemas"]
+    assert schemas["ChatInputAudio"]["properties"]["format"]["enum"] == ["wav", "mp3", "flac", "ogg"]
+    assert schemas["ChatInputAudio"]["properties"]["format"]["enum"] == list(live.runtime.family.input_audio_formats)
+    caps = [o["maximum"] for name in ("max_tokens", "max_completion_tokens")
+            for o in schemas["ChatBody"]["properties"][name]["anyOf"] if o.get("type") == "integer"]
+    assert caps == [256, 256]  # the card's thinker max_frames
+    body = jsonschema.Draft202012Validator({"$ref": "#/components/schemas/ChatBody", "components": spec["components"]})
+    for fmt in ("WAV", "aiff", "pcm16"):
+        part = {"type": "input_audio", "input_audio": {"data": TONE, "format": fmt}}
+        sent = {"model": CARD, "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, part]}]}
+        assert not body.is_valid(sent)
+        r = httpx.post(live.url + "/v1/chat/completions", json=sent, timeout=60)
+        error = r.json()["error"]
+        assert r.status_code == 400 and error["param"] == "messages[0].content[1].input_audio.format", r.text
+        assert error["type"] == "invalid_request_error" and error["code"] == "invalid_value"
+        assert error["message"].startswith("messages[0].content[1].input_audio.format: expected one of wav, mp3")
+    r = httpx.post(live.url + "/v1/chat/completions", json={"model": CARD, "messages": HELLO, "max_tokens": 257},
+                   timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
+    assert not body.is_valid({"model": CARD, "messages": HELLO, "max_tokens": 257})
+    assert body.is_valid({"model": CARD, "messages": HELLO, "max_tokens": 256})
 
 
 def test_the_speech_routes_name_chat_completions(live):

@@ -75,8 +75,8 @@ class UserMessage(BaseModel):
 class AssistantMessage(BaseModel):
     model_config = _strict()
     role: Literal["assistant"]
-    content: str | list[TextPart] | None = Field(None, description="what the assistant said (its transcript, for a "
-                                                 "spoken turn: this server keeps no audio to name by id)")
+    content: str | list[TextPart] = Field(description="what the assistant said (its transcript, for a spoken turn: "
+                                          "this server keeps no audio to name by id, and makes no tool calls)")
     name: str | None = None
 
 
@@ -100,7 +100,8 @@ class StreamOptions(BaseModel):
 class ChatBody(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, json_schema_extra={
         "if": {"required": ["modalities"], "properties": {"modalities": {"contains": {"const": "audio"}}}},
-        "then": {"required": ["audio"]}, "not": {"required": ["max_tokens", "max_completion_tokens"]}})
+        "then": {"required": ["audio"], "properties": {"audio": {"type": "object"}}},
+        "not": {"required": ["max_tokens", "max_completion_tokens"]}})
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     modalities: list[Literal["text", "audio"]] | None = Field(

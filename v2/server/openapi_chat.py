@@ -1,7 +1,9 @@
 """What `/openapi.json` says of `POST /v1/chat/completions`: its body, its two answers and its errors.
 
 Owns: `ChatBody`'s JSON schema (with its messages and parts) as the request body, `model` bounded to the served
-names and `audio.voice` to the card's speakers; the whole answer (`chat.completion`: the message's `content`, or
+names, `audio.voice` to the card's speakers and, where the family says them (`ChatFamily`), an `input_audio`
+part's `format` to those it decodes (its own list, the one its check refuses others by) and the token caps to
+its reply's; the whole answer (`chat.completion`: the message's `content`, or
 `audio` with `content: null` when spoken, `finish_reason`, `usage`) and the streamed one (`text/event-stream`:
 each event one `data:` block holding a `chat.completion.chunk`, an `error`, or `[DONE]`); the route's own
 error answers (`CHAT_ERRORS`); on a chat card, the 404 every speech operation answers and the voice store's
@@ -12,7 +14,7 @@ Must not know: the engine, how the route does its work.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from v2.server.chat_schema import CHAT, ChatBody, is_chat_card
 
@@ -77,8 +79,21 @@ _OK = ("the reply: with `stream: true`, SSE chunks as it is made (text as `delta
        "`delta.audio.transcript` and `delta.audio.data`), then `data: [DONE]`; else the whole `chat.completion`")
 
 
+@runtime_checkable
+class ChatFamily(Protocol):
+    """What the schema reads of a chat card's bound family (its class's attributes): the formats an `input_audio`
+    part may name (`input_audio_formats`) and the reply's text-token cap (`max_reply_tokens`, the card's). A
+    family without them leaves `format` any string and the caps at INT64_MAX."""
+
+    @property
+    def input_audio_formats(self) -> tuple[str, ...]: ...
+    @property
+    def max_reply_tokens(self) -> int: ...
+
+
 def components(server: Any) -> dict[str, Any]:
-    """The body's schemas, bounded by `server` (its `ServerState`): the served names, the card's speakers."""
+    """The body's schemas, bounded by `server` (its `ServerState`): the served names, the card's speakers, what
+    its family says (`ChatFamily`)."""
     body = ChatBody.model_json_schema(ref_template="#/components/schemas/Chat{model}")
     defs = {f"Chat{name}": schema for name, schema in body.pop("$defs", {}).items()}
     body = copy.deepcopy(body)
@@ -89,7 +104,24 @@ def components(server: Any) -> dict[str, Any]:
         voice = defs["ChatAudioOutput"]["properties"]["voice"]
         defs["ChatAudioOutput"]["properties"]["voice"] = {**voice, "enum": sorted(
             {v for s in speakers for v in (s, s.lower(), s.upper(), s.capitalize())})}
+    family = getattr(server.runtime, "family", None)
+    if isinstance(family, ChatFamily):
+        _family_bounds(body, defs, family)
     return {**defs, "ChatBody": {**body, "title": "ChatBody"}}
+
+
+def _family_bounds(body: dict[str, Any], defs: dict[str, Any], family: ChatFamily) -> None:
+    """The formats an `input_audio` part names and the caps of `max_tokens` / `max_completion_tokens`, as the
+    family refuses others (a 400 naming the part's `format`, or the cap the client sent)."""
+    formats = list(family.input_audio_formats)
+    if "ChatInputAudio" in defs:
+        defs["ChatInputAudio"]["properties"]["format"] = {
+            "type": "string", "enum": formats, "title": "Format",
+            "description": f"its container: {', '.join(formats)} (what this model decodes)"}
+    for name in ("max_tokens", "max_completion_tokens"):
+        for option in body["properties"][name]["anyOf"]:
+            if option.get("type") == "integer":
+                option["maximum"] = family.max_reply_tokens
 
 
 def operation(op: dict[str, Any]) -> None:

@@ -203,6 +203,8 @@ def _msg(content: object, role: str = "user") -> list[dict]:
     (_msg([{"type": "input_audio"}]), "messages[0].content[0].input_audio", "messages.content.input_audio"),
     (_msg([audio_part("AAAA", fmt="aiff")]), "messages[0].content[0].input_audio.format",
      "messages.content.input_audio.format"),
+    (_msg([audio_part("AAAA", fmt="WAV")]), "messages[0].content[0].input_audio.format",  # OpenAI's enum's case
+     "messages.content.input_audio.format"),
     (_msg([{"type": "input_audio", "input_audio": {"data": "AAAA"}}]), "messages[0].content[0].input_audio.format",
      "messages.content.input_audio.format"),
     (_msg([audio_part("not base64!")]), "messages[0].content[0].input_audio.data", "messages.content.input_audio.data"),
@@ -232,7 +234,7 @@ def test_too_long_a_clip_is_refused(cfg) -> None:
 def test_data_uri_prefix_and_mp3_name(cfg, wave16k) -> None:
     data = b64_wav(wave16k, 16000)
     a = render_messages(_msg([audio_part(data)]), ByteTokenizer(cfg.ids), cfg)
-    b = render_messages(_msg([audio_part("data:audio/wav;base64," + data, fmt="WAV")]), ByteTokenizer(cfg.ids), cfg)
+    b = render_messages(_msg([audio_part("data:audio/wav;base64," + data, fmt="mp3")]), ByteTokenizer(cfg.ids), cfg)
     assert a.prompt_ids == b.prompt_ids and np.array_equal(a.audio[0][0], b.audio[0][0])
 
 

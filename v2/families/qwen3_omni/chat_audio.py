@@ -1,12 +1,13 @@
 """An `input_audio` part of a chat message -> the 16 kHz mono clip the audio encoder reads, and its token count.
 
 Owns: the part's checks (`data`: base64 of a whole audio file, a `data:audio/...;base64,` prefix allowed;
-`format`: one of FORMATS, the containers libsndfile decodes), decoding (v2/models/audio_in.py `read_audio`:
-the header's rate, duration and size checked before a sample is decoded), the release processor's input
-rule (its `librosa.load(sr=16000)`: channels averaged, resampled with soxr "HQ" to ceil(n * 16000 / rate)
-samples) and the `<|audio_pad|>` count of the clip (`audio_token_count` of samples // hop mel frames: the
-encoder's output rows). Every refusal is a FieldError whose message starts with the part's path
-(`messages[1].content[0].input_audio.data: ...`).
+`format`: one of FORMATS, the containers libsndfile decodes, in lower case as OpenAI's enum spells them: the
+one list of them, the family's `input_audio_formats`, which a server's schema publishes), decoding
+(v2/models/audio_in.py `read_audio`: the header's rate, duration and size checked before a sample is decoded),
+the release processor's input rule (its `librosa.load(sr=16000)`: channels averaged, resampled with soxr "HQ"
+to ceil(n * 16000 / rate) samples) and the `<|audio_pad|>` count of the clip (`audio_token_count` of
+samples // hop mel frames: the encoder's output rows). Every refusal is a FieldError whose message starts with
+the part's path (`messages[1].content[0].input_audio.data: ...`).
 Must not know: the chat template, tokens other than the count, requests, the runtime.
 """
 
@@ -46,7 +47,7 @@ def decode_input_audio(data: object, fmt: object, at: str, cfg: AudioEncoderConf
     if not isinstance(fmt, str):
         raise FieldError(f"{at}.format: expected one of {', '.join(FORMATS)}, got {type(fmt).__name__}",
                          field=f"{FIELD}.format")
-    if fmt.lower() not in FORMATS:
+    if fmt not in FORMATS:
         raise FieldError(f"{at}.format: expected one of {', '.join(FORMATS)}, got {fmt!r}", field=f"{FIELD}.format")
     if not isinstance(data, str):
         raise FieldError(f"{at}.data: expected a base64 string, got {type(data).__name__}", field=f"{FIELD}.data")

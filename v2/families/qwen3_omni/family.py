@@ -22,6 +22,7 @@ import torch
 from v2.contracts import FinishReason, LoopState, WorkUnitKind
 from v2.errors import RequestError
 from v2.families.qwen3_omni.card import OmniCard, build_parts, build_tokenizer, checkpoint_config
+from v2.families.qwen3_omni.chat_audio import FORMATS
 from v2.families.qwen3_omni.front import AudioExecutor, AudioInput, AudioLoop, AudioState, FrontWork
 from v2.families.qwen3_omni.executors import Code2WavExecutor, TalkerFrames, ThinkerFrames, executors_as
 from v2.families.qwen3_omni.loops import (
@@ -61,6 +62,7 @@ class OmniFamily:
     name = "qwen3_omni"
     request_fields = frozenset(OmniRequest.model_fields)
     sampling_keys: tuple[str, ...] = ()
+    input_audio_formats = FORMATS  # what a message's input_audio part may say as its format (chat_audio.py)
     weight_names = NAMES
     channels = 1
 
@@ -76,6 +78,7 @@ class OmniFamily:
         self.code_width = config.talker.num_code_groups if config.talker is not None else 16
         self.codebook_size = config.talker.codebook_size if config.talker is not None else 2048
         self.speakers = tuple(n.capitalize() for n, _ in config.talker.speakers) if config.talker else ()
+        self.max_reply_tokens = th.max_frames  # a request's max_tokens at most (prepare.py refuses more)
         self._launch: LaunchState = lambda work: work()
         self.think_loop = ThinkerLoop(th, tokenizer.decode if tokenizer is not None else None)
         self.talk_loop = TalkerLoop(tk)
