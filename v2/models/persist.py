@@ -8,6 +8,7 @@ inference mode, nor saved by a differentiable pass. A cache filled during that w
 generic or differentiable pass of the same model (`generate`, an RL recompute) must hold normal tensors:
 `persistent(fn)` makes fn's tensors so. A normal tensor may be written in place inside inference mode (its
 version is bumped), and a view of it made there is a normal tensor too, so only what is made needs this.
+`ParamVersions`: whether the parameters a kept object was made from changed.
 Must not know: which caches use it.
 """
 
@@ -17,6 +18,7 @@ import functools
 from typing import Callable, ParamSpec, TypeVar
 
 import torch
+from torch import nn
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -31,3 +33,23 @@ def persistent(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
 
     return made
+
+
+class ParamVersions:
+    """Whether a module's parameters changed since the last look (`changed(module)`): a version bumped by an in-place
+    write, or a parameter replaced in its module. Read from a list of where each is held, made once (walking
+    `parameters()` at every look costs more than the check); the module itself is not kept."""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[dict[str, nn.Parameter | None], str, nn.Parameter]] | None = None
+        self._seen: tuple[int, ...] | None = None
+
+    def changed(self, module: nn.Module) -> bool:
+        held = self._held
+        if held is None or any(d.get(n) is not p for d, n, p in held):
+            held = self._held = [(m._parameters, n, p) for m in module.modules()
+                                 for n, p in m._parameters.items() if p is not None]
+            self._seen = None
+        now = tuple(p._version for _, _, p in held)
+        changed, self._seen = now != self._seen, now
+        return changed

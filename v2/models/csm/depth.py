@@ -33,6 +33,7 @@ from v2.models.csm.config import CsmConfig
 from v2.models.kernels.frame_attention import MAX_FRAME_POSITIONS, frame_attention
 from v2.models.kernels.norm_linear import norm_linear
 from v2.models.kv_cache import KVCache
+from v2.models.frame_stack_kept import kept_stack
 from v2.models.persist import persistent
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.rope import Llama3Scaling, rotate_half_cos_sin
@@ -141,7 +142,7 @@ class DepthDecoder(nn.Module):
         """`predict` through `frame_stack.FrameStack` (the same values, few operations a step)."""
         b, n, v = hidden.shape[0], self.num_codebooks, self.cfg.vocab_size
         m = self.model
-        stack = frame_stack.FrameStack(m, b, n)
+        stack = kept_stack(m, b, n)
         table = m.embed_tokens.weight  # [N V, H]: codebook k's rows are k V .. (k + 1) V - 1
         width, dtype, dev = hidden.shape[-1], hidden.dtype, hidden.device
         t_in = exact.Tile(2 * b, width, dtype, dev)

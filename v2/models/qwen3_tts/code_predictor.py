@@ -30,6 +30,7 @@ from v2.models.kernels.rms_norm import add_rms_norm_fused, embed_rms_norm_fused,
 from v2.models.kernels.swiglu import gate_up_swiglu
 from v2.models.kv_cache import KVCache
 from v2.models.module_list import module_list_of
+from v2.models.frame_stack_kept import kept_stack
 from v2.models.persist import persistent
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.qwen3_tts.config import CodePredictorConfig
@@ -103,7 +104,7 @@ class CodePredictor(nn.Module):
                      cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
         """`predict` through `frame_stack.FrameStack` (the same values, few operations a step)."""
         b, g_total = hidden.shape[0], self.cfg.num_code_groups
-        stack = frame_stack.FrameStack(self.model, b, g_total)
+        stack = kept_stack(self.model, b, g_total)
         proj = self.small_to_mtp_projection if isinstance(self.small_to_mtp_projection, exact.Linear) else None
         tables = [e.weight for e in self.model.codec_embedding]
         width = hidden.shape[-1]

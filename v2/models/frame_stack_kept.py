@@ -1,0 +1,141 @@
+"""`FrameStack` kept from frame to frame, its one-position steps through buffers and views made once.
+
+A shared building block beside `frame_stack.FrameStack` (a code predictor's or depth decoder's pass over a frame's
+positions): after a frame's first step (its two positions, `FrameStack.step`), every step is one position, and on a
+CPU its cost is the count of operations and of fresh intermediates. `KeptFrameStack.step` takes such a step as the
+LayerNorm blocks' pass does (frame_stack_ln.py): the residual stream in a buffer, each RMSNorm's steps written into
+buffers (`out=` forms; its output into the next projection's tile), the projections through
+`exact.tiles_linear_into` (the call F.linear makes per tile: the same bits), q and k rotated at once (the half swap
+one `index_select`, its sign in the sin row), the rotated k and the v rows copied into the frame's K/V, the attention
+through `FrameAttention.attend_one` (its views made once per position), SiLU and the up product in buffers. Each is
+`FrameStack.step`'s operation on the same values in the same order, so every value is the same bit for bit, whatever
+the batch (tests/models/test_frame_stack.py holds the pass to the generic one).
+`kept_stack(model, batch, positions)`: the pass kept per model, thread, batch and positions while the parameters are
+the same tensors with the same versions (a frame writes every K/V it reads before reading it, so nothing of an earlier
+frame is ever read); its tensors are made as normal tensors (v2/models/persist.py). Float32, inference only.
+Must not know: heads, embeddings, draws, what a position holds.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+from torch import Tensor
+
+from v2.models import exact
+from v2.models.frame_stack import FrameStack
+from v2.models.persist import ParamVersions, persistent
+from v2.models.qwen3 import Qwen3Backbone
+
+
+class KeptFrameStack(FrameStack):
+    """`FrameStack` whose one-position steps run through buffers made here (module docstring)."""
+
+    def __init__(self, model: Qwen3Backbone, batch: int, positions: int) -> None:
+        super().__init__(model, batch, positions)
+        cfg, b = self.cfg, batch
+        hq, hkv, d, h, inter = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size, cfg.intermediate_size
+        g, dev, f32 = hq // hkv, self.k.device, torch.float32
+        self.hq, self.inter = hq, inter
+        rows = self.t_hidden.buf.shape[0]
+
+        def buf(*shape: int) -> Tensor:
+            return torch.empty(*shape, dtype=f32, device=dev)
+
+        self.res = buf(b, h)  # the residual stream [B, H]
+        self.sq, self.ms, self.hn = buf(b, h), buf(b, 1), buf(b, h)  # a norm's square, mean (then root), quotient
+        self.qkv_out, self.o_out = buf(rows, (hq + 2 * hkv) * d), buf(rows, h)
+        self.gu_out, self.down_out = buf(rows, 2 * inter), buf(rows, h)
+        qk_width = (hq + hkv) * d
+        self.qk = self.qkv_out[:b, :qk_width].view(b, hq + hkv, d)
+        self.v_rows = self.qkv_out[:b, qk_width:].view(b, hkv, d)
+        self.qk_sq, self.qk_ms, self.qk_n = buf(b, hq + hkv, d), buf(b, hq + hkv, 1), buf(b, hq + hkv, d)
+        self.qk_normed = buf(b, hq + hkv, d)
+        # the halves swapped (x[D/2:], x[:D/2] per head): one index_select of the columns
+        half = torch.arange(d, device=dev).roll(d // 2)
+        self.swap = (torch.arange(hq + hkv, device=dev)[:, None] * d + half).reshape(-1)
+        self.swapped = buf(b, hq + hkv, d)
+        self.rot = buf(b, hq + hkv, d)
+        self.q1 = buf(g, 1, b, hkv, d)  # [G, 1, B, Hkv, D]
+        self.q1_written = self.q1.permute(2, 1, 3, 0, 4)[:, 0]  # [B, Hkv, G, D]
+        self.heads1 = self.t_heads.rows(b).view(b, 1, hkv, g, d).permute(3, 1, 0, 2, 4)  # [G, 1, B, Hkv, D]
+        self.plan_one(self.q1, self.heads1, positions)
+        self.silu = buf(b, inter)
+        self.gate, self.up = self.gu_out[:b, :inter], self.gu_out[:b, inter:]
+        self.weights_t = [(w.qkv.t(), w.o.t(), w.gate_up.t(), w.down.t()) for w in self.layers]  # [in', out] views
+        self.at = [[(k[p], v[p]) for p in range(positions)] for k, v in zip(self.k, self.v_write)]  # [B, Hkv, D] each
+        self.cos_at, self.sin_at = list(self.cos.unbind(0)), list(self.sin.unbind(0))  # [D] each
+
+    def _norm_into(self, x: Tensor, weight: Tensor, eps: float, out: Tensor, sq: Tensor, ms: Tensor,
+                   hn: Tensor) -> None:
+        """`frame_stack._rms(x, weight, eps, out)`'s operations, each into its buffer."""
+        torch.pow(x, 2, out=sq)
+        torch.mean(sq, -1, keepdim=True, out=ms)
+        ms.add_(eps).sqrt_()
+        torch.div(x, ms, out=hn)
+        torch.mul(weight, hn, out=out)
+
+    def step(self, x: Tensor, position: int, out: Tensor) -> None:
+        if x.shape[1] != 1:
+            super().step(x, position, out)
+            return
+        b, res, th = self.batch, self.res, self.t_hidden
+        normed = th.rows(b)
+        cos, sin = self.cos_at[position], self.sin_at[position]
+        res.copy_(x[:, 0])
+        for i, w in enumerate(self.layers):
+            qkv_t, o_t, gate_up_t, down_t = self.weights_t[i]
+            k_at, v_at = self.at[i][position]
+            self._norm_into(res, w.norm_in, w.eps_in, normed, self.sq, self.ms, self.hn)
+            exact.tiles_linear_into(th.buf, b, qkv_t, None, self.qkv_out)  # [B, (Hq + 2 Hkv) D]
+            qk = self.qk
+            if w.qk_norm is not None:
+                self._norm_into(qk, w.qk_norm, w.qk_eps, self.qk_normed, self.qk_sq, self.qk_ms, self.qk_n)
+                qk = self.qk_normed
+            torch.index_select(qk.reshape(b, -1), 1, self.swap, out=self.swapped.view(b, -1))
+            torch.mul(qk, cos, out=self.rot)
+            torch.mul(self.swapped, sin, out=self.swapped)
+            torch.add(self.rot, self.swapped, out=self.rot)  # q and k rotated [B, Hq + Hkv, D]
+            torch.mul(self.rot[:, : self.hq].view(self.q1_written.shape), self.scale, out=self.q1_written)
+            k_at.copy_(self.rot[:, self.hq :])
+            v_at.copy_(self.v_rows)
+            self.attend_one(i, position)
+            self.t_heads.linear_into(b, o_t, None, self.o_out)
+            res.add_(self.o_out[:b])
+            self._norm_into(res, w.norm_post, w.eps_post, normed, self.sq, self.ms, self.hn)
+            exact.tiles_linear_into(th.buf, b, gate_up_t, None, self.gu_out)  # [B, 2 I]
+            silu = self.silu
+            torch.neg(self.gate, out=silu)
+            torch.exp(silu, out=silu)
+            silu.add_(1.0)
+            torch.div(self.gate, silu, out=silu)  # exact.silu(gate)
+            torch.mul(silu, self.up, out=self.t_mlp.rows(b))
+            self.t_mlp.linear_into(b, down_t, None, self.down_out)
+            res.add_(self.down_out[:b])
+        self._norm_into(res, self.final_norm, self.final_eps, out, self.sq, self.ms, self.hn)
+
+
+_KEPT: weakref.WeakKeyDictionary[Qwen3Backbone, threading.local] = weakref.WeakKeyDictionary()
+
+
+def kept_stack(model: Qwen3Backbone, batch: int, positions: int) -> KeptFrameStack:
+    """The model's `KeptFrameStack` for `batch` rows over `positions` in this thread, made anew when a parameter
+    changes (at most 8 kept per model and thread)."""
+    local = _KEPT.get(model)
+    if local is None:
+        local = _KEPT[model] = threading.local()
+    kept: dict[tuple[int, int], KeptFrameStack] | None = getattr(local, "stacks", None)
+    versions: ParamVersions | None = getattr(local, "versions", None)
+    if kept is None or versions is None:
+        kept, versions = local.stacks, local.versions = {}, ParamVersions()
+    if versions.changed(model):
+        kept.clear()
+    key = (batch, positions)
+    stack = kept.get(key)
+    if stack is None:
+        if len(kept) >= 8:
+            kept.pop(next(iter(kept)))
+        stack = kept[key] = persistent(KeptFrameStack)(model, batch, positions)
+    return stack
