@@ -52,7 +52,7 @@ def test_a_models_kept_state_after_serving_is_normal_tensors_and_generate_still_
         first = rt.submit({"text": "Hello there.", "seed": 3, "max_frames": 6}).result(timeout=300)
         model = rt.model
         kept = [t for p in model.parameters() for t in [getattr(p, "_exact_aligned", (0, None))[1]] if t is not None]
-        for _, stack in model.local_transformer._stacks.values():
+        for stack in model.local_transformer._stacks.values():
             kept += [v for v in vars(stack).values() if isinstance(v, torch.Tensor)]
         for buffers in model.frame_buffers.values():
             kept += [v for v in vars(buffers).values() if isinstance(v, torch.Tensor)]

@@ -27,7 +27,7 @@ from v2.models.kernels import inference_kernels
 from v2.models.kernels.layer_norm import add_layer_norm_fused
 from v2.models.kernels.local_attention import local_attention_step
 from v2.models.module_list import module_list_of
-from v2.models.persist import persistent
+from v2.models.persist import ParamVersions, persistent
 from v2.models.rope import apply_interleaved, interleaved_cos_sin
 
 FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)
@@ -168,9 +168,8 @@ class LocalTransformer(nn.Module):
         self.cfg = cfg
         self.h = module_list_of(LocalBlock(cfg) for _ in range(cfg.num_layers))
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        # (thread, batch) -> (the parameters' versions, the frame pass made for them)
-        self._stacks: dict[tuple[int, int], tuple[tuple[int, ...], LnFrameStack]] = {}
-        self._held: list[tuple[dict[str, nn.Parameter | None], str, nn.Parameter]] | None = None  # _held_versions's
+        self._stacks: dict[tuple[int, int], LnFrameStack] = {}  # (thread, batch) -> the frame pass
+        self._versions = ParamVersions()  # whether the parameters the kept passes were made from changed
 
     def forward(self, x: Tensor) -> Tensor:
         """One causal pass over x [B, T, H] (T <= 13) from position 0; returns ln_f output [B, T, H]."""
@@ -180,29 +179,18 @@ class LocalTransformer(nn.Module):
             x = x + block.mlp(block.ln_2(x))
         return self.ln_f(x)
 
-    def _held_versions(self) -> tuple[int, ...]:
-        """The parameters' versions, read from a list of where each is held (made once: walking `parameters()`
-        every frame costs more than the check); a parameter replaced in its module makes the list anew and drops
-        every kept pass."""
-        held = self._held
-        if held is None or any(d.get(n) is not p for d, n, p in held):
-            held = self._held = [(m._parameters, n, p) for m in self.modules()
-                                 for n, p in m._parameters.items() if p is not None]
-            self._stacks.clear()
-        return tuple(p._version for _, _, p in held)
-
     def frame_stack(self, batch: int) -> LnFrameStack:
         """The blocks' CPU frame pass for `batch` rows over a frame's positions (`frame_stack_fits`): the same values
         as `step`, position after position. Kept for the next frame of the same batch in the same thread (a frame
         writes every K/V it reads) while the parameters are the same tensors, unchanged; at most 8 kept."""
-        key, params = (threading.get_ident(), batch), self._held_versions()
-        hit = self._stacks.get(key)
-        if hit is not None and hit[0] == params:
-            return hit[1]
-        stack = self._frame_stack(batch)
-        if len(self._stacks) >= 8:
-            self._stacks.pop(next(iter(self._stacks)))
-        self._stacks[key] = (params, stack)
+        if self._versions.changed(self):
+            self._stacks.clear()
+        key = (threading.get_ident(), batch)
+        stack = self._stacks.get(key)
+        if stack is None:
+            if len(self._stacks) >= 8:
+                self._stacks.pop(next(iter(self._stacks)))
+            stack = self._stacks[key] = self._frame_stack(batch)
         return stack
 
     @persistent
