@@ -43,7 +43,10 @@ class FrameBuffers:
         self.masked = torch.empty(batch, 2, dtype=f32, device=device)
         self.neg_inf = torch.tensor(-math.inf, dtype=f32, device=device)  # what a row that may not stop gets
         self.fed = torch.empty(n_vq, batch, width, dtype=f32, device=device)  # [12, B, H]
+        self.fed_rows = list(self.fed.unbind(0))  # [B, H] each
         self.summed = torch.empty(batch, width, dtype=f32, device=device)
+        self.code_tiles = list(self.codes.unbind(0))  # each head's output [rows, V]
+        self.code_rows = [c[:batch] for c in self.code_tiles]  # [B, V] each
 
     def logits(self, stop: int, vocab: int, n_vq: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """Fresh outputs of the heads: stop [rows, 2], codes [12, rows, V] (rows: the tiles')."""
@@ -77,7 +80,9 @@ def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, st
     buf = frame_buffers(model, b)
     stop_out, code_out = (buf.logits(2, cfg.codebook_size, cfg.n_vq, hidden.device) if return_logits
                           else (buf.stop, buf.codes))
-    fed = buf.fed
+    fed = buf.fed_rows
+    code_tiles, code_rows = (list(code_out.unbind(0)), [c[:b] for c in code_out.unbind(0)]) if return_logits else (
+        buf.code_tiles, buf.code_rows)
     normed = stack.step(hidden, 0)  # the final norm's output, a tile [rows, H']
     # each head: F.linear on the whole tile, as `exact.linear` computes it (aligned_weight: the padded copy)
     exact.tiles_linear_into(normed, b, exact.aligned_weight(model.local_text_lm_head.weight).t(), None, stop_out)
@@ -90,8 +95,8 @@ def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, st
     stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
     codes, logprobs = [], [stop_lp]
     for c, table in enumerate(model.audio_embeddings):
-        exact.tiles_linear_into(normed, b, exact.aligned_weight(table.weight).t(), None, code_out[c])
-        logits = code_out[c, :b]  # [B, V]
+        exact.tiles_linear_into(normed, b, exact.aligned_weight(table.weight).t(), None, code_tiles[c])
+        logits = code_rows[c]  # [B, V]
         code, lp = draw(s, steps, 1 + c, logits, None if presence is None else presence[:, c], full_sort)
         codes.append(code)
         logprobs.append(lp)
