@@ -169,7 +169,8 @@ class FrameSampler:
 
     def draw(self, grp: int, logits: Tensor) -> tuple[Tensor, Tensor]:
         """logits [B, V] of group grp (after any penalty and masks) -> token ids [B] and their logprobs [B]."""
-        logits = logits.float()
+        if logits.dtype != torch.float32:
+            logits = logits.float()
         v = logits.shape[-1]
         if v != self.vocabs[grp]:
             raise ValueError(f"FrameSampler.draw: group {grp} has {self.vocabs[grp]} ids, got logits of {v}")
@@ -178,7 +179,7 @@ class FrameSampler:
             if self.raw_greedy[grp]:
                 return picked[:, 0], torch.log_softmax(logits, dim=-1).gather(1, picked)[:, 0]
             return picked[:, 0], torch.zeros(picked.shape[0])
-        zn = logits.detach().numpy() / self._divisor[grp]                                  # [B, V]
+        zn = (logits.detach() if logits.requires_grad else logits).numpy() / self._divisor[grp]                                  # [B, V]
         z = torch.from_numpy(zn)
         # the order only where it shapes the bits: the top-p prefix, a logprob summed over the candidates
         ordered = v <= SORT_WIDTH or self.any_p[grp] or not self.exact_logprobs
