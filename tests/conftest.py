@@ -1,5 +1,5 @@
-"""Shared test fixtures: the reference checkpoint, its arrays, the tiny card's model, and compiling Triton
-kernels for a GPU that is not there."""
+"""Shared test fixtures: the reference checkpoint, its arrays, the tiny card's model, compiling Triton kernels
+for a GPU that is not there, and one intra-op thread for the tests' own thread."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -28,6 +28,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_thread() -> Iterator[None]:
+    """The tests' own thread runs torch on one intra-op thread, as the tiny cards' engine threads do
+    (`cpu_threads = 1`): step-sized ops on tiny models run several times faster so on a shared CPU (a model
+    call here took 0.6 s on one thread, 9.6 s on two, on a loaded 2-core machine). The bits do not depend on
+    the thread count (fixed tiles and summation orders: designs/model.md, "Exact on every CPU"), and a
+    runtime's engine and device threads set their own count where the card names one."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,10 @@
 """`python -m v2.bench.launches --family qwen3_tts` (and `--card qwen3_tts_tiny`): a Qwen3-TTS frame step's launches at
-the release's dims."""
+the release's dims (one count per size, shared by the tests that read it)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -29,15 +31,29 @@ def test_release_shapes_parse_into_the_published_sizes(size):
     assert (1.8e9 < params < 2.0e9) if size == "1.7b" else (0.85e9 < params < 0.95e9)
 
 
-def test_one_frame_step_routes_every_layer_to_its_kernel_and_splits_into_parts(capsys):
+@pytest.fixture(scope="module")
+def counted() -> dict[str, tuple[dict, str]]:
+    """One count per release size, made once for this module's tests: 0.6b's through the tiny card (its family
+    picked from the card) at buckets 1, 2, 16 and 64, 1.7b's by family name at 1, 16 and 64, at the default
+    context; each size's JSON line and the per-kernel table (stderr)."""
     if kernels.triton is None:
         pytest.skip("needs triton")
-    assert launches(["--family", "qwen3_tts", "--size", "0.6b", "--buckets", "2", "--context", "200"]) == 0
-    captured = capsys.readouterr()
-    out = json.loads(captured.out.strip().splitlines()[-1])
+    runs = {"0.6b": ["--card", "qwen3_tts_tiny", "--size", "0.6b", "--buckets", "1", "2", "16", "64"],
+            "1.7b": ["--family", "qwen3_tts", "--size", "1.7b", "--buckets", "1", "16", "64"]}
+    out = {}
+    for size, argv in runs.items():
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            assert launches(argv) == 0
+        out[size] = (json.loads(stdout.getvalue().strip().splitlines()[-1]), stderr.getvalue())
+    return out
+
+
+def test_one_frame_step_routes_every_layer_to_its_kernel_and_splits_into_parts(counted):
+    out, err = counted["0.6b"]
     assert out["family"] == "qwen3_tts" and out["sizes"] == ["0.6b"] and out["dims"] == "release"
-    row = out["buckets"][0]
-    assert row["size"] == "0.6b" and row["bucket"] == 2
+    (row,) = [r for r in out["buckets"] if r["bucket"] == 2]
+    assert row["size"] == "0.6b"
     talker, predictor, steps = 28, 5, 15  # layers, layers, code-predictor steps (the first one takes two rows)
     assert row["triton"] == {
         "rms_norm": 2 * talker + 1 + steps * 2 * predictor + 1,  # the talker's; each residual add's; the first input
@@ -52,24 +68,20 @@ def test_one_frame_step_routes_every_layer_to_its_kernel_and_splits_into_parts(c
     assert row["kernels_parts"]["talker"] < row["torch_parts"]["talker"] / 3
     assert row["kernels_parts"]["sampling"] == steps + 1
     assert row["kernels_ops"]["mm"] + row["triton"]["gate_up"] == row["torch_ops"]["mm"]  # gate/up inside its kernel
-    assert "triton:frame_attention" in captured.err  # the per-kernel table
+    assert "triton:frame_attention" in err  # the per-kernel table
 
 
 @pytest.mark.parametrize("size", sorted(SIZES))
-def test_a_frame_step_launches_at_most_900_kernels_at_every_bucket(size, capsys):
-    if kernels.triton is None:
-        pytest.skip("needs triton")
-    assert launches(["--family", "qwen3_tts", "--size", size, "--buckets", "1", "16", "64"]) == 0
-    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["buckets"]
-    assert [r["bucket"] for r in rows] == [1, 16, 64]
+def test_a_frame_step_launches_at_most_900_kernels_at_every_bucket(size, counted):
+    out, _ = counted[size]
+    rows = out["buckets"]
+    assert out["sizes"] == [size] and all(r["size"] == size for r in rows)
+    assert [r["bucket"] for r in rows] == ([1, 2, 16, 64] if size == "0.6b" else [1, 16, 64])
     assert all(r["kernels_launches"] <= 900 for r in rows), [(r["bucket"], r["kernels_launches"]) for r in rows]
 
 
-def test_a_card_picks_its_family_and_an_unknown_family_is_refused(capsys):
-    if kernels.triton is None:
-        pytest.skip("needs triton")
-    assert launches(["--card", "qwen3_tts_tiny", "--size", "0.6b", "--buckets", "1", "--context", "100"]) == 0
-    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+def test_a_card_picks_its_family_and_an_unknown_family_is_refused(counted, capsys):
+    out, _ = counted["0.6b"]  # counted with --card qwen3_tts_tiny and no --family
     assert out["family"] == "qwen3_tts" and out["sizes"] == ["0.6b"] and out["buckets"][0]["kernels_launches"] > 0
     with pytest.raises(SystemExit) as e:
         launches(["--family", "no_such_family"])
