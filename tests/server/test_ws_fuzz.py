@@ -67,7 +67,7 @@ def test_any_message_sequence_leaves_a_usable_session_and_no_traceback(live, mes
                 if isinstance(msg, dict) and msg.get("type") == "session.config" and "response_format" in msg:
                     msg = {**msg, **voice}
                 ws.send(encoded(msg))
-            quiet = time.monotonic() + 1.0  # read what it answers until it has been quiet a while
+            quiet = time.monotonic() + 0.5  # read what it answers until it has been quiet a while
             while time.monotonic() < quiet:
                 try:
                     ws.recv(0.3)
