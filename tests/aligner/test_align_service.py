@@ -17,7 +17,8 @@ from v2.errors import RequestError
 from v2.events import WordTime
 from v2.runtime import Runtime
 
-pytestmark = pytest.mark.exact
+# the `exact` mark is on the reproduced references and batched == each alone only: refusals, word splitting
+# and a missing aligner hold or fail alike on every CPU path, so .ci/run's forced-path legs skip them
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,7 @@ def expected(meta: dict[str, Any], case: str) -> list[WordTime]:
     return [WordTime(t["word"], t["start"], t["end"]) for t in meta["cases"][case]["timestamps"]]
 
 
+@pytest.mark.exact
 @pytest.mark.parametrize("case", CASES)
 def test_align_reproduces_each_reference(rt: Runtime, ref: Any, case: str) -> None:
     arrays, meta = ref
@@ -52,6 +54,7 @@ def test_align_reproduces_each_reference(rt: Runtime, ref: Any, case: str) -> No
     assert rt.align(torch.from_numpy(wave), 16000, c["text"], word_ids=c["word_ids"]) == expected(meta, case)
 
 
+@pytest.mark.exact
 def test_batched_equals_each_reference(rt: Runtime, ref: Any) -> None:
     arrays, meta = ref
     aligner = rt.engine.family.built["aligner"].aligner  # type: ignore[attr-defined]
