@@ -43,9 +43,11 @@ def _case(data: st.DataObject, heads: st.SearchStrategy[HeadSampling], vocabs: t
     return s, frame, logits0, codes, seen, allow, group0_mask(vocabs[0], eos, control, "cpu")
 
 
-def _frame(d: FrameDraws, logits0, codes, seen, allow, eos, suppress) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _frame(d: FrameDraws, logits0, codes, seen, allow, eos, suppress,
+           groups: range | tuple[int, ...] = range(1, G)) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Group 0's draw, then each of `groups` (code groups 1..G-1) from its logits."""
     return [d.group0(logits0, seen=seen, allow_eos=allow, eos=eos, suppress=suppress)] + [
-        d.code(g, x) for g, x in enumerate(codes, start=1)]
+        d.code(g, codes[g - 1]) for g in groups]
 
 
 @pytest.mark.exact
@@ -71,19 +73,23 @@ def test_host_draws_equal_the_torch_path_bit_for_bit(data):
 @given(st.data())
 def test_fused_draws_equal_the_torch_path(data):
     """Any settings (full sort too), penalty, EOS rule and suppressed ids folded into the kernel; small
-    vocabularies keep Triton's interpreter quick."""
+    vocabularies keep Triton's interpreter quick. A code group's draw is one stateless launch with head 1's
+    settings and its group's index, so the first two and the last stand for all G-1 (the kernel's draws
+    over any settings: tests/models/test_sample_kernel.py)."""
     vocabs, eos = (120, 40), 100
     s, frame, logits0, codes, seen, allow, suppress = _case(data, any_heads, vocabs, eos, range(96, 120))
     torch_path = FrameDraws(s, frame, G, vocabs)
     torch_path.host = None
-    want = _frame(torch_path, logits0, codes, seen, allow, eos, suppress)
+    groups = (1, 2, G - 1)
+    want = _frame(torch_path, logits0, codes, seen, allow, eos, suppress, groups)
     saved, kernels.FORCE = kernels.FORCE, True  # Triton's interpreter runs the kernel on the CPU
     try:
         fused = FrameDraws(s, frame, G, vocabs)
         assert fused.fused
-        got = _frame(fused, logits0, codes, seen, allow, eos, suppress)
+        got = _frame(fused, logits0, codes, seen, allow, eos, suppress, groups)
     finally:
         kernels.FORCE = saved
+    assert len(got) == len(want) == 1 + len(groups)
     for (ids, lp), (want_ids, want_lp) in zip(got, want):
         assert torch.equal(ids, want_ids)
         torch.testing.assert_close(lp, want_lp, atol=1e-5, rtol=1e-5)
