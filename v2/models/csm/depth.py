@@ -13,8 +13,9 @@ gate/up matmul with the add and the norm before it and SwiGLU after it (`norm_li
 more, the head's matmul with the last add and the final norm before it; a step's input row is read inside the first
 q/k/v launch from `projected_table` (the audio table through the input projection, made once per weights); the
 Llama-3 RoPE tables made once per device; the raw logits made float32 once per frame. On a CPU in float32
-(inference) `predict` runs the same values through `frame_stack.FrameStack` (K/V, RoPE rows, masks and projection
-tiles made once per frame; each step's table row selected straight into the input projection's tile), and copies
+(inference) `predict` runs the same values through the kept frame pass (`frame_stack_kept.kept_stack`: K/V, RoPE
+rows, masks, projection tiles and each step's buffers made once and kept from frame to frame; each step's table
+row selected straight into the input projection's tile), and copies
 the frame's K/V into the given cache at the end.
 Must not know: how a code is chosen (the caller's `draw`), the backbone's cache, prompts, requests.
 """
@@ -139,7 +140,7 @@ class DepthDecoder(nn.Module):
 
     def _predict_cpu(self, hidden: Tensor, c0: Tensor, draw: Draw,
                      cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
-        """`predict` through `frame_stack.FrameStack` (the same values, few operations a step)."""
+        """`predict` through the kept frame pass (`frame_stack_kept.kept_stack`: the same values, few operations a step)."""
         b, n, v = hidden.shape[0], self.num_codebooks, self.cfg.vocab_size
         m = self.model
         stack = kept_stack(m, b, n)

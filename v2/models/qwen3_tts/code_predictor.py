@@ -9,9 +9,9 @@ q/k projection's attention (`frame_attention`: norms, RoPE, the K/V write, atten
 with its activation (`gate_up_swiglu`) and each residual add with the norm after it, besides the three other
 matmuls; per group one launch for the drawn code's row (the next input, its norm when there is no input
 projection, and the frame's running sum, `frame(codes)`); RoPE tables made once per device; no dtype copies.
-On a CPU in float32 (inference) `predict` runs the same values through `frame_stack.FrameStack` (K/V, RoPE
-rows, masks and projection tiles made once per frame; each step's input row written into the input
-projection's tile), and copies the frame's K/V into the given cache at the end.
+On a CPU in float32 (inference) `predict` runs the same values through the kept frame pass
+(`frame_stack_kept.kept_stack`: K/V, RoPE rows, masks, projection tiles and each step's buffers made once and
+kept from frame to frame; each step's input row written into the input projection's tile), and copies the frame's K/V into the given cache at the end.
 Must not know: how a code is chosen (the caller's `draw`), the talker's cache, prompts, requests.
 """
 
@@ -102,7 +102,7 @@ class CodePredictor(nn.Module):
 
     def _predict_cpu(self, hidden: Tensor, first: Tensor, draw: Draw,
                      cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
-        """`predict` through `frame_stack.FrameStack` (the same values, few operations a step)."""
+        """`predict` through the kept frame pass (`frame_stack_kept.kept_stack`: the same values, few operations a step)."""
         b, g_total = hidden.shape[0], self.cfg.num_code_groups
         stack = kept_stack(self.model, b, g_total)
         proj = self.small_to_mtp_projection if isinstance(self.small_to_mtp_projection, exact.Linear) else None
