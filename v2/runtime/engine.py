@@ -13,7 +13,7 @@ stays on the device while the one before it is read, so the device never waits f
 fault in the engine's own code ending what is in flight, and the engine's host time per step.
 Must not know: any family (it is handed one), model internals, batching policy (scheduler.py), loop logic,
 how a step's results reach the loops and requests settle (scatter.py), how requests are admitted and ended
-(lifecycle.py), the caller's API (runtime.py).
+(lifecycle.py), how its paged KV is built from the family's (paged_setup.py), the caller's API (runtime.py).
 """
 
 from __future__ import annotations
@@ -22,18 +22,17 @@ import threading
 import time
 from collections import deque
 from functools import partial
-from typing import Any, Hashable, Mapping
+from typing import Any
 
 from v2.contracts import FinishReason, WorkPlan
 from v2.runtime.device import Pending, Stream
 from v2.runtime.encoding import EncodeStage
-from v2.runtime.family import EngineFamily, LoopGraph, LoopSpec, PagedKV
+from v2.runtime.family import EngineFamily, LoopSpec
 from v2.runtime.groups import GroupSharing
 from v2.runtime.handles import Dispatcher
 from v2.runtime.inbox import Inbox, deliver
-from v2.runtime.kv import RequestKV
-from v2.runtime.paged_loops import PagedLoops
 from v2.runtime.lifecycle import Requests
+from v2.runtime.paged_setup import paged_loops
 from v2.runtime.scatter import InFlight, Scatter
 from v2.runtime.scheduler import Batch, Scheduler
 from v2.runtime.slots import SlotPool
@@ -54,34 +53,6 @@ class _Condition(threading.Condition):
 
 
 IDLE_WAIT_S = 0.05  # at most this long asleep after a step that did nothing (deadlines wake it sooner)
-
-
-def paged_loops(graph: LoopGraph, given: Mapping[Hashable, PagedKV]) -> PagedLoops | None:
-    """The engine's paged KV: one pool per paged loop of the graph, each from what its family gives
-    (`paged_kv`), in the graph's order; None when the graph has none. Refused (ValueError naming the loop):
-    a paged loop without its KV, a KV for no paged loop, two paged loops handed one pool (the same
-    `KVSpec` object or the same device side: a copy-and-paste that would make them write each other's
-    blocks)."""
-    if not graph.paged_loops:
-        if given:
-            raise ValueError(f"loops.{next(iter(given))}: a paged KV for a loop the graph does not page")
-        return None
-    for name in given:
-        if name not in graph.paged_loops:
-            raise ValueError(f"loops.{name}: a paged KV for a loop the graph does not page")
-    kvs: list[RequestKV] = []
-    seen: dict[int, Hashable] = {}
-    for i, (name, loop) in enumerate(graph.paged_loops.items()):
-        kv = given.get(name)
-        if kv is None:
-            raise ValueError(f"loops.{name}: a paged loop without a paged KV (its family gives none)")
-        for part in (kv.spec, kv.ops):
-            if id(part) in seen:
-                raise ValueError(f"loops.{name}.kv: the KV of loops.{seen[id(part)]} too; two paged loops share one "
-                                 "KV spec by accident (each paged loop holds its own pool)")
-            seen[id(part)] = name
-        kvs.append(RequestKV.build(kv.spec, kv.ops, loop, name, kv.recompute, first=i == 0, prefill=kv.prefill))
-    return PagedLoops(kvs, {name: graph.specs[name].pools for name in graph.paged_loops})
 
 
 class Engine:

@@ -7,7 +7,8 @@ fits and no loop has a request waiting for blocks), starting a request's loops (
 with the slots it was given), cancels, deadlines, device state changes queued on behalf of a request (a
 failure fails that request), the one way a request fails (`fail`: ERROR with the message; a failed batch
 fails only its requests, and a group leader's failed prompt fails the members that took it), and the end
-of a request (`finish`: exactly once; every slot released; its result built by its family and published).
+of a request (`finish`: exactly once; every slot released; its result built by its family and published
+by publishing.py).
 Its work still on the device is dropped when read, since nothing reads a request that is no longer running.
 Must not know: the step's order and overlap (engine.py), any family, scheduling policy, loop logic, the
 caller's API.
@@ -21,15 +22,14 @@ from collections import deque
 from functools import partial
 from typing import Any, Callable, Hashable, Mapping
 
-import numpy as np
-
-from v2.contracts import AudioChunk, FinishReason
+from v2.contracts import FinishReason
 from v2.runtime.device import Pending, Stream
 from v2.runtime.encoding import EncodeStage
 from v2.runtime.family import EngineFamily
 from v2.runtime.groups import GroupSharing
-from v2.runtime.handles import Dispatcher, Metrics, SpeechResult
+from v2.runtime.handles import Dispatcher
 from v2.runtime.paged_loops import PagedLoops
+from v2.runtime.publishing import publish
 from v2.runtime.records import RequestRecord
 from v2.runtime.scheduler import Batch, admissible
 from v2.runtime.slots import SlotPool
@@ -283,38 +283,7 @@ class Requests:
             outputs = None
             req.error, reason = f"finalize failed: {type(e).__name__}: {e}", FinishReason.ERROR
         now = time.perf_counter()
-        self.results.post(lambda: self.publish(req, outputs, reason, now))
-
-    def publish(self, req: RequestRecord, outputs: Mapping[Hashable, Any] | None, reason: FinishReason,
-                now: float) -> None:
-        """Build the result (its family's assembly) and end the request's handle with it; a non-streaming
-        request gets its audio as one chunk first. Runs off the engine thread (joining the audio is a copy no
-        step need wait for). Whatever fails here (the assembly, its error form, the delivery) still ends this
-        request, as an error, and no other: the handle always finishes."""
-        try:
-            result = self.family.result(req, outputs or {}, reason, now)
-        except Exception as e:
-            req.error = f"building the result failed: {type(e).__name__}: {e}"
-            try:
-                result = self.family.result(req, {}, FinishReason.ERROR, now)
-            except Exception:
-                result = self.error_result(req, now)
-        try:
-            if not req.request.stream and result.audio.shape[1]:
-                req.handle.deliver([AudioChunk(0, result.audio, result.sample_rate, len(result.codes), True)])
-        except Exception as e:
-            req.error = f"delivering the result failed: {type(e).__name__}: {e}"
-            result = self.error_result(req, now)
-        req.handle.finish(result)
-
-    def error_result(self, req: RequestRecord, now: float) -> SpeechResult:
-        """The result of a request whose family could not assemble one: no audio, no codes, its error."""
-        family = self.family
-        return SpeechResult(
-            audio=np.zeros((family.channels, 0), np.float32), sample_rate=family.sample_rate,
-            codes=np.zeros((0, family.code_width), np.int64), finish_reason=FinishReason.ERROR.value,
-            metrics=Metrics(prompt_rows=0, frames=0, audio_seconds=0.0, ttfa_s=None, total_s=now - req.submitted, queue_s=0.0),
-            error=req.error or "building the result failed")
+        self.results.post(lambda: publish(self.family, req, outputs, reason, now))
 
     def stats(self) -> dict[str, Any]:
         """The queues' counters (the caller holds the lock)."""
