@@ -92,6 +92,25 @@ def test_sse_words_follow_their_audio_and_equal_the_json_answers_and_the_runtime
     assert base64.b64decode(got["audio"]) == streamed  # the same pcm, streamed or whole
 
 
+LONG = " ".join([  # 363 characters: two segments on the tiny card (max_segment_chars 300), whole sentences each
+    "The quiet river runs past old stone houses.", "A small boat drifts under the bridge at noon.",
+    "Children wave from the bank and call out names.", "The miller counts his sacks before the rain.",
+    "Swallows dip low over the water near the mill.", "By evening the lamps glow in every window.",
+    "A dog barks twice and then the lane is still.", "Far off a bell rings for the end of the day."])
+
+
+def test_sse_sends_a_long_texts_words_segment_by_segment_not_at_the_end(live):
+    # 20 frames a segment: the first segment's audio (3 + 6 + 12 frames of chunks) goes out before the second's;
+    # its words are published while the second is made, so they come before the last audio event
+    events = _sse(live, {"input": LONG, "max_frames": 20, "seed": 7, "response_format": "pcm"})
+    kinds = [e["type"] for e in events]
+    stamps = [i for i, k in enumerate(kinds) if k == "speech.timestamps"]
+    assert len(stamps) >= 2, kinds  # one event per segment
+    assert stamps[0] < max(i for i, k in enumerate(kinds) if k == "speech.audio.delta"), kinds
+    assert [events[i]["sentence_index"] for i in stamps] == list(range(len(stamps)))
+    assert [w["word"] for i in stamps for w in events[i]["words"]] == _words(LONG)
+
+
 def test_the_captioned_path_answers_as_the_speech_route_with_timestamps(live):
     body = {**BODY, "response_format": "wav"}
     alias = httpx.post(live.url + "/dev/captioned_speech", json={**body, "stream": True}, timeout=120)

@@ -38,30 +38,34 @@ def sentence(index: int, *ends: float) -> SentenceWords:
 
 
 class FakeHandle:
-    """Chunks and aligned sentences in the order given; `late`: sentences published but never delivered to
-    subscribers before the request ends (they are in `events()`)."""
+    """Chunks and aligned sentences in the order given, each sentence in the request's log (`events()`) from
+    where it comes; `late`: sentences published but never delivered to subscribers before the request ends (in
+    the log at the end); `lag`: every sentence's subscriber callback lags past the request's end (the runtime's
+    events and chunks ride two threads), so only the log has them while the chunks come."""
 
-    def __init__(self, items: list[Any], late: tuple[SentenceWords, ...] = ()) -> None:
-        self.items, self.late, self.callbacks, self.cancelled = items, late, [], False
+    def __init__(self, items: list[Any], late: tuple[SentenceWords, ...] = (), lag: bool = False) -> None:
+        self.items, self.late, self.lag, self.cancelled = items, late, lag, False
+        self.callbacks: list[Any] = []
+        self.log: list[AddedEvent] = []
         self.done = True
 
     def subscribe_events(self, callback: Any) -> None:
         self.callbacks.append(callback)
 
     def events(self) -> list[AddedEvent]:
-        said = [x for x in self.items if isinstance(x, SentenceWords)] + list(self.late)
-        return [AddedEvent("aligner", i, s) for i, s in enumerate(said)]
+        return list(self.log)
 
     async def __aiter__(self) -> Any:
-        said = 0  # an event's seq: its index among the loop's events, as `events()` numbers them
         for item in self.items:
             if isinstance(item, SentenceWords):
-                for cb in self.callbacks:
-                    cb(AddedEvent("aligner", said, item))
-                said += 1
+                event = AddedEvent("aligner", len(self.log), item)  # its seq: its index among the loop's events
+                self.log.append(event)
+                for cb in ([] if self.lag else self.callbacks):
+                    cb(event)
             else:
                 yield item
             await asyncio.sleep(0.01)
+        self.log += [AddedEvent("aligner", len(self.log) + i, s) for i, s in enumerate(self.late)]
 
     def result(self) -> Any:
         return SimpleNamespace(finish_reason="stop", error=None, metrics=SimpleNamespace(prompt_rows=3, frames=4))
@@ -98,6 +102,17 @@ def test_sse_words_published_but_not_delivered_before_the_end_come_before_done()
     events = sse_events(FakeHandle([chunk(0, 1), s0, chunk(1, 1)], late=(s1,)))
     assert [e["type"] for e in events] == ["speech.audio.delta", EVENT, "speech.audio.delta", EVENT,
                                            "speech.audio.done"]
+    assert [e["sentence_index"] for e in events if e["type"] == EVENT] == [0, 1]
+
+
+def test_sse_words_whose_callback_lags_come_once_the_audio_spans_them_not_at_the_end():
+    # a long text's first segment aligned while the rest is made: its words are in the request's log before the
+    # later chunks, though the callback thread has not delivered them yet
+    s0, s1 = sentence(0, 0.4, 0.9), sentence(1, 2.5)
+    events = sse_events(FakeHandle([chunk(0, 1), s0, chunk(1, 1), chunk(2, 1), s1], lag=True))
+    # s0 (ends at 0.9 s) read from the log as the second chunk comes, covered by the first: given before it
+    assert [e["type"] for e in events] == ["speech.audio.delta", EVENT, "speech.audio.delta", "speech.audio.delta",
+                                           EVENT, "speech.audio.done"]
     assert [e["sentence_index"] for e in events if e["type"] == EVENT] == [0, 1]
 
 

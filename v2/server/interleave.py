@@ -2,8 +2,11 @@
 
 Owns: `interleave`, the one place the server reads a handle's chunks and its events together (the chat stream's
 text deltas beside its audio, the speech bodies' and the WebSocket's aligned sentences beside theirs): each event
-given once (by its loop and `seq`), every event published before the request ended given before the stream ends,
-the request cancelled when the stream stops early, and what a read error of the chunks does (each caller says).
+given once (by its loop and `seq`), every event published before a chunk was delivered given before that chunk
+(read from the request's log, which the engine thread appends to before it delivers a later chunk: the events'
+callback thread and the chunks' are two threads, and the first may lag; a long text's first segment's words
+must not wait for the end), every event published before the request ended given before the stream ends, the
+request cancelled when the stream stops early, and what a read error of the chunks does (each caller says).
 Must not know: which events a caller wants (it passes `pick`), how anything is encoded or sent, routes, any family.
 """
 
@@ -30,8 +33,10 @@ class _Picked:
 async def interleave(handle: Any, pick: Callable[[Any], T | None], *,
                      raise_read_error: bool) -> AsyncIterator[AudioChunk | T]:
     """The handle's chunks and, of its added-loop events (`AddedEvent`s), what `pick(event)` makes of them (None:
-    skipped), as they reach the event loop. After the last chunk the request has ended and its events are all
-    published: every picked event not yet given follows, in order. Stopping early cancels the request.
+    skipped), as they reach the event loop; before each chunk, those in the request's log (`handle.events()`)
+    not given yet, so an event published before a chunk was delivered comes before it even where its callback
+    lags. After the last chunk the request has ended and its events are all published: every picked event not
+    yet given follows, in order. Stopping early cancels the request.
 
     A read error (the handle's chunk iteration raising) ends the stream and cancels the request; then
     `raise_read_error`: True raises it to the caller: the speech bodies and the WebSocket's utterances need that,
@@ -63,6 +68,21 @@ async def interleave(handle: Any, pick: Callable[[Any], T | None], *,
 
     task = asyncio.ensure_future(pump())
     given: set[tuple[str, int]] = set()
+    logged = 0  # the request's log read up to here (it only grows)
+
+    def unseen() -> list[T]:
+        """Picked events in the request's log not given yet, in order (marked given)."""
+        nonlocal logged
+        log = handle.events()
+        fresh, logged = log[logged:], len(log)
+        items: list[T] = []
+        for event in fresh:
+            item = pick(event)
+            if item is not None and (event.loop, event.seq) not in given:
+                given.add((event.loop, event.seq))
+                items.append(item)
+        return items
+
     try:
         while (entry := await queue.get()) is not _END:
             if isinstance(entry, _Picked):
@@ -70,6 +90,8 @@ async def interleave(handle: Any, pick: Callable[[Any], T | None], *,
                     given.add(entry.key)
                     yield entry.item
             else:
+                for item in unseen():  # published before this chunk was delivered: their callbacks may lag
+                    yield item
                 yield entry
         try:
             await task
@@ -77,11 +99,8 @@ async def interleave(handle: Any, pick: Callable[[Any], T | None], *,
             if raise_read_error:
                 raise
             return
-        for event in handle.events():
-            item = pick(event)
-            if item is not None and (event.loop, event.seq) not in given:
-                given.add((event.loop, event.seq))
-                yield item
+        for item in unseen():
+            yield item
     finally:
         task.cancel()
         handle.cancel()  # idempotent; a finished request is left as it is
