@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from v2.errors import FieldError
 from v2.families.qwen3_omni.chat import render_messages
 from v2.families.qwen3_omni.chat_tokenizer import ByteTokenizer, ReleaseTokenizer, build_chat_tokenizer
-from v2.models.qwen3_omni.audio_features import audio_token_count
+from v2.models.aut.features import audio_token_count
 from v2.models.qwen3_omni.config import Qwen3OmniConfig
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "qwen3_omni_tiny"  # tests/fixtures/

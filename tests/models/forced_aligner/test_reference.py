@@ -22,8 +22,8 @@ from v2.models.forced_aligner.config import ForcedAlignerConfig
 from v2.models.forced_aligner.features import audio_tokens, clip_features
 from v2.models.forced_aligner.loader import load_aligner
 from v2.models.forced_aligner.model import ForcedAligner
-from v2.models.qwen3_omni.audio_encoder import sinusoids
-from v2.models.qwen3_omni.audio_features import rows_after_convs
+from v2.models.aut.encoder import sinusoids
+from v2.models.aut.features import rows_after_convs
 from v2.models.weights import CheckpointError
 
 

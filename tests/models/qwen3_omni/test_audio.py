@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from v2.models.qwen3_omni.audio_features import audio_token_count, log_mel, mel_filters, rows_after_convs
+from v2.models.aut.features import audio_token_count, log_mel, mel_filters, rows_after_convs
 from v2.models.qwen3_omni.thinker import Thinker
 
 TOL = dict(atol=1e-4, rtol=1e-4)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.models.qwen3_omni.conftest import KEYS
-from v2.models.qwen3_omni.audio_features import log_mel
+from v2.models.aut.features import log_mel
 from v2.models.qwen3_omni.thinker import Thinker
 from v2.models.qwen3_omni.thinker_generate import ThinkerRun, greedy
 from v2.models.rope import rope_inv_freq, rotate_half_cos_sin

@@ -12,7 +12,7 @@ import torch
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.qwen3_tts.generate import generate, generate_batch, pad_left, pad_trailing
 from v2.models.qwen3_tts.prompt import build
-from v2.models.qwen3_tts.speaker_encoder import mel_filterbank
+from v2.models.mel import mel_filterbank
 
 from .conftest import KEYS, spec_of
 

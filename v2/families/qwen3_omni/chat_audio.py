@@ -21,8 +21,8 @@ import numpy as np
 
 from v2.errors import FieldError
 from v2.models.audio_in import AudioError, read_audio, resample
-from v2.models.qwen3_omni.audio_features import audio_token_count
-from v2.models.qwen3_omni.config import AudioEncoderConfig
+from v2.models.aut.features import audio_token_count
+from v2.models.aut.config import AudioEncoderConfig
 
 FORMATS = ("wav", "mp3", "flac", "ogg")  # OpenAI's input_audio formats that libsndfile decodes
 FIELD = "messages.content.input_audio"

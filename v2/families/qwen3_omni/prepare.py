@@ -29,7 +29,7 @@ from v2.errors import FieldError, RequestError
 from v2.families.qwen3_omni.card import OmniCard
 from v2.families.qwen3_omni.front import AudioInput
 from v2.families.qwen3_omni.request import OmniRequest
-from v2.models.qwen3_omni.audio_features import audio_token_count, log_mel
+from v2.models.aut.features import audio_token_count, log_mel
 from v2.models.qwen3_omni.config import Qwen3OmniConfig
 from v2.models.qwen3_omni.talker import talker_sampling
 from v2.models.qwen3_omni.talker_handoff import assistant_start, user_positions

@@ -1,8 +1,8 @@
 """The Qwen3-ForcedAligner config: the release `config.json` (Qwen3-ASR layout, `thinker_config`), parsed once.
 
-Owns: the audio encoder's sizes (Qwen3-Omni's `AudioEncoderConfig`: the same AuT schema under
-`thinker_config.audio_config`), the text decoder's sizes (a Qwen3 `BackboneConfig` read as Qwen3-Omni reads
-its thinker's, in the release's 4.x schema and transformers' 5.x `rope_parameters`), the head's class count and milliseconds per class, the special ids the prompt is made of;
+Owns: the audio encoder's sizes (the shared AuT `AudioEncoderConfig`: the same schema under
+`thinker_config.audio_config`), the text decoder's sizes (a Qwen3 `BackboneConfig` read as a
+thinker's is, in the release's 4.x schema and transformers' 5.x `rope_parameters`), the head's class count and milliseconds per class, the special ids the prompt is made of;
 an error naming the field when one is missing or invalid. The declared
 interleaved M-RoPE (`mrope_section`) is not kept: the aligner's three position rows are always equal, so it
 is the plain 1-D RoPE (designs/model.md, "Forced aligner").
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from v2.models.config import BackboneConfig, ConfigError, _float, _get, _int
-from v2.models.qwen3_omni.config import AudioEncoderConfig
+from v2.models.aut.config import AudioEncoderConfig
 
 THINKER = "thinker_config"
 

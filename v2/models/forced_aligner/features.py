@@ -1,7 +1,7 @@
 """The aligner's audio front end: one 16 kHz clip -> its log-mel features and its audio token count.
 
 Owns: the release's short-clip rule (a clip under `MIN_SAMPLES` samples is zero-padded to it) before
-Qwen3-Omni's Whisper log-mel (`qwen3_omni.audio_features.log_mel`: the same 128-bin Slaney filters, centred
+AuT's Whisper log-mel (`aut.features.log_mel`: the same 128-bin Slaney filters, centred
 STFT, last frame dropped, log10, clip max - 8 floor, (x + 4) / 4), so a clip's features are [mel,
 samples // hop] of its own samples only: never another clip's padding (transformers pads a batch's waveforms
 to the longest before the STFT, which moves a shorter clip's last frames and its floor: designs/model.md).
@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from v2.models.qwen3_omni.audio_features import audio_token_count, log_mel
-from v2.models.qwen3_omni.config import AudioEncoderConfig
+from v2.models.aut.features import audio_token_count, log_mel
+from v2.models.aut.config import AudioEncoderConfig
 
 MIN_SAMPLES = 8000  # the release pads shorter clips to half a second of zeros
 

@@ -1,6 +1,6 @@
 """Qwen3-ForcedAligner's network: log-mel clips and prompt ids -> the head's logits at the timestamp markers.
 
-Owns: the module tree in the release's names below `thinker.` (`audio_tower`: Qwen3-Omni's AuT encoder and
+Owns: the module tree in the release's names below `thinker.` (`audio_tower`: the shared AuT encoder and
 projector, the same maths and keys; `model`: a Qwen3 decoder with its token table; `lm_head`: the 5000-class
 head, no bias), the release's per-clip encoding (a clip's last chunk zero-padded to a whole chunk: `encode`; the three
 convs as `exact.linear` in `CONV_TILE`-row calls, the AuT's weights),
@@ -20,8 +20,8 @@ from torch import Tensor, nn
 from v2.models import exact
 from v2.models.forced_aligner.config import ForcedAlignerConfig
 from v2.models.qwen3 import Qwen3Backbone
-from v2.models.qwen3_omni.audio_encoder import AudioEncoder, sinusoids
-from v2.models.qwen3_omni.audio_features import audio_token_count, rows_after_convs
+from v2.models.aut.encoder import AudioEncoder, sinusoids
+from v2.models.aut.features import audio_token_count, rows_after_convs
 
 CONV_TILE = 256  # rows per matmul call in the conv front end (a chunk's first conv makes 3200 rows)
 

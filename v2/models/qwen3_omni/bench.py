@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from v2.models.kv_cache import KVCache
-from v2.models.qwen3_omni.audio_features import log_mel
+from v2.models.aut.features import log_mel
 from v2.models.qwen3_omni.thinker import Thinker, load_thinker
 
 

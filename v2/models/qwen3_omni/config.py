@@ -5,9 +5,10 @@ special id of the thinker (text decoder and audio encoder), the talker, its code
 frozen dataclasses; the talker's sampling defaults from `generation_config.json`; an error naming the field
 when one is missing or not supported. Both the transformers 5.x schema (`rope_parameters`) and the release's
 4.x one (`rope_theta` + `rope_scaling`) are read. The vision tower is not modelled (its keys are skipped).
-Here: the audio encoder, the token ids, the thinker and the whole (`Qwen3OmniConfig`); the field readers and the
+Here: the token ids, the thinker and the whole (`Qwen3OmniConfig`); the field readers and the
 MoE decoder sections are in config_sections.py, the talker / code predictor / code2wav ones in config_speech.py
-(all re-exported here: import them from this module).
+(all re-exported here: import them from this module); the audio encoder's is the shared AuT's
+(v2/models/aut/config.py, re-exported too).
 Must not know: weights, tensors, devices, the runtime, cards.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from v2.models.aut.config import AudioEncoderConfig
 from v2.models.config import ConfigError, _get, _int
 from v2.models.qwen3_omni.config_sections import THINKER, MoeConfig, MoeDecoderConfig, _ids
 from v2.models.qwen3_omni.config_speech import (
@@ -24,45 +26,6 @@ from v2.models.qwen3_omni.config_speech import (
 
 __all__ = ["AudioEncoderConfig", "CodecIds", "Code2WavConfig", "CodePredictorConfig", "MoeConfig", "MoeDecoderConfig",
            "Qwen3OmniConfig", "TalkerConfig", "TalkerDefaults", "ThinkerConfig", "TokenIds"]
-
-
-@dataclass(frozen=True)
-class AudioEncoderConfig:
-    """The audio encoder (AuT, `thinker.audio_tower`) and its log-mel front end (16 kHz, hop 160, n_fft 400)."""
-
-    num_mel_bins: int
-    d_model: int
-    num_layers: int
-    num_heads: int
-    ffn_dim: int
-    downsample_hidden_size: int
-    output_dim: int
-    n_window: int
-    n_window_infer: int
-    max_source_positions: int
-    sampling_rate: int = 16000
-    hop_length: int = 160
-    n_fft: int = 400
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AudioEncoderConfig":
-        p = f"{THINKER}.audio_config"
-        act = _get(d, f"{p}.activation_function", "gelu")
-        if act != "gelu":
-            raise ConfigError(f"config.json: '{p}.activation_function' must be 'gelu', got {act!r}")
-        cfg = cls(num_mel_bins=_int(d, f"{p}.num_mel_bins"), d_model=_int(d, f"{p}.d_model"),
-                  num_layers=_int(d, f"{p}.encoder_layers"), num_heads=_int(d, f"{p}.encoder_attention_heads"),
-                  ffn_dim=_int(d, f"{p}.encoder_ffn_dim"),
-                  downsample_hidden_size=_int(d, f"{p}.downsample_hidden_size"),
-                  output_dim=_int(d, f"{p}.output_dim"), n_window=_int(d, f"{p}.n_window"),
-                  n_window_infer=_int(d, f"{p}.n_window_infer"),
-                  max_source_positions=_int(d, f"{p}.max_source_positions"))
-        if cfg.d_model % cfg.num_heads:
-            raise ConfigError(f"config.json: '{p}.d_model' ({cfg.d_model}) is not a multiple of "
-                              f"'{p}.encoder_attention_heads' ({cfg.num_heads})")
-        if cfg.n_window_infer % (2 * cfg.n_window):
-            raise ConfigError(f"config.json: '{p}.n_window_infer' must be a multiple of 2 * n_window")
-        return cfg
 
 
 @dataclass(frozen=True)

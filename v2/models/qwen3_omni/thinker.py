@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from v2.models import exact
-from v2.models.qwen3_omni.audio_encoder import AudioEncoder
+from v2.models.aut.encoder import AudioEncoder
 from v2.models.qwen3_omni.config import ThinkerConfig
 from v2.models.qwen3_omni.decoder import MoeDecoder
 from v2.models.qwen3_omni.loader import Checkpoint, build_part, open_checkpoint

@@ -1,4 +1,4 @@
-"""Qwen3-Omni's audio encoder (AuT, release prefix `thinker.audio_tower.`): log-mel clips -> thinker-width rows.
+"""The AuT audio encoder (release prefix `thinker.audio_tower.`): log-mel clips -> rows of the reading decoder's width.
 
 Owns: the chunking (2 * n_window mel frames a chunk; every chunk right-padded with zeros to the longest chunk
 of the call, as the reference pads them), the three 3x3 stride-2 convs with GELU, `conv_out`, the per-chunk
@@ -21,8 +21,8 @@ from torch import Tensor, nn
 
 from v2.models import exact
 from v2.models.module_list import module_list_of
-from v2.models.qwen3_omni.audio_features import rows_after_convs
-from v2.models.qwen3_omni.config import AudioEncoderConfig
+from v2.models.aut.features import rows_after_convs
+from v2.models.aut.config import AudioEncoderConfig
 
 
 class Conv2d3x3(nn.Module):

@@ -1,12 +1,11 @@
-"""Qwen3-Omni's audio front end: a 16 kHz waveform -> the log-mel features its audio encoder reads.
+"""AuT's audio front end: a 16 kHz waveform -> the log-mel features the encoder reads.
 
 Owns: Whisper's log-mel as the release's processor configures it (128 Slaney mel bins 0..8000 Hz, n_fft 400,
 hop 160, periodic Hann window, centred STFT with reflect padding, power spectrum, last frame dropped,
 log10 of max(mel, 1e-10), floored at the clip's max - 8, then (x + 4) / 4): [mel, samples // hop], and the
-audio token count of a feature length (`audio_token_count`: the encoder's rows). The filterbank is Qwen3-TTS's
-(`v2/models/qwen3_tts/speaker_encoder.mel_filterbank`, librosa's Slaney form, the same filters); the log, the
-floor and the scaling differ (Qwen3-TTS: natural log of magnitudes). One clip per call: the floor is the clip's
-own max, so a clip's features never depend on another's.
+audio token count of a feature length (`audio_token_count`: the encoder's rows). The filterbank is the shared
+Slaney one (v2/models/mel.py); the log, the floor and the scaling are Whisper's. One clip per call: the floor
+is the clip's own max, so a clip's features never depend on another's.
 Must not know: the encoder's weights, tokens, prompts, requests.
 """
 
@@ -18,8 +17,8 @@ import torch
 from torch import Tensor
 
 from v2.models.persist import persistent
-from v2.models.qwen3_omni.config import AudioEncoderConfig
-from v2.models.qwen3_tts.speaker_encoder import mel_filterbank
+from v2.models.aut.config import AudioEncoderConfig
+from v2.models.mel import mel_filterbank
 
 
 @functools.lru_cache(maxsize=4)
