@@ -81,8 +81,8 @@ def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, st
     stop_out, code_out = (buf.logits(2, cfg.codebook_size, cfg.n_vq, hidden.device) if return_logits
                           else (buf.stop, buf.codes))
     fed = buf.fed_rows
-    code_tiles, code_rows = (list(code_out.unbind(0)), [c[:b] for c in code_out.unbind(0)]) if return_logits else (
-        buf.code_tiles, buf.code_rows)
+    code_tiles = list(code_out.unbind(0)) if return_logits else buf.code_tiles  # each head's output [rows, V]
+    code_rows = [c[:b] for c in code_tiles] if return_logits else buf.code_rows  # [B, V] each
     normed = stack.step(hidden, 0)  # the final norm's output, a tile [rows, H']
     # each head: F.linear on the whole tile, as `exact.linear` computes it (aligned_weight: the padded copy)
     exact.tiles_linear_into(normed, b, exact.aligned_weight(model.local_text_lm_head.weight).t(), None, stop_out)
