@@ -37,11 +37,14 @@ from torch import Tensor
 from v2.models import exact
 from v2.models.config import BackboneConfig
 from v2.models.kv_cache import Cache, PagedKVCache
-from v2.models.persist import persistent
+from v2.models.persist import ParamVersions, persistent
 from v2.models.rope import rotate_half_cos_sin
 
 if TYPE_CHECKING:
-    from v2.models.qwen3 import Qwen3Backbone
+    from v2.models.qwen3 import Qwen3Backbone, Qwen3Layer
+
+Tiles = tuple[exact.Tile, exact.Tile, exact.Tile]
+Pairs = list[tuple[Tensor, Tensor]]
 
 
 def fits(x: Tensor, cache: Cache) -> bool:
@@ -55,7 +58,8 @@ def fits(x: Tensor, cache: Cache) -> bool:
 class _Plan:
     """The buffers and views of calls of b rows reading `blocks` blocks of `size` keys (module docstring): the
     gathered K [B n, Hkv, S, D] and V with a column of ones [B n, Hkv, S, D + 1] (the weights' own sum rides
-    along the weighted values'), the products, the weights, the queries, and each halving level's halves."""
+    along the weighted values'), the products, the weights (the scores first), their max, the queries, and each
+    halving level's halves; the key offsets and the heads' first rows in a block."""
 
     def __init__(self, cfg: BackboneConfig, b: int, blocks: int, size: int, flat: dict[str, Tensor]) -> None:
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -65,8 +69,8 @@ class _Plan:
         ones[..., d] = 1.0
         self.vg = ones[..., :d]  # where the gather writes V
         self.q = _view(flat["q"], (b, hkv, g, d))
-        self.qk = _view(flat["qk"], (b, hq + hkv, d))
         self.weights = _view(flat["w"], (b, blocks, hkv, g, size))
+        self.top = _view(flat["mx"], (b, 1, hkv, g, 1))  # the row max
         scores = _view(flat["prod"], (b, blocks, hkv, g, size, d))  # q k products (then the acc reuses the buffer)
         acc = _view(flat["prod"], (b, blocks, hkv, g, size, d + 1))
         self.q_k = (self.q.view(b, 1, hkv, g, 1, d), self.kg.view(b, blocks, hkv, 1, size, d), scores)
@@ -74,6 +78,7 @@ class _Plan:
         self.halves = _halves(acc, 1, blocks) + _halves(acc.narrow(1, 0, 1), 4, size)
         self.values, self.total = acc[:, 0, :, :, 0, :d], acc[:, 0, :, :, 0, d:]  # [B, Hkv, G, D], [B, Hkv, G, 1]
         self.keys = torch.arange(blocks * size, device=acc.device).view(1, blocks, 1, 1, size)
+        self.head_rows = torch.arange(hkv, device=acc.device) * size  # [Hkv]
 
 
 def _view(flat: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -91,27 +96,99 @@ def _halves(x: Tensor, dim: int, n: int) -> list[tuple[Tensor, Tensor]]:
     return out
 
 
+class _Rows:
+    """The views of calls of b rows into the scratch's row buffers: each projection's (input tile, output) pairs,
+    one per tile of rows that F.linear's call runs on (`exact.Tile.linear`); the residual; a norm's square (then
+    quotient) and mean; the q/k rows, normed, half-swapped and rotated; the RoPE rows [B, 2, D] (cos; sin with
+    its first half negated)."""
+
+    def __init__(self, cfg: BackboneConfig, b: int, tiles: Tiles, bufs: dict[str, Tensor]) -> None:
+        hq, hkv, d, inter = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+        heads, t_hidden, t_heads, t_mlp = hq + hkv, *tiles
+        spans = range(0, b, exact.TILE)
+
+        def mm(tile: exact.Tile, out: Tensor) -> Pairs:
+            return [(tile.buf[s: s + exact.TILE], out[s: s + exact.TILE]) for s in spans]
+
+        self.qkv_mm, self.gate_up_mm = mm(t_hidden, bufs["qkv"]), mm(t_hidden, bufs["gate_up"])
+        self.o_mm, self.down_mm = mm(t_heads, bufs["out"]), mm(t_mlp, bufs["out"])
+        self.normed, self.act, self.out, self.h = t_hidden.rows(b), t_mlp.rows(b), bufs["out"][:b], bufs["h"][:b]
+        self.heads = t_heads.rows(b).view(b, hkv, hq // hkv, d)
+        self.sq, self.ms = bufs["sq"][:b], bufs["ms"][:b]  # [B, H], [B, 1]
+        qkv, gate_up = bufs["qkv"][:b], bufs["gate_up"][:b]
+        self.raw = qkv[:, : heads * d]  # [B, (Hq + Hkv) D]: q and k as projected
+        self.v = qkv[:, heads * d:].view(b, hkv, d)
+        self.gate, self.up, self.silu = gate_up[:, :inter], gate_up[:, inter:], bufs["silu"][:b]
+        self.normed_qk = bufs["qk"][:b]  # [B, (Hq + Hkv) D]
+        self.raw3, self.normed3 = self.raw.view(b, heads, d), self.normed_qk.view(b, heads, d)
+        half = torch.arange(d, device=qkv.device).roll(d // 2)  # a head's halves swapped: one index_select
+        self.swap = (torch.arange(heads, device=qkv.device)[:, None] * d + half).reshape(-1)
+        self.qk_sq, self.qk_ms = bufs["qk_sq"][:b].view(b, heads, d), bufs["qk_ms"][:b].view(b, heads, 1)
+        self.swapped, self.rot = bufs["swapped"][:b].view(b, heads, d), bufs["rot"][:b].view(b, heads, d)
+        self.swapped2 = self.swapped.view(b, heads * d)
+        self.q_rot, self.k_rot = self.rot[:, :hq].view(b, hkv, hq // hkv, d), self.rot[:, hq:]
+        self.cs = bufs["cs"][:b]  # [B, 2, D]
+        self.cos, self.sin = self.cs[:, :1], self.cs[:, 1:]  # [B, 1, D] each
+
+
+class _Layer:
+    """One layer's parameters as the row reads them: the projections' `aligned_weight` transposes ([in', out],
+    the operand F.linear's mm takes), the norms, and the q and k norm weights stacked per head [Hq + Hkv, D]
+    (None without q/k norms; `split` when their eps differ)."""
+
+    def __init__(self, layer: Qwen3Layer, hq: int, hkv: int) -> None:
+        att, mlp = layer.self_attn, layer.mlp
+        self.qkv_t, self.o_t = exact.aligned_weight(att.qkv_proj.weight).t(), exact.aligned_weight(att.o_proj.weight).t()
+        self.gate_up_t = exact.aligned_weight(mlp.gate_up_proj.weight).t()
+        self.down_t = exact.aligned_weight(mlp.down_proj.weight).t()
+        self.norm_in, self.eps_in = layer.input_layernorm.weight, layer.input_layernorm.eps
+        self.norm_post, self.eps_post = layer.post_attention_layernorm.weight, layer.post_attention_layernorm.eps
+        self.qk_w: Tensor | None = None
+        self.split: tuple[Tensor, float, Tensor, float] | None = None
+        if att.qk_norm:
+            qn, kn = att.q_norm, att.k_norm
+            self.qk_w = torch.cat([qn.weight.expand(hq, -1), kn.weight.expand(hkv, -1)])
+            self.qk_eps = qn.eps
+            if qn.eps != kn.eps:
+                self.split = (qn.weight, qn.eps, kn.weight, kn.eps)
+
+
 class _Scratch:
-    """One thread's reused buffers for one backbone: projection tiles (grown with the batch), flat buffers (grown
-    with batch x blocks) and the plans viewing them."""
+    """One thread's reused buffers for one backbone: projection tiles and row buffers (grown with the batch),
+    flat buffers (grown with batch x blocks), the plans and rows viewing them, the layers' parameters (remade
+    when one changes) and the RoPE table [P, 2, D] (`rotate_half_cos_sin` of positions 0 .. P - 1, the sin
+    rows' first half negated; grown to cover the calls' positions)."""
 
     def __init__(self) -> None:
-        self.rows = 0
+        self.n_rows = 0
         self.flat: dict[str, Tensor] = {}
         self.plans: dict[tuple[int, int, int], _Plan] = {}
-        self.tiles: tuple[exact.Tile, exact.Tile, exact.Tile] | None = None
+        self.rows: dict[int, _Rows] = {}
+        self.tiles: Tiles | None = None
+        self.bufs: dict[str, Tensor] = {}
+        self.versions = ParamVersions()
+        self.layers: list[_Layer] = []
+        self.rope: Tensor | None = None
 
     @persistent
-    def tiles_for(self, cfg: BackboneConfig, b: int, device: torch.device) -> tuple[exact.Tile, exact.Tile,
-                                                                                     exact.Tile]:
-        """(hidden, heads, mlp) tiles holding at least b rows."""
-        if self.tiles is None or b > self.rows:
-            f32 = torch.float32
-            self.rows = -(-b // exact.TILE) * exact.TILE
-            self.tiles = (exact.Tile(self.rows, cfg.hidden_size, f32, device),
-                          exact.Tile(self.rows, cfg.num_heads * cfg.head_dim, f32, device),
-                          exact.Tile(self.rows, cfg.intermediate_size, f32, device))
-        return self.tiles
+    def rows_for(self, cfg: BackboneConfig, b: int, device: torch.device) -> _Rows:
+        if b > self.n_rows:
+            r, f32 = -(-b // exact.TILE) * exact.TILE, torch.float32
+            hq, hkv, d, width, inter = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size,
+                                        cfg.intermediate_size)
+            self.tiles = (exact.Tile(r, width, f32, device), exact.Tile(r, hq * d, f32, device),
+                          exact.Tile(r, inter, f32, device))
+            shapes = {"qkv": (r, (hq + 2 * hkv) * d), "gate_up": (r, 2 * inter), "out": (r, width), "h": (r, width),
+                      "sq": (r, width), "ms": (r, 1), "silu": (r, inter), "qk": (r, (hq + hkv) * d),
+                      "qk_sq": (r, (hq + hkv) * d), "qk_ms": (r, hq + hkv), "swapped": (r, (hq + hkv) * d),
+                      "rot": (r, (hq + hkv) * d), "cs": (r, 2, d)}
+            self.bufs = {name: torch.empty(shape, dtype=f32, device=device) for name, shape in shapes.items()}
+            self.n_rows, self.rows = r, {}
+        rows = self.rows.get(b)
+        if rows is None:
+            assert self.tiles is not None
+            rows = self.rows[b] = _Rows(cfg, b, self.tiles, self.bufs)
+        return rows
 
     @persistent
     def plan(self, cfg: BackboneConfig, b: int, blocks: int, size: int, device: torch.device) -> _Plan:
@@ -121,7 +198,7 @@ class _Scratch:
             hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
             keys = b * blocks * hkv * size
             need = {"k": keys * d, "v": keys * (d + 1), "prod": keys * (hq // hkv) * (d + 1),
-                    "w": keys * (hq // hkv), "q": b * hq * d, "qk": b * (hq + hkv) * d}
+                    "w": keys * (hq // hkv), "mx": b * hq, "q": b * hq * d}
             if any(name not in self.flat or self.flat[name].numel() < n for name, n in need.items()):
                 have = {name: flat.numel() for name, flat in self.flat.items()}
                 self.flat = {name: torch.empty(max(n, have.get(name, 0)), dtype=torch.float32, device=device)
@@ -131,6 +208,21 @@ class _Scratch:
                 self.plans.clear()
             plan = self.plans[key] = _Plan(cfg, b, blocks, size, self.flat)
         return plan
+
+    @persistent
+    def remake_layers(self, model: Qwen3Backbone) -> None:
+        cfg = model.cfg
+        self.layers = [_Layer(layer, cfg.num_heads, cfg.num_kv_heads) for layer in model.layers]
+
+    @persistent
+    def grow_rope(self, model: Qwen3Backbone, top: int, device: torch.device) -> Tensor:
+        """The table covering positions 0 .. top (a power of two of them, at least 256)."""
+        d, n = model.cfg.head_dim, max(256, 1 << top.bit_length())
+        cos, sin = rotate_half_cos_sin(torch.arange(n, device=device)[:, None], d, model.cfg.rope_theta,
+                                       model.rope_scaling)  # [P, 1, D] each: each element as any call's
+        sin[..., : d // 2].neg_()  # rotate-half's -x2 * sin as x2 * -sin (the same products)
+        self.rope = torch.cat([cos, sin], 1)  # [P, 2, D]
+        return self.rope
 
 
 _SCRATCH: weakref.WeakKeyDictionary[Qwen3Backbone, threading.local] = weakref.WeakKeyDictionary()
@@ -146,10 +238,30 @@ def _scratch(model: Qwen3Backbone) -> _Scratch:
     return s
 
 
-def _rms(x: Tensor, weight: Tensor, eps: float, out: Tensor | None = None) -> Tensor:
-    """`qwen3.RMSNorm` of float32 x [..., H] (into `out` when given)."""
-    h = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return torch.mul(weight, h) if out is None else torch.mul(weight, h, out=out)
+PoolLayers = list[tuple[Tensor, Tensor, Tensor, Tensor]]
+
+
+@persistent
+def _pool(cache: PagedKVCache, d: int) -> tuple[PoolLayers, Tensor]:
+    """Per layer the pool's rows [(N + 1) Hkv S, D] (K, V: where a row's K/V are written) and blocks (K, V: what
+    is gathered), and the dummy block's number; kept on the cache while it holds the same K and V tensors."""
+    kept: tuple[Tensor, Tensor, PoolLayers, Tensor] | None = getattr(cache, "_decode_row_pool", None)
+    if kept is None or kept[0] is not cache.k or kept[1] is not cache.v:
+        k_rows, v_rows = cache.k.view(cache.k.shape[0], -1, d), cache.v.view(cache.v.shape[0], -1, d)
+        layers = [(k_rows[i], v_rows[i], cache.k[i], cache.v[i]) for i in range(cache.k.shape[0])]
+        kept = (cache.k, cache.v, layers, torch.tensor(cache.dummy_block, device=cache.k.device))
+        setattr(cache, "_decode_row_pool", kept)  # freed with the cache
+    return kept[2], kept[3]
+
+
+def _norm(x: Tensor, weight: Tensor, eps: float, sq: Tensor, ms: Tensor, out: Tensor | None = None) -> Tensor:
+    """`qwen3.RMSNorm` of float32 x [..., H] (into out when given), its steps into sq (the square, then the
+    quotient) and ms."""
+    torch.pow(x, 2, out=sq)
+    torch.mean(sq, -1, keepdim=True, out=ms)
+    ms.add_(eps).sqrt_()
+    torch.div(x, ms, out=sq)
+    return torch.mul(weight, sq) if out is None else torch.mul(weight, sq, out=out)
 
 
 def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor, positions: Tensor, valid: Tensor,
@@ -158,60 +270,71 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
     reading keys below context_len -> the final norm's output [B, 1, H]."""
     cfg, dev = model.cfg, x.device
     b, _, width = x.shape
-    hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    inter, size, qk_width = cfg.intermediate_size, cache.block_size, (hq + hkv) * d
-    pos = torch.where(valid, positions, 0)  # [B, 1]
-    cos, sin = rotate_half_cos_sin(pos, d, cfg.rope_theta, model.rope_scaling)  # [B, 1, D] each
-    sin[..., : d // 2].neg_()  # rotate-half's -x2 * sin as x2 * -sin (the same products)
-    lengths = (pos[:, 0] + 1).clamp_(max=context_len)  # [B]: keys 0 .. length - 1 read
-    blocks = min(tables.shape[1], -(-int(lengths.max()) // size))  # blocks any row reads
+    hq, size = cfg.num_heads, cache.block_size
+    pos = positions * valid  # [B, 1]: 0 on padding rows
+    flat = pos.view(b)
+    top = int(flat.max())
+    blocks = min(tables.shape[1], -(-min(top + 1, context_len) // size))  # blocks any row reads
     scratch = _scratch(model)
-    plan = scratch.plan(cfg, b, blocks, size, dev)
-    t_hidden, t_heads, t_mlp = scratch.tiles_for(cfg, b, dev)
-    normed, heads, act = t_hidden.rows(b), t_heads.rows(b).view(plan.q.shape), t_mlp.rows(b)
+    if scratch.versions.changed(model):
+        scratch.remake_layers(model)
+    rope = scratch.rope
+    if rope is None or rope.shape[0] <= top:
+        rope = scratch.grow_rope(model, top, dev)
+    rows, plan = scratch.rows_for(cfg, b, dev), scratch.plan(cfg, b, blocks, size, dev)
+    pool, dummy = _pool(cache, cfg.head_dim)
+    torch.index_select(rope, 0, flat, out=rows.cs)  # [B, 2, D]: the rows' cos, -sin | sin
     # where each row's K/V go: row (block Hkv + head) S + offset of a layer's pool as [(N + 1) Hkv S, D]
-    block = torch.where(valid[:, 0], tables.gather(1, torch.div(pos, size, rounding_mode="floor"))[:, 0],
-                        cache.dummy_block)  # [B]
-    place = ((block * hkv)[:, None] + torch.arange(hkv, device=dev)) * size + (pos % size)  # [B, Hkv]
+    block = torch.where(valid, tables.gather(1, torch.div(pos, size, rounding_mode="floor")), dummy)  # [B, 1]
+    place = (block * (cfg.num_kv_heads * size) + pos % size) + plan.head_rows  # [B, Hkv]
     index = tables[:, :blocks].reshape(-1)  # [B n]: the blocks gathered
-    drop = plan.keys >= lengths.view(b, 1, 1, 1, 1)  # [B, n, 1, 1, S]: keys past the row's own
-    k_rows, v_rows = cache.k.view(cache.k.shape[0], -1, d), cache.v.view(cache.v.shape[0], -1, d)
-    q, qk_out = plan.q, plan.qk
-    scale = 1.0 / math.sqrt(d)
-    h = x.reshape(b, width)  # [B, H]
-    for i, layer in enumerate(model.layers):
-        att, mlp, norm_in, norm_post = layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm
-        _rms(h, norm_in.weight, norm_in.eps, normed)
-        qkv = t_hidden.linear(b, exact.aligned_weight(att.qkv_proj.weight))  # [B, (Hq + 2 Hkv) D]
-        qk = qkv[:, :qk_width].view(b, hq + hkv, d)
-        if att.qk_norm:  # q_norm over the q heads, k_norm over the k heads: one RMS (one eps), two weight products
-            if att.q_norm.eps == att.k_norm.eps:
-                r = qk / torch.sqrt(qk.pow(2).mean(-1, keepdim=True) + att.q_norm.eps)
-                torch.mul(att.q_norm.weight, r[:, :hq], out=qk_out[:, :hq])
-                torch.mul(att.k_norm.weight, r[:, hq:], out=qk_out[:, hq:])
+    last = pos if top < context_len else pos.clamp(max=context_len - 1)  # each row's last key read
+    drop = plan.keys > last.view(b, 1, 1, 1, 1)  # [B, n, 1, 1, S]: keys past the row's own
+    q = plan.q
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    src = x.reshape(b, width)  # [B, H]; the residual then lives in rows.h
+    for w, (k_rows, v_rows, k_blocks, v_blocks) in zip(scratch.layers, pool):
+        _norm(src, w.norm_in, w.eps_in, rows.sq, rows.ms, rows.normed)
+        for a, o in rows.qkv_mm:
+            torch.mm(a, w.qkv_t, out=o)  # [B, (Hq + 2 Hkv) D]
+        qk, qk3 = rows.raw, rows.raw3
+        if w.qk_w is not None:  # q_norm over the q heads, k_norm over the k heads: one RMS, one weight product
+            normed, sq, ms = rows.normed3, rows.qk_sq, rows.qk_ms
+            if w.split is None:
+                _norm(qk3, w.qk_w, w.qk_eps, sq, ms, normed)
             else:
-                _rms(qk[:, :hq], att.q_norm.weight, att.q_norm.eps, qk_out[:, :hq])
-                _rms(qk[:, hq:], att.k_norm.weight, att.k_norm.eps, qk_out[:, hq:])
-            qk = qk_out
-        swapped = qk.view(b, hq + hkv, 2, d // 2).flip(-2).view(b, hq + hkv, d)
-        rot = qk * cos + swapped * sin  # [B, Hq + Hkv, D]
-        torch.mul(rot[:, :hq].view(q.shape), scale, out=q)  # [B, Hkv, G, D]
-        k_rows[i].index_put_((place,), rot[:, hq:])
-        v_rows[i].index_put_((place,), qkv[:, qk_width:].view(b, hkv, d))
-        torch.index_select(cache.k[i], 0, index, out=plan.kg)  # [B n, Hkv, S, D]
-        torch.index_select(cache.v[i], 0, index, out=plan.vg)  # into [B n, Hkv, S, D + 1]
-        scores = torch.mul(*plan.q_k[:2], out=plan.q_k[2]).sum(-1)  # [B, n, Hkv, G, S]
+                qw, qe, kw, ke = w.split
+                _norm(qk3[:, :hq], qw, qe, sq[:, :hq], ms[:, :hq], normed[:, :hq])
+                _norm(qk3[:, hq:], kw, ke, sq[:, hq:], ms[:, hq:], normed[:, hq:])
+            qk, qk3 = rows.normed_qk, normed
+        torch.index_select(qk, 1, rows.swap, out=rows.swapped2)  # the halves swapped
+        torch.mul(qk3, rows.cos, out=rows.rot)
+        torch.mul(rows.swapped, rows.sin, out=rows.swapped)
+        torch.add(rows.rot, rows.swapped, out=rows.rot)  # [B, Hq + Hkv, D]
+        torch.mul(rows.q_rot, scale, out=q)  # [B, Hkv, G, D]
+        k_rows.index_put_((place,), rows.k_rot)
+        v_rows.index_put_((place,), rows.v)
+        torch.index_select(k_blocks, 0, index, out=plan.kg)  # [B n, Hkv, S, D]
+        torch.index_select(v_blocks, 0, index, out=plan.vg)  # into [B n, Hkv, S, D + 1]
+        scores = plan.weights  # [B, n, Hkv, G, S]
+        torch.sum(torch.mul(*plan.q_k[:2], out=plan.q_k[2]), -1, out=scores)
         scores.masked_fill_(drop, -math.inf)
-        torch.exp(scores - scores.amax(dim=(1, 4), keepdim=True), out=plan.weights)  # 0 where masked
+        torch.amax(scores, dim=(1, 4), keepdim=True, out=plan.top)
+        torch.exp(torch.sub(scores, plan.top, out=scores), out=scores)  # the weights: 0 where masked
         torch.mul(*plan.w_v[:2], out=plan.w_v[2])  # [B, n, Hkv, G, S, D + 1]: weighted values, weights
         for lower, upper in plan.halves:
             lower.add_(upper)
-        torch.div(plan.values, plan.total, out=heads)  # [B, Hkv, G, D]
-        h = h + t_heads.linear(b, exact.aligned_weight(att.o_proj.weight))
-        _rms(h, norm_post.weight, norm_post.eps, normed)
-        gate_up = t_hidden.linear(b, exact.aligned_weight(mlp.gate_up_proj.weight))  # [B, 2 I]
-        gate = gate_up[:, :inter]
-        torch.mul(gate / (1.0 + torch.exp(-gate)), gate_up[:, inter:], out=act)  # exact.silu(gate) * up
-        h = h + t_mlp.linear(b, exact.aligned_weight(mlp.down_proj.weight))
-    return _rms(h, model.norm.weight, model.norm.eps).view(b, 1, width)
-
+        torch.div(plan.values, plan.total, out=rows.heads)  # [B, Hkv, G, D]
+        for a, o in rows.o_mm:
+            torch.mm(a, w.o_t, out=o)
+        src = torch.add(src, rows.out, out=rows.h)
+        _norm(src, w.norm_post, w.eps_post, rows.sq, rows.ms, rows.normed)
+        for a, o in rows.gate_up_mm:
+            torch.mm(a, w.gate_up_t, out=o)  # [B, 2 I]
+        silu = rows.silu
+        torch.exp(torch.neg(rows.gate, out=silu), out=silu).add_(1.0)
+        torch.mul(torch.div(rows.gate, silu, out=silu), rows.up, out=rows.act)  # exact.silu(gate) * up
+        for a, o in rows.down_mm:
+            torch.mm(a, w.down_t, out=o)
+        src = torch.add(src, rows.out, out=rows.h)
+    return _norm(src, model.norm.weight, model.norm.eps, rows.sq, rows.ms).view(b, 1, width)
