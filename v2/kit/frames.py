@@ -198,18 +198,16 @@ class PagedFrames:
 
     def pack(self, plans: Sequence[FramePlan], bucket: int) -> FrameLaunch:
         """Host half: the plans as the static inputs' rows (padding rows -> dummy slot) and the graph key."""
-        n = len(plans)
-        host = torch.zeros(INPUT_ROWS, bucket, dtype=torch.long)  # [6, bucket]
-        host[0, n:] = self.dummy_slot
-        host[3, n:] = 1
-        host[4, :n] = 1
-        host[5, n:] = self.pad_feed
-        host[[0, 1, 2, 3, 5], :n] = torch.tensor([(p.slot, p.position, p.step, p.allow_stop, p.feed)
-                                                  for p in plans]).T
-        context = int(host[1, :n].max()) + 1
+        pad = bucket - len(plans)
+        slots, positions = [p.slot for p in plans], [p.position for p in plans]
+        rows = [slots + [self.dummy_slot] * pad, positions + [0] * pad, [p.step for p in plans] + [0] * pad,
+                [int(p.allow_stop) for p in plans] + [1] * pad, [1] * len(plans) + [0] * pad,
+                [p.feed for p in plans] + [self.pad_feed] * pad]
+        host = torch.from_numpy(np.array(rows, dtype=np.int64))  # [6, bucket]: one host array, no indexed writes
+        context = max(positions) + 1
         if self.graphs.enabled:
             return FrameLaunch(host, self.graph_key(bucket, context))
-        return FrameLaunch(host, (bucket, context, int(any(p.slot in self.full_sort for p in plans))))
+        return FrameLaunch(host, (bucket, context, int(not self.full_sort.isdisjoint(slots))))
 
     def launch(self, batch: FrameLaunch) -> Tensor:
         """Device half: one upload, then the frame step -> its packed result on the device (padding rows

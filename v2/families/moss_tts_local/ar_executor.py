@@ -6,7 +6,10 @@ settings, seeds and repetition-penalty presence masks); writing a request's sett
 (`admit`, or its host and device halves, which `OnStream` queues on the stream); the prompt forward (the
 backbone over embedded [T, 13] rows), the padding row (text pad, audio pad codes), and the frame step on
 the static inputs: the local transformer's stop decision and 12 codes from each slot's state, the
-presence update, the new frame's row through the backbone -> the state for the next frame; one packed
+presence update, the new frame's row through the backbone -> the state for the next frame; on a CPU, whose static
+inputs are host memory, the same step with its operations picked by the inputs' values (consecutive slots' state
+through kept views, flags all set or all clear as kept tensors, no presence read for a batch without a repetition
+penalty: the host record of penalized slots); one packed
 float32 result [B, 26] (stop flag, 12 codes, 13 logprobs), read back as `FrameBatch` (`read`). The
 packed frame-row layout is known here and nowhere else (the codec's side: codec_executor.py).
 Must not know: requests, loops' state, scheduling policy, which blocks are free, threads.
@@ -20,9 +23,10 @@ from torch import Tensor
 
 from v2.models.kernels import kernels_on
 from v2.models.moss_tts_local.model import MossTTSLocal
+from v2.models.persist import persistent
 from v2.models.sampling import SamplingTensors
 from v2.runtime.device import upload
-from v2.kit.frames import FrameBatch, OnStream, PagedFrames, context_buckets
+from v2.kit.frames import FrameBatch, FrameInputs, OnStream, PagedFrames, context_buckets
 from v2.sampling_settings import CHANNELS, SamplingSettings, needs_full_sort
 
 FRAME_FIELDS = 1 + 12 + CHANNELS  # packed AR_FRAME row: stop, 12 codes, 13 logprobs (this family's widths)
@@ -50,6 +54,12 @@ class ARExecutor(PagedFrames):
         s = num_slots + 1
         self.sampling = SamplingTensors.build([SamplingSettings()] * s, [0] * s, dev)
         self.presence = torch.zeros(s, cfg.n_vq, cfg.codebook_size, dtype=torch.bool, device=dev)
+        self.code_index = torch.arange(cfg.n_vq, device=dev)  # [12]: the presence update's codebook index
+        self.penalized: set[int] = set()  # slots whose settings have a repetition penalty (host side)
+        # a CPU's static inputs are host memory: the frame step reads them to pick its operations (no step graphs)
+        self.host_inputs = dev.type == "cpu"
+        self._inputs_kept: dict[int, _KeptInputs] = {}
+        self._views_kept: dict[tuple[int, int], _SlotViews] = {}
         self.capture("ar_frame", batch_buckets, enabled=graphs)
 
     def reset_state(self, slot: int) -> None:
@@ -73,8 +83,11 @@ class ARExecutor(PagedFrames):
     def admit_host(self, slot: int, settings: SamplingSettings) -> None:
         """The host's record of the slot (whether its settings need the full sort)."""
         self.full_sort.discard(slot)
+        self.penalized.discard(slot)
         if needs_full_sort(settings):
             self.full_sort.add(slot)
+        if settings.repetition_penalty != 1:
+            self.penalized.add(slot)
 
     @torch.no_grad()
     def admit_device(self, slot: int, settings: SamplingSettings, seed: int) -> None:
@@ -86,18 +99,102 @@ class ARExecutor(PagedFrames):
             upload(src[0], dst[slot])
         self.presence[slot] = False
 
-    @torch.no_grad()
     def frame_step(self, key: tuple[int, ...]) -> Tensor:
         """The whole frame step on the static inputs: key = (rows, keys attended, full sort)."""
+        if torch.is_grad_enabled():  # a direct call (benchmarks, tests); the runtime's steps run in inference mode
+            with torch.no_grad():
+                return self.frame_step(key)
         b, context, full = key
+        if self.host_inputs:
+            return self._host_frame_step(b, context, bool(full))
         x = self.inputs
         slots, positions, steps = x.slot[:b], x.position[:b], x.step[:b]
         allow, valid = x.allow_stop[:b] != 0, x.valid[:b] != 0  # flags as masks (a comparison, no dtype copy)
         frame = self.model.decode_frame(self.hidden[slots], self.sampling.rows(slots), steps,
                                         presence=self.presence[slots], allow_stop=allow, full_sort=bool(full))
         # padding rows write only the dummy slot's presence, state and KV
-        self.presence[slots[:, None], torch.arange(frame.codes.shape[1], device=slots.device), frame.codes] = True
+        self.presence[slots[:, None], self.code_index, frame.codes] = True
         out = self.model.transformer.forward_cached(frame.next_embed[:, None], self.kv, self.tables[slots],
                                                     positions[:, None], valid[:, None], context)  # [b, 1, H]
         self.hidden[slots] = out[:, 0]
         return torch.cat([frame.stop[:, None], frame.codes, frame.logprobs], dim=1)  # float32: cat converts as it copies
+
+    def _host_frame_step(self, b: int, context: int, full: bool) -> Tensor:
+        """`frame_step` where the static inputs are host memory (a CPU, no step graphs): their values, read once,
+        choose the operations. Rows of consecutive slots read and write the slot state through kept views (no
+        gathers or indexed writes); flags all set or all clear are kept tensors (no comparisons); a batch none of
+        whose rows has a repetition penalty reads no presence mask (a penalty of 1 changes no logit). The same
+        values as the gathers, bit for bit."""
+        slot_ids, _, _, allow_ids, valid_ids, _ = self.inputs.packed[:, :b].tolist()
+        kept = self._kept_inputs(b)
+        run = _run_of(slot_ids)
+        if run is not None:
+            v = self._slot_views(run, b)
+            hidden, presence, tables, sampling = v.hidden, v.presence, v.tables, v.sampling()
+        else:
+            slots = kept.slots
+            hidden, presence, tables = self.hidden[slots], self.presence[slots], self.tables[slots]
+            sampling = self.sampling.rows(slots)
+        allow = None if all(allow_ids) else kept.no_stop if not any(allow_ids) else kept.allow != 0
+        valid = kept.all_valid if all(valid_ids) else kept.valid != 0
+        penalized = not self.penalized.isdisjoint(slot_ids)
+        frame = self.model.decode_frame(hidden, sampling, kept.steps, presence=presence if penalized else None,
+                                        allow_stop=allow, full_sort=full)
+        if run is not None:
+            presence.scatter_(2, frame.codes[:, :, None], True)
+        else:  # padding rows write only the dummy slot's presence, state and KV
+            self.presence[kept.slots[:, None], self.code_index, frame.codes] = True
+        out = self.model.transformer.forward_cached(frame.next_embed[:, None], self.kv, tables, kept.positions,
+                                                    valid, context)  # [b, 1, H]
+        if run is not None:
+            hidden.copy_(out[:, 0])
+        else:
+            self.hidden[kept.slots] = out[:, 0]
+        return torch.cat([frame.stop[:, None], frame.codes, frame.logprobs], dim=1)  # float32: cat converts as it copies
+
+    def _kept_inputs(self, b: int) -> "_KeptInputs":
+        hit = self._inputs_kept.get(b)
+        if hit is None:
+            hit = self._inputs_kept[b] = persistent(_KeptInputs)(self.inputs, b)
+        return hit
+
+    def _slot_views(self, first: int, b: int) -> "_SlotViews":
+        hit = self._views_kept.get((first, b))
+        if hit is None:
+            if len(self._views_kept) >= 64:
+                self._views_kept.pop(next(iter(self._views_kept)))
+            hit = self._views_kept[(first, b)] = persistent(_SlotViews)(self, first, b)
+        return hit
+
+
+def _run_of(slots: list[int]) -> int | None:
+    """The first slot when `slots` are consecutive (first, first + 1, ...), else None."""
+    first = slots[0]
+    return first if slots == list(range(first, first + len(slots))) else None
+
+
+class _KeptInputs:
+    """Views of the static inputs' first `b` rows (their values change from frame to frame, the views do not)
+    and the all-set / all-clear flag tensors of b rows."""
+
+    def __init__(self, x: FrameInputs, b: int) -> None:
+        self.slots, self.steps = x.slot[:b], x.step[:b]
+        self.positions = x.position[:b, None]  # [b, 1]
+        self.allow, self.valid = x.allow_stop[:b], x.valid[:b, None]  # [b], [b, 1]
+        self.no_stop = torch.zeros(b, dtype=torch.bool, device=x.packed.device)
+        self.all_valid = torch.ones(b, 1, dtype=torch.bool, device=x.packed.device)
+
+
+class _SlotViews:
+    """The per-slot state of slots first .. first + b - 1 as views (what gathers of those rows would copy); the
+    settings' views see a later admission's writes."""
+
+    def __init__(self, ex: ARExecutor, first: int, b: int) -> None:
+        rows = slice(first, first + b)
+        self.hidden, self.presence, self.tables = ex.hidden[rows], ex.presence[rows], ex.tables[rows]
+        s = ex.sampling
+        self._settings = (s.temperature[rows], s.top_k[rows], s.top_p[rows], s.penalty[rows], s.seed[rows])
+
+    def sampling(self) -> SamplingTensors:
+        """A fresh settings object over the kept views (a consumer may key on the object)."""
+        return SamplingTensors(*self._settings)

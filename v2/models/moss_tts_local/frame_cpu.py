@@ -73,7 +73,8 @@ def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, st
                      return_logits: bool = True) -> Frame:
     """hidden [B, H] -> (stop id [B], codes [B, 12], logprobs [B, 13], next_embed [B, H], stop logits [B, 2],
     code logits [B, 12, V]), each equal to `decode_frame`'s generic CPU path bit for bit. Without return_logits the
-    two logits are views of kept buffers, overwritten by the next frame of the batch."""
+    stop logits are a view of a kept buffer, overwritten by the next frame of the batch, and in place of the code
+    logits is that buffer itself ([12, tile rows, V], not for reading)."""
     b = hidden.shape[0]
     cfg = model.cfg
     stack = model.local_transformer.frame_stack(b)
@@ -109,4 +110,4 @@ def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, st
         summed.add_(fed[c])
     next_embed = model.transformer.embed_tokens.weight[cfg.ids.audio_assistant_slot] + summed  # [B, H]
     return (stop_id, torch.stack(codes, dim=1), torch.stack(logprobs, dim=1), next_embed, stop_logits,
-            code_out[:, :b].transpose(0, 1))
+            code_out[:, :b].transpose(0, 1) if return_logits else code_out)

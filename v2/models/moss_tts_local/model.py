@@ -146,7 +146,7 @@ class MossTTSLocal(nn.Module):
         """
         b = hidden.shape[0]
         fused = kernels_on(hidden.device)
-        if not fused and not inference_kernels(hidden.device) and frame_stack_fits(hidden):  # the CPU frame pass
+        if not fused and frame_stack_fits(hidden):  # the CPU frame pass (no kernels: no inference kernels either)
             return self._decode_frame_cpu(hidden, sampling, steps, presence, allow_stop, full_sort, return_logits)
         kv = LocalKV.allocate(self.cfg.local, b, dtype=self.dtype, device=hidden.device)
         out = self.local_transformer.step(hidden, 0, kv)  # [B, H]
@@ -161,7 +161,7 @@ class MossTTSLocal(nn.Module):
         if fused:
             draw = self._fused_draw
         elif hidden.device.type == "cpu" and not full_sort:  # every row a top-width row: the host sampler
-            draw = self._host_draw(s, steps)
+            draw = self._host_draw(s, steps, presence)
         else:
             draw = self._torch_draw(s, steps)
         stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
@@ -208,7 +208,7 @@ class MossTTSLocal(nn.Module):
     def _decode_frame_cpu(self, hidden: Tensor, s: SamplingTensors, steps: Tensor, presence: Tensor | None,
                           allow_stop: Tensor | None, full_sort: bool, return_logits: bool) -> FrameOutput:
         """`decode_frame` through the local transformer's CPU frame pass (frame_cpu.py): the same values."""
-        draw = self._torch_draw(s, steps) if full_sort else self._host_draw(s, steps)
+        draw = self._torch_draw(s, steps) if full_sort else self._host_draw(s, steps, presence)
         stop_id, codes, logprobs, next_embed, stop_logits, code_logits = decode_frame_cpu(
             self, hidden, s, steps, draw, presence=presence, allow_stop=allow_stop, full_sort=full_sort,
             return_logits=return_logits)
@@ -228,10 +228,12 @@ class MossTTSLocal(nn.Module):
                           full=full or ch == 0)
         return draw
 
-    def _host_draw(self, s: SamplingTensors, steps: Tensor) -> Draw:
-        """Channel draws through `FrameSampler` (the same draws as `_torch_draw`, at the top candidates)."""
+    def _host_draw(self, s: SamplingTensors, steps: Tensor, presence: Tensor | None) -> Draw:
+        """Channel draws through `FrameSampler` (the same draws as `_torch_draw`, at the top candidates); presence:
+        the frame's masks, or None when no draw reads one."""
         sampler = FrameSampler(s, steps, [2] + [self.cfg.codebook_size] * self.cfg.n_vq)
-        penalized = bool((s.penalty != 1).any())  # a penalty of 1 changes no logit: skipped when every row has it
+        # a penalty of 1 changes no logit: skipped when every row has it
+        penalized = presence is not None and bool((s.penalty != 1).any())
 
         def draw(s: SamplingTensors, steps: Tensor, ch: int, logits: Tensor, presence: Tensor | None,
                  full: bool) -> tuple[Tensor, Tensor]:
