@@ -101,3 +101,32 @@ def test_a_fully_masked_query_row_stays_in_its_row():
     assert torch.isfinite(out[1]).all()
     assert torch.equal(out[1:], exact.attention(q[1:], k[1:], v[1:], mask[1:]))
     assert not math.isinf(float(out[1].abs().max()))
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    """float32 values as their bit patterns (torch.equal holds -0.0 == 0.0)."""
+    return x.contiguous().view(torch.int32)
+
+
+def test_silu_of_a_negated_input_is_the_negated_silu_bit_for_bit_in_a_calls_body_and_its_tail():
+    x = torch.cat([randn(4099, seed=3) * 8, randn(64, seed=4) * 1e-30, randn(64, seed=5) * 100,
+                   torch.tensor([0.0, -0.0, 1.0, -1.0, 88.0, -88.0, 1e-45, -1e-45])])
+    want = -exact.silu(x)
+    for length in (1, 3, 7, 9, 15, 16, 17, 31, 33, x.numel()):
+        for s in range(0, x.numel(), max(length, 97)):
+            y = -x[s : s + length]
+            out = torch.full_like(y, float("nan"))
+            exact.silu_of_negated_into(y, out)
+            assert torch.equal(bits(out), bits(want[s : s + length])), (length, s)
+
+
+@pytest.mark.parametrize("rows", [1, 16, 17])
+def test_an_mlp_of_negated_weights_through_the_negated_silu_gives_the_mlps_bits(rows):
+    w_in, b_in, w_out, b_out = randn(72, 40, seed=6), randn(72, seed=7), randn(40, 72, seed=8), randn(40, seed=9)
+    x = randn(rows, 40, seed=10)
+    want = exact.linear(exact.silu(exact.linear(x, w_in, b_in)), w_out, b_out)
+    negated = exact.linear(x, -w_in, -b_in)
+    assert torch.equal(bits(negated), bits(-exact.linear(x, w_in, b_in)))  # the projection's outputs, negated
+    act = torch.empty_like(negated)
+    exact.silu_of_negated_into(negated, act)
+    assert torch.equal(bits(exact.linear(act, -w_out, b_out)), bits(want))

@@ -5,7 +5,8 @@ reused tile for the same calls without the copies; `tiles_linear_into`, those ca
 `halving_sum` (a sum whose order is fixed by construction: pairwise halves of a power-of-two length), `attention`
 (softmax attention from elementwise products and halving sums, so a query's result does not depend on how many
 keys are masked after its own, on the batch, or on the chunk of queries it is in), and the tail-safe activations
-(`silu`, `gelu`, `gelu_tanh`; the `_into` forms write the same values into a given tensor).
+(`silu`, `gelu`, `gelu_tanh`; the `_into` forms write the same values into a given tensor;
+`silu_of_negated_into`, -silu of a negated input, for a block whose MLP weights are stored negated).
 
 The rule (designs/model.md, "Exact on every CPU"): every value a row's result is made of is computed by
 an operation whose inputs are that row's own data and whose instruction sequence is fixed by the call
@@ -238,6 +239,20 @@ def gelu_tanh(x: Tensor) -> Tensor:
 def silu_into(x: Tensor, out: Tensor) -> None:
     """`silu`'s CPU form of x written into out (the same operations, the last one's result in place)."""
     torch.div(x, 1.0 + torch.exp(-x), out=out)
+
+
+_ONE = torch.tensor(1.0)  # a 0-dim operand: no Python scalar wrapped into a tensor per call (the same sum)
+
+
+def silu_of_negated_into(y: Tensor, out: Tensor) -> None:
+    """-silu(x) of y = -x written into out (y and out distinct): y / (1 + exp(y)), `silu_into`'s operations on the
+    negated input with one fewer (no negation) and nothing made. Equal to -silu(x) bit for bit: exp reads the same
+    -x, 1 + e is the same sum, and the quotient of a negated dividend is the negated quotient (round to nearest is
+    symmetric). So a projection of negated weights and bias (whose outputs are exactly the negated outputs) feeding
+    this, then a projection of negated weights (each product (-w) (-s) == w s), gives the unnegated block's bits."""
+    torch.exp(y, out=out)
+    out.add_(_ONE)
+    torch.div(y, out, out=out)
 
 
 def gelu_into(x: Tensor, out: Tensor) -> None:

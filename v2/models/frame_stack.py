@@ -20,7 +20,8 @@ So every value equals the generic pass's (`Qwen3Backbone.forward_cached` over a 
 the batch (tests/models/test_frame_stack.py holds it to that).
 The buffers and the attention are `FrameAttention`, shared with the LayerNorm blocks' pass (frame_stack_ln.py),
 which keeps its keys beside its queries (`q_beside_k`) and takes the one-query attention through buffers and views
-made once (`plan_one`, `attend_one`: the same operations, each written into its buffer).
+made once (`plan_one`, `attend_one`: the same operations, each written into its buffer; its values may be the
+caller's own rows, without the ones column).
 Float32 only (the caller keeps the generic pass for other dtypes); inference only.
 Must not know: heads, embeddings, draws, what a position holds; caches outside the frame.
 """
@@ -107,20 +108,23 @@ def _rms(x: Tensor, weight: Tensor, eps: float, out: Tensor | None = None) -> Te
 
 @dataclass(frozen=True)
 class _OneStep:
-    """`FrameAttention.attend_one`'s views for one position: products [S, G, 1, B, Hkv, D], scores [S, G, 1, B, Hkv]
-    (then the weights, in place; `weights` the same as [..., 1]), the weighted values [S, G, 1, B, Hkv, D + 1] in
-    a buffer of a power of two rows (`levels`: its halving levels' (lower, upper) halves), the sums and the
-    weights' total at row 0, and per layer the keys and values 0 .. S - 1."""
+    """`FrameAttention.attend_one`'s views for one position: products [S, G, 1, B, Hkv, D], scores [S, G, 1, B, Hkv],
+    where the weights go (`exps` [S, G, 1, B, Hkv]: the scores in place, or, for values without the ones column,
+    the weighted values' last column; `weights` the same as [..., 1]), the halving levels' (lower, upper) halves
+    of the weighted values [S, G, 1, B, Hkv, D + 1] in a buffer of a power of two rows and where the products go
+    (`weighted`: all of them, or the first D columns), the sums and the weights' total at row 0, and per layer the
+    keys and values 0 .. S - 1."""
 
     prod: Tensor
     scores: Tensor
+    exps: Tensor
     weights: Tensor
-    acc: Tensor
     levels: list[tuple[Tensor, Tensor]]
     sums: Tensor
     total: Tensor
     k_seen: list[Tensor]
     v_seen: list[Tensor]
+    weighted: Tensor
 
 
 class FrameAttention:
@@ -152,10 +156,13 @@ class FrameAttention:
         self.mask = _causal(p2, dev).t()[:, None, :, None, None]  # [P', 1, P', 1, 1]: key j, query position p
         self.scale = 1.0 / math.sqrt(d)
 
-    def plan_one(self, q: Tensor, heads: Tensor, positions: int) -> None:
+    def plan_one(self, q: Tensor, heads: Tensor, positions: int, values: list[Tensor] | None = None) -> None:
         """Make once the buffers and views of `attend_one`: steps of one position (0 .. positions - 1) whose scaled
-        queries are in q [G, 1, B, Hkv, D] and whose result goes to heads [G, 1, B, Hkv, D]."""
+        queries are in q [G, 1, B, Hkv, D] and whose result goes to heads [G, 1, B, Hkv, D]. values: per layer the
+        caller's own value rows [P', B, Hkv, D] (views, no ones column) read instead of `v` (a step copies no V):
+        the weights written where the ones' products go (w * 1 == w) give the same sums."""
         g, _, b, hkv, d = q.shape
+        v_read = self.v_read if values is None else [v[:, None, None] for v in values]  # [P', 1, 1, B, Hkv, D(+1)]
         p2, dev = self.k.shape[1], q.device
         prod = torch.empty(p2, g, 1, b, hkv, d, dtype=q.dtype, device=dev)  # [S, G, 1, B, Hkv, D] per step
         scores = torch.empty(p2, g, 1, b, hkv, dtype=q.dtype, device=dev)  # [S, G, 1, B, Hkv]
@@ -172,9 +179,11 @@ class FrameAttention:
             while level > 1:  # the upper half added to the lower, in place (rows past `seen` are never written)
                 level //= 2
                 levels.append((acc[:level], acc[level : 2 * level]))
-            self._one.append(_OneStep(prod[:seen], scores[:seen], scores[:seen, ..., None], acc[:seen], levels,
+            own = values is not None  # the weights in acc's last column, their products with the values beside them
+            exps, weighted = (acc[:seen, ..., d], acc[:seen, ..., :d]) if own else (scores[:seen], acc[:seen])
+            self._one.append(_OneStep(prod[:seen], scores[:seen], exps, exps[..., None], levels,
                                       acc[0, ..., :d], acc[0, ..., d:], [k[:seen] for k in self.k_read],
-                                      [v[:seen] for v in self.v_read]))
+                                      [v[:seen] for v in v_read], weighted))
 
     def attend_one(self, i: int, position: int) -> None:
         """`attend` of one position (t = 1) through `plan_one`'s buffers: the same operations on the same values
@@ -184,9 +193,9 @@ class FrameAttention:
         torch.mul(self._q1, s.k_seen[i], out=s.prod)
         torch.sum(s.prod, -1, out=s.scores)
         torch.amax(s.scores, 0, keepdim=True, out=self._top)
-        torch.sub(s.scores, self._top, out=s.scores)
-        torch.exp(s.scores, out=s.scores)
-        torch.mul(s.weights, s.v_seen[i], out=s.acc)
+        torch.sub(s.scores, self._top, out=s.exps)
+        torch.exp(s.exps, out=s.exps)
+        torch.mul(s.weights, s.v_seen[i], out=s.weighted)
         for lo, hi in s.levels:
             lo.add_(hi)
         torch.div(s.sums, s.total, out=self._heads1)

@@ -4,14 +4,16 @@ position after position, in the values of the blocks' generic step at a fraction
 
 A shared building block: a family's per-frame local transformer of such blocks (a depth decoder) runs them over
 positions 0..P-1 of each frame, one position a step. `LnFrameStack` shares `frame_stack.FrameAttention` (the K/V
-buffers, keys outermost beside the queries, V with a column of ones, and the attention of one query as
-`exact.attention` computes it, `attend_one`: its buffers and views made once) and makes once per frame every
-buffer a step writes. A step is the generic step's arithmetic in its order: `torch.layer_norm` over the residual
+buffers, keys outermost beside the queries, and the attention of one query as `exact.attention` computes it,
+`attend_one`: its buffers and views made once, reading the values where a step's `index_select` put them) and
+makes once per frame every buffer a step writes. A step is the generic step's arithmetic in its order: `torch.layer_norm` over the residual
 stream's whole tiles (its output is the next projection's tile; copied into one where H is not a multiple of
 `exact.ALIGN`), the projections through `exact.tiles_linear_into` (one tile shape and alignment for every row, as
-`exact.linear`; biases as F.linear adds them), interleaved RoPE over q and k at once (the pair swap as one
-`index_select`, its sign folded into the caller's sin row: the same products; the sum written beside the keys),
-q scaled and the attention written into the output projection's tile, the activation written into the last
+`exact.linear`; biases as F.linear adds them), interleaved RoPE over q and k at once in three operations (one
+`index_select` of the projection's columns writes q and k, their pairs swapped and v side by side; one product
+with the position's cos and sin rows, the swap's sign folded into sin: the same products; one sum written beside
+the keys), q scaled (by a tensor: no scalar wrapped per call) and the attention written into the output
+projection's tile, the activation written into the last
 projection's tile (the `exact` `_into` forms), the residual adds in place, the final LayerNorm's tile returned.
 So every value equals the generic step's bit for bit, whatever the batch (a test in tests/models holds it to that).
 Steps of one position only (a frame's first position is its own step). Float32 only; inference only.
@@ -67,7 +69,9 @@ class LnFrameStack(FrameAttention):
     """One frame of `blocks` for `batch` rows over positions 0 .. positions - 1 (module docstring).
 
     cos, sin [positions, D]: the interleaved RoPE rows of the frame's positions, sin's even columns negated
-    (-x1 * sin == x1 * -sin, exactly); act_into(x, out): the activation of x written into out.
+    (-x1 * sin == x1 * -sin, exactly); act_into(x, out): the activation of fc_in's output written into out (the
+    caller may store the MLP's weights negated with an activation that undoes it, e.g.
+    `exact.silu_of_negated_into`: this pass does not look).
     `step(x, position)`: x [B, H] (float32) the residual stream at `position` (every earlier position of the
     frame already stepped) -> the final norm's output as a tile (`exact.tiles_linear_into`'s x: [the tiles' rows,
     H padded to ALIGN], rows [:B] the result), valid until the next step. Every intermediate is written into a
@@ -86,7 +90,6 @@ class LnFrameStack(FrameAttention):
         self.blocks, self.final, self.act_into = list(blocks), final, act_into
         self.batch, self.heads, self.hidden = batch, heads, hidden
         self.weights_t = [(b.qkv.t(), b.o.t(), b.fc_in.t(), b.fc_out.t()) for b in self.blocks]  # [in', out] views
-        self.cos, self.sin = cos[:, None], sin[:, None]  # [P, 1, D]
         self.t_hidden = exact.Tile(batch, hidden, dtype, dev)  # the norms' outputs where H is not aligned
         self.t_heads = exact.Tile(batch, hidden, dtype, dev)
         self.t_mlp = exact.Tile(batch, inter, dtype, dev)
@@ -101,22 +104,32 @@ class LnFrameStack(FrameAttention):
 
         (self.qkv, qkv), (self.o_out, self.o_rows) = out(3 * hidden), out(hidden)
         (self.fc_in_out, self.fc_in_rows), (self.fc_out_out, self.fc_out_rows) = out(inter), out(hidden)
-        self.qk_rows = qkv[:, : 2 * hidden]  # [B, 2 H]: q's heads, then k's
-        self.qk_heads = self.qk_rows.view(batch, 2 * heads, d)
-        self.v_rows = qkv[:, 2 * hidden :].view(batch, heads, d)
-        # the interleaved pairs swapped (x1, x0, x3, x2, ...): one index_select of the columns
-        self.swap = torch.arange(2 * hidden, device=dev).view(hidden, 2).flip(-1).reshape(-1)
-        self.swapped = torch.empty(batch, 2 * hidden, dtype=dtype, device=dev)
-        self.swapped_heads = self.swapped.view(batch, 2 * heads, d)
-        self.rot = torch.empty(batch, 2 * heads, d, dtype=dtype, device=dev)
+        self.qkv_rows = qkv  # [B, 3 H]
+        # per layer and position [B, 5 H]: q and k (2 H), their interleaved pairs swapped (x1, x0, x3, x2, ...: 2 H),
+        # v (H; the attention reads it here: `plan_one`'s values), all made by one index_select of qkv's columns
+        p2 = self.k.shape[1]
+        self.parts = torch.zeros(len(blocks), p2, batch, 5 * hidden, dtype=dtype, device=dev)
+        swap = torch.arange(2 * hidden, device=dev).view(hidden, 2).flip(-1).reshape(-1)
+        self.gather = torch.cat([torch.arange(2 * hidden, device=dev), swap,
+                                 torch.arange(2 * hidden, 3 * hidden, device=dev)])
+        values = [part[:, :, 4 * hidden :].view(p2, batch, heads, d) for part in self.parts]  # [P', B, heads, D]
+        # position p's RoPE rows [2, 1, D]: cos (for q and k), signed sin (for the swapped pairs)
+        self.rope_at = list(torch.stack([cos, sin], 1)[:, :, None].unbind(0))
+        self.scale_t = torch.tensor([self.scale], dtype=dtype, device=dev)  # (a tensor: no scalar wrapped per call)
         self.q = torch.empty(1, 1, batch, heads, d, dtype=dtype, device=dev)  # [G, T, B, heads, D]
         self.q_written = self.q.view(batch, heads, d)
         self.attended = self.t_heads.rows(batch).view(1, 1, batch, heads, d)  # [G, T, B, heads, D]
         self.act = self.t_mlp.rows(batch)  # [B, I]
-        self.plan_one(self.q, self.attended, positions)
-        # per layer and position: where the rotated q and k [B, 2 heads, D] go, q's part, where V goes
-        self.at = [[(qk[p], qk[p, :, :heads], v[p]) for p in range(positions)] for qk, v in zip(self.qk, self.v_write)]
-        self.cos_at, self.sin_at = list(self.cos.unbind(0)), list(self.sin.unbind(0))  # [1, D] each
+        self.plan_one(self.q, self.attended, positions, values)
+
+        def at(i: int, p: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+            part, qk = self.parts[i, p], self.qk[i, p]  # [B, 5 H]; [B, 2 heads, D]
+            pairs = part[:, : 4 * hidden].view(batch, 2, 2 * heads, d)  # [B, (x, swapped), 2 heads, D]
+            return part, pairs, pairs[:, 0], pairs[:, 1], qk, qk[:, :heads]
+
+        # per layer and position: index_select's output, the rotation's operands and their halves, where the
+        # rotated q and k go (k in place in the keys), q's part
+        self.at = [[at(i, p) for p in range(positions)] for i in range(len(blocks))]
 
     def _norm(self, norm: Norm, tile: exact.Tile) -> Tensor:
         """The LayerNorm of the residual stream as a projection's input tile [rows, H']."""
@@ -126,19 +139,16 @@ class LnFrameStack(FrameAttention):
         return tile.buf
 
     def step(self, x: Tensor, position: int) -> Tensor:
-        n, res, th, swapped = self.batch, self.res, self.t_hidden, self.swapped_heads
-        cos, sin = self.cos_at[position], self.sin_at[position]  # [1, D]
+        n, res, th, rope, scale = self.batch, self.res, self.t_hidden, self.rope_at[position], self.scale_t
         res.copy_(x)
         for i, w in enumerate(self.blocks):
             qkv_t, o_t, fc_in_t, fc_out_t = self.weights_t[i]
-            qk_at, q_at, v_at = self.at[i][position]
+            part, pairs, x_cos, swapped_sin, qk_at, q_at = self.at[i][position]
             exact.tiles_linear_into(self._norm(w.ln_in, th), n, qkv_t, w.qkv_bias, self.qkv)  # [B, 3 H]: q, k, v
-            torch.index_select(self.qk_rows, 1, self.swap, out=self.swapped)
-            torch.mul(self.qk_heads, cos, out=self.rot)
-            torch.mul(swapped, sin, out=swapped)
-            torch.add(self.rot, swapped, out=qk_at)  # q and k rotated, k in place in the keys
-            torch.mul(q_at, self.scale, out=self.q_written)
-            v_at.copy_(self.v_rows)
+            torch.index_select(self.qkv_rows, 1, self.gather, out=part)
+            torch.mul(pairs, rope, out=pairs)  # x * cos, swapped * signed sin
+            torch.add(x_cos, swapped_sin, out=qk_at)  # q and k rotated, k in place in the keys
+            torch.mul(q_at, scale, out=self.q_written)
             self.attend_one(i, position)
             self.t_heads.linear_into(n, o_t, w.o_bias, self.o_out)
             res.add_(self.o_rows)

@@ -46,6 +46,10 @@ _ACT_INTO: dict[str, Callable[[Tensor, Tensor], None]] = {
     "gelu_pytorch_tanh": exact.gelu_tanh_into,
 }
 
+# the activations the CPU frame pass runs on negated MLP weights (fc_in's weight and bias, fc_out's weight): given
+# -x, -act(x) (the same bits with an operation fewer; exact.silu_of_negated_into says why)
+_ACT_OF_NEGATED_INTO: dict[str, Callable[[Tensor, Tensor], None]] = {"silu": exact.silu_of_negated_into}
+
 _ACT: dict[str, Callable[[Tensor], Tensor]] = {
     "silu": exact.silu,
     "relu": F.relu,
@@ -195,12 +199,20 @@ class LocalTransformer(nn.Module):
 
     @persistent
     def _frame_stack(self, batch: int) -> LnFrameStack:
+        act = self.cfg.activation
+        negated = act in _ACT_OF_NEGATED_INTO  # the MLP's weights negated (fc_out's bias is not)
+
+        def sign(t: Tensor) -> Tensor:
+            return torch.neg(t.detach()) if negated else t
+
         blocks = [aligned(LnBlock(_norm(b.ln_1), b.attn.c_attn.weight, b.attn.c_attn.bias, b.attn.c_proj.weight,
-                                  b.attn.c_proj.bias, _norm(b.ln_2), b.mlp.fc_in.weight, b.mlp.fc_in.bias,
-                                  b.mlp.fc_out.weight, b.mlp.fc_out.bias)) for b in self.h]
+                                  b.attn.c_proj.bias, _norm(b.ln_2), sign(b.mlp.fc_in.weight),
+                                  None if b.mlp.fc_in.bias is None else sign(b.mlp.fc_in.bias),
+                                  sign(b.mlp.fc_out.weight), b.mlp.fc_out.bias)) for b in self.h]
         cos, sin = _frame_rope_signed(self.cfg.head_dim, self.cfg.rope_base, self.ln_f.weight.device)
-        return LnFrameStack(blocks, _norm(self.ln_f), _ACT_INTO[self.cfg.activation], batch=batch,
-                            positions=FRAME_POSITIONS, heads=self.cfg.num_heads, cos=cos, sin=sin)
+        act_into = _ACT_OF_NEGATED_INTO[act] if negated else _ACT_INTO[act]
+        return LnFrameStack(blocks, _norm(self.ln_f), act_into, batch=batch, positions=FRAME_POSITIONS,
+                            heads=self.cfg.num_heads, cos=cos, sin=sin)
 
     def step(self, x: Tensor, position: int, kv: LocalKV, *, normed: Tensor | None = None) -> Tensor:
         """Advance every row by one position: x [B, H] at `position` (same for all rows) -> [B, H].
