@@ -16,7 +16,7 @@ from v2.models import decode_row
 from v2.models.config import BackboneConfig
 from v2.models.kv_cache import PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
-from v2.models.rope import Llama3Scaling
+from v2.models.rope import Llama3Scaling, rotate_half_cos_sin
 
 pytestmark = pytest.mark.exact
 
@@ -168,3 +168,83 @@ def test_calls_of_other_shapes_in_turn_reuse_the_scratch(monkeypatch: pytest.Mon
                 outs.append((model.forward_cached(x, cache, tables, pos, valid, 128), cache))
         (got, got_cache), (want, want_cache) = outs
         assert torch.equal(got, want) and torch.equal(got_cache.k, want_cache.k)
+
+
+def same_as_generic(monkeypatch: pytest.MonkeyPatch, model: Qwen3Backbone, cache: PagedKVCache, tables: torch.Tensor,
+                    start: list[int], context: int) -> None:
+    """One call at positions `start` both ways from the same pool: the outputs and the pools the same bits."""
+    b = len(start)
+    x = torch.randn(b, 1, model.cfg.hidden_size, generator=torch.Generator().manual_seed(sum(start)))
+    pos, valid = torch.tensor(start)[:, None], torch.ones(b, 1, dtype=torch.bool)
+    outs = []
+    for fast in (True, False):
+        pool_ = PagedKVCache(cache.k.clone(), cache.v.clone())
+        with monkeypatch.context() as m, torch.no_grad():
+            if not fast:
+                m.setattr(decode_row, "fits", lambda x, cache: False)
+            outs.append((model.forward_cached(x, pool_, tables, pos, valid, context), pool_))
+    (got, got_pool), (want, want_pool) = outs
+    assert torch.equal(got, want) and torch.equal(got_pool.k, want_pool.k) and torch.equal(got_pool.v, want_pool.v)
+
+
+@pytest.mark.parametrize("name", sorted(DIMS))
+def test_the_rope_table_rows_are_the_calls_rows(name: str) -> None:
+    """The kept RoPE table's rows (positions 0 .. P - 1 at once) equal `rotate_half_cos_sin` of the same positions
+    in calls of any batch (each element's cos / sin whatever the tensor's shape), sin's first half negated."""
+    model = model_of(name)
+    cfg, d = model.cfg, model.cfg.head_dim
+    g = torch.Generator().manual_seed(d)
+    for top in (7, 300, 5000):
+        table = decode_row._Scratch().grow_rope(model, top, torch.device("cpu"))
+        assert table.shape[0] > top and table.shape[1:] == (2, d)
+        for b in (1, 2, 3, 5, 8, 13, 16, 17, 33):
+            pos = torch.randint(0, top + 1, (b, 1), generator=g)
+            cos, sin = rotate_half_cos_sin(pos, d, cfg.rope_theta, model.rope_scaling)  # [B, 1, D] each
+            sin[..., : d // 2].neg_()
+            rows = table[pos[:, 0]]  # [B, 2, D]
+            assert torch.equal(rows[:, :1].view(torch.int32), cos.view(torch.int32))
+            assert torch.equal(rows[:, 1:].view(torch.int32), sin.view(torch.int32))
+
+
+def test_positions_past_the_table_grow_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One backbone at position 5, then past its first table (256 positions), then both in one batch."""
+    model = model_of("talker")
+    cache, tables = pool(model.cfg, 2, 24, 16)
+    for start in ([5], [300], [7, 370]):
+        same_as_generic(monkeypatch, model, cache, tables[: len(start)], start, 384)
+
+
+def test_parameters_written_or_replaced_between_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept weights (transposes, stacked q/k norm weights) follow a parameter written in place and one
+    replaced in its module; with q and k norms of different eps each is its own norm."""
+    for name in ("talker", "one_kv"):
+        model = model_of(name)
+        cache, tables = pool(model.cfg, 3, 8, 16)
+        att = model.layers[0].self_attn
+        same_as_generic(monkeypatch, model, cache, tables, [3, 40, 90], 128)
+        with torch.no_grad():
+            att.q_norm.weight.mul_(0.5)
+            model.layers[-1].mlp.down_proj.weight.mul_(-1.5)
+        same_as_generic(monkeypatch, model, cache, tables, [3, 40, 90], 128)
+        att.o_proj.weight = torch.nn.Parameter(torch.randn_like(att.o_proj.weight))
+        att.k_norm.weight = torch.nn.Parameter(torch.rand_like(att.k_norm.weight) + 0.5)
+        same_as_generic(monkeypatch, model, cache, tables, [3, 40, 90], 128)
+        for layer in model.layers:
+            layer.self_attn.k_norm.eps = 1e-2
+        same_as_generic(monkeypatch, model, cache, tables, [3, 40, 90], 128)
+
+
+def test_a_pool_whose_tensors_are_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's per-layer views are kept on the cache while it holds the same K and V tensors: new ones are
+    written and read, not the old."""
+    model = model_of("talker")
+    cache, tables = pool(model.cfg, 2, 8, 16)
+    x, pos, valid = torch.randn(2, 1, model.cfg.hidden_size), torch.tensor([[9], [60]]), torch.ones(2, 1, dtype=torch.bool)
+    with torch.no_grad():
+        model.forward_cached(x, cache, tables, pos, valid, 128)
+        cache.k, cache.v = torch.randn_like(cache.k), torch.randn_like(cache.v)
+    same_as_generic(monkeypatch, model, cache, tables, [9, 60], 128)
+    old_k = cache.k.clone()
+    with torch.no_grad():
+        model.forward_cached(x, cache, tables, pos, valid, 128)
+    assert not torch.equal(cache.k, old_k)  # the new K took the rows' keys

@@ -133,24 +133,20 @@ class _Rows:
 
 class _Layer:
     """One layer's parameters as the row reads them: the projections' `aligned_weight` transposes ([in', out],
-    the operand F.linear's mm takes), the norms, and the q and k norm weights stacked per head [Hq + Hkv, D]
-    (None without q/k norms; `split` when their eps differ)."""
+    the operand F.linear's mm takes), the norms' weights, and the q and k norm weights stacked per head
+    [Hq + Hkv, D] (None without q/k norms); the norms' eps are read at each call (`eps`)."""
 
     def __init__(self, layer: Qwen3Layer, hq: int, hkv: int) -> None:
         att, mlp = layer.self_attn, layer.mlp
         self.qkv_t, self.o_t = exact.aligned_weight(att.qkv_proj.weight).t(), exact.aligned_weight(att.o_proj.weight).t()
         self.gate_up_t = exact.aligned_weight(mlp.gate_up_proj.weight).t()
         self.down_t = exact.aligned_weight(mlp.down_proj.weight).t()
-        self.norm_in, self.eps_in = layer.input_layernorm.weight, layer.input_layernorm.eps
-        self.norm_post, self.eps_post = layer.post_attention_layernorm.weight, layer.post_attention_layernorm.eps
+        self.norm_in, self.norm_post = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+        self.norms = (layer.input_layernorm, layer.post_attention_layernorm)
         self.qk_w: Tensor | None = None
-        self.split: tuple[Tensor, float, Tensor, float] | None = None
         if att.qk_norm:
-            qn, kn = att.q_norm, att.k_norm
-            self.qk_w = torch.cat([qn.weight.expand(hq, -1), kn.weight.expand(hkv, -1)])
-            self.qk_eps = qn.eps
-            if qn.eps != kn.eps:
-                self.split = (qn.weight, qn.eps, kn.weight, kn.eps)
+            self.qk_norms = (att.q_norm, att.k_norm)
+            self.qk_w = torch.cat([att.q_norm.weight.expand(hq, -1), att.k_norm.weight.expand(hkv, -1)])
 
 
 class _Scratch:
@@ -241,25 +237,40 @@ def _scratch(model: Qwen3Backbone) -> _Scratch:
 PoolLayers = list[tuple[Tensor, Tensor, Tensor, Tensor]]
 
 
-@persistent
 def _pool(cache: PagedKVCache, d: int) -> tuple[PoolLayers, Tensor]:
     """Per layer the pool's rows [(N + 1) Hkv S, D] (K, V: where a row's K/V are written) and blocks (K, V: what
     is gathered), and the dummy block's number; kept on the cache while it holds the same K and V tensors."""
     kept: tuple[Tensor, Tensor, PoolLayers, Tensor] | None = getattr(cache, "_decode_row_pool", None)
     if kept is None or kept[0] is not cache.k or kept[1] is not cache.v:
-        k_rows, v_rows = cache.k.view(cache.k.shape[0], -1, d), cache.v.view(cache.v.shape[0], -1, d)
-        layers = [(k_rows[i], v_rows[i], cache.k[i], cache.v[i]) for i in range(cache.k.shape[0])]
-        kept = (cache.k, cache.v, layers, torch.tensor(cache.dummy_block, device=cache.k.device))
+        kept = persistent(_pool_views)(cache, d)
         setattr(cache, "_decode_row_pool", kept)  # freed with the cache
     return kept[2], kept[3]
 
 
+def _pool_views(cache: PagedKVCache, d: int) -> tuple[Tensor, Tensor, PoolLayers, Tensor]:
+    k_rows, v_rows = cache.k.view(cache.k.shape[0], -1, d), cache.v.view(cache.v.shape[0], -1, d)
+    layers = [(k_rows[i], v_rows[i], cache.k[i], cache.v[i]) for i in range(cache.k.shape[0])]
+    return cache.k, cache.v, layers, torch.tensor(cache.dummy_block, device=cache.k.device)
+
+
+_SCALARS: dict[float, Tensor] = {}
+
+
+def _scalar(value: float) -> Tensor:
+    """value as a 0-dim float32 operand, made once: the float32 a Python number becomes in a float32 operation,
+    without the wrapped number and its conversion that each such operation makes."""
+    t = _SCALARS.get(value)
+    if t is None:
+        t = _SCALARS[value] = persistent(torch.tensor)(value, dtype=torch.float32)
+    return t
+
+
 def _norm(x: Tensor, weight: Tensor, eps: float, sq: Tensor, ms: Tensor, out: Tensor | None = None) -> Tensor:
     """`qwen3.RMSNorm` of float32 x [..., H] (into out when given), its steps into sq (the square, then the
-    quotient) and ms."""
+    quotient) and ms; the mean as `mean` computes it on a CPU (the sum, then divided by the count)."""
     torch.pow(x, 2, out=sq)
-    torch.mean(sq, -1, keepdim=True, out=ms)
-    ms.add_(eps).sqrt_()
+    torch.sum(sq, -1, keepdim=True, out=ms)
+    ms.div_(_scalar(float(x.shape[-1]))).add_(_scalar(eps)).sqrt_()
     torch.div(x, ms, out=sq)
     return torch.mul(weight, sq) if out is None else torch.mul(weight, sq, out=out)
 
@@ -281,7 +292,11 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
     rope = scratch.rope
     if rope is None or rope.shape[0] <= top:
         rope = scratch.grow_rope(model, top, dev)
-    rows, plan = scratch.rows_for(cfg, b, dev), scratch.plan(cfg, b, blocks, size, dev)
+    rows, plan = scratch.rows.get(b), scratch.plans.get((b, blocks, size))
+    if rows is None:
+        rows = scratch.rows_for(cfg, b, dev)
+    if plan is None:
+        plan = scratch.plan(cfg, b, blocks, size, dev)
     pool, dummy = _pool(cache, cfg.head_dim)
     torch.index_select(rope, 0, flat, out=rows.cs)  # [B, 2, D]: the rows' cos, -sin | sin
     # where each row's K/V go: row (block Hkv + head) S + offset of a layer's pool as [(N + 1) Hkv S, D]
@@ -291,21 +306,21 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
     last = pos if top < context_len else pos.clamp(max=context_len - 1)  # each row's last key read
     drop = plan.keys > last.view(b, 1, 1, 1, 1)  # [B, n, 1, 1, S]: keys past the row's own
     q = plan.q
-    scale = 1.0 / math.sqrt(cfg.head_dim)
+    scale, one = _scalar(1.0 / math.sqrt(cfg.head_dim)), _scalar(1.0)
     src = x.reshape(b, width)  # [B, H]; the residual then lives in rows.h
     for w, (k_rows, v_rows, k_blocks, v_blocks) in zip(scratch.layers, pool):
-        _norm(src, w.norm_in, w.eps_in, rows.sq, rows.ms, rows.normed)
+        norm_in, norm_post = w.norms
+        _norm(src, w.norm_in, norm_in.eps, rows.sq, rows.ms, rows.normed)
         for a, o in rows.qkv_mm:
             torch.mm(a, w.qkv_t, out=o)  # [B, (Hq + 2 Hkv) D]
         qk, qk3 = rows.raw, rows.raw3
         if w.qk_w is not None:  # q_norm over the q heads, k_norm over the k heads: one RMS, one weight product
-            normed, sq, ms = rows.normed3, rows.qk_sq, rows.qk_ms
-            if w.split is None:
-                _norm(qk3, w.qk_w, w.qk_eps, sq, ms, normed)
+            normed, sq, ms, (qn, kn) = rows.normed3, rows.qk_sq, rows.qk_ms, w.qk_norms
+            if qn.eps == kn.eps:
+                _norm(qk3, w.qk_w, qn.eps, sq, ms, normed)
             else:
-                qw, qe, kw, ke = w.split
-                _norm(qk3[:, :hq], qw, qe, sq[:, :hq], ms[:, :hq], normed[:, :hq])
-                _norm(qk3[:, hq:], kw, ke, sq[:, hq:], ms[:, hq:], normed[:, hq:])
+                _norm(qk3[:, :hq], qn.weight, qn.eps, sq[:, :hq], ms[:, :hq], normed[:, :hq])
+                _norm(qk3[:, hq:], kn.weight, kn.eps, sq[:, hq:], ms[:, hq:], normed[:, hq:])
             qk, qk3 = rows.normed_qk, normed
         torch.index_select(qk, 1, rows.swap, out=rows.swapped2)  # the halves swapped
         torch.mul(qk3, rows.cos, out=rows.rot)
@@ -328,11 +343,11 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
         for a, o in rows.o_mm:
             torch.mm(a, w.o_t, out=o)
         src = torch.add(src, rows.out, out=rows.h)
-        _norm(src, w.norm_post, w.eps_post, rows.sq, rows.ms, rows.normed)
+        _norm(src, w.norm_post, norm_post.eps, rows.sq, rows.ms, rows.normed)
         for a, o in rows.gate_up_mm:
             torch.mm(a, w.gate_up_t, out=o)  # [B, 2 I]
         silu = rows.silu
-        torch.exp(torch.neg(rows.gate, out=silu), out=silu).add_(1.0)
+        torch.exp(torch.neg(rows.gate, out=silu), out=silu).add_(one)
         torch.mul(torch.div(rows.gate, silu, out=silu), rows.up, out=rows.act)  # exact.silu(gate) * up
         for a, o in rows.down_mm:
             torch.mm(a, w.down_t, out=o)
