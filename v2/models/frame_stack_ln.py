@@ -6,17 +6,18 @@ A shared building block: a family's per-frame local transformer of such blocks (
 positions 0..P-1 of each frame, one position a step. `LnFrameStack` shares `frame_stack.FrameAttention` (the K/V
 buffers, keys outermost beside the queries, and the attention of one query as `exact.attention` computes it,
 `attend_one`: its buffers and views made once, reading the values where a step's `index_select` put them) and
-makes once per frame every buffer a step writes. A step is the generic step's arithmetic in its order: `torch.layer_norm` over the residual
-stream's whole tiles (its output is the next projection's tile; copied into one where H is not a multiple of
-`exact.ALIGN`), the projections through `exact.tiles_linear_into` (one tile shape and alignment for every row, as
-`exact.linear`; biases as F.linear adds them), interleaved RoPE over q and k at once in three operations (one
-`index_select` of the projection's columns writes q and k, their pairs swapped and v side by side; one product
-with the position's cos and sin rows, the swap's sign folded into sin: the same products; one sum written beside
-the keys), q scaled (by a tensor: no scalar wrapped per call) and the attention written into the output
-projection's tile, the activation written into the last
-projection's tile (the `exact` `_into` forms), the residual adds in place, the final LayerNorm's tile returned.
-So every value equals the generic step's bit for bit, whatever the batch (a test in tests/models holds it to that).
-Steps of one position only (a frame's first position is its own step). Float32 only; inference only.
+makes once per frame every buffer a step writes. A step is the generic step's arithmetic in its order:
+`torch.layer_norm` over the residual stream's whole tiles (its output is the next projection's tile; copied into
+one where H is not a multiple of `exact.ALIGN`), the projections as `exact.tiles_linear_into` makes them (one tile
+shape and alignment for every row, as `exact.linear`; biases as F.linear adds them; one tile of rows calls
+torch.addmm itself), interleaved RoPE over q and k at once in three operations (one `index_select` of the
+projection's columns writes q and k, their pairs swapped and v side by side; one product with the position's cos
+and sin rows, the swap's sign folded into sin: the same products; one sum written beside the keys), q scaled (by a
+tensor: no scalar wrapped per call) and the attention written into the output projection's tile, the activation
+written into the last projection's tile (the `exact` `_into` forms), the residual adds in place, the final
+LayerNorm's tile returned. So every value equals the generic step's bit for bit, whatever the batch (a test in
+tests/models holds it to that). Steps of one position only (a frame's first position is its own step). Float32
+only; inference only.
 Must not know: which model the blocks come from, heads, embeddings, draws, what a position holds.
 """
 
@@ -56,6 +57,9 @@ class LnBlock:
     fc_in_bias: Tensor | None
     fc_out: Tensor
     fc_out_bias: Tensor | None
+
+
+_Calls = tuple[Norm, Tensor, Tensor, Tensor, Tensor, Norm, Tensor, Tensor, Tensor, Tensor]
 
 
 def aligned(block: LnBlock) -> LnBlock:
@@ -130,6 +134,7 @@ class LnFrameStack(FrameAttention):
         # per layer and position: index_select's output, the rotation's operands and their halves, where the
         # rotated q and k go (k in place in the keys), q's part
         self.at = [[at(i, p) for p in range(positions)] for i in range(len(blocks))]
+        self.calls = _one_call(self.blocks, self.weights_t) if self.direct and rows == exact.TILE else None
 
     def _norm(self, norm: Norm, tile: exact.Tile) -> Tensor:
         """The LayerNorm of the residual stream as a projection's input tile [rows, H']."""
@@ -138,18 +143,44 @@ class LnFrameStack(FrameAttention):
         tile.rows(self.batch).copy_(torch.layer_norm(self.res, (self.hidden,), norm.weight, norm.bias, norm.eps))
         return tile.buf
 
+    def _attend(self, i: int, position: int) -> None:
+        """Layer i's RoPE of the projected q and k (k written in place in the keys), q scaled, the attention of the
+        position written into the output projection's tile."""
+        part, pairs, x_cos, swapped_sin, qk_at, q_at = self.at[i][position]
+        torch.index_select(self.qkv_rows, 1, self.gather, out=part)
+        torch.mul(pairs, self.rope_at[position], out=pairs)  # x * cos, swapped * signed sin
+        torch.add(x_cos, swapped_sin, out=qk_at)  # q and k rotated, k in place in the keys
+        torch.mul(q_at, self.scale_t, out=self.q_written)
+        self.attend_one(i, position)
+
     def step(self, x: Tensor, position: int) -> Tensor:
-        n, res, th, rope, scale = self.batch, self.res, self.t_hidden, self.rope_at[position], self.scale_t
+        if self.calls is None:
+            return self._step_tiles(x, position)
+        # one tile of rows, H aligned, every bias there: each norm's output is its projection's tile, each
+        # projection the one torch.addmm `exact.tiles_linear_into` makes (the same call, without its dispatch)
+        res, tiles, shape, final = self.res, self.res_tiles, (self.hidden,), self.final
+        res.copy_(x)
+        for i, (ln_in, qkv_b, qkv_t, o_b, o_t, ln_post, fc_in_b, fc_in_t, fc_out_b, fc_out_t) in enumerate(self.calls):
+            normed = torch.layer_norm(tiles, shape, ln_in.weight, ln_in.bias, ln_in.eps)
+            torch.addmm(qkv_b, normed, qkv_t, out=self.qkv)  # [rows, 3 H]: q, k, v
+            self._attend(i, position)
+            torch.addmm(o_b, self.t_heads.buf, o_t, out=self.o_out)
+            res.add_(self.o_rows)
+            normed = torch.layer_norm(tiles, shape, ln_post.weight, ln_post.bias, ln_post.eps)
+            torch.addmm(fc_in_b, normed, fc_in_t, out=self.fc_in_out)
+            self.act_into(self.fc_in_rows, self.act)
+            torch.addmm(fc_out_b, self.t_mlp.buf, fc_out_t, out=self.fc_out_out)
+            res.add_(self.fc_out_rows)
+        return torch.layer_norm(tiles, shape, final.weight, final.bias, final.eps)
+
+    def _step_tiles(self, x: Tensor, position: int) -> Tensor:
+        """`step` through `exact.tiles_linear_into` and `_norm`: several tiles of rows, H not aligned, or no bias."""
+        n, res, th = self.batch, self.res, self.t_hidden
         res.copy_(x)
         for i, w in enumerate(self.blocks):
             qkv_t, o_t, fc_in_t, fc_out_t = self.weights_t[i]
-            part, pairs, x_cos, swapped_sin, qk_at, q_at = self.at[i][position]
             exact.tiles_linear_into(self._norm(w.ln_in, th), n, qkv_t, w.qkv_bias, self.qkv)  # [B, 3 H]: q, k, v
-            torch.index_select(self.qkv_rows, 1, self.gather, out=part)
-            torch.mul(pairs, rope, out=pairs)  # x * cos, swapped * signed sin
-            torch.add(x_cos, swapped_sin, out=qk_at)  # q and k rotated, k in place in the keys
-            torch.mul(q_at, scale, out=self.q_written)
-            self.attend_one(i, position)
+            self._attend(i, position)
             self.t_heads.linear_into(n, o_t, w.o_bias, self.o_out)
             res.add_(self.o_rows)
             exact.tiles_linear_into(self._norm(w.ln_post, th), n, fc_in_t, w.fc_in_bias, self.fc_in_out)
@@ -157,3 +188,16 @@ class LnFrameStack(FrameAttention):
             self.t_mlp.linear_into(n, fc_out_t, w.fc_out_bias, self.fc_out_out)
             res.add_(self.fc_out_rows)
         return self._norm(self.final, th)
+
+
+def _one_call(blocks: Sequence[LnBlock],
+              weights_t: Sequence[tuple[Tensor, Tensor, Tensor, Tensor]]) -> list[_Calls] | None:
+    """Per block (ln_in, qkv bias, qkv weight_t, o bias, o weight_t, ln_post, fc_in bias, fc_in weight_t,
+    fc_out bias, fc_out weight_t), or None where a bias is missing."""
+    out = []
+    for b, (qkv_t, o_t, fc_in_t, fc_out_t) in zip(blocks, weights_t):
+        if b.qkv_bias is None or b.o_bias is None or b.fc_in_bias is None or b.fc_out_bias is None:
+            return None
+        out.append((b.ln_in, b.qkv_bias, qkv_t, b.o_bias, o_t, b.ln_post, b.fc_in_bias, fc_in_t, b.fc_out_bias,
+                    fc_out_t))
+    return out
