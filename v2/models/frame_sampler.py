@@ -28,7 +28,7 @@ Must not know: the model, which family's groups these are, requests, the runtime
 
 from __future__ import annotations
 
-import functools
+import math
 from collections.abc import Callable
 from typing import Protocol, Sequence
 
@@ -36,11 +36,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from v2.models.host_gumbel import finish, fold, gumbel, seed_state, token_words
 from v2.models.sampling import gumbel_noise, sample
 from v2.sampling_settings import MIN_TEMPERATURE, SORT_WIDTH
 
 FRAME_NOISE_MAX = 1 << 16  # rows x groups x vocabulary up to which the frame's noise is made whole
 _INF = np.float32(np.inf)
+# How far (in mass, of 1) the float64 top-p mass may lie from top_p and still decide as torch's float32 bits do.
+# Those bits are p_j = fl(exp(fl(z_j - max)) / sum) (or x 1/sum) and fl32(fl64 cumsum) - p_i: each exp within a
+# few ulp (u = 2^-24) of its rounded argument, whose rounding moves p_j by |z_j - max| u relatively (summed
+# over j with weights p_j <= e^(z_j - max): at most W/e u); a sum of <= W positive terms (the rest exact zeros)
+# in any order within (W - 1) u; the division or reciprocal product 2u; the casts and the subtraction 2u; flushed
+# subnormals W 2^-126. So |bits - mass| <= (W/e + W + 8 + 4) u ~ 6e-6 for W = 64 and exps within 8 ulp (they
+# are within 1-2); the float64 side is ~1e-14 off. Outside 1e-4 both decide the same (the exps could be off
+# by ~1500 ulp and still would).
+TOP_P_MARGIN = 1e-4
 
 
 class GroupSettings(Protocol):
@@ -52,45 +62,10 @@ class GroupSettings(Protocol):
     seed: Tensor
 
 
-# MurmurHash3 in numpy's uint32 (wrapping arithmetic, the same values as sampling.hash_u32's int64 form in
-# a few array operations on the host, where torch's per-operation cost would dominate tiny tensors)
-def _word(w: np.ndarray) -> np.ndarray:
-    k = w * 0xCC9E2D51
-    return ((k << 15) | (k >> 17)) * 0x1B873593
-
-
-def _fold(h: np.ndarray, k: np.ndarray) -> np.ndarray:
-    h = h ^ k
-    return ((h << 13) | (h >> 19)) * 5 + 0xE6546B64
-
-
-def _finish(h: np.ndarray, n_words: int) -> np.ndarray:
-    h = h ^ (4 * n_words)
-    h = (h ^ (h >> 16)) * 0x85EBCA6B
-    h = (h ^ (h >> 13)) * 0xC2B2AE35
-    return h ^ (h >> 16)
-
-
-def _gumbel(h: np.ndarray) -> np.ndarray:
-    """As `sampling.gumbel_from_hash`: the uniform is exact in float32, the logs are torch's (in place, so the
-    same bits) and the negations numpy's (exact)."""
-    u = ((h >> 9).astype(np.float32) + np.float32(0.5)) * np.float32(1.0 / (1 << 23))
-    t = torch.from_numpy(u).log_()
-    np.negative(u, out=u)
-    t.log_()
-    return np.negative(u, out=u)
-
-
 def _flags(per_group: np.ndarray | np.bool_) -> list[bool]:
     """A [G] bool array as host flags."""
     flags: list[bool] = np.asarray(per_group).tolist()
     return flags
-
-
-@functools.lru_cache(maxsize=8)
-def _token_words(vocab: int) -> np.ndarray:
-    """The token half of the hash's last round, per token id: [vocab] uint32 (read-only)."""
-    return _word(np.arange(vocab, dtype=np.uint32))
 
 
 def _candidates(zn: np.ndarray, z: Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -141,10 +116,7 @@ class FrameSampler:
         kth_index = np.minimum(np.maximum(top_k, 1), np.minimum(widths, SORT_WIDTH)) - 1            # [B, G]
         p_off = top_p >= 1
         self.counters = steps.numpy()[:, None] * g + np.arange(g)                                    # [B, G] int64
-        seed = s.seed.numpy()
-        h = _fold(_fold(np.zeros(seed.shape, np.uint32), _word(seed.astype(np.uint32))),
-                  _word((seed >> 32).astype(np.uint32)))                                             # [B]
-        self.state = _fold(h[:, None], _word(self.counters.astype(np.uint32)))                      # [B, G] uint32
+        self.state = seed_state(s.seed.numpy(), self.counters)                                       # [B, G] uint32
         # which groups have any greedy row, only greedy rows, any row without top-k, any row with top-p
         self.any_greedy, self.all_greedy = _flags(greedy.any(0)), _flags(greedy.all(0))
         self.any_no_k, self.any_p = _flags(no_k.any(0)), _flags((~p_off).any(0))
@@ -152,20 +124,29 @@ class FrameSampler:
         # candidates' ascending values
         self._divisor, self._kth_index, self._no_k, self._greedy, self._top_p, self._p_off, self._kth_up = (
             a.T[..., None] for a in (divisor, kth_index, no_k, greedy, top_p, p_off, SORT_WIDTH - kth_index))  # [G, B, 1]
+        # per group the top-p cut in float64 for `_cut_top_p`: top_p, or +inf where no cut decides (top_p
+        # off, greedy)
+        self._cut = np.where(p_off | greedy, np.inf, top_p.astype(np.float64)).T[..., None]          # [G, B, 1]
         self._rows = np.arange(steps.shape[0])[:, None]                                              # [B, 1]
+        if steps.shape[0] == 1:  # one row: per group its divisor, how many ids its top-k keeps (0: the batch
+            # path decides: greedy, or no top-k past SORT_WIDTH ids) and its top-p cut +- the margin (`_draw_row`)
+            self._row_divisor, self._row_p = divisor[0], _flags(~p_off[0])
+            kept = np.where(no_k, np.where(widths <= SORT_WIDTH, widths, 0), kth_index + 1)[0]          # [G]
+            self._row_k: list[int] = np.where(greedy[0], 0, kept).tolist()
+            self._row_cut = top_p[0].astype(np.float64)[:, None] + np.array([-TOP_P_MARGIN, TOP_P_MARGIN])  # [G, 2]
         self.noise: np.ndarray | None = None
         self._minus_inf: dict[int, np.ndarray] = {}  # vocabulary -> [B, V] of -inf (`_over_whole`)
         drawn = [grp for grp in (range(g) if groups is None else groups) if not self.all_greedy[grp]]
         self._noise_column = {grp: i for i, grp in enumerate(drawn)}  # group -> its column of the frame's noise
         width = max((self.vocabs[grp] for grp in drawn), default=0)
         if drawn and steps.shape[0] * len(drawn) * width <= FRAME_NOISE_MAX:  # small batch: the frame's noise at once
-            self.noise = _gumbel(_finish(_fold(self.state[:, drawn, None], _token_words(width)), 4))  # [B, D, V]
+            self.noise = gumbel(finish(fold(self.state[:, drawn, None], token_words(width)), 4))  # [B, D, V]
 
     def _noise_at(self, grp: int, ids: np.ndarray) -> np.ndarray:
         """Gumbel noise of group grp at token ids [B, W]."""
         if self.noise is not None:
             return self.noise[self._rows, self._noise_column[grp], ids]
-        return _gumbel(_finish(_fold(self.state[:, grp, None], _token_words(self.vocabs[grp])[ids]), 4))
+        return gumbel(finish(fold(self.state[:, grp, None], token_words(self.vocabs[grp])[ids]), 4))
 
     def draw(self, grp: int, logits: Tensor) -> tuple[Tensor, Tensor]:
         """logits [B, V] of group grp (after any penalty and masks) -> token ids [B] and their logprobs [B]."""
@@ -179,41 +160,22 @@ class FrameSampler:
             if self.raw_greedy[grp]:
                 return picked[:, 0], torch.log_softmax(logits, dim=-1).gather(1, picked)[:, 0]
             return picked[:, 0], torch.zeros(picked.shape[0])
-        zn = (logits.detach() if logits.requires_grad else logits).numpy() / self._divisor[grp]                                  # [B, V]
-        z = torch.from_numpy(zn)
-        # the order only where it shapes the bits: the top-p prefix, a logprob summed over the candidates
-        ordered = v <= SORT_WIDTH or self.any_p[grp] or not self.exact_logprobs
-        last: np.ndarray | None = None  # the (W + 1)-th value, which the ties check reads
+        if self._rows.shape[0] == 1 and self._row_k[grp]:
+            one = self._draw_row(grp, logits)
+            if one is not None:
+                return one
+        zn = (logits.detach() if logits.requires_grad else logits).numpy() / self._divisor[grp]           # [B, V]
+        ids, vals, last, kth, top1 = self._stable_top(grp, zn)
         rows = self._rows                                                                    # [B, 1]
-        if v <= SORT_WIDTH:  # the whole vocabulary in stable order (-x is exact; ties keep the id order)
-            ids = np.argsort(-zn, axis=-1, kind="stable")                                    # [B, V]
-            vals = zn[rows, ids]
-            kth, top1 = vals[rows, self._kth_index[grp]], vals[:, :1]                        # [B, 1]
-        else:  # the top W + 1, by id
-            ids, vals = _candidates(zn, z)                                                   # [B, W + 1]
-            if ordered:  # by value, ties by id: the first W are the candidates (ties at the W-th value past
-                # the drawable edge never drawn, never in a logprob)
-                by_value = (-vals).argsort(axis=-1, kind="stable")
-                ids, vals = ids[rows, by_value], vals[rows, by_value]
-                ids, vals, last = ids[:, :SORT_WIDTH], vals[:, :SORT_WIDTH], vals[:, SORT_WIDTH:]
-                kth, top1 = vals[rows, self._kth_index[grp]], vals[:, :1]
-            else:  # the edge and the k-th value from the sorted values alone
-                ascending = np.sort(vals, axis=-1)
-                kth, last, top1 = ascending[rows, self._kth_up[grp]], ascending[:, :1], ascending[:, SORT_WIDTH:]
         if self.any_no_k[grp]:
             kth = np.where(self._no_k[grp], -_INF, kth)
         greedy = self._greedy[grp]                                                           # [B, 1]
         edge = np.where(greedy, top1, kth) if self.any_greedy[grp] else kth  # lowest drawable value
         if last is not None and bool((last >= edge).any()):
             return self._fallback(grp, logits)  # ties at that value past the candidates
-        kept = vals >= kth                                                                   # top-k
-        if self.any_p[grp]:  # the top-k distribution over the whole vocabulary, as process_logits makes it
-            sorted_p = self._over_whole(torch.softmax, v, ids, np.where(kept, vals, -_INF))[rows, ids]
-            before = np.cumsum(sorted_p, axis=-1, dtype=np.float64).astype(np.float32) - sorted_p  # torch's cumsum
-            keep = (before < self._top_p[grp]) | self._p_off[grp]
-            keep[:, 0] = True
-            kept &= keep
-        zc = np.where(kept, vals, -_INF)                                                     # processed
+        zc = np.where(vals >= kth, vals, -_INF)                                              # top-k
+        if self.any_p[grp]:
+            self._cut_top_p(grp, v, ids, zc)                                                 # processed
         score = zc + self._noise_at(grp, ids)
         first = np.where(score == score.max(axis=-1, keepdims=True), ids, v).argmin(axis=-1)  # [B] place
         if self.any_greedy[grp]:  # the first argmax alone
@@ -227,6 +189,80 @@ class FrameSampler:
             lp = np.where(greedy[:, 0], np.float32(0), lp)
         ids_t = torch.from_numpy(picked)
         return ids_t, self._greedy_raw(grp, logits, ids_t, torch.from_numpy(lp))
+
+    def _draw_row(self, grp: int, logits: Tensor) -> tuple[Tensor, Tensor] | None:
+        """`draw` for a batch of one row in fewer (1-D) operations, the same bits; None (the batch path decides)
+        where the row's top W + 1 values tie (or hold a NaN) or its top-p mass lies within the margin of top_p.
+        Strictly decreasing values make the top-k the first k of them and the stable order their order; the
+        kept ids are then the values at or above the lowest kept one, read in id order (the Gumbel-max's first
+        highest score is then the smallest id)."""
+        v, k = self.vocabs[grp], self._row_k[grp]
+        z = (logits.detach() if logits.requires_grad else logits).numpy()[0] / self._row_divisor[grp]   # [V]
+        w = min(v, SORT_WIDTH + 1)
+        top = np.partition(z, v - w)[v - w:] if v > w else z.copy()                           # [w]
+        top.sort()  # ascending
+        if not bool((top[:-1] < top[1:]).all()):
+            return None
+        n = k  # kept by top-k and top-p: the first n of the descending values
+        if self._row_p[grp]:  # the mass ahead of place i + 1 is through[i] / total (`_cut_top_p`)
+            through = np.cumsum(np.exp(np.subtract(top[w - k:][::-1], top[-1], dtype=np.float64)))  # [k]
+            total = float(through[-1])
+            lo, hi = np.searchsorted(through[:-1], total * self._row_cut[grp]).tolist()  # places below top_p -+ m
+            if lo != hi or not math.isfinite(total):
+                return None
+            n = 1 + lo
+        ids = np.flatnonzero(z >= top[w - n])                                                 # [n] by id
+        noise = self.noise[0, self._noise_column[grp], ids] if self.noise is not None else self._noise_at(grp, ids[None])[0]
+        i = int((z[ids] + noise).argmax())  # the first highest score: the smallest id among them
+        picked = ids[i:i + 1]                                                                 # [1]
+        if self.exact_logprobs:
+            lp = self._over_whole(torch.log_softmax, v, ids[None], z[ids][None])[0, picked]
+        else:  # over the top W (min(V, W)) in stable order, -inf past the kept ones
+            zc = np.full((1, min(v, SORT_WIDTH)), -_INF, dtype=np.float32)
+            zc[0, :n] = top[w - n:][::-1]
+            place = w - 1 - int(np.searchsorted(top, z[picked[0]]))
+            lp = torch.log_softmax(torch.from_numpy(zc), dim=-1).numpy()[0, place:place + 1]
+        return torch.from_numpy(picked), torch.from_numpy(lp)
+
+    def _stable_top(self, grp: int, zn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray,
+                                                            np.ndarray]:
+        """The candidates (ids, values [B, W']), the (W + 1)-th value [B, 1] (None for a vocabulary sorted
+        whole), the k-th and the highest value [B, 1] of zn [B, V]. In stable order
+        (by value, ties by id) where the order shapes the bits: the top-p prefix, a logprob summed over the
+        candidates; else by id (W' = W + 1), the values sorted apart."""
+        rows, v = self._rows, zn.shape[-1]
+        if v <= SORT_WIDTH:  # the whole vocabulary in stable order (-x is exact; ties keep the id order)
+            ids = np.argsort(-zn, axis=-1, kind="stable")                                    # [B, V]
+            vals = zn[rows, ids]
+            return ids, vals, None, vals[rows, self._kth_index[grp]], vals[:, :1]
+        ids, vals = _candidates(zn, torch.from_numpy(zn))                                    # [B, W + 1]
+        if self.any_p[grp] or not self.exact_logprobs:  # the first W by value (ties at the W-th value past
+            # the drawable edge never drawn, never in a logprob)
+            by_value = (-vals).argsort(axis=-1, kind="stable")
+            ids, vals = ids[rows, by_value], vals[rows, by_value]
+            ids, vals, last = ids[:, :SORT_WIDTH], vals[:, :SORT_WIDTH], vals[:, SORT_WIDTH:]
+            return ids, vals, last, vals[rows, self._kth_index[grp]], vals[:, :1]
+        ascending = np.sort(vals, axis=-1)  # the edge and the k-th value from the sorted values alone
+        return ids, vals, ascending[:, :1], ascending[rows, self._kth_up[grp]], ascending[:, SORT_WIDTH:]
+
+    def _cut_top_p(self, grp: int, v: int, ids: np.ndarray, zc: np.ndarray) -> None:
+        """Sets to -inf, in zc [B, W] (the top-k logits at ids, by value), the ids past each row's top-p prefix:
+        those whose top-k mass ahead is not below top_p (`process_logits`' rule). The bits of that mass are
+        torch's float32 softmax over the whole row, its float64 cumsum cast to float32, less the id's own
+        probability; the decision is made in float64 on the W values where it cannot differ (`TOP_P_MARGIN`),
+        else (rare) from those bits."""
+        mass = np.exp(np.subtract(zc, zc[:, :1], dtype=np.float64))                          # [B, W]
+        through = np.cumsum(mass, axis=-1)  # the mass up to and with each place (x the row's total)
+        total = through[:, -1:]                                                              # [B, 1]
+        gap = through[:, :-1] - total * self._cut[grp]  # place i + 1's mass ahead less top_p, x total [B, W - 1]
+        if bool((np.abs(gap) > total * TOP_P_MARGIN).all()):  # (a NaN row fails this)
+            np.copyto(zc[:, 1:], -_INF, where=gap >= 0)
+            return
+        sorted_p = self._over_whole(torch.softmax, v, ids, zc)[self._rows, ids]
+        before = np.cumsum(sorted_p, axis=-1, dtype=np.float64).astype(np.float32) - sorted_p  # torch's cumsum
+        keep = (before < self._top_p[grp]) | self._p_off[grp]
+        keep[:, 0] = True
+        zc[~keep] = -_INF
 
     def _over_whole(self, fn: Callable[..., Tensor], v: int, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
         """fn(rows, dim=-1) of [B, v] rows that hold `values` [B, W] at `ids` and -inf elsewhere -> [B, v]. The rows
