@@ -117,3 +117,20 @@ def test_a_kept_frame_pass_follows_a_replaced_parameter(monkeypatch):
     got, want = both(monkeypatch, model, 3, FAST)
     for field in FIELDS:
         assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+def test_the_kept_head_operands_follow_their_parameters(monkeypatch):
+    model = copy.deepcopy(models()[1])  # width 40: the heads read padded copies of their weights
+    frame(model, 3, FAST)  # the heads' operands are kept
+    with torch.no_grad():
+        model.audio_embeddings[4].weight.mul_(1.5)  # in place: the same tensor, a new version
+        model.local_text_lm_head.weight.mul_(-1.0)
+    got, want = both(monkeypatch, model, 3, FAST)
+    for field in FIELDS:
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+    table, embed = model.audio_embeddings[7], model.transformer.embed_tokens
+    table.weight = torch.nn.Parameter(table.weight.detach().flip(0), requires_grad=False)  # other tensors
+    embed.weight = torch.nn.Parameter(embed.weight.detach() * 0.5, requires_grad=False)
+    got, want = both(monkeypatch, model, 3, FAST)
+    for field in FIELDS:
+        assert torch.equal(getattr(got, field), getattr(want, field)), field

@@ -5,7 +5,8 @@ Owns: the frame's loop on that path: the local step of position 0 (the backbone 
 draw, then per codebook its head, its draw, its code's embedding row (the next position's input, and a term of the
 next backbone row, summed as the generic path sums them) and the next local step. A local step returns the final
 LayerNorm's output as a tile, so each head is one F.linear on the whole tile as `exact.linear` computes it (the
-same bits), written into kept buffers (`FrameBuffers`).
+same bits), written into kept buffers (`FrameBuffers`), its right operands kept while the parameters are unchanged
+(`FrameHeads`).
 Must not know: how a channel is drawn (the caller's `Draw`), requests, the runtime.
 """
 
@@ -16,10 +17,10 @@ import threading
 from typing import TYPE_CHECKING, Callable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from v2.models import exact
-from v2.models.persist import persistent
+from v2.models.persist import ParamVersions, persistent
 from v2.models.sampling import SamplingTensors
 
 if TYPE_CHECKING:
@@ -68,6 +69,39 @@ def frame_buffers(model: MossTTSLocal, batch: int) -> FrameBuffers:
     return hit
 
 
+class FrameHeads:
+    """The frame's head operands, made once and kept while the parameters they are made from are the same tensors,
+    unchanged (`ParamVersions`, a look per frame): the stop head's and each codebook's right operand (an
+    `exact.aligned_weight`'s transpose), each codebook's embedding table and the assistant slot's embedding row."""
+
+    def __init__(self, model: MossTTSLocal) -> None:
+        self.modules = _head_modules(model)
+        self.versions = [ParamVersions() for _ in self.modules]
+        self.stop_t = exact.aligned_weight(model.local_text_lm_head.weight).t()  # [H', 2]
+        self.tables = [table.weight for table in model.audio_embeddings]  # [V, H] each
+        self.codes_t = [exact.aligned_weight(w).t() for w in self.tables]  # [H', V] each
+        self.slot_row = model.transformer.embed_tokens.weight[model.cfg.ids.audio_assistant_slot]  # [H]
+        self.fresh(model)
+
+    def fresh(self, model: MossTTSLocal) -> bool:
+        """Whether these are the model's operands still (every module looked at: each look is kept)."""
+        mods = _head_modules(model)
+        changed = [v.changed(m) for v, m in zip(self.versions, mods)]
+        return not any(changed) and all(a is b for a, b in zip(mods, self.modules))
+
+
+def _head_modules(model: MossTTSLocal) -> tuple[nn.Module, nn.Module, nn.Module]:
+    return model.local_text_lm_head, model.audio_embeddings, model.transformer.embed_tokens
+
+
+def frame_heads(model: MossTTSLocal) -> FrameHeads:
+    """The model's kept `FrameHeads`, made again when a parameter they are made from changed."""
+    heads: FrameHeads | None = model.frame_heads
+    if heads is None or not heads.fresh(model):
+        heads = model.frame_heads = persistent(FrameHeads)(model)
+    return heads
+
+
 def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, steps: Tensor, draw: Draw, *,
                      presence: Tensor | None, allow_stop: Tensor | None, full_sort: bool,
                      return_logits: bool = True) -> Frame:
@@ -84,9 +118,10 @@ def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, st
     fed = buf.fed_rows
     code_tiles = list(code_out.unbind(0)) if return_logits else buf.code_tiles  # each head's output [rows, V]
     code_rows = [c[:b] for c in code_tiles] if return_logits else buf.code_rows  # [B, V] each
+    heads = frame_heads(model)
     normed = stack.step(hidden, 0)  # the final norm's output, a tile [rows, H']
     # each head: F.linear on the whole tile, as `exact.linear` computes it (aligned_weight: the padded copy)
-    exact.tiles_linear_into(normed, b, exact.aligned_weight(model.local_text_lm_head.weight).t(), None, stop_out)
+    exact.tiles_linear_into(normed, b, heads.stop_t, None, stop_out)
     stop_logits = stop_out[:b]  # [B, 2]
     masked = stop_logits
     if allow_stop is not None:  # column 1 -inf where a row may not stop
@@ -95,19 +130,19 @@ def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, st
         torch.where(allow_stop, stop_logits[:, 1], buf.neg_inf, out=masked[:, 1])
     stop_id, stop_lp = draw(s, steps, 0, masked, None, full_sort)
     codes, logprobs = [], [stop_lp]
-    for c, table in enumerate(model.audio_embeddings):
-        exact.tiles_linear_into(normed, b, exact.aligned_weight(table.weight).t(), None, code_tiles[c])
+    for c, (table, head_t) in enumerate(zip(heads.tables, heads.codes_t)):
+        exact.tiles_linear_into(normed, b, head_t, None, code_tiles[c])
         logits = code_rows[c]  # [B, V]
         code, lp = draw(s, steps, 1 + c, logits, None if presence is None else presence[:, c], full_sort)
         codes.append(code)
         logprobs.append(lp)
-        torch.index_select(table.weight, 0, code, out=fed[c])  # [B, H]
+        torch.index_select(table, 0, code, out=fed[c])  # [B, H]
         if c + 1 < cfg.n_vq:
             normed = stack.step(fed[c], c + 1)
     summed = buf.summed
     torch.add(fed[0], fed[1], out=summed)
     for c in range(2, cfg.n_vq):  # as embed_codes sums them (drawn codes are never the pad code)
         summed.add_(fed[c])
-    next_embed = model.transformer.embed_tokens.weight[cfg.ids.audio_assistant_slot] + summed  # [B, H]
+    next_embed = heads.slot_row + summed  # [B, H]
     return (stop_id, torch.stack(codes, dim=1), torch.stack(logprobs, dim=1), next_embed, stop_logits,
             code_out[:, :b].transpose(0, 1) if return_logits else code_out)

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from v2.models import exact
 
 from v2.models.moss_tts_local.config import MossTTSLocalConfig
-from v2.models.moss_tts_local.frame_cpu import FrameBuffers, decode_frame_cpu
+from v2.models.moss_tts_local.frame_cpu import FrameBuffers, FrameHeads, decode_frame_cpu
 from v2.models.moss_tts_local.local_transformer import LocalKV, LocalTransformer, frame_stack_fits
 from v2.models.kv_cache import KVCache, PagedKVCache
 from v2.models.module_list import module_list_of
@@ -58,6 +58,7 @@ class MossTTSLocal(nn.Module):
         self.local_transformer = LocalTransformer(cfg.local)
         self.local_text_lm_head = exact.Linear(h, 2, bias=False)
         self.frame_buffers: dict[tuple[int, int], FrameBuffers] = {}  # the CPU frame pass's (frame_cpu.py)
+        self.frame_heads: FrameHeads | None = None  # its kept head operands (frame_cpu.py)
 
     # ----- loading -------------------------------------------------------------------------------
     @classmethod
