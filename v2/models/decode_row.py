@@ -267,10 +267,11 @@ def _scalar(value: float) -> Tensor:
 
 def _norm(x: Tensor, weight: Tensor, eps: float, sq: Tensor, ms: Tensor, out: Tensor | None = None) -> Tensor:
     """`qwen3.RMSNorm` of float32 x [..., H] (into out when given), its steps into sq (the square, then the
-    quotient) and ms; the mean as `mean` computes it on a CPU (the sum, then divided by the count)."""
+    quotient) and ms; the mean as `mean` computes it on a CPU (the sum, then divided by the count), eps added
+    in the same operation (addcdiv: eps + 1 * (sum / count), the same quotient and sum)."""
     torch.pow(x, 2, out=sq)
     torch.sum(sq, -1, keepdim=True, out=ms)
-    ms.div_(_scalar(float(x.shape[-1]))).add_(_scalar(eps)).sqrt_()
+    torch.addcdiv(_scalar(eps), ms, _scalar(float(x.shape[-1])), out=ms).sqrt_()
     torch.div(x, ms, out=sq)
     return torch.mul(weight, sq) if out is None else torch.mul(weight, sq, out=out)
 
