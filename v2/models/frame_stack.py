@@ -159,10 +159,10 @@ class FrameAttention:
     def plan_one(self, q: Tensor, heads: Tensor, positions: int, values: list[Tensor] | None = None) -> None:
         """Make once the buffers and views of `attend_one`: steps of one position (0 .. positions - 1) whose scaled
         queries are in q [G, 1, B, Hkv, D] and whose result goes to heads [G, 1, B, Hkv, D]. values: per layer the
-        caller's own value rows [P', B, Hkv, D] (views, no ones column) read instead of `v` (a step copies no V):
+        caller's own value rows [P, B, Hkv, D] (views, no ones column) read instead of `v` (a step copies no V):
         the weights written where the ones' products go (w * 1 == w) give the same sums."""
         g, _, b, hkv, d = q.shape
-        v_read = self.v_read if values is None else [v[:, None, None] for v in values]  # [P', 1, 1, B, Hkv, D(+1)]
+        v_read = self.v_read if values is None else [v[:, None, None] for v in values]  # [P, 1, 1, B, Hkv, D(+1)]
         p2, dev = self.k.shape[1], q.device
         prod = torch.empty(p2, g, 1, b, hkv, d, dtype=q.dtype, device=dev)  # [S, G, 1, B, Hkv, D] per step
         scores = torch.empty(p2, g, 1, b, hkv, dtype=q.dtype, device=dev)  # [S, G, 1, B, Hkv]

@@ -111,12 +111,11 @@ class LnFrameStack(FrameAttention):
         self.qkv_rows = qkv  # [B, 3 H]
         # per layer and position [B, 5 H]: q and k (2 H), their interleaved pairs swapped (x1, x0, x3, x2, ...: 2 H),
         # v (H; the attention reads it here: `plan_one`'s values), all made by one index_select of qkv's columns
-        p2 = self.k.shape[1]
-        self.parts = torch.zeros(len(blocks), p2, batch, 5 * hidden, dtype=dtype, device=dev)
+        self.parts = torch.zeros(len(blocks), positions, batch, 5 * hidden, dtype=dtype, device=dev)
         swap = torch.arange(2 * hidden, device=dev).view(hidden, 2).flip(-1).reshape(-1)
         self.gather = torch.cat([torch.arange(2 * hidden, device=dev), swap,
                                  torch.arange(2 * hidden, 3 * hidden, device=dev)])
-        values = [part[:, :, 4 * hidden :].view(p2, batch, heads, d) for part in self.parts]  # [P', B, heads, D]
+        values = [part[:, :, 4 * hidden :].view(positions, batch, heads, d) for part in self.parts]  # [P, B, heads, D]
         # position p's RoPE rows [2, 1, D]: cos (for q and k), signed sin (for the swapped pairs)
         self.rope_at = list(torch.stack([cos, sin], 1)[:, :, None].unbind(0))
         self.scale_t = torch.tensor([self.scale], dtype=dtype, device=dev)  # (a tensor: no scalar wrapped per call)
