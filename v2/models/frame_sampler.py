@@ -36,9 +36,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from v2.models.frame_columns import columns
 from v2.models.host_gumbel import finish, fold, gumbel, seed_state, token_words
 from v2.models.sampling import gumbel_noise, sample
-from v2.sampling_settings import MIN_TEMPERATURE, SORT_WIDTH
+from v2.sampling_settings import SORT_WIDTH
 
 FRAME_NOISE_MAX = 1 << 16  # rows x groups x vocabulary up to which the frame's noise is made whole
 _INF = np.float32(np.inf)
@@ -51,6 +52,8 @@ _INF = np.float32(np.inf)
 # are within 1-2); the float64 side is ~1e-14 off. Outside 1e-4 both decide the same (the exps could be off
 # by ~1500 ulp and still would).
 TOP_P_MARGIN = 1e-4
+_MINUS_INF_ROW = np.full(SORT_WIDTH, -_INF, dtype=np.float32)  # copied for a row's processed top W (read-only)
+_MINUS_INF_ROW.flags.writeable = False
 
 
 class GroupSettings(Protocol):
@@ -60,12 +63,6 @@ class GroupSettings(Protocol):
     top_k: Tensor
     top_p: Tensor
     seed: Tensor
-
-
-def _flags(per_group: np.ndarray | np.bool_) -> list[bool]:
-    """A [G] bool array as host flags."""
-    flags: list[bool] = np.asarray(per_group).tolist()
-    return flags
 
 
 def _candidates(zn: np.ndarray, z: Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -108,32 +105,13 @@ class FrameSampler:
             raise ValueError(f"FrameSampler: steps on {steps.device}; the host sampler takes CPU tensors")
         self.sampling, self.steps, self.vocabs, self.exact_logprobs = s, steps, list(vocabs), exact_logprobs
         self.raw_greedy = raw
-        temperature, top_k, top_p = s.temperature.numpy(), s.top_k.numpy(), s.top_p.numpy()          # [B, G]
-        greedy = temperature < np.float32(MIN_TEMPERATURE)
-        divisor = np.where(greedy, np.ones_like(temperature), temperature)
-        widths = np.array(self.vocabs, dtype=np.int64)                                               # [G]
-        no_k = ~((top_k > 0) & (top_k < widths))
-        kth_index = np.minimum(np.maximum(top_k, 1), np.minimum(widths, SORT_WIDTH)) - 1            # [B, G]
-        p_off = top_p >= 1
+        c = columns(s.temperature.numpy(), s.top_k.numpy(), s.top_p.numpy(), self.vocabs, TOP_P_MARGIN)
+        self.any_greedy, self.all_greedy, self.any_no_k, self.any_p = c.any_greedy, c.all_greedy, c.any_no_k, c.any_p
+        self._divisor, self._kth_index, self._kth_up, self._no_k = c.divisor, c.kth_index, c.kth_up, c.no_k
+        self._greedy, self._top_p, self._p_off, self._cut, self._rows = c.greedy, c.top_p, c.p_off, c.cut, c.rows
+        self._row_divisor, self._row_p, self._row_k, self._row_cut = c.row_divisor, c.row_p, c.row_k, c.row_cut
         self.counters = steps.numpy()[:, None] * g + np.arange(g)                                    # [B, G] int64
         self.state = seed_state(s.seed.numpy(), self.counters)                                       # [B, G] uint32
-        # which groups have any greedy row, only greedy rows, any row without top-k, any row with top-p
-        self.any_greedy, self.all_greedy = _flags(greedy.any(0)), _flags(greedy.all(0))
-        self.any_no_k, self.any_p = _flags(no_k.any(0)), _flags((~p_off).any(0))
-        # each group's [B, 1] settings column (a draw reads its own); the k-th value's place in the W + 1
-        # candidates' ascending values
-        self._divisor, self._kth_index, self._no_k, self._greedy, self._top_p, self._p_off, self._kth_up = (
-            a.T[..., None] for a in (divisor, kth_index, no_k, greedy, top_p, p_off, SORT_WIDTH - kth_index))  # [G, B, 1]
-        # per group the top-p cut in float64 for `_cut_top_p`: top_p, or +inf where no cut decides (top_p
-        # off, greedy)
-        self._cut = np.where(p_off | greedy, np.inf, top_p.astype(np.float64)).T[..., None]          # [G, B, 1]
-        self._rows = np.arange(steps.shape[0])[:, None]                                              # [B, 1]
-        if steps.shape[0] == 1:  # one row: per group its divisor, how many ids its top-k keeps (0: the batch
-            # path decides: greedy, or no top-k past SORT_WIDTH ids) and its top-p cut +- the margin (`_draw_row`)
-            self._row_divisor, self._row_p = divisor[0], _flags(~p_off[0])
-            kept = np.where(no_k, np.where(widths <= SORT_WIDTH, widths, 0), kth_index + 1)[0]          # [G]
-            self._row_k: list[int] = np.where(greedy[0], 0, kept).tolist()
-            self._row_cut = top_p[0].astype(np.float64)[:, None] + np.array([-TOP_P_MARGIN, TOP_P_MARGIN])  # [G, 2]
         self.noise: np.ndarray | None = None
         self._minus_inf: dict[int, np.ndarray] = {}  # vocabulary -> [B, V] of -inf (`_over_whole`)
         drawn = [grp for grp in (range(g) if groups is None else groups) if not self.all_greedy[grp]]
@@ -205,23 +183,24 @@ class FrameSampler:
             return None
         n = k  # kept by top-k and top-p: the first n of the descending values
         if self._row_p[grp]:  # the mass ahead of place i + 1 is through[i] / total (`_cut_top_p`)
-            through = np.cumsum(np.exp(np.subtract(top[w - k:][::-1], top[-1], dtype=np.float64)))  # [k]
+            through = np.add.accumulate(np.exp(np.subtract(top[w - k:][::-1], top[-1], dtype=np.float64)))  # [k]
             total = float(through[-1])
             lo, hi = np.searchsorted(through[:-1], total * self._row_cut[grp]).tolist()  # places below top_p -+ m
             if lo != hi or not math.isfinite(total):
                 return None
             n = 1 + lo
-        ids = np.flatnonzero(z >= top[w - n])                                                 # [n] by id
-        noise = self.noise[0, self._noise_column[grp], ids] if self.noise is not None else self._noise_at(grp, ids[None])[0]
-        i = int((z[ids] + noise).argmax())  # the first highest score: the smallest id among them
+        ids = (z >= top[w - n]).nonzero()[0]                                                  # [n] by id
+        zk = z[ids]
+        noise = self.noise[0, self._noise_column[grp]][ids] if self.noise is not None else self._noise_at(grp, ids[None])[0]
+        i = int((zk + noise).argmax())  # the first highest score: the smallest id among them
         picked = ids[i:i + 1]                                                                 # [1]
         if self.exact_logprobs:
-            lp = self._over_whole(torch.log_softmax, v, ids[None], z[ids][None])[0, picked]
+            lp = self._over_whole(torch.log_softmax, v, ids[None], zk[None])[0, picked]
         else:  # over the top W (min(V, W)) in stable order, -inf past the kept ones
-            zc = np.full((1, min(v, SORT_WIDTH)), -_INF, dtype=np.float32)
-            zc[0, :n] = top[w - n:][::-1]
-            place = w - 1 - int(np.searchsorted(top, z[picked[0]]))
-            lp = torch.log_softmax(torch.from_numpy(zc), dim=-1).numpy()[0, place:place + 1]
+            zc = _MINUS_INF_ROW[: min(v, SORT_WIDTH)].copy()                                  # [W]
+            zc[:n] = top[w - n:][::-1]
+            place = w - 1 - int(np.searchsorted(top, zk[i]))
+            lp = torch.log_softmax(torch.from_numpy(zc[None]), dim=-1).numpy()[0, place:place + 1]
         return torch.from_numpy(picked), torch.from_numpy(lp)
 
     def _stable_top(self, grp: int, zn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray,

@@ -55,6 +55,13 @@ def token_words(vocab: int) -> np.ndarray:
 def seed_state(seed: np.ndarray, counters: np.ndarray) -> np.ndarray:
     """The hash state after the seed's two words and the counter: seed [B] int64, counters [B, C] int64 ->
     [B, C] uint32 (each token's noise is then `gumbel(finish(fold(state, token_words[id]), 4))`)."""
-    h = fold(fold(np.zeros(seed.shape, np.uint32), word(seed.astype(np.uint32))),
-             word((seed >> 32).astype(np.uint32)))                                            # [B]
-    return fold(h[:, None], word(counters.astype(np.uint32)))                                # [B, C]
+    return fold(_seed_hash(seed.tobytes(), seed.dtype.str)[:, None], word(counters.astype(np.uint32)))
+
+
+@functools.lru_cache(maxsize=64)
+def _seed_hash(seed_bytes: bytes, dtype: str) -> np.ndarray:
+    """The state after the seed's two words, [B] uint32 (read-only; a batch keeps its seeds frame after frame)."""
+    seed = np.frombuffer(seed_bytes, dtype=dtype)
+    h = fold(fold(np.zeros(seed.shape, np.uint32), word(seed.astype(np.uint32))), word((seed >> 32).astype(np.uint32)))
+    h.flags.writeable = False
+    return h
