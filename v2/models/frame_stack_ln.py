@@ -79,8 +79,9 @@ class LnFrameStack(FrameAttention):
     `step(x, position)`: x [B, H] (float32) the residual stream at `position` (every earlier position of the
     frame already stepped) -> the final norm's output as a tile (`exact.tiles_linear_into`'s x: [the tiles' rows,
     H padded to ALIGN], rows [:B] the result), valid until the next step. Every intermediate is written into a
-    buffer made here (`out=` forms, the projections through `exact.tiles_linear_into`), the views a step reads made
-    once per layer and position. The residual stream lives in the rows of whole tiles (the rows past B stay 0):
+    buffer made here (`out=` forms; the projections as `exact.tiles_linear_into` makes them, its torch.addmm called
+    here for one tile of rows with H aligned and every bias), the views a step reads made once per layer and
+    position. The residual stream lives in the rows of whole tiles (the rows past B stay 0):
     where H is a multiple of ALIGN each norm runs over all of them and its output is the next projection's tile
     itself (a row's norm is computed alone, whatever the rows around it); otherwise it is copied into a `Tile`."""
 
