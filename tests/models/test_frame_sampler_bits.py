@@ -88,10 +88,15 @@ def assert_same(s: SamplingTensors, steps: torch.Tensor, grp: int, x: torch.Tens
 
 @pytest.mark.parametrize("b", [1, 16])
 def test_rows_at_the_top_p_margin_draw_the_torch_bits(b, monkeypatch):
-    """Rows whose mass ahead lands inside the margin (the exact path) and just outside it (the float64 decision)."""
-    exact_calls = []
+    """Rows whose mass ahead lands inside the margin (torch's bits decide) and just outside it (float64 decides)."""
+    softmaxes = []
     over_whole = FrameSampler._over_whole
-    monkeypatch.setattr(FrameSampler, "_over_whole", lambda self, fn, *a: exact_calls.append(fn) or over_whole(self, fn, *a))
+
+    def counted(self: FrameSampler, fn, *args):  # noqa: ANN001, ANN202
+        softmaxes.append(fn is torch.softmax)
+        return over_whole(self, fn, *args)
+
+    monkeypatch.setattr(FrameSampler, "_over_whole", counted)
     gen = torch.Generator().manual_seed(b)
     rows = [boundary_row(gen, d) for d in DELTAS for _ in range(6)]
     distances = [mass_distance(r, MOSS) for r in rows]
@@ -101,8 +106,10 @@ def test_rows_at_the_top_p_margin_draw_the_torch_bits(b, monkeypatch):
         chunk = x[start:start + b]
         s = SamplingTensors.build([MOSS] * chunk.shape[0], list(range(start, start + chunk.shape[0])))
         assert_same(s, torch.arange(chunk.shape[0]) + start, GROUP, chunk)
-    inside = sum(d <= TOP_P_MARGIN for d in distances)
-    assert torch.softmax in exact_calls and len(exact_calls) <= len(rows) // b, (inside, len(exact_calls))
+    if b == 1:  # torch's bits exactly for the rows inside the margin
+        assert sum(softmaxes) == sum(d <= TOP_P_MARGIN for d in distances) > 0
+    else:
+        assert any(softmaxes)
 
 
 def mixed_settings(gen: torch.Generator, b: int) -> list[SamplingSettings]:

@@ -4,19 +4,25 @@ A shared building block: every family that draws a frame as G code groups (each 
 settings column, the noise of group g keyed by counter = step * G + g) draws them through it on a CPU.
 
 Owns: `FrameSampler`, the CPU form of a frame's draws for rows that `sampling.fast_rows` marks (top_k in
-1..SORT_WIDTH, or greedy; a vocabulary of at most SORT_WIDTH ids is sorted whole). Per frame, in numpy: the
-settings' per-group columns, the host flags that skip what no row needs, the seed-and-counter part of the
-hash, and the Gumbel noise of every drawn group when the batch is small. Per group: one unsorted
-top-(W+1) selection (torch.topk: on this CPU 4x faster than numpy's argpartition at 1-16 rows), then numpy
-on the W + 1 candidates: the top-k edge from their sorted values, the ties check, the Gumbel-max (the first id
-among the highest scores, which no candidate order changes), the noise only at the candidates (gathered from
-the frame's noise, or hashed there: the same values). Only where an order or the whole vocabulary shapes the
-bits does it take them: the stable order (by value, ties by id) for the top-p prefix and for logprobs summed
-over the W candidates; torch's softmax and log-softmax over the whole row for the top-p mass and the logprobs
-(the mass's cumsum in float64, as torch's CPU cumsum sums float32, so the same bits).
-The drawn ids equal `sample`'s exactly; logprobs are the same log-softmax over the same kept set, summed
-over the candidates in their stable order (float rounding, ~1e-7) or, with `exact_logprobs`, over the whole
-vocabulary as `sample` sums it (the same bits).
+1..SORT_WIDTH, or greedy; a vocabulary of at most SORT_WIDTH ids is sorted whole). Per frame: the settings'
+per-group columns and host flags (`frame_columns`, cached by value), the seed-and-counter part of the hash and
+the Gumbel noise of every drawn group when the batch is small (`host_gumbel`: numpy, the same bits).
+One row (batch 1), per group on 1-D numpy: the top W + 1 values by one partition and a sort of those; where
+they are strictly decreasing the top-k is their first k and the stable order is theirs, the top-p cut comes
+from their float64 masses, and the kept ids are the values at or above the lowest kept one, read in id order
+by one compare (their noise gathered, the first highest score the smallest id); ties, a NaN or a mass near
+top_p go to the batch path.
+A batch, per group: the W + 1 candidates by numpy's partition and one `flatnonzero` (in id order; ties at the
+edge: torch.topk's), the stable order (by value, ties by id) where an order shapes the bits (the top-p prefix,
+a logprob summed over the candidates), the ties check, the top-p cut (`_cut_top_p`), the noise only at the
+candidates (gathered from the frame's noise, or hashed there: the same values) and the first-id Gumbel-max.
+The top-p cut is `process_logits`' (torch's float32 softmax over the whole row, its cumsum in float64): it is
+decided from float64 masses over the W values where every one lies farther than `TOP_P_MARGIN` from top_p
+(there the float32 bits cannot decide otherwise; the bound is argued at the constant) and from torch's bits
+otherwise (rare), so the kept set is the same bit for bit.
+The drawn ids equal `sample`'s exactly; logprobs are the log-softmax of the processed logits over the top
+SORT_WIDTH ids in stable order (bit for bit that, within float rounding of `sample`'s ~1e-7) or, with
+`exact_logprobs`, over the whole vocabulary as `sample` sums it (the same bits).
 A row whose ties at its k-th value (a greedy row: at its maximum) run past the W candidates makes the
 group fall back to `sample` for the whole batch (the host sees it), so every row's draw stays its own
 whatever the batch. A group whose rows are all greedy is the first argmax alone (no candidates, no noise).
@@ -191,7 +197,8 @@ class FrameSampler:
             n = 1 + lo
         ids = (z >= top[w - n]).nonzero()[0]                                                  # [n] by id
         zk = z[ids]
-        noise = self.noise[0, self._noise_column[grp]][ids] if self.noise is not None else self._noise_at(grp, ids[None])[0]
+        noise = (self.noise[0, self._noise_column[grp]][ids] if self.noise is not None
+                 else self._noise_at(grp, ids[None])[0])                                      # [n]
         i = int((zk + noise).argmax())  # the first highest score: the smallest id among them
         picked = ids[i:i + 1]                                                                 # [1]
         if self.exact_logprobs:
