@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from v2.models import decode_row
+from v2.models import decode_row, decode_row_kept
 from v2.models.config import BackboneConfig
 from v2.models.kv_cache import PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
@@ -195,7 +195,7 @@ def test_the_rope_table_rows_are_the_calls_rows(name: str) -> None:
     cfg, d = model.cfg, model.cfg.head_dim
     g = torch.Generator().manual_seed(d)
     for top in (7, 300, 5000):
-        table = decode_row._Scratch().grow_rope(model, top, torch.device("cpu"))
+        table = decode_row_kept.Scratch().grow_rope(model, top, torch.device("cpu"))
         assert table.shape[0] > top and table.shape[1:] == (2, d)
         for b in (1, 2, 3, 5, 8, 13, 16, 17, 33):
             pos = torch.randint(0, top + 1, (b, 1), generator=g)
