@@ -224,8 +224,12 @@ class FrameSampler:
         ids, vals = _candidates(zn, torch.from_numpy(zn))                                    # [B, W + 1]
         if self.any_p[grp] or not self.exact_logprobs:  # the first W by value (ties at the W-th value past
             # the drawable edge never drawn, never in a logprob)
-            by_value = (-vals).argsort(axis=-1, kind="stable")
-            ids, vals = ids[rows, by_value], vals[rows, by_value]
+            by_value = (-vals).argsort(axis=-1)  # the stable order where no row ties (3x a stable sort's speed)
+            ordered = vals[rows, by_value]
+            if not bool((ordered[:, 1:] < ordered[:, :-1]).all()):  # ties (or a NaN): those by id
+                by_value = (-vals).argsort(axis=-1, kind="stable")
+                ordered = vals[rows, by_value]
+            ids, vals = ids[rows, by_value], ordered
             ids, vals, last = ids[:, :SORT_WIDTH], vals[:, :SORT_WIDTH], vals[:, SORT_WIDTH:]
             return ids, vals, last, vals[rows, self._kth_index[grp]], vals[:, :1]
         ascending = np.sort(vals, axis=-1)  # the edge and the k-th value from the sorted values alone
@@ -236,29 +240,35 @@ class FrameSampler:
         those whose top-k mass ahead is not below top_p (`process_logits`' rule). The bits of that mass are
         torch's float32 softmax over the whole row, its float64 cumsum cast to float32, less the id's own
         probability; the decision is made in float64 on the W values where it cannot differ (`TOP_P_MARGIN`),
-        else (rare) from those bits."""
+        else (rare) from those bits, for the rows that need them."""
         mass = np.exp(np.subtract(zc, zc[:, :1], dtype=np.float64))                          # [B, W]
-        through = np.cumsum(mass, axis=-1)  # the mass up to and with each place (x the row's total)
+        through = np.add.accumulate(mass, axis=-1)  # the mass up to and with each place (x the row's total)
         total = through[:, -1:]                                                              # [B, 1]
         gap = through[:, :-1] - total * self._cut[grp]  # place i + 1's mass ahead less top_p, x total [B, W - 1]
-        if bool((np.abs(gap) > total * TOP_P_MARGIN).all()):  # (a NaN row fails this)
+        far = (np.abs(gap) > total * TOP_P_MARGIN).all(axis=-1)  # [B] (a NaN row is not)
+        if bool(far.all()):
             np.copyto(zc[:, 1:], -_INF, where=gap >= 0)
             return
-        sorted_p = self._over_whole(torch.softmax, v, ids, zc)[self._rows, ids]
+        near = (~far).nonzero()[0]  # these rows from torch's bits (a row's softmax is its own, whatever the rows)
+        sub_ids, sub = ids[near], zc[near]                                                   # [R, W]
+        sorted_p = self._over_whole(torch.softmax, v, sub_ids, sub)[self._rows[: near.shape[0]], sub_ids]
         before = np.cumsum(sorted_p, axis=-1, dtype=np.float64).astype(np.float32) - sorted_p  # torch's cumsum
-        keep = (before < self._top_p[grp]) | self._p_off[grp]
+        keep = (before < self._top_p[grp][near]) | self._p_off[grp][near]
         keep[:, 0] = True
-        zc[~keep] = -_INF
+        np.copyto(zc[:, 1:], -_INF, where=(gap >= 0) & far[:, None])
+        zc[near] = np.where(keep, sub, -_INF)
 
     def _over_whole(self, fn: Callable[..., Tensor], v: int, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """fn(rows, dim=-1) of [B, v] rows that hold `values` [B, W] at `ids` and -inf elsewhere -> [B, v]. The rows
-        are a buffer of -inf kept for the frame, written at ids and restored after (no fresh [B, v] per draw)."""
+        """fn(rows, dim=-1) of [R, v] rows (R <= B) that hold `values` [R, W] at `ids` and -inf elsewhere -> [R, v].
+        The rows are a buffer of -inf kept for the frame, written at ids and restored after (no fresh [B, v] per
+        draw)."""
         whole = self._minus_inf.get(v)
         if whole is None:
             whole = self._minus_inf[v] = np.full((self._rows.shape[0], v), -_INF, dtype=np.float32)
-        whole[self._rows, ids] = values
+        whole, rows = whole[: ids.shape[0]], self._rows[: ids.shape[0]]  # the first rows where ids has fewer
+        whole[rows, ids] = values
         out: np.ndarray = fn(torch.from_numpy(whole), dim=-1).numpy()
-        whole[self._rows, ids] = -_INF
+        whole[rows, ids] = -_INF
         return out
 
     def _greedy_raw(self, grp: int, logits: Tensor, ids: Tensor, lp: Tensor) -> Tensor:
