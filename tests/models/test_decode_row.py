@@ -248,3 +248,16 @@ def test_a_pool_whose_tensors_are_replaced(monkeypatch: pytest.MonkeyPatch) -> N
     with torch.no_grad():
         model.forward_cached(x, cache, tables, pos, valid, 128)
     assert not torch.equal(cache.k, old_k)  # the new K took the rows' keys
+
+
+def test_the_equalities_the_row_leans_on() -> None:
+    """On this CPU path (each forced-ISA leg too): `mean` is the sum then its quotient by the count, and addcdiv
+    (eps + 1 * (s / n)) is that quotient plus eps, every bit (values of all magnitudes, zeros included)."""
+    g = torch.Generator().manual_seed(11)
+    for n in (12, 16, 40, 64, 128):
+        x = torch.randn(67, n, generator=g) * 10.0 ** torch.randint(-18, 18, (67, 1), generator=g)
+        x[0] = 0.0
+        s = x.pow(2).sum(-1, keepdim=True)
+        count, eps = torch.tensor(float(n)), torch.tensor(1e-6)
+        assert torch.equal(x.pow(2).mean(-1, keepdim=True).view(torch.int32), (s / count).view(torch.int32))
+        assert torch.equal(torch.addcdiv(eps, s, count).view(torch.int32), (s / count + eps).view(torch.int32))

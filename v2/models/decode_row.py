@@ -88,7 +88,7 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
     torch.index_select(rope, 0, flat, out=rows.cs)  # [B, 2, D]: the rows' cos, -sin | sin
     # where each row's K/V go: row (block Hkv + head) S + offset of a layer's pool as [(N + 1) Hkv S, D]
     block = torch.where(valid, tables.gather(1, torch.div(pos, size, rounding_mode="floor")), dummy)  # [B, 1]
-    place = (block * (cfg.num_kv_heads * size) + pos % size) + plan.head_rows  # [B, Hkv]
+    place = torch.addcmul(pos % size, block, plan.block_rows) + plan.head_rows  # [B, Hkv] (integers: exact)
     index = tables[:, :blocks].reshape(-1)  # [B n]: the blocks gathered
     last = pos if top < context_len else pos.clamp(max=context_len - 1)  # each row's last key read
     drop = plan.keys > last.view(b, 1, 1, 1, 1)  # [B, n, 1, 1, S]: keys past the row's own

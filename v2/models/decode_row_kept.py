@@ -38,7 +38,7 @@ class Plan:
     """The buffers and views of calls of b rows reading `blocks` blocks of `size` keys (module docstring): the
     gathered K [B n, Hkv, S, D] and V with a column of ones [B n, Hkv, S, D + 1] (the weights' own sum rides
     along the weighted values'), the products, the weights (the scores first), their max, the queries, and each
-    halving level's halves; the key offsets and the heads' first rows in a block."""
+    halving level's halves; the key offsets, the heads' first rows in a block and a block's rows."""
 
     def __init__(self, cfg: BackboneConfig, b: int, blocks: int, size: int, flat: dict[str, Tensor]) -> None:
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -58,6 +58,7 @@ class Plan:
         self.values, self.total = acc[:, 0, :, :, 0, :d], acc[:, 0, :, :, 0, d:]  # [B, Hkv, G, D], [B, Hkv, G, 1]
         self.keys = torch.arange(blocks * size, device=acc.device).view(1, blocks, 1, 1, size)
         self.head_rows = torch.arange(hkv, device=acc.device) * size  # [Hkv]
+        self.block_rows = torch.tensor(hkv * size, device=acc.device)  # a block's rows in a layer's pool
 
 
 def _view(flat: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -113,7 +114,7 @@ class Rows:
 class Layer:
     """One layer's parameters as the row reads them: the projections' `aligned_weight` transposes ([in', out],
     the operand F.linear's mm takes), the norms' weights, and the q and k norm weights stacked per head
-    [Hq + Hkv, D] (None without q/k norms); the norms' eps are read at each call (`eps`)."""
+    [Hq + Hkv, D] (None without q/k norms); the norms' eps are read at each call (`norms`, `qk_norms`)."""
 
     def __init__(self, layer: Qwen3Layer, hq: int, hkv: int) -> None:
         att, mlp = layer.self_attn, layer.mlp
