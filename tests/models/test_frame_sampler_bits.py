@@ -171,3 +171,25 @@ def test_without_the_margin_the_float64_cut_can_differ_from_the_torch_bits(monke
         want_ids, want_lp = reference(s, steps, GROUP, x)
         differ += not (torch.equal(ids, want_ids) and torch.equal(lp, want_lp))
     assert differ > 0
+
+
+def test_no_draw_hands_torch_a_read_only_array(monkeypatch):
+    """The settings columns are cached read-only: what a draw gives torch.from_numpy is its own (a greedy row's
+    raw logprob included), so torch never warns of, or writes into, a shared array."""
+    from_numpy = torch.from_numpy
+
+    def checked(a):  # noqa: ANN001, ANN202
+        assert a.flags.writeable
+        return from_numpy(a)
+
+    monkeypatch.setattr(torch, "from_numpy", checked)
+    gen = torch.Generator().manual_seed(11)
+    for b in (1, 2, 16):
+        s = SamplingTensors.build(mixed_settings(gen, b), list(range(b)))
+        sampler = FrameSampler(s, torch.arange(b), VOCABS, raw_greedy_logprobs=[True] * len(VOCABS))
+        for grp, v in enumerate(VOCABS):
+            x = torch.randn(b, v, generator=gen)
+            ids, lp = sampler.draw(grp, x)
+            greedy = s.temperature[:, grp] < MIN_TEMPERATURE
+            raw = torch.log_softmax(x, dim=-1).gather(1, ids[:, None])[:, 0]
+            assert torch.equal(lp[greedy], raw[greedy])

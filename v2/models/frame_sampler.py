@@ -276,7 +276,7 @@ class FrameSampler:
         if not (self.raw_greedy[grp] and self.any_greedy[grp]):
             return lp
         raw = torch.log_softmax(logits, dim=-1).gather(1, ids[:, None])[:, 0]
-        return torch.where(torch.from_numpy(self._greedy[grp][:, 0]), raw, lp)
+        return torch.where(torch.from_numpy(self._greedy[grp][:, 0].copy()), raw, lp)  # (the column is read-only)
 
     def _fallback(self, grp: int, logits: Tensor) -> tuple[Tensor, Tensor]:
         s = self.sampling
