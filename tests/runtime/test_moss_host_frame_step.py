@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from v2.families.moss_tts_local.ar_decode import FramePlan
-from v2.families.moss_tts_local.ar_executor import ARExecutor
+from v2.families.moss_tts_local.ar_executor import ARExecutor, FrameBatch
 from v2.sampling_settings import SamplingSettings
 
 pytestmark = pytest.mark.exact
@@ -78,3 +78,19 @@ def test_pack_writes_the_plans_and_padding_rows(tiny_model):
         [2, 1, d, d], [40, 9, 0, 0], [5, 2, 0, 0], [0, 1, 1, 1], [1, 1, 0, 0], [2, 0, ex.pad_feed, ex.pad_feed]]
     assert launch.key == (4, 41, 0)  # neither slot's settings need the full sort
     assert ex.pack([FramePlan(1, 9, 2, True), FramePlan(3, 7, 2, True)], 2).key == (2, 10, 1)  # slot 3's do
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 16])
+def test_a_frame_batch_reads_the_same_rows_at_any_size(n):
+    g = torch.Generator().manual_seed(n)
+    host = torch.rand(16, 26, generator=g) * 4 - 2  # stop flags, codes and logprobs of any sign
+    host[:, 0] = (host[:, 0] > 0).float()
+    host[:, 1:13] = torch.randint(0, 1024, (16, 12), generator=g).float()
+    arr = host.numpy()
+    got = FrameBatch.read(arr, n, 12)
+    rows = arr[:n]
+    assert got.stop == [bool(v > 0.5) for v in rows[:, 0]]
+    assert got.codes == [[int(v) for v in r] for r in rows[:, 1:13].astype("int64")]
+    assert got.logprobs == rows[:, 13:].tolist()
+    assert all(type(c) is int for r in got.codes for c in r) and all(type(v) is float for r in got.logprobs for v in r)
+    assert [tuple(r.codes) for r in got] == [tuple(c) for c in got.codes]

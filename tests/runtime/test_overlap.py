@@ -9,6 +9,7 @@ between launch and read, a failing launched step, a weight update with a step in
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -150,15 +151,24 @@ def test_preempted_requests_equal_the_cpu_streams():
         host.close(), sim.close()
 
 
-def test_a_cancel_between_launch_and_read_ends_the_request_and_frees_everything():
+def test_a_cancel_between_launch_and_read_ends_the_request_and_frees_everything(monkeypatch):
     rt = Runtime.from_card("moss_tts_local_tiny", device="cpu", stream=SimulatedStream(0.05))
     try:
+        frames = rt.engine.executors[WorkUnitKind.AR_FRAME]
+        real, calls, held, release = frames.launch, [], threading.Event(), threading.Event()
+
+        def launch(work):  # on the device's worker: the fifth frame step waits for the cancel (launched, unread)
+            calls.append(work)
+            if len(calls) == 5:
+                held.set()
+                release.wait(120)
+            return real(work)
+
+        monkeypatch.setattr(frames, "launch", launch)
         handle = rt.submit({"text": "cancelled", "seed": 1, "max_frames": 100, "min_frames": 100, "stream": True})
-        deadline = time.time() + 120  # a hang check
-        while (in_flight := rt.stats()["steps_in_flight"]) == 0 and time.time() < deadline:
-            time.sleep(0.001)
-        assert in_flight == 1  # the value seen, not a second look that a slow thread may take between steps
+        assert held.wait(120)  # a hang check
         handle.cancel()
+        release.set()
         r = handle.result(120)
         assert r.finish_reason == "abort" and len(r.codes) < 100
         leak_free(rt)
@@ -195,7 +205,8 @@ def test_a_weight_update_waits_for_the_step_in_flight(rts):
     request = {"text": "updated", "seed": 3, "max_frames": 40, "min_frames": 40, **ROLLOUT}
     weight = sim.model.local_transformer.ln_f.weight.detach().clone()
     handles = sim.submit_many([{**request, "seed": i} for i in range(3)])  # admitted together
-    while sim.stats()["steps_in_flight"] == 0 or sim.stats()["running"] < 3:
+    # running and stepping (a step in flight whenever the engine waits: each read waits for the device)
+    while sim.stats()["kinds"]["ar_frame"]["calls"] == 0 or sim.stats()["running"] < 3:
         time.sleep(0.001)
     version = sim.weight_version
     sim.update_weights({"local_transformer.ln_f.weight": weight * 1.5}, version=sim.weight_version + 1, mode="wait",

@@ -86,6 +86,10 @@ class FrameBatch:
     def read(cls, host: np.ndarray, n: int, width: int) -> "FrameBatch":
         """host: the packed [bucket, 1 + width + L] float32 result: a stop flag, `width` codes, L logprobs."""
         rows = host[:n]
+        if n <= 2:  # a row or two: one conversion, the fields split on the host (a fraction of the numpy calls)
+            lists = rows.tolist()
+            return cls([r[0] > 0.5 for r in lists], [list(map(int, r[1 : 1 + width])) for r in lists],
+                       [r[1 + width :] for r in lists])
         return cls((rows[:, 0] > 0.5).tolist(), rows[:, 1 : 1 + width].astype(np.int64).tolist(),
                    rows[:, 1 + width :].tolist())
 

@@ -83,6 +83,8 @@ class Requests:
             kv.set_weights(self.gate.version)  # new weights invalidate the prefix cache
             if not kv.resume(self.running):
                 return
+        if not self.waiting:  # (only the engine thread fills it, when it takes what callers posted)
+            return
         needs, fits = self.family.needs, (kv.fits if kv is not None else lambda r: True)
         while True:
             with self.cond:

@@ -69,16 +69,21 @@ class Scheduler:
                 used += rows
             groups.setdefault(plan.signature.batch_key, []).append(plan)
         batches: list[Batch] = []
-        for kind in self.order:
-            for key in sorted((k for k in groups if k[0] is kind), key=lambda k: (k[1], k[2])):
-                group = groups[key]
-                sizes = self.buckets.get(kind)
-                if sizes is None:
-                    batches.append(Batch(kind, tuple(group), len(group)))
-                    continue
-                for start in range(0, len(group), sizes[-1]):
-                    part = tuple(group[start : start + sizes[-1]])
-                    batches.append(Batch(kind, part, bucket_for(len(part), sizes)))
+        if len(groups) == 1:  # the common step: one batch key, nothing to sort
+            key = next(iter(groups))
+            keys = [key] if any(key[0] is kind for kind in self.order) else []
+        else:
+            keys = [key for kind in self.order
+                    for key in sorted((k for k in groups if k[0] is kind), key=lambda k: (k[1], k[2]))]
+        for key in keys:
+            kind, group = key[0], groups[key]
+            sizes = self.buckets.get(kind)
+            if sizes is None:
+                batches.append(Batch(kind, tuple(group), len(group)))
+                continue
+            for start in range(0, len(group), sizes[-1]):
+                part = tuple(group[start : start + sizes[-1]])
+                batches.append(Batch(kind, part, bucket_for(len(part), sizes)))
         return StepPlan(batches, deferred, used)
 
 
