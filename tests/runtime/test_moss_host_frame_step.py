@@ -94,3 +94,14 @@ def test_a_frame_batch_reads_the_same_rows_at_any_size(n):
     assert got.logprobs == rows[:, 13:].tolist()
     assert all(type(c) is int for r in got.codes for c in r) and all(type(v) is float for r in got.logprobs for v in r)
     assert [tuple(r.codes) for r in got] == [tuple(c) for c in got.codes]
+
+
+def test_replaced_state_tensors_are_not_read_through_old_views(tiny_model):
+    host, gathered = _ar(tiny_model, True), _ar(tiny_model, False)
+    plans = [FramePlan(s, 30, 0, True) for s in (0, 1)]
+    for ex in (host, gathered):
+        ex.frame(plans, 2)  # views of slots 0 and 1 kept
+        ex.hidden = ex.hidden.clone() * 0.5  # another tensor (a benchmark swaps the tables so)
+    plans = [FramePlan(s, 31, 1, True) for s in (0, 1)]
+    assert torch.equal(bits(host.frame(plans, 2)), bits(gathered.frame(plans, 2)))
+    assert torch.equal(host.hidden, gathered.hidden)

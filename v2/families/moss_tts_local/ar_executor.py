@@ -160,7 +160,7 @@ class ARExecutor(PagedFrames):
 
     def _slot_views(self, first: int, b: int) -> "_SlotViews":
         hit = self._views_kept.get((first, b))
-        if hit is None:
+        if hit is None or not hit.of(self):  # (made again if a state tensor was replaced)
             if len(self._views_kept) >= 64:
                 self._views_kept.pop(next(iter(self._views_kept)))
             hit = self._views_kept[(first, b)] = persistent(_SlotViews)(self, first, b)
@@ -194,6 +194,12 @@ class _SlotViews:
         self.hidden, self.presence, self.tables = ex.hidden[rows], ex.presence[rows], ex.tables[rows]
         s = ex.sampling
         self._settings = (s.temperature[rows], s.top_k[rows], s.top_p[rows], s.penalty[rows], s.seed[rows])
+        self._of = (ex.hidden, ex.presence, ex.tables, ex.sampling)
+
+    def of(self, ex: ARExecutor) -> bool:
+        """Whether these are views of the executor's state tensors still."""
+        a = self._of
+        return a[0] is ex.hidden and a[1] is ex.presence and a[2] is ex.tables and a[3] is ex.sampling
 
     def sampling(self) -> SamplingTensors:
         """A fresh settings object over the kept views (a consumer may key on the object)."""
