@@ -144,5 +144,9 @@ def decode_frame_cpu(model: MossTTSLocal, hidden: Tensor, s: SamplingTensors, st
     for c in range(2, cfg.n_vq):  # as embed_codes sums them (drawn codes are never the pad code)
         summed.add_(fed[c])
     next_embed = heads.slot_row + summed  # [B, H]
-    return (stop_id, torch.stack(codes, dim=1), torch.stack(logprobs, dim=1), next_embed, stop_logits,
+    if b == 1:  # one row: the draws' [1]s joined end to end are the stacked row (stack adds a view per tensor)
+        code_t, logprob_t = torch.cat(codes).view(1, -1), torch.cat(logprobs).view(1, -1)  # [1, 12], [1, 13]
+    else:
+        code_t, logprob_t = torch.stack(codes, dim=1), torch.stack(logprobs, dim=1)  # [B, 12], [B, 13]
+    return (stop_id, code_t, logprob_t, next_embed, stop_logits,
             code_out[:, :b].transpose(0, 1) if return_logits else code_out)
