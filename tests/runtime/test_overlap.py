@@ -206,7 +206,9 @@ def test_a_weight_update_waits_for_the_step_in_flight(rts):
     weight = sim.model.local_transformer.ln_f.weight.detach().clone()
     handles = sim.submit_many([{**request, "seed": i} for i in range(3)])  # admitted together
     # running and stepping (a step in flight whenever the engine waits: each read waits for the device)
-    while sim.stats()["kinds"]["ar_frame"]["calls"] == 0 or sim.stats()["running"] < 3:
+    deadline = time.time() + 120  # a hang check
+    while not (sim.stats()["kinds"]["ar_frame"]["calls"] > 0 and sim.stats()["running"] == 3):
+        assert time.time() < deadline, "the three requests never ran a frame step"
         time.sleep(0.001)
     version = sim.weight_version
     sim.update_weights({"local_transformer.ln_f.weight": weight * 1.5}, version=sim.weight_version + 1, mode="wait",
