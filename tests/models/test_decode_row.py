@@ -157,17 +157,7 @@ def test_calls_of_other_shapes_in_turn_reuse_the_scratch(monkeypatch: pytest.Mon
     model = model_of("talker")
     for b, start in ((16, [3] * 16), (1, [117]), (16, [5 + i for i in range(16)]), (3, [60, 2, 90])):
         base, tables = pool(model.cfg, b, 8, 16)
-        x = torch.randn(b, 1, model.cfg.hidden_size, generator=torch.Generator().manual_seed(b))
-        pos, valid = torch.tensor(start)[:, None], torch.ones(b, 1, dtype=torch.bool)
-        outs = []
-        for fast in (True, False):
-            cache = PagedKVCache(base.k.clone(), base.v.clone())
-            with monkeypatch.context() as m, torch.no_grad():
-                if not fast:
-                    m.setattr(decode_row, "fits", lambda x, cache: False)
-                outs.append((model.forward_cached(x, cache, tables, pos, valid, 128), cache))
-        (got, got_cache), (want, want_cache) = outs
-        assert torch.equal(got, want) and torch.equal(got_cache.k, want_cache.k)
+        same_as_generic(monkeypatch, model, base, tables, start, 128)
 
 
 def same_as_generic(monkeypatch: pytest.MonkeyPatch, model: Qwen3Backbone, cache: PagedKVCache, tables: torch.Tensor,
