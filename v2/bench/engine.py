@@ -55,8 +55,10 @@ from v2 import registry
 from v2.card import DEFAULT_CARD, load_card
 from v2.runtime import Runtime
 from v2.runtime.device import CudaStream, HostStream, SimulatedStream
+from v2.bench.threads import keeps_threads
 
 
+@keeps_threads
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.bench.engine", description=__doc__.splitlines()[0])
     p.add_argument("--card", default=DEFAULT_CARD, help="the card to measure, a name or a path (default: %(default)s)")

@@ -30,6 +30,7 @@ from v2.models.csm.config import CsmConfig
 from v2.models.csm.model import Csm
 from v2.models.weights import empty_model
 from v2.kit.sequence import FramePlan
+from v2.bench.threads import keeps_threads
 
 BLOCK_SIZE = 16
 
@@ -83,6 +84,7 @@ def bucket_row(ex: FrameExecutor, bucket: int, context: int, iters: int, device:
     return graph_bucket_row(ex.frame_step, key, bucket, lambda: state(ex), iters, device)
 
 
+@keeps_threads
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.families.csm.bench.framestep", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -46,6 +46,7 @@ import torch
 from v2.bench import reference_kit as kit
 from v2.families.csm.bench.reference_setup import (CHECKPOINT, FIXTURE, ReferenceProcess, fixture_card,
                                                    ops_per_frame, prompts, sampled_settings, without_stop)
+from v2.bench.threads import keeps_threads
 
 ENV, PYTHON_ENV = "V2_CSM_REFERENCE", "V2_CSM_REFERENCE_PYTHON"
 DEFAULT_REFERENCE = CHECKPOINT  # what `v2.bench.reference` runs without --reference or `ENV`
@@ -83,6 +84,7 @@ def _request(ids: list[int], seed: int, frames: int, sampling: dict[str, Any] | 
             **(sampling if sampling is not None else {"temperature": 0.0})}
 
 
+@keeps_threads
 def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, repeat: int = 5,
             log: Callable[[str], None] = lambda s: None, modes: tuple[str, ...] = MODES,
             count_ops: bool = True) -> dict[str, Any]:

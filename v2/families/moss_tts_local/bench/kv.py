@@ -40,6 +40,7 @@ from v2.runtime import Runtime
 from v2.runtime.blocks import chain_keys
 from v2.families.moss_tts_local.ar_executor import ARExecutor
 from v2.runtime.paging import KVPager
+from v2.bench.threads import keeps_threads
 
 ROW_WIDTH = 13
 
@@ -234,6 +235,7 @@ def attention(bucket: int, context: int, rounds: int, iters: int, device: torch.
     return out
 
 
+@keeps_threads
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.families.moss_tts_local.bench.kv",
                                 description=__doc__.splitlines()[0])

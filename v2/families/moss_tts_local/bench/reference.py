@@ -32,6 +32,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from v2.bench.threads import keeps_threads
+
 FIXTURE = Path(__file__).resolve().parents[4] / "tests" / "fixtures"
 WORKER = Path(__file__).resolve().parent / "reference_worker.py"
 ENV, PYTHON_ENV = "V2_MOSS_REFERENCE", "V2_MOSS_REFERENCE_PYTHON"
@@ -98,6 +100,7 @@ def reference_sampling(settings: Any) -> dict[str, Any]:
             "audio_repetition_penalty": settings.repetition_penalty}
 
 
+@keeps_threads
 def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, repeat: int = 5,
             log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """The scenario; figures per side: ms per row-frame (median) and the median paired ratio to the reference."""

@@ -36,6 +36,7 @@ import torch
 from v2.bench import reference_kit as kit
 from v2.families.qwen3_omni.bench.reference_setup import (CHECKPOINT, ReferenceProcess, clip, fixture_card,
                                                           for_reference, omni_request, prompts)
+from v2.bench.threads import keeps_threads
 
 ENV, PYTHON_ENV = "V2_QWEN3_OMNI_REFERENCE", "V2_QWEN3_OMNI_REFERENCE_PYTHON"
 DEFAULT_REFERENCE = CHECKPOINT
@@ -79,6 +80,7 @@ def equal(a: Outputs, b: Outputs) -> bool:
         for (ta, ca, wa), (tb, cb, wb) in zip(a, b))
 
 
+@keeps_threads
 def compare(reference: Path, python: str, *, frames: int = 32, batch: int = 16, repeat: int = 3,
             log: Callable[[str], None] = lambda s: None, tokens: int = TOKENS) -> dict[str, Any]:
     """The scenario on checkpoint `reference`: per side the wall seconds (median, min), ms per row-frame, the

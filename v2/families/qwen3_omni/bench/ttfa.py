@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from v2.bench.threads import keeps_threads
+
 TEXTS = ("Tell me a long story about the sea.", "Explain how a bicycle works.", "Write a poem about winter.",
          "Describe your favourite city.", "What should I cook tonight?", "Why is the sky blue?",
          "Summarise the history of flight.", "Give me ten tips for studying.")
@@ -93,6 +95,7 @@ def level(rt: Any, c: int, tokens: int, frames: int, speaker: str | None) -> dic
             "requests": rows}
 
 
+@keeps_threads
 def run(card: str, *, tokens: int, frames: int, concurrency: list[int], min_tokens: int,
         speaker: str | None = None, threads: int | None = None, device: str = "cpu") -> dict[str, Any]:
     import torch

@@ -18,10 +18,12 @@ import torch
 
 from v2.bench.__main__ import machine
 from v2.models.qwen3_codec import Qwen3CodecDecoder
+from v2.bench.threads import keeps_threads
 
 FIXTURE = "tests/fixtures/qwen3_tts_tiny/checkpoint/speech_tokenizer"
 
 
+@keeps_threads
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", default=FIXTURE, help="a speech_tokenizer directory")

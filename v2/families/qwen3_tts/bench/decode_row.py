@@ -26,6 +26,7 @@ from v2.models import decode_row
 from v2.models.config import BackboneConfig
 from v2.models.kv_cache import PagedKVCache
 from v2.models.qwen3 import Qwen3Backbone
+from v2.bench.threads import keeps_threads
 
 
 class _Count(TorchDispatchMode):
@@ -46,6 +47,7 @@ def _cpu_ms(fn: Callable[[], Any], iters: int) -> float:
     return (time.process_time() - start) / iters * 1e3
 
 
+@keeps_threads
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.families.qwen3_tts.bench.decode_row",
                                 description=__doc__.splitlines()[0])

@@ -20,10 +20,12 @@ from v2.bench.__main__ import machine
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.qwen3_tts.generate import generate_batch
 from v2.models.qwen3_tts.model import Qwen3TTS
+from v2.bench.threads import keeps_threads
 
 FIXTURE = Path(__file__).resolve().parents[4] / "tests" / "fixtures" / "qwen3_tts_tiny" / "checkpoint"
 
 
+@keeps_threads
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("checkpoint", nargs="?", default=str(FIXTURE))

@@ -29,6 +29,7 @@ from v2.families.qwen3_tts.talker_executor import TalkerExecutor
 from v2.models.qwen3_tts.config import Qwen3TTSSampling
 from v2.models.qwen3_tts.model import Qwen3TTS
 from v2.kit.sequence import FramePlan
+from v2.bench.threads import keeps_threads
 
 BLOCK_SIZE = 16
 
@@ -75,6 +76,7 @@ def bucket_row(ex: TalkerExecutor, bucket: int, context: int, iters: int, device
     return graph_bucket_row(ex.frame_step, key, bucket, lambda: state(ex), iters, device)
 
 
+@keeps_threads
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.families.qwen3_tts.bench.framestep",
                                 description=__doc__.splitlines()[0])

@@ -44,6 +44,7 @@ import torch
 from v2.bench import reference_kit as kit
 from v2.families.qwen3_tts.bench.reference_setup import (CHECKPOINT, FIXTURE, WORKER, ReferenceProcess,
                                                          fixture_card, ops_per_frame, prompts, settings)
+from v2.bench.threads import keeps_threads
 
 ENV, PYTHON_ENV = "V2_QWEN3_TTS_REFERENCE", "V2_QWEN3_TTS_REFERENCE_PYTHON"
 DEFAULT_REFERENCE = CHECKPOINT  # what `v2.bench.reference` runs without --reference or `ENV`
@@ -85,6 +86,7 @@ def _request(p: dict[str, Any], seed: int, frames: int, sampling: dict[str, Any]
             "repetition_penalty": penalty, **(sampling if sampling is not None else {"temperature": 0.0})}
 
 
+@keeps_threads
 def compare(reference: Path, python: str, *, frames: int = 64, batch: int = 16, repeat: int = 5,
             log: Callable[[str], None] = lambda s: None, modes: tuple[str, ...] = MODES,
             count_ops: bool = True) -> dict[str, Any]:
