@@ -2,7 +2,8 @@
 (ADTS), the other formats the server streams, through the server's own encoder (v2/server/audio.py: PyAV, in
 the server extra; that module imports none of the server's web parts).
 
-Owns: telling the format from an explicit choice or the file's suffix (and that this machine can write it),
+Owns: telling the format from an explicit choice or the file's suffix (SUFFIXES, the one suffix table: the
+recordings `v2 chat` sends are named by it too; and that this machine can write it),
 checking that a path can be written before any work is done (so a long synthesis never ends in "permission
 denied"), and a writer that takes the audio chunk by chunk or whole, clipped to [-1, 1].
 Must not know: the runtime, requests, models, HTTP.
@@ -22,8 +23,9 @@ FORMATS: dict[str, tuple[str, str]] = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC"
 ENCODED = frozenset({"opus", "aac"})
 INSTALL_SERVER = 'pip install -e ".[server]"'  # the README's commands for the server extra (PyAV with it)
 INSTALL_RAY = 'pip install -e ".[ray,server]"'  # and for serving replicas on Ray
-_SUFFIXES = {".wav": "wav", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg", ".mp3": "mp3", ".opus": "opus",
-             ".aac": "aac"}
+# a file's suffix -> its format: the one table, for the files the command line writes and the recordings it sends
+SUFFIXES = {".wav": "wav", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg", ".mp3": "mp3", ".opus": "opus",
+            ".aac": "aac"}
 _BLOCK = 1 << 15  # frames per soundfile write: libsndfile's Vorbis and MP3 encoders take bounded blocks best
 
 
@@ -31,13 +33,18 @@ class OutputError(ValueError):
     """The output cannot be written as asked; the message names the path or the option."""
 
 
+def suffix_format(path: str | Path) -> str | None:
+    """The format a file's suffix names (SUFFIXES, any case), or None."""
+    return SUFFIXES.get(Path(path).suffix.lower())
+
+
 def format_for(path: str | Path, explicit: str | None = None) -> str:
     """`explicit` when given, else the format the suffix names; refused when neither says, or when this
     machine's libsndfile cannot write it."""
-    fmt = explicit or _SUFFIXES.get(Path(path).suffix.lower())
+    fmt = explicit or suffix_format(path)
     if fmt is None:
         raise OutputError(f"--out {path}: cannot tell the format from the suffix {Path(path).suffix or '(none)'!r}; "
-                          f"name the file {', '.join(_SUFFIXES)}, or give --format")
+                          f"name the file {', '.join(SUFFIXES)}, or give --format")
     if fmt not in FORMATS:
         raise OutputError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt in ENCODED:

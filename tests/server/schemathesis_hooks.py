@@ -53,6 +53,17 @@ VOICES = "/v1/audio/voices"
 TONE_B64 = base64.b64encode(tone_wav()).decode()
 
 
+def tone(container: str) -> str:
+    """The tone in another container, base64 (an input_audio part's data must be in the format it names)."""
+    buf = io.BytesIO()
+    t = np.arange(6000) / 24000
+    sf.write(buf, 0.3 * np.sin(2 * np.pi * 220 * t), 24000, format=container)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+TONES = {"wav": TONE_B64, "mp3": tone("MP3"), "flac": tone("FLAC"), "ogg": tone("OGG")}  # the omni family's formats
+
+
 def _frames(body: dict, ours: str, peers: str) -> int | None:
     value = body.get(ours) if body.get(ours) is not None else body.get(peers)
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
@@ -95,13 +106,19 @@ def _speakable(body: dict) -> bool:
 
 
 def _recorded(message):
-    """A chat message whose `input_audio` parts carry a real recording (their `format` as generated)."""
+    """A chat message whose `input_audio` parts carry a real recording in the format each names (a wav where it
+    names another)."""
     content = message.get("content") if isinstance(message, dict) else None
     if not isinstance(content, list):
         return message
     return {**message, "content": [
-        {**part, "input_audio": {**part["input_audio"], "data": TONE_B64}} if isinstance(part, dict) and
-        isinstance(part.get("input_audio"), dict) else part for part in content]}
+        _with_tone(part) if isinstance(part, dict) and isinstance(part.get("input_audio"), dict) else part
+        for part in content]}
+
+
+def _with_tone(part: dict) -> dict:
+    audio = part["input_audio"]
+    return {**part, "input_audio": {**audio, "data": TONES.get(audio.get("format"), TONE_B64)}}
 
 
 @schemathesis.hook

@@ -2,13 +2,15 @@
 the official `openai` client on a real server: text and a decodable wav equal to the runtime's own answer, the
 streamed pcm16 deltas and transcript equal to the whole answer under one seed, a text-only reply, a turn
 carrying audio, the published input_audio formats and token cap (the family's; a format or cap outside them
-refused naming it), and the speech routes refused naming /v1/chat/completions. The card is copied with the talker's
-frame cap lowered to keep each spoken reply short on a CPU (raised for the client that leaves)."""
+refused naming it), data not in its stated format refused naming it while another reply runs on unharmed, and
+the speech routes refused naming /v1/chat/completions. The card is copied with the talker's frame cap lowered to
+keep each spoken reply short on a CPU (raised for the client that leaves)."""
 
 from __future__ import annotations
 
 import base64
 import io
+import json
 import time
 from typing import Any
 
@@ -124,6 +126,50 @@ def test_a_bad_recording_is_refused_naming_its_part(live):
     with pytest.raises(openai.BadRequestError) as e:
         client(live).chat.completions.create(model=CARD, messages=[{"role": "user", "content": [part]}])
     assert e.value.param is not None and e.value.param.startswith("messages[0].content[0]"), e.value.body
+
+
+def _recording(container: str) -> str:
+    buf = io.BytesIO()
+    t = np.arange(4800) / 16000
+    sf.write(buf, (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000, format=container)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_data_not_in_its_format_is_refused_naming_it_and_a_running_reply_goes_on(live):
+    """A wav sent as mp3, a flac sent as wav and bytes that are no audio file: each a 400 in OpenAI's shape naming
+    the part's `data`, refused at submit while another reply streams; that reply is the runtime's own answer, and
+    the audio encoder ran for none of the refused (the reply carries no audio)."""
+    param = "messages[0].content[1].input_audio.data"
+    refused = [(_recording("WAV"), "mp3", f"{param}: holds wav audio, not mp3 as its format says"),
+               (_recording("FLAC"), "wav", f"{param}: holds flac audio, not wav as its format says"),
+               (base64.b64encode(b"not audio " * 50).decode(), "wav", f"{param}: the bytes are not decodable as audio")]
+    encoded = live.runtime.stats()["kinds"]["audio_encode"]["rows"]
+    body = {"model": CARD, "messages": HELLO, "seed": 3, "max_tokens": 5, "stream": True, **SPOKEN}
+    pcm = b""
+    with httpx.stream("POST", live.url + "/v1/chat/completions", json=body, timeout=300) as r:
+        lines = r.iter_lines()
+        events = [next(line for line in lines if '"data"' in line)]  # its first audio: the reply is running
+        for data, fmt, message in refused:
+            part = {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+            sent = {"model": CARD, "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, part]}],
+                    **SPOKEN}
+            answer = httpx.post(live.url + "/v1/chat/completions", json=sent, timeout=60)
+            assert answer.status_code == 400, answer.text
+            error = answer.json()["error"]
+            assert error["param"] == param, answer.text
+            assert error["type"] == "invalid_request_error" and error["code"] == "invalid_value"
+            assert error["message"].startswith(message), error["message"]
+        events.extend(lines)
+    for line in events:
+        if line.startswith("data: {"):
+            delta = json.loads(line[len("data: "):])["choices"]
+            audio = delta[0]["delta"].get("audio") if delta else None
+            pcm += base64.b64decode((audio or {}).get("data") or "")
+    own = live.runtime.submit({"messages": HELLO, "modalities": ["text", "audio"], "speaker": "Chelsie", "seed": 3,
+                               "max_tokens": 5}).result(timeout=300)
+    assert len(pcm) > 0 and np.array_equal(np.frombuffer(pcm, "<i2"), s16(own.audio)[:, 0])
+    assert live.runtime.stats()["kinds"]["audio_encode"]["rows"] == encoded
+    assert not busy(live.runtime.stats()), live.runtime.stats()
 
 
 def test_the_published_input_audio_formats_and_token_cap_are_the_familys_and_another_is_refused_by_name(live):

@@ -2,7 +2,9 @@
 
 Owns: the request the options make (OpenAI's chat shape: a `--system` turn, then one user turn whose parts are
 the `--message` texts and `--audio` files in the order given, each file as an `input_audio` part: its bytes in
-base64 and its format from the suffix; `--voice` the speaker, `--text-only` the text modality alone), the
+base64 and its format from the suffix, by the one suffix table (v2/audiofile.py `SUFFIXES`), taken when it is one
+of the formats the card's family reads (its `input_audio_formats`, the list the server takes and publishes) and
+the file's header says that container; `--voice` the speaker, `--text-only` the text modality alone), the
 checks before any model loads (the files, the output path, the device, what the card's config refuses), the
 reply's text on stdout and its audio into `--out`, a summary line on stderr (the progress line), and every
 refusal in the options' names (`messages[0].content[1].input_audio.data` -> `--audio FILE`).
@@ -16,16 +18,15 @@ import base64
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
-from v2.audiofile import check_writable, format_for
-from v2.card import load_card
+from v2.audiofile import SUFFIXES, check_writable, format_for, suffix_format
+from v2.card import ModelCard, family_of, load_card
 from v2.cli.common import check_device, expected, load_runtime, precheck, read_bounded
 from v2.cli.options import DEFAULT_REPLY
 from v2.errors import CliError, FieldError
 from v2.progress import Progress
 
-AUDIO_FORMATS = {".wav": "wav", ".mp3": "mp3", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg"}
 MAX_AUDIO_BYTES = 64 << 20  # an --audio file is read up to this much
 # the request's fields -> the options that set them
 OPTIONS = {"speaker": "--voice", "modalities": "--text-only", "max_tokens": "--max-tokens",
@@ -35,19 +36,45 @@ _PART = re.compile(r"messages\[(\d+)\]\.content(?:\[(\d+)\])?[\w.\[\]]*")
 _FIELD = re.compile(r"(?<![\w.\[-])([a-z_]+)(?=[:\s])")
 
 
-def _audio_part(path: str) -> dict[str, Any]:
-    """An `--audio` file as an input_audio part (refused naming the option and the file)."""
-    where = f"--audio {path}"
-    fmt = AUDIO_FORMATS.get(Path(path).suffix.lower())
+def input_audio_formats(card: ModelCard) -> tuple[str, ...]:
+    """The formats the card's family takes in an input_audio part (none: it takes no recordings)."""
+    return tuple(getattr(family_of(card).bound, "input_audio_formats", ()))
+
+
+def audio_format(path: str, formats: Collection[str]) -> str:
+    """An `--audio` file's format, from its suffix; refused unless it is one of `formats`."""
+    where, suffix = f"--audio {path}", Path(path).suffix
+    taken = ", ".join(s for s, f in SUFFIXES.items() if f in formats)
+    if not taken:
+        raise CliError(f"{where}: the card's model takes no recordings; give a chat card (v2 cards)")
+    fmt = suffix_format(path)
     if fmt is None:
-        raise CliError(f"{where}: cannot tell the format from the suffix {Path(path).suffix or '(none)'!r}; "
-                       f"give a {', '.join(AUDIO_FORMATS)} file")
+        raise CliError(f"{where}: cannot tell the format from the suffix {suffix or '(none)'!r}; give a {taken} file")
+    if fmt not in formats:
+        raise CliError(f"{where}: the card's model does not read {fmt}; give a {taken} file")
+    return fmt
+
+
+def _audio_part(path: str, formats: Collection[str]) -> dict[str, Any]:
+    """An `--audio` file as an input_audio part (refused naming the option and the file): its suffix names a
+    format the card takes, and its header says that container."""
+    from v2.models.audio_in import AudioError, file_format  # soundfile: only for recordings
+
+    where = f"--audio {path}"
+    fmt = audio_format(path, formats)
     raw = read_bounded(path, where, MAX_AUDIO_BYTES)
+    try:
+        found = file_format(raw)
+    except AudioError as e:
+        raise CliError(f"{where}: {e}") from None
+    if found != fmt:
+        raise CliError(f"{where}: holds {found} audio, not {fmt} as its suffix says")
     return {"type": "input_audio", "input_audio": {"data": base64.b64encode(raw).decode("ascii"), "format": fmt}}
 
 
-def messages(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """The conversation the options make, and each message / part path -> the option that gave it."""
+def messages(args: argparse.Namespace, formats: Collection[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The conversation the options make, and each message / part path -> the option that gave it; `formats`:
+    those the card takes in an input_audio part."""
     turns: list[dict[str, Any]] = []
     labels: dict[str, str] = {}
     if args.system is not None:
@@ -61,7 +88,7 @@ def messages(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, 
     for kind, value in given:
         if kind == "audio":
             labels[f"messages[{user}].content[{len(parts)}]"] = f"--audio {value}"
-            parts.append(_audio_part(value))
+            parts.append(_audio_part(value, formats))
         else:
             texts += 1
             labels[f"messages[{user}].content[{len(parts)}]"] = f"--message #{texts}" if several else "--message"
@@ -108,9 +135,9 @@ def run_chat(args: argparse.Namespace) -> int:
     if not args.text_only:
         out = check_writable(args.out or DEFAULT_REPLY, "--out", make_parents=args.mkdir or args.out is None)
         fmt = format_for(out, None)
-    turns, labels = messages(args)
-    fields = request(args, turns)
     card = load_card(args.card)
+    turns, labels = messages(args, input_audio_formats(card))
+    fields = request(args, turns)
     device = check_device(args.device)
     # what the card and the checkpoint's config refuse (a speaker it has not), before any model loads
     precheck(card, fields, args.checkpoint, rename=lambda message: in_options(message, labels))

@@ -1,11 +1,12 @@
 """Audio in: a file, its bytes or (samples, sample_rate) -> float32 samples as decoded, and resampling.
 
-Owns: reading with soundfile (wav, flac, ogg, mp3 where libsndfile has it), the layout rule for raw
-samples, resampling with soxr (quality "HQ") to the output length `ceil(n * rate / source_rate)` that the
-references' resamplers give, and refusing unusable audio with an `AudioError` whose message reads after the
-field's name ("reference_audio: is 31.0 s long; ..."). What a recording may cost is decided before it is
-decoded, converted or copied: from a file's header (frames, rate, channels) or an array's shape, the rate
-range, the duration and frames x channels (bounds in `v2/fields.py`), and a path's length (MAX_PATH_CHARS).
+Owns: reading with soundfile (wav, flac, ogg, mp3 where libsndfile has it), telling a file's container from its
+header (`file_format`), the layout rule for raw samples, resampling with soxr (quality "HQ") to the output
+length `ceil(n * rate / source_rate)` that the references' resamplers give, and refusing unusable audio with an
+`AudioError` whose message reads after the field's name ("reference_audio: is 31.0 s long; ..."). What a
+recording may cost is decided before it is decoded, converted or copied: from a file's header (frames, rate,
+channels) or an array's shape, the rate range, the duration and frames x channels (bounds in `v2/fields.py`),
+and a path's length (MAX_PATH_CHARS).
 Each codec's own input rule (channels, level) is in its package (`audio_in.py` there).
 Must not know: torch, any codec, requests, the runtime.
 """
@@ -137,6 +138,22 @@ def _undecodable(subject: str, e: Exception) -> AudioError:
 
 
 _SOUNDFILE_ERRORS = (sf.SoundFileError, RuntimeError, TypeError, ValueError, OSError)
+# libsndfile's major formats -> the names OpenAI's and the CLI's format lists use (WAVEX: a wav whose header is
+# WAVE_FORMAT_EXTENSIBLE); any other is its libsndfile name in lower case
+_CONTAINERS = {"WAV": "wav", "WAVEX": "wav", "FLAC": "flac", "OGG": "ogg", "MP3": "mp3"}
+
+
+def file_format(data: bytes | bytearray | memoryview) -> str:
+    """The container of an audio file's bytes as its header says ("wav", "flac", "ogg", "mp3", or another of
+    libsndfile's formats in lower case, e.g. "aiff"); only the header is read. AudioError when libsndfile
+    recognises none."""
+    file, subject = _open(data)
+    try:
+        with sf.SoundFile(file) as handle:
+            major = str(handle.format)
+    except _SOUNDFILE_ERRORS as e:
+        raise _undecodable(subject, e) from None
+    return _CONTAINERS.get(major, major.lower())
 
 
 def _read_file(source: Any, max_seconds: float | None) -> tuple[np.ndarray, int]:

@@ -231,11 +231,40 @@ def test_too_long_a_clip_is_refused(cfg) -> None:
         render_messages(messages, ByteTokenizer(cfg.ids), cfg, max_audio_seconds=0.5)
 
 
-def test_data_uri_prefix_and_mp3_name(cfg, wave16k) -> None:
+def test_data_uri_prefix(cfg, wave16k) -> None:
     data = b64_wav(wave16k, 16000)
     a = render_messages(_msg([audio_part(data)]), ByteTokenizer(cfg.ids), cfg)
-    b = render_messages(_msg([audio_part("data:audio/wav;base64," + data, fmt="mp3")]), ByteTokenizer(cfg.ids), cfg)
+    b = render_messages(_msg([audio_part("data:audio/wav;base64," + data)]), ByteTokenizer(cfg.ids), cfg)
     assert a.prompt_ids == b.prompt_ids and np.array_equal(a.audio[0][0], b.audio[0][0])
+
+
+@pytest.mark.parametrize("container, fmt", [("WAV", "mp3"), ("WAV", "flac"), ("FLAC", "wav"), ("OGG", "wav"),
+                                            ("AIFF", "wav"), ("WAVEX", "ogg")])
+def test_data_in_another_container_than_its_format_is_refused(cfg, container, fmt) -> None:
+    """The header's container must be the part's `format`: a wav named mp3 (which libsndfile would decode all the
+    same) is refused naming the part's data, before a sample is decoded."""
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(1600, np.float32), 16000, format=container)
+    found = {"WAVEX": "wav"}.get(container, container.lower())
+    with pytest.raises(FieldError) as e:
+        render_messages(_msg([audio_part(base64.b64encode(buf.getvalue()).decode(), fmt=fmt)]),
+                        ByteTokenizer(cfg.ids), cfg)
+    assert str(e.value) == f"messages[0].content[0].input_audio.data: holds {found} audio, not {fmt} as its format says"
+    assert e.value.field == "messages.content.input_audio.data"
+
+
+@pytest.mark.parametrize("container, subtype, fmt", [("WAV", "PCM_16", "wav"), ("WAVEX", "PCM_16", "wav"),
+                                                     ("FLAC", "PCM_16", "flac"), ("OGG", "VORBIS", "ogg"),
+                                                     ("MP3", "MPEG_LAYER_III", "mp3")])
+def test_each_format_is_taken_in_its_own_container(cfg, container, subtype, fmt) -> None:
+    if container not in sf.available_formats():
+        pytest.skip(f"this libsndfile ({sf.__libsndfile_version__}) has no {container}")
+    buf = io.BytesIO()
+    t = np.arange(4800) / 16000
+    sf.write(buf, (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000, format=container, subtype=subtype)
+    out = render_messages(_msg([audio_part(base64.b64encode(buf.getvalue()).decode(), fmt=fmt)]),
+                          ByteTokenizer(cfg.ids), cfg)
+    assert len(out.audio) == 1 and out.audio[0][1] == 16000 and out.audio[0][0].shape[0] >= 4800
 
 
 def test_tokenizers(cfg, tmp_path) -> None:

@@ -2,10 +2,11 @@
 
 Owns: the part's checks (`data`: base64 of a whole audio file, a `data:audio/...;base64,` prefix allowed;
 `format`: one of FORMATS, the containers libsndfile decodes, in lower case as OpenAI's enum spells them: the
-one list of them, the family's `input_audio_formats`, which a server's schema publishes), decoding
-(v2/models/audio_in.py `read_audio`: the header's rate, duration and size checked before a sample is decoded),
-the release processor's input rule (its `librosa.load(sr=16000)`: channels averaged, resampled with soxr "HQ"
-to ceil(n * 16000 / rate) samples) and the `<|audio_pad|>` count of the clip (`audio_token_count` of
+one list of them, the family's `input_audio_formats`, which a server's schema publishes; the data's header must
+say the same container, so a wav sent as mp3 or bytes that are no audio file are refused before anything runs),
+decoding (v2/models/audio_in.py `read_audio`: the header's rate, duration and size checked before a sample is
+decoded), the release processor's input rule (its `librosa.load(sr=16000)`: channels averaged, resampled with
+soxr "HQ" to ceil(n * 16000 / rate) samples) and the `<|audio_pad|>` count of the clip (`audio_token_count` of
 samples // hop mel frames: the encoder's output rows). Every refusal is a FieldError whose message starts with
 the part's path (`messages[1].content[0].input_audio.data: ...`).
 Must not know: the chat template, tokens other than the count, requests, the runtime.
@@ -20,7 +21,7 @@ import re
 import numpy as np
 
 from v2.errors import FieldError
-from v2.models.audio_in import AudioError, read_audio, resample
+from v2.models.audio_in import AudioError, file_format, read_audio, resample
 from v2.models.aut.features import audio_token_count
 from v2.models.aut.config import AudioEncoderConfig
 
@@ -51,8 +52,13 @@ def decode_input_audio(data: object, fmt: object, at: str, cfg: AudioEncoderConf
         raise FieldError(f"{at}.format: expected one of {', '.join(FORMATS)}, got {fmt!r}", field=f"{FIELD}.format")
     if not isinstance(data, str):
         raise FieldError(f"{at}.data: expected a base64 string, got {type(data).__name__}", field=f"{FIELD}.data")
+    raw = _b64(data, at)
     try:
-        samples, rate = read_audio(_b64(data, at), max_seconds=max_seconds)  # [channels, n]
+        found = file_format(raw)  # the header's container, before a sample is decoded
+        if found != fmt:
+            raise FieldError(f"{at}.data: holds {found} audio, not {fmt} as its format says",
+                             field=f"{FIELD}.data")
+        samples, rate = read_audio(raw, max_seconds=max_seconds)  # [channels, n]
     except AudioError as e:
         raise FieldError(f"{at}.data: {e}", field=f"{FIELD}.data") from None
     mono = samples.mean(axis=0, dtype=np.float32)[None] if samples.shape[0] > 1 else samples  # [1, n]
