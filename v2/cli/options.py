@@ -20,7 +20,7 @@ import re
 from typing import Any, Callable
 
 from v2.aligner.card import ALIGNER_HELP
-from v2.audiofile import FORMATS
+from v2.audiofile import FORMATS, SUFFIXES
 from v2.card import DEFAULT_CARD, DEFAULT_CHAT_CARD
 from v2.errors import did_you_mean
 from v2.fields import INT64_MAX, TOP_K_MAX, check_penalty, check_temperature
@@ -201,8 +201,8 @@ def add_chat_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--message", action=_Part, metavar="TEXT",
                    help="text of the user's turn; repeat for several parts, kept in order with --audio (default: none)")
     p.add_argument("--audio", action=_Part, metavar="FILE",
-                   help="a recording in the user's turn (wav, mp3, flac, ogg), sent as an input_audio part; "
-                        "repeatable (default: none)")
+                   help="a recording in the user's turn, in a format the card's family takes, named by its suffix "
+                        f"({' '.join(SUFFIXES)}); sent as an input_audio part; repeatable (default: none)")
     p.add_argument("--system", default=None, help="a system turn before the user's (default: none)")
     p.add_argument("--voice", default=None,
                    help="the speaker of the reply, one of the checkpoint's (default: the card's first)")
