@@ -1,7 +1,7 @@
 """The aligner's work kind: a batch of spans, of any requests, in one forward of the forced aligner.
 
 Owns: `pack` (host: each span's audio made 16 kHz, soxr "HQ"), `launch` (the device: each clip's log-mel and
-prompt, one `ForcedAligner.marker_logits` call for every span that has words, the head's class at each marker,
+prompt, one `ForcedAligner.marker_classes` call for every span that has words: the head's class at each marker,
 the first maximum on ties: int64 [sum of markers]), and `read` (the release's fix-up per span, each word's times
 clamped to its span's audio, as the aligner may place a marker past it, then moved to the request's time:
 seconds from the start of its audio, rounded to 3 decimals, never past the span's end: `SentenceWords`). A
@@ -53,8 +53,7 @@ class AlignExecutor:
         mels = [clip_features(wave.to(device), cfg.audio) for wave, _ in clips]  # [mel, T] each
         prompts = [torch.tensor(prompt_ids(ids, audio_tokens(mel.shape[1], cfg.audio), cfg.ids), device=device)
                    for (_, ids), mel in zip(clips, mels)]
-        logits = model.marker_logits(prompts, mels)  # [2 words, classes] each
-        return torch.cat([lg.float().argmax(-1) for lg in logits])  # [sum of markers] int64
+        return model.marker_classes(prompts, mels)  # [sum of markers] int64, span by span
 
     def read(self, host: object, batch: Batch) -> list[SentenceWords]:
         classes = np.asarray(host).tolist()
