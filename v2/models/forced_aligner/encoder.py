@@ -151,9 +151,56 @@ class BatchEncoder:
             slots = (at.view(-1).to(x.device), valid.view(-1).nonzero().squeeze(1).to(x.device),
                      valid.to(x.device)[:, None, None, :])  # gather [W width], back [R], key mask [W, 1, 1, width]
         for layer in tower.layers:
-            x = _layer(layer, x, slots, len(windows), width)
-        out = tower.proj2(exact.gelu(tower.proj1(tower.ln_post(x))))  # [R, output_dim]
-        return list(out.split(sizes))
+            x = self._layer(layer, x, slots, len(windows), width)
+        r = x.shape[0]
+        h = self._tile("h", r, x.shape[1], x)
+        h.copy_(tower.ln_post(x))
+        g = self._tile("g", r, tower.proj1.weight.shape[0], x)
+        _gelu_into(self._linear("proj1", h, tower.proj1), g)
+        return list(self._linear("proj2", g, tower.proj2, fresh=True).split(sizes))  # [N_a, output_dim] each
+
+    def _tile(self, name: str, r: int, cols: int, like: Tensor) -> Tensor:
+        """A kept input buffer's rows [:r, :cols], of whole `exact.TILE`-row tiles with the columns padded to
+        `exact.ALIGN` (never written: zero), as `exact.linear` pads its copy."""
+        tiled = -(-r // exact.TILE) * exact.TILE
+        return self.bufs.get(name, (tiled, cols + (-cols % exact.ALIGN)), like)[:r, :cols]
+
+    def _linear(self, name: str, rows: Tensor, module: exact.Linear, fresh: bool = False) -> Tensor:
+        """`module` of rows [r, in] (a `_tile` view) -> [r, out]: `exact.linear`'s calls on the kept tile's whole
+        tiles, written into a kept output buffer (`fresh`: a new one, for what outlives the call)."""
+        if not exact.on(rows):
+            return module(rows)
+        r, w = rows.shape[0], module.weight
+        tiles = rows.as_strided((-(-r // exact.TILE) * exact.TILE, rows.stride(0)), (rows.stride(0), 1))  # [tiled, in']
+        shape = (tiles.shape[0], w.shape[0])
+        out = rows.new_empty(shape) if fresh else self.bufs.get(name, shape, rows)
+        exact.tiles_linear_into(tiles, r, exact.aligned_weight(w).t(), module.bias, out, exact.TILE)
+        return out[:r]
+
+    def _layer(self, layer: EncoderLayer, x: Tensor, slots: tuple[Tensor, Tensor, Tensor] | None, windows: int,
+               width: int) -> Tensor:
+        """`aut.encoder.EncoderLayer.forward`'s maths over several clips' rows x [R, d], each window of rows
+        attending inside itself: pre-LN attention (the windows right-padded into one call, `slots`' key mask on the
+        padding; none when every window is `width` rows), then the pre-LN MLP; the linears on kept tiles."""
+        r, d = x.shape
+        a, heads = layer.self_attn, layer.heads
+        h = self._tile("h", r, d, x)
+        h.copy_(layer.self_attn_layer_norm(x))
+        qkv = [self._linear(n, h, p) for n, p in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj))]  # [R, d] each
+        if slots is not None:  # a padded slot reads row 0 (a masked key; its query's output is dropped)
+            qkv = [t.index_select(0, slots[0]) for t in qkv]  # [W width, d] each
+        q, k, v = (t.view(windows, width, heads, d // heads).transpose(1, 2) for t in qkv)  # [W, heads, width, hd]
+        o = exact.attention(q, k, v, None if slots is None else slots[2]).transpose(1, 2)  # [W, width, heads, hd]
+        att = self._tile("att", r, d, x)
+        if slots is None:
+            att.view(windows, width, heads, d // heads).copy_(o)
+        else:
+            att.copy_(o.reshape(windows * width, d).index_select(0, slots[1]))  # [R, d] in row order
+        x = x + self._linear("out", att, a.out_proj)
+        h.copy_(layer.final_layer_norm(x))
+        g = self._tile("ffn", r, layer.fc1.weight.shape[0], x)
+        _gelu_into(self._linear("fc1", h, layer.fc1), g)
+        return x + self._linear("fc2", g, layer.fc2)
 
 
 def _gelu_into(x: Tensor, out: Tensor) -> None:
@@ -173,23 +220,3 @@ def _starts(sizes: list[int]) -> list[int]:
         out.append(at)
         at += n
     return out
-
-
-def _layer(layer: EncoderLayer, x: Tensor, slots: tuple[Tensor, Tensor, Tensor] | None, windows: int,
-           width: int) -> Tensor:
-    """`aut.encoder.EncoderLayer.forward`'s maths over several clips' rows x [R, d], each window of rows attending
-    inside itself: pre-LN attention (the windows right-padded into one call, `slots`' key mask on the padding;
-    none when every window is `width` rows), then the pre-LN MLP."""
-    r, d = x.shape
-    a, heads = layer.self_attn, layer.heads
-    h = layer.self_attn_layer_norm(x)
-    qkv = [p(h) for p in (a.q_proj, a.k_proj, a.v_proj)]  # [R, d] each
-    if slots is not None:  # a padded slot reads row 0 (a masked key; its query's output is dropped)
-        qkv = [t.index_select(0, slots[0]) for t in qkv]  # [W width, d] each
-    q, k, v = (t.view(windows, width, heads, d // heads).transpose(1, 2) for t in qkv)  # [W, heads, width, hd]
-    o = exact.attention(q, k, v, None if slots is None else slots[2])  # [W, heads, width, hd]
-    o = o.transpose(1, 2).reshape(windows * width, d)  # [W width, d]
-    if slots is not None:
-        o = o.index_select(0, slots[1])  # [R, d] in row order
-    x = x + a.out_proj(o)
-    return x + layer.fc2(exact.gelu(layer.fc1(layer.final_layer_norm(x))))
