@@ -120,8 +120,9 @@ class BatchEncoder:
                 x = self.bufs.get("conv_out.src", (b, ho, to, c), y)  # [chunks, F', T', C]
                 _gelu_into(y.view(b, ho, to, c), x)
         f, t = x.shape[1], x.shape[2]
-        flat = x.permute(0, 2, 3, 1).reshape(b * t, -1)  # [chunks * T', C * F']: channel-major c * F' + f
-        rows = exact.linear(flat, tower.conv_out.weight).view(b, t, -1)  # [chunks, T', d]
+        flat = self._tile("conv_out", b * t, c * f, x)  # [chunks * T', C * F']: channel-major c * F' + f
+        flat.view(b, t, c, f).copy_(x.permute(0, 2, 3, 1))
+        rows = self._linear("", flat, tower.conv_out, fresh=True).view(b, t, -1)  # [chunks, T', d]
         rows += self._sinusoids(t, rows)[None]
         assert t == rows_after_convs(chunk)
         per_clip = rows.view(b * t, -1).split([n * t for n in counts])  # [chunks_i * T', d] each
