@@ -84,7 +84,8 @@ def test_marker_classes_are_each_clips_argmax(model: ForcedAligner) -> None:
     gen = torch.Generator().manual_seed(7)
     mels = [torch.randn(128, n, generator=gen) for n in (200, 57, 310)]
     words = [((70, 71), (72,)), ((73,),), ((74,), (75, 76), (77,))]
-    ids = [torch.tensor(prompt_ids(w, audio_tokens(m.shape[1], model.cfg.audio), model.cfg.ids)) for w, m in zip(words, mels)]
+    ids = [torch.tensor(prompt_ids(w, audio_tokens(m.shape[1], model.cfg.audio), model.cfg.ids))
+           for w, m in zip(words, mels)]
     with torch.no_grad():
         alone = [model.marker_logits([i], [m])[0] for i, m in zip(ids, mels)]
         classes = model.marker_classes(ids, mels)
@@ -98,3 +99,10 @@ def test_marker_logits_names_a_prompt_whose_pads_do_not_match(model: ForcedAlign
     short = torch.tensor(prompt_ids([(70,)], audio_tokens(200, model.cfg.audio) - 1, model.cfg.ids))
     with pytest.raises(ValueError, match=r"input_ids\[1\]: 25 <\|audio_pad\|> ids for 26 audio rows"):
         model.marker_logits([good, short], mels)
+
+
+def test_a_bfloat16_model_encodes_float32_features() -> None:
+    model = random_model(dims_config("tiny", 1, 1), dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = model.encode([torch.randn(128, 130), torch.randn(128, 40)])
+    assert [tuple(o.shape) for o in out] == [(17, 64), (5, 64)] and out[0].dtype == torch.bfloat16

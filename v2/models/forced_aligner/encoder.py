@@ -96,7 +96,8 @@ class BatchEncoder:
         chunk = 2 * cfg.n_window
         counts = [-(-m.shape[1] // chunk) for m in mels]  # whole chunks per clip
         b, n_mel = sum(counts), mels[0].shape[0]
-        x = self.bufs.get("conv2d1.src", (b, n_mel + 2, chunk + 2, 1), mels[0], zero=True)
+        weight = tower.conv2d1.weight  # the buffers take the weights' dtype
+        x = self.bufs.get("conv2d1.src", (b, n_mel + 2, chunk + 2, 1), weight, zero=True)
         at = 0
         for m, c in zip(mels, counts):  # a clip's chunks: frames [i chunk, (i + 1) chunk), zeros past its end
             full = m.shape[1] // chunk
