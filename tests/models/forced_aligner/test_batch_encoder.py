@@ -6,6 +6,8 @@ and one head call give each clip's own marker logits and classes."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -106,3 +108,12 @@ def test_a_bfloat16_model_encodes_float32_features() -> None:
     with torch.no_grad():
         out = model.encode([torch.randn(128, 130), torch.randn(128, 40)])
     assert [tuple(o.shape) for o in out] == [(17, 64), (5, 64)] and out[0].dtype == torch.bfloat16
+
+
+def test_a_copied_model_encodes_with_its_own_tower_and_buffers(model: ForcedAligner) -> None:
+    mels = [torch.randn(128, 150, generator=torch.Generator().manual_seed(8))]
+    with torch.no_grad():
+        want = model.encode(mels)[0]
+        twin = copy.deepcopy(model)
+        assert twin._encoder.tower is twin.audio_tower and twin._encoder.bufs is not model._encoder.bufs
+        assert torch.equal(twin.encode(mels)[0], want)

@@ -18,6 +18,7 @@ Must not know: prompts, words, the decoder, the runtime.
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +58,16 @@ class BatchEncoder:
         self.bufs = _Buffers()
         self._weights: dict[str, tuple[int, int, Tensor]] = {}  # conv -> (data_ptr, version, padded weight's .t())
         self._positions: dict[tuple[int, int, torch.device, torch.dtype], Tensor] = {}
+        self._lock = threading.Lock()  # the kept buffers serve one call at a time (what a call returns is its own)
+
+    def __getstate__(self) -> dict[str, object]:
+        """A copy (deepcopy, pickle) takes the tower only: buffers, caches and the lock are made anew."""
+        return {"tower": self.tower}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        tower = state["tower"]
+        assert isinstance(tower, AudioEncoder)
+        self.__init__(tower)  # type: ignore[misc]
 
     def _conv_weight_t(self, name: str, weight: Tensor) -> Tensor:
         """weight [cout, cin, 3, 3] -> [cin * 9 padded to ALIGN, cout] (what `exact.linear` multiplies by)."""
@@ -88,8 +99,18 @@ class BatchEncoder:
             torch.addmm(conv.bias, patches, wt, out=out)
         return out[:rows]
 
-    @torch.no_grad()
     def conv_rows(self, mels: list[Tensor]) -> list[Tensor]:
+        """Each clip's rows entering the layers [N_a(T_i), d_model] (`_conv_rows`, one call at a time)."""
+        with self._lock:
+            return self._conv_rows(mels)
+
+    def encode(self, mels: list[Tensor]) -> list[Tensor]:
+        """Log-mel clips [mel, T_i] -> audio rows [N_a(T_i), output_dim] each (`_encode`, one call at a time)."""
+        with self._lock:
+            return self._encode(mels)
+
+    @torch.no_grad()
+    def _conv_rows(self, mels: list[Tensor]) -> list[Tensor]:
         """Each clip's rows entering the layers [N_a(T_i), d_model]: its chunks through the convs, `conv_out`
         and the per-chunk positions, the rows past the clip's own dropped."""
         tower, cfg = self.tower, self.tower.cfg
@@ -136,10 +157,10 @@ class BatchEncoder:
         return self._positions[key]
 
     @torch.no_grad()
-    def encode(self, mels: list[Tensor]) -> list[Tensor]:
+    def _encode(self, mels: list[Tensor]) -> list[Tensor]:
         """Log-mel clips [mel, T_i] -> audio rows [N_a(T_i), output_dim] each (the projector's output)."""
         tower = self.tower
-        rows = self.conv_rows(mels)
+        rows = self._conv_rows(mels)
         x = torch.cat(rows) if len(rows) > 1 else rows[0]  # [R, d]: every clip's rows
         sizes = [r.shape[0] for r in rows]
         windows = [(start + o, min(tower.window, n - o))  # (first row, rows) of every attention window
