@@ -117,3 +117,17 @@ def test_a_copied_model_encodes_with_its_own_tower_and_buffers(model: ForcedAlig
         twin = copy.deepcopy(model)
         assert twin._encoder.tower is twin.audio_tower and twin._encoder.bufs is not model._encoder.bufs
         assert torch.equal(twin.encode(mels)[0], want)
+
+
+def test_buffers_over_the_cap_are_not_kept(model: ForcedAligner, monkeypatch: pytest.MonkeyPatch) -> None:
+    from v2.models.forced_aligner import encoder
+
+    mels = [torch.randn(128, n, generator=torch.Generator().manual_seed(9)) for n in (230, 40)]
+    with torch.no_grad():
+        want = model.encode(mels)
+        monkeypatch.setattr(encoder, "KEEP_ELEMENTS", 4096)
+        twin = copy.deepcopy(model)  # fresh buffers
+        got = twin.encode(mels)
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    kept = twin._encoder.bufs._flat
+    assert kept and max(b.numel() for b in kept.values()) <= 4096

@@ -2,16 +2,17 @@
 
 Owns: `BatchEncoder`, the release's per-clip encoding (a clip's chunks of 2 n_window mel frames, its last chunk
 zero-padded to a whole chunk, so no other clip's length reaches it) with every clip's chunks and rows in the same
-calls: the three stride-2 3x3 convs as one patch copy (a strided view of the zero-bordered input, channels last)
-into a kept row buffer, `CONV_TILE`-row matmul tiles written into a kept output buffer and GELU into the next
-conv's kept zero-bordered input; `conv_out` in `exact.TILE`-row tiles with the chunk positions added; then the
-encoder layers over all clips' rows at once (the attention windows of every clip gathered into one masked
-`exact.attention` call, right-padded to the longest window), `ln_post` and the projector.
+calls: the three stride-2 3x3 convs as nine strided copies each (one per kernel tap, from the zero-bordered input,
+channels last) into a kept patch buffer, `CONV_TILE`-row matmul tiles written into a kept output buffer and GELU
+into the next conv's kept zero-bordered input; `conv_out` in `exact.TILE`-row tiles with the chunk positions added;
+then the encoder layers over all clips' rows at once (each linear on kept `exact.TILE`-row tiles, the attention
+windows of every clip gathered into one masked `exact.attention` call, right-padded to the longest window),
+`ln_post` and the projector.
 Exact on the CPU: every row's matmul runs in a call of the same shape and alignment as before (`CONV_TILE` rows,
 the inner dim padded to `exact.ALIGN`; `exact.TILE` rows for the layers' linears), the elementwise operations are
 the same ones, and a window's keys past its own length are masked, which `exact.attention` makes add exactly
 nothing: a clip's rows are the same bits alone, in any batch, and as the one-clip-at-a-time loop made them.
-Buffers are kept between calls and grow to the largest call (inference only: it runs with autograd off).
+Buffers are kept between calls up to `KEEP_ELEMENTS` each, one call at a time (inference only: autograd off).
 Must not know: prompts, words, the decoder, the runtime.
 """
 
@@ -31,8 +32,13 @@ from v2.models.aut.features import audio_token_count, rows_after_convs
 CONV_TILE = 256  # rows per matmul call in the conv front end (a chunk's first conv makes 3200 rows)
 
 
+KEEP_ELEMENTS = 1 << 24  # a buffer past this many elements is made for its call only (a large batch at the release
+                         # widths would otherwise keep gigabytes; small batches, whose fixed costs these save, fit)
+
+
 class _Buffers:
-    """Grow-only flat buffers by name; `get` gives a view of the first numel elements in the given shape."""
+    """Grow-only flat buffers by name, zeroed when made; `get` gives a view of the first numel elements in the
+    given shape (one over `KEEP_ELEMENTS`: a new zeroed tensor, not kept)."""
 
     def __init__(self) -> None:
         self._flat: dict[str, Tensor] = {}
@@ -41,6 +47,8 @@ class _Buffers:
         n = 1
         for s in shape:
             n *= s
+        if n > KEEP_ELEMENTS:
+            return torch.zeros(shape, dtype=like.dtype, device=like.device)
         buf = self._flat.get(name)
         if buf is None or buf.numel() < n or buf.dtype != like.dtype or buf.device != like.device:
             buf = self._flat[name] = torch.zeros(max(n, 1), dtype=like.dtype, device=like.device)
