@@ -131,3 +131,16 @@ def test_buffers_over_the_cap_are_not_kept(model: ForcedAligner, monkeypatch: py
     assert all(torch.equal(g, w) for g, w in zip(got, want))
     kept = twin._encoder.bufs._flat
     assert kept and max(b.numel() for b in kept.values()) <= 4096
+
+
+def test_the_device_forms_agree(model: ForcedAligner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forms a GPU runs (F.linear, SDPA with the key mask, one strided patch copy), run here on the CPU by
+    taking `exact.on` as false: the same rows to float32 rounding."""
+    gen = torch.Generator().manual_seed(10)
+    mels = [torch.randn(128, n, generator=gen) for n in LENGTHS]
+    with torch.no_grad():
+        want = model.encode(mels)
+        monkeypatch.setattr(exact, "on", lambda x: False)
+        got = copy.deepcopy(model).encode(mels)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

@@ -96,10 +96,14 @@ class BatchEncoder:
         wt = self._conv_weight_t(name, conv.weight)
         tiled = -(-rows // CONV_TILE) * CONV_TILE
         patches = self.bufs.get(f"{name}.in", (tiled, wt.shape[0]), x)  # columns past `inner` stay zero
-        cols = patches[:rows, :inner].view(b, ho, to, cin, 9)  # column cin * 9 + 3 kh + kw
-        for kh in range(3):  # nine copies with the channels innermost (one strided copy is slower)
-            for kw in range(3):
-                cols[..., 3 * kh + kw].copy_(x[:, kh: kh + 2 * ho - 1: 2, kw: kw + 2 * to - 1: 2])
+        cols = patches[:rows, :inner].view(b, ho, to, cin, 3, 3)  # column cin * 9 + 3 kh + kw
+        if not exact.on(x):  # one launch: [chunks, ho, to, cin, 3, 3] windows of the input
+            s0, s1, s2, s3 = x.stride()
+            cols.copy_(x.as_strided((b, ho, to, cin, 3, 3), (s0, 2 * s1, 2 * s2, s3, s1, s2)))
+        else:  # nine copies with the channels innermost (on a CPU one strided copy is 3x slower)
+            for kh in range(3):
+                for kw in range(3):
+                    cols[..., kh, kw].copy_(x[:, kh: kh + 2 * ho - 1: 2, kw: kw + 2 * to - 1: 2])
         out = self.bufs.get(f"{name}.out", (tiled, wt.shape[1]), x)
         if exact.on(x):
             exact.tiles_linear_into(patches, rows, wt, conv.bias, out, CONV_TILE)
