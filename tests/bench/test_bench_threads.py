@@ -41,3 +41,11 @@ def test_a_bench_main_in_process_leaves_the_callers_thread_count(three_threads, 
     assert main(["--device", "cpu", "--buckets", "1", "--iters", "1", "--context", "80"]) == 0
     assert '"bench": "v2.qwen3_tts.framestep"' in capsys.readouterr().out
     assert torch.get_num_threads() == three_threads
+
+
+def test_the_aligner_bench_in_process_leaves_the_callers_thread_count(three_threads, capsys):
+    from v2.models.forced_aligner.bench import main  # sets the count its --threads names
+
+    assert main(["--dims", "tiny", "--seconds", "0.5", "--repeat", "1", "--threads", "1"]) == 0
+    assert capsys.readouterr().out
+    assert torch.get_num_threads() == three_threads

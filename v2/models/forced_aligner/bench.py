@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from v2.bench.threads import keeps_threads
 from v2.models.audio_in import resample
 from v2.models.forced_aligner.align import prompt_ids
 from v2.models.forced_aligner.features import audio_tokens, clip_features
@@ -85,6 +86,7 @@ def measure(model: ForcedAligner, seconds: float, batch: int, rate: int, repeat:
             "load_avg_1min": os.getloadavg()[0]}
 
 
+@keeps_threads
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m v2.models.forced_aligner.bench", description=__doc__.splitlines()[0])
     p.add_argument("--dims", choices=["release", "tiny"], default="release",

@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from v2.bench.threads import keeps_threads
 from v2.models.kv_cache import KVCache
 from v2.models.aut.features import log_mel
 from v2.models.qwen3_omni.thinker import Thinker, load_thinker
@@ -56,6 +57,7 @@ def measure(th: Thinker, batch: int, prefill: int, repeats: int, device: torch.d
     return out
 
 
+@keeps_threads
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--checkpoint", type=Path, required=True,
