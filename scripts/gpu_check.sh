@@ -41,7 +41,7 @@ for part in $parts; do
     case "$part" in
     tests)  # every GPU test but the Qwen3-TTS, CSM and Qwen3-Omni ones (their parts run those), the kernels' bf16
             # checks against their torch forms among them (qk_rope with and without q/k norms, norm_linear at the CSM
-            # depth decoder's widths)
+            # depth decoder's widths; the forced aligner's device forms against its CPU forms)
         timeout 200 python3 -m pytest -q -m gpu tests $(printf -- '--ignore=%s ' $QWEN_GPU_TESTS $CSM_GPU_TESTS \
             $OMNI_GPU_TESTS tests/gpu/test_qwen3_tts_frame_graph_gpu.py) 2>&1 \
             | tee "$OUT/gpu_tests.log" || status=1 ;;
