@@ -15,7 +15,7 @@ import v2
 from v2.registry import families
 
 ROOT = Path(v2.__file__).parent
-SHARED_FOLDERS = {"kernels"}  # folders of v2/models that are shared building blocks, not a model's package
+SHARED_FOLDERS = {"kernels", "aut"}  # folders of v2/models that are shared building blocks, not a model's package
 
 
 def shipped_families() -> list[str]:

@@ -1,5 +1,5 @@
 """The AuT audio encoder's config: its widths, depth, windows and log-mel front end, read from a release's
-`config.json` (`thinker_config.audio_config`: the same schema in Qwen3-Omni and Qwen3-ForcedAligner).
+`config.json` (`thinker_config.audio_config`: the same schema in every release that carries it).
 
 Owns: `AudioEncoderConfig` and an error naming the field when one is missing or not supported.
 Must not know: weights, tensors, the text decoders that read the encoder's rows, the runtime.
