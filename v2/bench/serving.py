@@ -22,6 +22,7 @@ import torch
 
 from v2.bench.family import family_bench
 from v2.bench.metrics import ChunkArrival, percentile, rtf, underruns
+from v2.bench.threads import keeps_threads
 from v2.runtime import Runtime
 
 __all__ = ["family_bench", "peak_memory_mb", "run_baseline", "run_serving", "workload"]
@@ -108,12 +109,13 @@ def run_serving(runtime: Runtime, requests: list[dict[str, Any]], *, concurrency
     }
 
 
+@keeps_threads
 def run_baseline(runtime: Runtime, requests: list[dict[str, Any]], tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """The simple sequential loop on the runtime's own weights, one request at a time: the family's reference
     loop, then the codec's whole decode (`family_bench(card).sequential`)."""
     model, sequential = runtime.model, family_bench(runtime.card).sequential
     codes_out, audio_s, parts = [], 0.0, {"generate": 0.0, "decode": 0.0}
-    threads, saved = runtime.card.runtime.cpu_threads, torch.get_num_threads()
+    threads = runtime.card.runtime.cpu_threads
     if threads is not None and model.device.type == "cpu":
         torch.set_num_threads(threads)  # the same threading as the engine thread: a like-for-like baseline
     start = time.perf_counter()
@@ -124,7 +126,6 @@ def run_baseline(runtime: Runtime, requests: list[dict[str, Any]], tick: Callabl
         codes_out.append(codes)
         tick()
     wall = time.perf_counter() - start
-    torch.set_num_threads(saved)
     return {"requests": len(requests), "wall_s": wall, "audio_s": audio_s, "audio_s_per_s": audio_s / wall,
             "requests_per_s": len(requests) / wall, "codes": codes_out,
             "part_seconds": parts}

@@ -128,20 +128,22 @@ class ARExecutor(PagedFrames):
         slot_ids, _, _, allow_ids, valid_ids, _ = self.inputs.packed[:, :b].tolist()
         kept = self._kept_inputs(b)
         run = _run_of(slot_ids)
+        penalized = not self.penalized.isdisjoint(slot_ids)  # else no presence is read (a penalty of 1 changes nothing)
+        presence: Tensor | None = None
         if run is not None:
             v = self._slot_views(run, b)
-            hidden, presence, tables, sampling = v.hidden, v.presence, v.tables, v.sampling()
+            hidden, tables, sampling = v.hidden, v.tables, v.sampling()
+            presence = v.presence if penalized else None
         else:
             slots = kept.slots
-            hidden, presence, tables = self.hidden[slots], self.presence[slots], self.tables[slots]
-            sampling = self.sampling.rows(slots)
+            hidden, tables, sampling = self.hidden[slots], self.tables[slots], self.sampling.rows(slots)
+            presence = self.presence[slots] if penalized else None  # (a gather: only when read)
         allow = None if all(allow_ids) else kept.no_stop if not any(allow_ids) else kept.allow != 0
         valid = kept.all_valid if all(valid_ids) else kept.valid != 0
-        penalized = not self.penalized.isdisjoint(slot_ids)
-        frame = self.model.decode_frame(hidden, sampling, kept.steps, presence=presence if penalized else None,
-                                        allow_stop=allow, full_sort=full)
+        frame = self.model.decode_frame(hidden, sampling, kept.steps, presence=presence, allow_stop=allow,
+                                        full_sort=full)
         if run is not None:
-            presence.scatter_(2, frame.codes[:, :, None], True)
+            v.presence.scatter_(2, frame.codes[:, :, None], True)
         else:  # padding rows write only the dummy slot's presence, state and KV
             self.presence[kept.slots[:, None], self.code_index, frame.codes] = True
         out = self.model.transformer.forward_cached(frame.next_embed[:, None], self.kv, tables, kept.positions,

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from v2.bench.__main__ import machine
+from v2.bench.threads import keeps_threads
 from v2.card import build_encoder as build_card_encoder
 from v2.card import load_card
 from v2.families.moss_tts_local.card import MossCard
@@ -110,13 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reference-seconds", type=float, default=5.0, help="each cloned request's reference")
     p.add_argument("--frames", type=int, default=20, help="frames each cloned request speaks")
     args = p.parse_args(argv)
-    threads, saved = args.threads or load_card(args.card).runtime.cpu_threads, torch.get_num_threads()
+    threads = args.threads or load_card(args.card).runtime.cpu_threads
     if threads:
         torch.set_num_threads(threads)
-    try:
-        print(json.dumps(run(args)))
-    finally:
-        torch.set_num_threads(saved)
+    print(json.dumps(run(args)))
     return 0
 
 
