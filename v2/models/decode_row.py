@@ -93,7 +93,7 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
     last = pos if top < context_len else pos.clamp(max=context_len - 1)  # each row's last key read
     drop = plan.keys > last.view(b, 1, 1, 1, 1)  # [B, n, 1, 1, S]: keys past the row's own
     q = plan.q
-    scale, one = scalar(1.0 / math.sqrt(cfg.head_dim)), scalar(1.0)
+    scale = scalar(1.0 / math.sqrt(cfg.head_dim))
     src = x.reshape(b, width)  # [B, H]; the residual then lives in rows.h
     for w, (k_rows, v_rows, k_blocks, v_blocks) in zip(kept.layers, layers):
         norm_in, norm_post = w.norms
@@ -133,9 +133,8 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
         _norm(src, w.norm_post, norm_post.eps, rows.sq, rows.ms, rows.normed)
         for a, o in rows.gate_up_mm:
             torch.mm(a, w.gate_up_t, out=o)  # [B, 2 I]
-        silu = rows.silu
-        torch.exp(torch.neg(rows.gate, out=silu), out=silu).add_(one)
-        torch.mul(torch.div(rows.gate, silu, out=silu), rows.up, out=rows.act)  # exact.silu(gate) * up
+        exact.silu_into(rows.gate, rows.silu)
+        torch.mul(rows.silu, rows.up, out=rows.act)  # exact.silu(gate) * up
         for a, o in rows.down_mm:
             torch.mm(a, w.down_t, out=o)
         src = torch.add(src, rows.out, out=rows.h)

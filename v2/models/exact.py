@@ -236,12 +236,16 @@ def gelu_tanh(x: Tensor) -> Tensor:
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
 
 
-def silu_into(x: Tensor, out: Tensor) -> None:
-    """`silu`'s CPU form of x written into out (the same operations, the last one's result in place)."""
-    torch.div(x, 1.0 + torch.exp(-x), out=out)
-
-
 _ONE = torch.tensor(1.0)  # a 0-dim operand: no Python scalar wrapped into a tensor per call (the same sum)
+
+
+def silu_into(x: Tensor, out: Tensor) -> None:
+    """`silu`'s CPU form of x written into out (x and out distinct): the same operations, each into out, so
+    nothing is made (-x, exp, 1 + e, x / (1 + e): the same values)."""
+    torch.neg(x, out=out)
+    torch.exp(out, out=out)
+    out.add_(_ONE)
+    torch.div(x, out, out=out)
 
 
 def silu_of_negated_into(y: Tensor, out: Tensor) -> None:

@@ -106,12 +106,8 @@ class KeptFrameStack(FrameStack):
             res.add_(self.o_out[:b])
             self._norm_into(res, w.norm_post, w.eps_post, normed, self.sq, self.ms, self.hn)
             exact.tiles_linear_into(th.buf, b, gate_up_t, None, self.gu_out)  # [B, 2 I]
-            silu = self.silu
-            torch.neg(self.gate, out=silu)
-            torch.exp(silu, out=silu)
-            silu.add_(1.0)
-            torch.div(self.gate, silu, out=silu)  # exact.silu(gate)
-            torch.mul(silu, self.up, out=self.t_mlp.rows(b))
+            exact.silu_into(self.gate, self.silu)
+            torch.mul(self.silu, self.up, out=self.t_mlp.rows(b))
             self.t_mlp.linear_into(b, down_t, None, self.down_out)
             res.add_(self.down_out[:b])
         self._norm_into(res, self.final_norm, self.final_eps, out, self.sq, self.ms, self.hn)
