@@ -109,6 +109,20 @@ def test_a_kept_frame_pass_follows_its_parameters(monkeypatch):
         assert torch.equal(getattr(got, field), getattr(want, field)), field
 
 
+def test_the_kept_passes_share_one_copy_of_the_negated_weights():
+    model = copy.deepcopy(models()[0])  # SiLU: the passes read the MLP's weights negated
+    lt = model.local_transformer
+    with torch.no_grad():
+        one, three = lt.frame_stack(1), lt.frame_stack(3)
+        assert one is not three
+        for a, b, block in zip(one.blocks, three.blocks, lt.h):
+            assert a.fc_in.data_ptr() == b.fc_in.data_ptr() and a.fc_out.data_ptr() == b.fc_out.data_ptr()
+            assert torch.equal(a.fc_in, -block.mlp.fc_in.weight)
+        lt.h[0].mlp.fc_in.weight.mul_(0.5)  # a new version: the passes and their copies made again
+        again = lt.frame_stack(1)
+        assert again is not one and torch.equal(again.blocks[0].fc_in, -lt.h[0].mlp.fc_in.weight)
+
+
 def test_a_kept_frame_pass_follows_a_replaced_parameter(monkeypatch):
     model = copy.deepcopy(models()[1])
     frame(model, 3, FAST)  # a pass is kept for 3 rows in this thread

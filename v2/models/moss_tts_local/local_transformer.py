@@ -174,6 +174,7 @@ class LocalTransformer(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self._stacks: dict[tuple[int, int], LnFrameStack] = {}  # (thread, batch) -> the frame pass
         self._versions = ParamVersions()  # whether the parameters the kept passes were made from changed
+        self._blocks: list[LnBlock] | None = None  # the passes' blocks (negated MLP weights), shared by every pass
 
     def forward(self, x: Tensor) -> Tensor:
         """One causal pass over x [B, T, H] (T <= 13) from position 0; returns ln_f output [B, T, H]."""
@@ -189,6 +190,7 @@ class LocalTransformer(nn.Module):
         writes every K/V it reads) while the parameters are the same tensors, unchanged; at most 8 kept."""
         if self._versions.changed(self):
             self._stacks.clear()
+            self._blocks = None
         key = (threading.get_ident(), batch)
         stack = self._stacks.get(key)
         if stack is None:
@@ -198,9 +200,13 @@ class LocalTransformer(nn.Module):
         return stack
 
     @persistent
-    def _frame_stack(self, batch: int) -> LnFrameStack:
-        act = self.cfg.activation
-        negated = act in _ACT_OF_NEGATED_INTO  # the MLP's weights negated (fc_out's bias is not)
+    def _frame_blocks(self) -> list[LnBlock]:
+        """The blocks as the frame passes read them (made once per parameter version, shared by every batch's and
+        thread's pass): aligned weights, the MLP's negated where the activation takes its negated input (fc_out's
+        bias is not)."""
+        if self._blocks is not None:
+            return self._blocks
+        negated = self.cfg.activation in _ACT_OF_NEGATED_INTO
 
         def sign(t: Tensor) -> Tensor:
             return torch.neg(t.detach()) if negated else t
@@ -209,9 +215,15 @@ class LocalTransformer(nn.Module):
                                   b.attn.c_proj.bias, _norm(b.ln_2), sign(b.mlp.fc_in.weight),
                                   None if b.mlp.fc_in.bias is None else sign(b.mlp.fc_in.bias),
                                   sign(b.mlp.fc_out.weight), b.mlp.fc_out.bias)) for b in self.h]
+        self._blocks = blocks
+        return blocks
+
+    @persistent
+    def _frame_stack(self, batch: int) -> LnFrameStack:
+        act = self.cfg.activation
+        act_into = _ACT_OF_NEGATED_INTO[act] if act in _ACT_OF_NEGATED_INTO else _ACT_INTO[act]
         cos, sin = _frame_rope_signed(self.cfg.head_dim, self.cfg.rope_base, self.ln_f.weight.device)
-        act_into = _ACT_OF_NEGATED_INTO[act] if negated else _ACT_INTO[act]
-        return LnFrameStack(blocks, _norm(self.ln_f), act_into, batch=batch, positions=FRAME_POSITIONS,
+        return LnFrameStack(self._frame_blocks(), _norm(self.ln_f), act_into, batch=batch, positions=FRAME_POSITIONS,
                             heads=self.cfg.num_heads, cos=cos, sin=sin)
 
     def step(self, x: Tensor, position: int, kv: LocalKV, *, normed: Tensor | None = None) -> Tensor:
