@@ -33,10 +33,9 @@ class Columns(NamedTuple):
     all_greedy: tuple[bool, ...]
     any_no_k: tuple[bool, ...]
     any_p: tuple[bool, ...]
-    # one row (B = 1) per group, else empty: its divisor [G], whether its top-p cuts, how many ids its top-k
+    # one row (B = 1) per group, else empty (whether its top-p cuts: any_p): its divisor [G], how many ids its top-k
     # keeps (0: greedy, or no top-k past SORT_WIDTH ids) and its float64 top_p -+ the margin [G, 2]
     row_divisor: np.ndarray
-    row_p: tuple[bool, ...]
     row_k: tuple[int, ...]
     row_cut: np.ndarray
 
@@ -72,7 +71,6 @@ def _columns(key: tuple[tuple[bytes, str], ...], shape: tuple[int, ...], vocabs:
     out = Columns(**col, rows=np.arange(shape[0])[:, None], any_greedy=_flags(greedy.any(0)),
                   all_greedy=_flags(greedy.all(0)), any_no_k=_flags(no_k.any(0)), any_p=_flags((~p_off).any(0)),
                   row_divisor=divisor[0] if one else np.empty(0, np.float32),
-                  row_p=_flags(~p_off[0]) if one else (),
                   row_k=tuple(np.where(greedy[0], 0, kept).tolist()) if one else (),
                   row_cut=top_p[0].astype(np.float64)[:, None] + np.array([-margin, margin]) if one
                   else np.empty((0, 2)))                                                        # [G, 2]

@@ -71,8 +71,8 @@ class GroupSettings(Protocol):
     seed: Tensor
 
 
-def _candidates(zn: np.ndarray, z: Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """The W + 1 highest values of each row of zn [B, V] (V > W + 1; z: the same array as a tensor) with their ids,
+def _candidates(zn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The W + 1 highest values of each row of zn [B, V] (V > W + 1) with their ids,
     by id: (ids, values) [B, W + 1]. The (W + 1)-th highest value is numpy's partition's (exact, whatever the
     algorithm); where it is unique in every row, the candidates are the values at or above it, read in id order
     by one `flatnonzero`. Ties at it (or a NaN) take torch.topk's W + 1 (any of the tied), put in id order."""
@@ -83,7 +83,7 @@ def _candidates(zn: np.ndarray, z: Tensor) -> tuple[np.ndarray, np.ndarray]:
     flat = np.flatnonzero(above)
     if flat.shape[0] == b * w and (b == 1 or bool((above.sum(axis=-1) == w).all())):  # (a NaN is never above)
         return flat.reshape(b, w) % v, zn.reshape(-1)[flat].reshape(b, w)
-    ids = np.sort(torch.topk(z, w, dim=-1, sorted=False).indices.numpy(), axis=-1)            # [B, W + 1]
+    ids = np.sort(torch.topk(torch.from_numpy(zn), w, dim=-1, sorted=False).indices.numpy(), axis=-1)            # [B, W + 1]
     return ids, np.take_along_axis(zn, ids, axis=-1)
 
 
@@ -115,7 +115,7 @@ class FrameSampler:
         self.any_greedy, self.all_greedy, self.any_no_k, self.any_p = c.any_greedy, c.all_greedy, c.any_no_k, c.any_p
         self._divisor, self._kth_index, self._kth_up, self._no_k = c.divisor, c.kth_index, c.kth_up, c.no_k
         self._greedy, self._top_p, self._p_off, self._cut, self._rows = c.greedy, c.top_p, c.p_off, c.cut, c.rows
-        self._row_divisor, self._row_p, self._row_k, self._row_cut = c.row_divisor, c.row_p, c.row_k, c.row_cut
+        self._row_divisor, self._row_k, self._row_cut = c.row_divisor, c.row_k, c.row_cut
         self.counters = steps.numpy()[:, None] * g + np.arange(g)                                    # [B, G] int64
         self.state = seed_state(s.seed.numpy(), self.counters)                                       # [B, G] uint32
         self.noise: np.ndarray | None = None
@@ -188,7 +188,7 @@ class FrameSampler:
         if not bool((top[:-1] < top[1:]).all()):
             return None
         n = k  # kept by top-k and top-p: the first n of the descending values
-        if self._row_p[grp]:  # the mass ahead of place i + 1 is through[i] / total (`_cut_top_p`)
+        if self.any_p[grp]:  # the mass ahead of place i + 1 is through[i] / total (`_cut_top_p`)
             through = np.add.accumulate(np.exp(np.subtract(top[w - k:][::-1], top[-1], dtype=np.float64)))  # [k]
             total = float(through[-1])
             lo, hi = np.searchsorted(through[:-1], total * self._row_cut[grp]).tolist()  # places below top_p -+ m
@@ -221,7 +221,7 @@ class FrameSampler:
             ids = np.argsort(-zn, axis=-1, kind="stable")                                    # [B, V]
             vals = zn[rows, ids]
             return ids, vals, None, vals[rows, self._kth_index[grp]], vals[:, :1]
-        ids, vals = _candidates(zn, torch.from_numpy(zn))                                    # [B, W + 1]
+        ids, vals = _candidates(zn)                                    # [B, W + 1]
         if self.any_p[grp] or not self.exact_logprobs:  # the first W by value (ties at the W-th value past
             # the drawable edge never drawn, never in a logprob)
             by_value = (-vals).argsort(axis=-1)  # the stable order where no row ties (3x a stable sort's speed)
