@@ -37,18 +37,23 @@ def persistent(fn: Callable[P, R]) -> Callable[P, R]:
 
 class ParamVersions:
     """Whether a module's parameters changed since the last look (`changed(module)`): a version bumped by an in-place
-    write, or a parameter replaced in its module. Read from a list of where each is held, made once (walking
-    `parameters()` at every look costs more than the check); the module itself is not kept."""
+    write, a parameter replaced in its module, or a submodule replaced in its parent (its parameters are others).
+    Read from lists of where each is held, made once (walking `parameters()` at every look costs more than the
+    check); the module itself is not kept."""
 
     def __init__(self) -> None:
         self._held: list[tuple[dict[str, nn.Parameter | None], str, nn.Parameter]] | None = None
+        self._children: list[tuple[dict[str, nn.Module | None], str, nn.Module]] = []
         self._seen: tuple[int, ...] | None = None
 
     def changed(self, module: nn.Module) -> bool:
         held = self._held
-        if held is None or any(d.get(n) is not p for d, n, p in held):
+        if (held is None or any(d.get(n) is not p for d, n, p in held)
+                or any(d.get(n) is not c for d, n, c in self._children)):
             held = self._held = [(m._parameters, n, p) for m in module.modules()
                                  for n, p in m._parameters.items() if p is not None]
+            self._children = [(m._modules, n, c) for m in module.modules() for n, c in m._modules.items()
+                              if c is not None]
             self._seen = None
         now = tuple(p._version for _, _, p in held)
         changed, self._seen = now != self._seen, now
