@@ -72,9 +72,16 @@ def test_a_slow_subscriber_never_stalls_the_engine_and_its_request_is_aborted():
         wait_idle(runtime)
 
 
-def test_deadlines_end_waiting_and_running_requests():
+def test_deadlines_end_waiting_and_running_requests(monkeypatch):
     with make_runtime(max_running=1) as runtime:
-        # 3 s: the first frame comes well within it on a loaded machine; 600 frames do not (5 ms a frame)
+        real = runtime.family.ar_loop.advance
+
+        def advance(state, plan, row):  # each frame takes at least 20 ms however fast the host is
+            time.sleep(0.02)
+            return real(state, plan, row)
+
+        monkeypatch.setattr(runtime.family.ar_loop, "advance", advance)
+        # 3 s: the first frame comes well within it on a loaded machine; 600 frames (>= 12 s) do not
         running = runtime.submit({"text": "long", "max_frames": 600, "min_frames": 600, "timeout": 3.0})
         waiting = runtime.submit({"text": "queued", "max_frames": 5, "timeout": 0.3})
         for h in (running, waiting):

@@ -6,6 +6,7 @@ alone, nothing leaks (finish, cancel, timeout, failure, encode), and bad input r
 from __future__ import annotations
 
 import threading
+import time
 import tomllib
 
 import numpy as np
@@ -123,10 +124,18 @@ def test_nothing_leaks(qrt, qref, qmeta, monkeypatch):
     and encode back."""
     real = qrt.family.talker_loop.advance
     doomed: set[int] = set()
+    # the request submitted after `known` is filled: its first frame takes longer than its timeout, so it cannot
+    # stop before it however fast the host is (marked before it is submitted: a frame step can run before
+    # `submit` returns)
+    known: set[int] = set()
+    slept: set[int] = set()
 
     def advance(state, plan, row):
         if state.request_id in doomed:
             raise RuntimeError("injected")
+        if known and state.request_id not in known and state.request_id not in slept:
+            slept.add(state.request_id)
+            time.sleep(0.4)
         return real(state, plan, row)
 
     monkeypatch.setattr(qrt.family.talker_loop, "advance", advance)
@@ -137,6 +146,7 @@ def test_nothing_leaks(qrt, qref, qmeta, monkeypatch):
     doomed.add(failing.request_id)
     encoding = qrt.submit(request_of(qmeta, qref, "icl", max_frames=30))
     encoding.cancel()
+    known.update(h.request_id for h in (streaming, failing, encoding))
     late = qrt.submit(request_of(qmeta, qref, "cvd", max_frames=60, min_frames=60, timeout=0.3))
     assert started.wait(30)
     streaming.cancel()
