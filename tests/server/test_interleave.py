@@ -42,8 +42,8 @@ class Handle:
         for e in self.log:
             callback(e)
 
-    def events(self) -> list[AddedEvent]:
-        return list(self.log)
+    def events(self, start: int = 0) -> list[AddedEvent]:
+        return self.log[start:]
 
     def on_done(self, callback: Callable[[Any], None]) -> None:
         self.dones.append(callback)

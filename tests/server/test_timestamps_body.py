@@ -52,8 +52,8 @@ class FakeHandle:
     def subscribe_events(self, callback: Any) -> None:
         self.callbacks.append(callback)
 
-    def events(self) -> list[AddedEvent]:
-        return list(self.log)
+    def events(self, start: int = 0) -> list[AddedEvent]:
+        return self.log[start:]
 
     async def __aiter__(self) -> Any:
         for item in self.items:

@@ -158,6 +158,7 @@ class EventLog:
                 self.post(partial(callback, event))
             self.subscribers.append(callback)
 
-    def snapshot(self) -> list[AddedEvent]:
+    def snapshot(self, start: int = 0) -> list[AddedEvent]:
+        """The events from the `start`-th on (a reader that keeps its place copies only what is new)."""
         with self.lock:
-            return list(self.events)
+            return self.events[start:]

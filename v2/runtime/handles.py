@@ -104,9 +104,10 @@ class SpeechHandle:
             else:
                 sub.end()
 
-    def events(self) -> list[AddedEvent]:
-        """What the request's added loops made so far (e.g. an aligner's words), in the order they were made."""
-        return self._events.snapshot()
+    def events(self, start: int = 0) -> list[AddedEvent]:
+        """What the request's added loops made so far (e.g. an aligner's words), in the order they were made;
+        from the `start`-th on (the log only grows: a reader that keeps its place reads only what is new)."""
+        return self._events.snapshot(start)
 
     def subscribe_events(self, callback: Callable[[AddedEvent], None]) -> None:
         """Call `callback(event)` for every added-loop event, from the first, on the runtime's callback thread

@@ -7,6 +7,8 @@ given once (by its loop and `seq`), every event published before a chunk was del
 callback thread and the chunks' are two threads, and the first may lag; a long text's first segment's words
 must not wait for the end), every event published before the request ended given before the stream ends, the
 request cancelled when the stream stops early, and what a read error of the chunks does (each caller says).
+The log is read from where the last read stopped (`handle.events(start)`): each event copied once, not the
+whole log before every chunk (a long stream's cost stays linear in its events).
 Must not know: which events a caller wants (it passes `pick`), how anything is encoded or sent, routes, any family.
 """
 
@@ -14,12 +16,22 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, Protocol, TypeVar
 
 from v2.contracts import AudioChunk
+from v2.runtime.added import AddedEvent
 
 T = TypeVar("T")
 _END = object()
+
+
+class EventSource(Protocol):
+    """What `interleave` reads of a request's handle (the runtime's `SpeechHandle`)."""
+
+    def subscribe_events(self, callback: Callable[[AddedEvent], None]) -> None: ...
+    def events(self, start: int = 0) -> list[AddedEvent]: ...  # the log from its `start`-th event on
+    def cancel(self) -> None: ...
+    def __aiter__(self) -> AsyncIterator[AudioChunk]: ...
 
 
 @dataclass(frozen=True)
@@ -30,12 +42,12 @@ class _Picked:
     item: Any
 
 
-async def interleave(handle: Any, pick: Callable[[Any], T | None], *,
+async def interleave(handle: EventSource, pick: Callable[[AddedEvent], T | None], *,
                      raise_read_error: bool) -> AsyncIterator[AudioChunk | T]:
     """The handle's chunks and, of its added-loop events (`AddedEvent`s), what `pick(event)` makes of them (None:
-    skipped), as they reach the event loop; before each chunk, those in the request's log (`handle.events()`)
-    not given yet, so an event published before a chunk was delivered comes before it even where its callback
-    lags. After the last chunk the request has ended and its events are all published: every picked event not
+    skipped), as they reach the event loop; before each chunk, those in the request's log not given yet (read
+    from where the last read stopped: `handle.events(start)`), so an event published before a chunk was
+    delivered comes before it even where its callback lags. After the last chunk the request has ended and its events are all published: every picked event not
     yet given follows, in order. Stopping early cancels the request.
 
     A read error (the handle's chunk iteration raising) ends the stream and cancels the request; then
@@ -52,7 +64,7 @@ async def interleave(handle: Any, pick: Callable[[Any], T | None], *,
         except RuntimeError:
             pass
 
-    def picked(event: Any) -> None:
+    def picked(event: AddedEvent) -> None:
         item = pick(event)
         if item is not None:
             put(_Picked((event.loop, event.seq), item))
@@ -73,8 +85,8 @@ async def interleave(handle: Any, pick: Callable[[Any], T | None], *,
     def unseen() -> list[T]:
         """Picked events in the request's log not given yet, in order (marked given)."""
         nonlocal logged
-        log = handle.events()
-        fresh, logged = log[logged:], len(log)
+        fresh = handle.events(logged)  # only what is new: the log only grows
+        logged += len(fresh)
         items: list[T] = []
         for event in fresh:
             item = pick(event)
