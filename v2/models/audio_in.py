@@ -1,7 +1,8 @@
 """Audio in: a file, its bytes or (samples, sample_rate) -> float32 samples as decoded, and resampling.
 
 Owns: reading with soundfile (wav, flac, ogg, mp3 where libsndfile has it), telling a file's container from its
-header (`file_format`), the layout rule for raw samples, resampling with soxr (quality "HQ") to the output
+header (`file_format`, or checked on the one open that reads it: `read_audio(container=...)`), the media types
+a data URL may name for each container (`MEDIA_TYPES`), the layout rule for raw samples, resampling with soxr (quality "HQ") to the output
 length `ceil(n * rate / source_rate)` that the references' resamplers give, and refusing unusable audio with an
 `AudioError` whose message reads after the field's name ("reference_audio: is 31.0 s long; ..."). What a
 recording may cost is decided before it is decoded, converted or copied: from a file's header (frames, rate,
@@ -33,6 +34,14 @@ AudioSource = Union[str, os.PathLike, bytes, bytearray, memoryview, tuple[Any, A
 
 class AudioError(ValueError):
     """Reference audio that cannot be used; the message says what is wrong, written to follow a field name."""
+
+
+class WrongContainer(AudioError):
+    """A file whose header says another container than the one the caller expected (`read_audio(container=)`)."""
+
+    def __init__(self, found: str, expected: str) -> None:
+        super().__init__(f"holds {found} audio, not {expected}")
+        self.found, self.expected = found, expected
 
 
 def _seconds(n: int, rate: int) -> str:
@@ -141,6 +150,18 @@ _SOUNDFILE_ERRORS = (sf.SoundFileError, RuntimeError, TypeError, ValueError, OSE
 # libsndfile's major formats -> the names OpenAI's and the CLI's format lists use (WAVEX: a wav whose header is
 # WAVE_FORMAT_EXTENSIBLE); any other is its libsndfile name in lower case
 _CONTAINERS = {"WAV": "wav", "WAVEX": "wav", "FLAC": "flac", "OGG": "ogg", "MP3": "mp3"}
+# a container -> the media types a `data:<type>;base64,` URL may name it by (lower case; the usual aliases)
+MEDIA_TYPES: dict[str, tuple[str, ...]] = {
+    "wav": ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave", "audio/x-pn-wav"),
+    "mp3": ("audio/mpeg", "audio/mp3", "audio/mpeg3", "audio/x-mpeg", "audio/x-mpeg-3", "audio/x-mp3"),
+    "flac": ("audio/flac", "audio/x-flac"),
+    "ogg": ("audio/ogg", "audio/x-ogg", "audio/vorbis", "audio/opus"),
+}
+
+
+def _container(handle: sf.SoundFile) -> str:
+    major = str(handle.format)
+    return _CONTAINERS.get(major, major.lower())
 
 
 def file_format(data: bytes | bytearray | memoryview) -> str:
@@ -150,22 +171,23 @@ def file_format(data: bytes | bytearray | memoryview) -> str:
     file, subject = _open(data)
     try:
         with sf.SoundFile(file) as handle:
-            major = str(handle.format)
+            return _container(handle)
     except _SOUNDFILE_ERRORS as e:
         raise _undecodable(subject, e) from None
-    return _CONTAINERS.get(major, major.lower())
 
 
-def _read_file(source: Any, max_seconds: float | None) -> tuple[np.ndarray, int]:
-    """A path or file bytes -> [channels, n] float32 and its rate. The header's rate, duration and frames x
-    channels are checked before a sample is decoded, so a file that declares too much costs its header only;
-    the read is bounded by the header's frame count."""
+def _read_file(source: Any, max_seconds: float | None, container: str | None) -> tuple[np.ndarray, int]:
+    """A path or file bytes -> [channels, n] float32 and its rate. The header's container (`container`: the one
+    it must say), rate, duration and frames x channels are checked before a sample is decoded, so a file that
+    declares too much costs its header only; the read is bounded by the header's frame count."""
     file, subject = _open(source)
     try:
         handle = sf.SoundFile(file)
     except _SOUNDFILE_ERRORS as e:
         raise _undecodable(subject, e) from None
     with handle:
+        if container is not None and (found := _container(handle)) != container:
+            raise WrongContainer(found, container)
         rate = _sample_rate(handle.samplerate)
         _check_cost(handle.frames, handle.channels, rate, max_seconds)
         try:
@@ -175,13 +197,14 @@ def _read_file(source: Any, max_seconds: float | None) -> tuple[np.ndarray, int]
     return np.ascontiguousarray(data.T), rate
 
 
-def read_audio(source: AudioSource, *, min_seconds: float = 0.0,
-               max_seconds: float | None = None) -> tuple[np.ndarray, int]:
+def read_audio(source: AudioSource, *, min_seconds: float = 0.0, max_seconds: float | None = None,
+               container: str | None = None) -> tuple[np.ndarray, int]:
     """source -> (samples [channels, n] float32, sample_rate), as decoded (no resampling, no level change).
     Raises AudioError for a missing or undecodable file, no samples, NaN / infinite samples, a sample rate
     outside [MIN_SAMPLE_RATE, MAX_SAMPLE_RATE], a duration outside [min_seconds, max_seconds], or more than
     MAX_REFERENCE_SAMPLES frames x channels; the last three are decided from the header or the shape, before
-    anything is decoded or converted."""
+    anything is decoded or converted. `container` (a file's): the container its header must say (`file_format`'s
+    names), checked first on the same open (one header read): `WrongContainer` when it says another."""
     if isinstance(source, tuple):
         if len(source) != 2:
             raise AudioError(f"expected (samples, sample_rate), got a tuple of {len(source)}")
@@ -190,7 +213,7 @@ def read_audio(source: AudioSource, *, min_seconds: float = 0.0,
         _check_cost(n, channels, rate, max_seconds)
         samples = _to_float32(array)
     elif isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
-        samples, rate = _read_file(source, max_seconds)
+        samples, rate = _read_file(source, max_seconds, container)
     else:
         raise AudioError(f"expected a path, the bytes of an audio file, or (samples, sample_rate); got "
                          f"{type(source).__name__}")

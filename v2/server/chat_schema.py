@@ -48,7 +48,8 @@ class TextPart(BaseModel):
 
 class InputAudio(BaseModel):
     model_config = _strict()
-    data: str = Field(description="the recording, base64")
+    data: str = Field(description="the recording, base64; a `data:audio/<type>;base64,` prefix is taken where its "
+                                  "type is the format's (audio/wav, audio/x-wav for wav; audio/mpeg for mp3; ...)")
     format: str = Field(description="its container: wav or mp3 (OpenAI's), or another the model reads")
 
 
