@@ -130,3 +130,40 @@ def test_an_mlp_of_negated_weights_through_the_negated_silu_gives_the_mlps_bits(
     act = torch.empty_like(negated)
     exact.silu_of_negated_into(negated, act)
     assert torch.equal(bits(exact.linear(act, -w_out, b_out)), bits(want))
+
+
+@pytest.mark.parametrize("width", [1, 12, 16, 40, 64, 128])
+def test_rms_norm_into_is_the_models_rmsnorm_written_into_the_buffers(width):
+    """`exact.rms_norm_into` (the decode row's and the kept frame pass's norm) equals `qwen3.RMSNorm` bit for bit over
+    values of all magnitudes (zeros included), into `out` and made, over rows and over heads of rows; it writes
+    only its buffers."""
+    from v2.models.qwen3 import RMSNorm
+
+    g = torch.Generator().manual_seed(width)
+    x = torch.randn(37, 3, width, generator=g) * 10.0 ** torch.randint(-18, 18, (37, 3, 1), generator=g)
+    x[0] = 0.0
+    for eps in (1e-6, 1e-5, 1e-2):
+        norm = RMSNorm(width, eps)
+        with torch.no_grad():
+            norm.weight.normal_(generator=g)
+            want = norm(x)
+        sq, ms, out = torch.empty_like(x), torch.empty(37, 3, 1), torch.full_like(x, float("nan"))
+        before = x.clone()
+        assert exact.rms_norm_into(x, norm.weight.detach(), eps, sq, ms, out) is out
+        assert torch.equal(bits(out), bits(want)) and torch.equal(bits(x), bits(before))
+        made = exact.rms_norm_into(x[:, 0], norm.weight.detach(), eps, sq[:, 0], ms[:, 0])  # [37, H]: rows
+        assert torch.equal(bits(made), bits(want[:, 0]))
+
+
+def test_a_kept_scalar_is_one_operand_with_a_python_numbers_bits():
+    """`exact.scalar`: one 0-dim float32 tensor per value, made once; in float32 operations the same bits as the
+    Python number (wrapped per call) and as a [1] tensor."""
+    x = torch.cat([randn(4099, seed=11) * 8, randn(64, seed=12) * 1e-38, torch.tensor([0.0, -0.0, 1.0, 3e38])])
+    for value in (1.0, 1e-6, 1e-5, 1.0 / math.sqrt(12.0), 1.0 / math.sqrt(128.0), 0.1, 40.0):
+        t = exact.scalar(value)
+        assert t is exact.scalar(value) and t.dim() == 0 and t.dtype == torch.float32
+        one = torch.tensor([value], dtype=torch.float32)
+        for op in (torch.mul, torch.add, torch.sub, torch.div):
+            assert torch.equal(bits(op(x, t)), bits(op(x, value))) and torch.equal(bits(op(x, t)), bits(op(x, one)))
+        quotient = torch.addcdiv(t, x, exact.scalar(40.0))
+        assert torch.equal(bits(quotient), bits(torch.addcdiv(one, x, torch.tensor(40.0))))

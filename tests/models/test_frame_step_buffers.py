@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from v2.models import exact
-from v2.models.frame_stack import FrameAttention
+from v2.models.frame_attention import FrameAttention
 
 pytestmark = pytest.mark.exact
 

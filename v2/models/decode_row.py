@@ -11,8 +11,9 @@ Per call (what it reads is kept, v2/models/decode_row_kept.py): the rows' RoPE r
 kept table (`rotate_half_cos_sin` of positions 0 .. P - 1, the sin rows' first half negated), each row's write
 place (one flat index per row and kv head), the keys-past-the-row mask, the gather index of the blocks that hold
 any row's keys. Per layer, `Qwen3Layer`'s arithmetic in its order, every result written into a kept buffer
-(`out=`; nothing made but the output): RMSNorm (float32, `sqrt`; the mean as `mean` computes it, the sum then
-its quotient by the count, here with eps added in the same addcdiv) written into the projection's `exact.Tile`,
+(`out=`; nothing made but the output): RMSNorm (`exact.rms_norm_into`: float32, `sqrt`; the mean as `mean` computes
+it, the sum then its quotient by the count, here with eps added in the same addcdiv) written into the projection's
+`exact.Tile`,
 the fused projections as F.linear's mm per tile on the kept `aligned_weight` transposes (one tile shape and
 alignment for every row, as `exact.linear`), q/k norms over q and k at once (one weight product: the two
 weights stacked per head), rotate-half RoPE (the half swap one `index_select`, its sign in the sin row: the same
@@ -21,7 +22,8 @@ gathered block-wise (`index_select`, no element-wise index; V beside a column of
 summed over D, -inf past each row's keys, the row max, exp, and one halving sum of the weighted values and,
 through the ones column, the weights (`exact.halving_sum`'s pairs over the keys: the block-level halves, then
 within a block; in place), the quotient written into the output projection's tile; the residual adds in place.
-SiLU as `exact.silu`. Python numbers enter as kept 0-dim float32 operands (the float32 each becomes anyway). Two
+SiLU as `exact.silu`. Python numbers enter as kept 0-dim float32 operands (`exact.scalar`: the float32 each becomes
+anyway). Two
 equalities it leans on, as `frame_stack` does: `(-a) * b == a * (-b)` and `x + 0 == x` (keys past a row's own,
 `w * 1`), exact up to the sign of a zero. tests/models/test_decode_row.py holds it to the generic pass.
 Must not know: embeddings, heads, requests, which blocks a row holds (the caller's tables say).
@@ -36,7 +38,7 @@ import torch
 from torch import Tensor
 
 from v2.models import exact
-from v2.models.decode_row_kept import pool, scalar, scratch
+from v2.models.decode_row_kept import pool, scratch
 from v2.models.kv_cache import Cache, PagedKVCache
 
 if TYPE_CHECKING:
@@ -49,17 +51,6 @@ def fits(x: Tensor, cache: Cache) -> bool:
     return (exact.on(x) and x.dim() == 3 and x.shape[1] == 1 and x.dtype == torch.float32
             and isinstance(cache, PagedKVCache) and cache.k.dtype == torch.float32 and size & (size - 1) == 0
             and not torch.is_grad_enabled())
-
-
-def _norm(x: Tensor, weight: Tensor, eps: float, sq: Tensor, ms: Tensor, out: Tensor | None = None) -> Tensor:
-    """`qwen3.RMSNorm` of float32 x [..., H] (into out when given), its steps into sq (the square, then the
-    quotient) and ms; the mean as `mean` computes it on a CPU (the sum, then divided by the count), eps added
-    in the same operation (addcdiv: eps + 1 * (sum / count), the same quotient and sum)."""
-    torch.pow(x, 2, out=sq)
-    torch.sum(sq, -1, keepdim=True, out=ms)
-    torch.addcdiv(scalar(eps), ms, scalar(float(x.shape[-1])), out=ms).sqrt_()
-    torch.div(x, ms, out=sq)
-    return torch.mul(weight, sq) if out is None else torch.mul(weight, sq, out=out)
 
 
 def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor, positions: Tensor, valid: Tensor,
@@ -93,7 +84,7 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
     last = pos if top < context_len else pos.clamp(max=context_len - 1)  # each row's last key read
     drop = plan.keys > last.view(b, 1, 1, 1, 1)  # [B, n, 1, 1, S]: keys past the row's own
     q = plan.q
-    scale = scalar(1.0 / math.sqrt(cfg.head_dim))
+    scale, _norm = exact.scalar(1.0 / math.sqrt(cfg.head_dim)), exact.rms_norm_into
     src = x.reshape(b, width)  # [B, H]; the residual then lives in rows.h
     for w, (k_rows, v_rows, k_blocks, v_blocks) in zip(kept.layers, layers):
         norm_in, norm_post = w.norms

@@ -6,8 +6,8 @@ rows normed, swapped and rotated, the RoPE rows), the attention's buffers and vi
 the layers' parameters as the row reads them (`Layer`: `aligned_weight` transposes, q and k norm weights stacked
 per head; remade when a parameter is written or replaced, `ParamVersions`), and the RoPE table (`Scratch.rope`:
 `rotate_half_cos_sin` of positions 0 .. P - 1 at once, each element's cos / sin the same whatever the tensor's
-shape; grown to cover the calls' positions); per pool, its per-layer views (`pool`, kept on the cache while it holds
-the same K and V tensors); 0-dim float32 operands (`scalar`). All made as normal tensors (v2/models/persist.py).
+shape: `rope.rotate_half_table`; grown to cover the calls' positions); per pool, its per-layer views (`pool`, kept on
+the cache while it holds the same K and V tensors). All made as normal tensors (v2/models/persist.py).
 Must not know: what a row computes with them (decode_row.py), requests, which blocks a row holds.
 """
 
@@ -25,7 +25,7 @@ from v2.models import exact
 from v2.models.config import BackboneConfig
 from v2.models.kv_cache import PagedKVCache
 from v2.models.persist import ParamVersions, persistent
-from v2.models.rope import rotate_half_cos_sin
+from v2.models.rope import rotate_half_swap, rotate_half_table
 
 if TYPE_CHECKING:
     from v2.models.qwen3 import Qwen3Backbone, Qwen3Layer
@@ -101,8 +101,7 @@ class Rows:
         self.gate, self.up, self.silu = gate_up[:, :inter], gate_up[:, inter:], bufs["silu"][:b]
         self.normed_qk = bufs["qk"][:b]  # [B, (Hq + Hkv) D]
         self.raw3, self.normed3 = self.raw.view(b, heads, d), self.normed_qk.view(b, heads, d)
-        half = torch.arange(d, device=qkv.device).roll(d // 2)  # a head's halves swapped: one index_select
-        self.swap = (torch.arange(heads, device=qkv.device)[:, None] * d + half).reshape(-1)
+        self.swap = rotate_half_swap(heads, d, qkv.device)  # a head's halves swapped: one index_select
         self.qk_sq, self.qk_ms = bufs["qk_sq"][:b].view(b, heads, d), bufs["qk_ms"][:b].view(b, heads, 1)
         self.swapped, self.rot = bufs["swapped"][:b].view(b, heads, d), bufs["rot"][:b].view(b, heads, d)
         self.swapped2 = self.swapped.view(b, heads * d)
@@ -193,12 +192,9 @@ class Scratch:
     @persistent
     def grow_rope(self, model: Qwen3Backbone, top: int, device: torch.device) -> Tensor:
         """The table covering positions 0 .. top (a power of two of them, at least 256)."""
-        d, n = model.cfg.head_dim, max(256, 1 << top.bit_length())
-        cos, sin = rotate_half_cos_sin(torch.arange(n, device=device)[:, None], d, model.cfg.rope_theta,
-                                       model.rope_scaling)  # [P, 1, D] each: each element as any call's
-        sin[..., : d // 2].neg_()  # rotate-half's -x2 * sin as x2 * -sin (the same products)
-        self.rope = torch.cat([cos, sin], 1)  # [P, 2, D]
-        return self.rope
+        n = max(256, 1 << top.bit_length())
+        self.rope = rotate_half_table(n, model.cfg.head_dim, model.cfg.rope_theta, model.rope_scaling, device)
+        return self.rope  # [P, 2, D]
 
 
 _SCRATCH: weakref.WeakKeyDictionary[Qwen3Backbone, threading.local] = weakref.WeakKeyDictionary()
@@ -233,15 +229,3 @@ def _pool_views(cache: PagedKVCache, d: int) -> tuple[Tensor, Tensor, PoolLayers
     k_rows, v_rows = cache.k.view(cache.k.shape[0], -1, d), cache.v.view(cache.v.shape[0], -1, d)
     layers = [(k_rows[i], v_rows[i], cache.k[i], cache.v[i]) for i in range(cache.k.shape[0])]
     return cache.k, cache.v, layers, torch.tensor(cache.dummy_block, device=cache.k.device)
-
-
-_SCALARS: dict[float, Tensor] = {}
-
-
-def scalar(value: float) -> Tensor:
-    """value as a 0-dim float32 operand, made once: the float32 a Python number becomes in a float32 operation,
-    without the wrapped number and its conversion that each such operation makes."""
-    t = _SCALARS.get(value)
-    if t is None:
-        t = _SCALARS[value] = persistent(torch.tensor)(value, dtype=torch.float32)
-    return t

@@ -6,7 +6,9 @@ reused tile for the same calls without the copies; `tiles_linear_into`, those ca
 (softmax attention from elementwise products and halving sums, so a query's result does not depend on how many
 keys are masked after its own, on the batch, or on the chunk of queries it is in), and the tail-safe activations
 (`silu`, `gelu`, `gelu_tanh`; the `_into` forms write the same values into a given tensor;
-`silu_of_negated_into`, -silu of a negated input, for a block whose MLP weights are stored negated).
+`silu_of_negated_into`, -silu of a negated input, for a block whose MLP weights are stored negated),
+`rms_norm_into` (an RMSNorm's value, each step written into given buffers) and `scalar` (a Python number as a
+kept 0-dim float32 operand: the one way these forms take a constant without wrapping it per call).
 
 The rule (designs/model.md, "Exact on every CPU"): every value a row's result is made of is computed by
 an operation whose inputs are that row's own data and whose instruction sequence is fixed by the call
@@ -33,6 +35,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from v2.models.persist import persistent
 
 ALIGN = 16          # floats: the inner dim of every CPU matmul is padded to a multiple of this (64 bytes)
 TILE = 16           # rows per matmul call at the layers' call sites (a decode batch of <= 16 is one call)
@@ -236,7 +240,33 @@ def gelu_tanh(x: Tensor) -> Tensor:
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
 
 
-_ONE = torch.tensor(1.0)  # a 0-dim operand: no Python scalar wrapped into a tensor per call (the same sum)
+_SCALARS: dict[float, Tensor] = {}
+
+
+def scalar(value: float) -> Tensor:
+    """value as a 0-dim float32 CPU operand, made once: the float32 a Python number becomes in a float32 operation
+    (the same bits as the number or a [1] tensor there), without the wrapped number and its conversion that each such
+    operation makes; a 0-dim CPU tensor is also a valid operand of an operation on another device."""
+    t = _SCALARS.get(value)
+    if t is None:
+        t = _SCALARS[value] = persistent(torch.tensor)(value, dtype=torch.float32)
+    return t
+
+
+_ONE = scalar(1.0)
+
+
+def rms_norm_into(x: Tensor, weight: Tensor, eps: float, sq: Tensor, ms: Tensor, out: Tensor | None = None) -> Tensor:
+    """RMSNorm of float32 x [..., H] on the CPU (`qwen3.RMSNorm`'s x / sqrt(mean(x^2) + eps) * weight), written into
+    out when given (else made), its steps into sq [..., H] (the square, then the quotient) and ms [..., 1]: nothing
+    else made. The mean as `mean` computes it on a CPU (the sum, then its quotient by the count), eps added in the
+    same operation (addcdiv: eps + 1 * (sum / count), the same quotient and sum; tests/models/test_decode_row.py
+    holds both equalities in every leg)."""
+    torch.pow(x, 2, out=sq)
+    torch.sum(sq, -1, keepdim=True, out=ms)
+    torch.addcdiv(scalar(eps), ms, scalar(float(x.shape[-1])), out=ms).sqrt_()
+    torch.div(x, ms, out=sq)
+    return torch.mul(weight, sq) if out is None else torch.mul(weight, sq, out=out)
 
 
 def silu_into(x: Tensor, out: Tensor) -> None:

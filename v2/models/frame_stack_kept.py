@@ -4,11 +4,12 @@ A shared building block beside `frame_stack.FrameStack` (a code predictor's or d
 positions): after a frame's first step (its two positions, `FrameStack.step`), every step is one position, and on a
 CPU its cost is the count of operations and of fresh intermediates. `KeptFrameStack.step` takes such a step as the
 LayerNorm blocks' pass does (frame_stack_ln.py): the residual stream in a buffer, each RMSNorm's steps written into
-buffers (`out=` forms; its output into the next projection's tile), the projections through
-`exact.tiles_linear_into` (the call F.linear makes per tile: the same bits), q and k rotated at once (the half swap
-one `index_select`, its sign in the sin row), the rotated k and the v rows copied into the frame's K/V, the attention
-through `FrameAttention.attend_one` (its views made once per position), SiLU and the up product in buffers. Each is
-`FrameStack.step`'s operation on the same values in the same order, so every value is the same bit for bit, whatever
+buffers (`exact.rms_norm_into`, the decode row's norm; its output into the next projection's tile), the projections
+through `exact.tiles_linear_into` (the call F.linear makes per tile: the same bits), q and k rotated at once (the half
+swap one `index_select`, `rope.rotate_half_swap`; its sign in the sin row), the rotated k and the v rows copied into
+the frame's K/V, the attention through `FrameAttention.attend_one` (its views made once per position), SiLU and the up
+product in buffers. Each gives `FrameStack.step`'s values (the same operations in the same order; the norm's mean as
+the sum and its quotient, which is what `mean` computes on a CPU), so every value is the same bit for bit, whatever
 the batch (tests/models/test_frame_stack.py holds the pass to the generic one).
 `kept_stack(model, batch, positions)`: the pass kept per model, thread, batch and positions while the parameters are
 the same tensors with the same versions (a frame writes every K/V it reads before reading it, so nothing of an earlier
@@ -28,6 +29,7 @@ from v2.models import exact
 from v2.models.frame_stack import FrameStack
 from v2.models.persist import ParamVersions, persistent
 from v2.models.qwen3 import Qwen3Backbone
+from v2.models.rope import rotate_half_swap
 
 
 class KeptFrameStack(FrameStack):
@@ -45,17 +47,14 @@ class KeptFrameStack(FrameStack):
             return torch.empty(*shape, dtype=f32, device=dev)
 
         self.res = buf(b, h)  # the residual stream [B, H]
-        self.sq, self.ms, self.hn = buf(b, h), buf(b, 1), buf(b, h)  # a norm's square, mean (then root), quotient
+        self.sq, self.ms = buf(b, h), buf(b, 1)  # a norm's square (then quotient), mean (then root)
         self.qkv_out, self.o_out = buf(rows, (hq + 2 * hkv) * d), buf(rows, h)
         self.gu_out, self.down_out = buf(rows, 2 * inter), buf(rows, h)
         qk_width = (hq + hkv) * d
         self.qk = self.qkv_out[:b, :qk_width].view(b, hq + hkv, d)
         self.v_rows = self.qkv_out[:b, qk_width:].view(b, hkv, d)
-        self.qk_sq, self.qk_ms, self.qk_n = buf(b, hq + hkv, d), buf(b, hq + hkv, 1), buf(b, hq + hkv, d)
-        self.qk_normed = buf(b, hq + hkv, d)
-        # the halves swapped (x[D/2:], x[:D/2] per head): one index_select of the columns
-        half = torch.arange(d, device=dev).roll(d // 2)
-        self.swap = (torch.arange(hq + hkv, device=dev)[:, None] * d + half).reshape(-1)
+        self.qk_sq, self.qk_ms, self.qk_normed = buf(b, hq + hkv, d), buf(b, hq + hkv, 1), buf(b, hq + hkv, d)
+        self.swap = rotate_half_swap(hq + hkv, d, dev)  # the halves swapped per head: one index_select of the columns
         self.swapped = buf(b, hq + hkv, d)
         self.rot = buf(b, hq + hkv, d)
         self.q1 = buf(g, 1, b, hkv, d)  # [G, 1, B, Hkv, D]
@@ -68,49 +67,40 @@ class KeptFrameStack(FrameStack):
         self.at = [[(k[p], v[p]) for p in range(positions)] for k, v in zip(self.k, self.v_write)]  # [B, Hkv, D] each
         self.cos_at, self.sin_at = list(self.cos.unbind(0)), list(self.sin.unbind(0))  # [D] each
 
-    def _norm_into(self, x: Tensor, weight: Tensor, eps: float, out: Tensor, sq: Tensor, ms: Tensor,
-                   hn: Tensor) -> None:
-        """`frame_stack._rms(x, weight, eps, out)`'s operations, each into its buffer."""
-        torch.pow(x, 2, out=sq)
-        torch.mean(sq, -1, keepdim=True, out=ms)
-        ms.add_(eps).sqrt_()
-        torch.div(x, ms, out=hn)
-        torch.mul(weight, hn, out=out)
-
     def step(self, x: Tensor, position: int, out: Tensor) -> None:
         if x.shape[1] != 1:
             super().step(x, position, out)
             return
-        b, res, th = self.batch, self.res, self.t_hidden
+        b, res, th, norm, scale = self.batch, self.res, self.t_hidden, exact.rms_norm_into, self.scale_t
         normed = th.rows(b)
         cos, sin = self.cos_at[position], self.sin_at[position]
         res.copy_(x[:, 0])
         for i, w in enumerate(self.layers):
             qkv_t, o_t, gate_up_t, down_t = self.weights_t[i]
             k_at, v_at = self.at[i][position]
-            self._norm_into(res, w.norm_in, w.eps_in, normed, self.sq, self.ms, self.hn)
+            norm(res, w.norm_in, w.eps_in, self.sq, self.ms, normed)
             exact.tiles_linear_into(th.buf, b, qkv_t, None, self.qkv_out)  # [B, (Hq + 2 Hkv) D]
             qk = self.qk
             if w.qk_norm is not None:
-                self._norm_into(qk, w.qk_norm, w.qk_eps, self.qk_normed, self.qk_sq, self.qk_ms, self.qk_n)
+                norm(qk, w.qk_norm, w.qk_eps, self.qk_sq, self.qk_ms, self.qk_normed)
                 qk = self.qk_normed
             torch.index_select(qk.reshape(b, -1), 1, self.swap, out=self.swapped.view(b, -1))
             torch.mul(qk, cos, out=self.rot)
             torch.mul(self.swapped, sin, out=self.swapped)
             torch.add(self.rot, self.swapped, out=self.rot)  # q and k rotated [B, Hq + Hkv, D]
-            torch.mul(self.rot[:, : self.hq].view(self.q1_written.shape), self.scale, out=self.q1_written)
+            torch.mul(self.rot[:, : self.hq].view(self.q1_written.shape), scale, out=self.q1_written)
             k_at.copy_(self.rot[:, self.hq :])
             v_at.copy_(self.v_rows)
             self.attend_one(i, position)
             self.t_heads.linear_into(b, o_t, None, self.o_out)
             res.add_(self.o_out[:b])
-            self._norm_into(res, w.norm_post, w.eps_post, normed, self.sq, self.ms, self.hn)
+            norm(res, w.norm_post, w.eps_post, self.sq, self.ms, normed)
             exact.tiles_linear_into(th.buf, b, gate_up_t, None, self.gu_out)  # [B, 2 I]
             exact.silu_into(self.gate, self.silu)
             torch.mul(self.silu, self.up, out=self.t_mlp.rows(b))
             self.t_mlp.linear_into(b, down_t, None, self.down_out)
             res.add_(self.down_out[:b])
-        self._norm_into(res, self.final_norm, self.final_eps, out, self.sq, self.ms, self.hn)
+        norm(res, self.final_norm, self.final_eps, self.sq, self.ms, out)
 
 
 _KEPT: weakref.WeakKeyDictionary[Qwen3Backbone, threading.local] = weakref.WeakKeyDictionary()

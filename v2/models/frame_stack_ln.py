@@ -3,7 +3,7 @@ blocks (LayerNorm with bias, a fused biased q/k/v projection, interleaved RoPE, 
 position after position, in the values of the blocks' generic step at a fraction of its operations.
 
 A shared building block: a family's per-frame local transformer of such blocks (a depth decoder) runs them over
-positions 0..P-1 of each frame, one position a step. `LnFrameStack` shares `frame_stack.FrameAttention` (the K/V
+positions 0..P-1 of each frame, one position a step. `LnFrameStack` shares `frame_attention.FrameAttention` (the K/V
 buffers, keys outermost beside the queries, and the attention of one query as `exact.attention` computes it,
 `attend_one`: its buffers and views made once, reading the values where a step's `index_select` put them) and
 makes once per frame every buffer a step writes. A step is the generic step's arithmetic in its order:
@@ -12,9 +12,10 @@ one where H is not a multiple of `exact.ALIGN`), the projections as `exact.tiles
 shape and alignment for every row, as `exact.linear`; biases as F.linear adds them; one tile of rows calls
 torch.addmm itself), interleaved RoPE over q and k at once in three operations (one `index_select` of the
 projection's columns writes q and k, their pairs swapped and v side by side; one product with the position's cos
-and sin rows, the swap's sign folded into sin: the same products; one sum written beside the keys), q scaled (by a
-tensor: no scalar wrapped per call) and the attention written into the output projection's tile, the activation
-written into the last projection's tile (the `exact` `_into` forms), the residual adds in place, the final
+and sin rows, the swap's sign folded into sin: the same products; one sum written beside the keys), q scaled (by
+`exact.scalar`'s 0-dim operand: no scalar wrapped per call) and the attention written into the output projection's
+tile, the activation written into the last projection's tile (the `exact` `_into` forms), the residual adds in
+place, the final
 LayerNorm's tile returned. So every value equals the generic step's bit for bit, whatever the batch (a test in
 tests/models holds it to that). Steps of one position only (a frame's first position is its own step). Float32
 only; inference only.
@@ -30,7 +31,7 @@ import torch
 from torch import Tensor
 
 from v2.models import exact
-from v2.models.frame_stack import FrameAttention
+from v2.models.frame_attention import FrameAttention
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,6 @@ class LnFrameStack(FrameAttention):
         values = [part[:, :, 4 * hidden :].view(positions, batch, heads, d) for part in self.parts]  # [P, B, heads, D]
         # position p's RoPE rows [2, 1, D]: cos (for q and k), signed sin (for the swapped pairs)
         self.rope_at = list(torch.stack([cos, sin], 1)[:, :, None].unbind(0))
-        self.scale_t = torch.tensor([self.scale], dtype=dtype, device=dev)  # (a tensor: no scalar wrapped per call)
         self.q = torch.empty(1, 1, batch, heads, d, dtype=dtype, device=dev)  # [G, T, B, heads, D]
         self.q_written = self.q.view(batch, heads, d)
         self.attended = self.t_heads.rows(batch).view(1, 1, batch, heads, d)  # [G, T, B, heads, D]

@@ -2,7 +2,9 @@
 
 Owns: inverse frequencies (plain, and Llama-3's scaled form: `Llama3Scaling`, `llama3_inv_freq`),
 rotate-half (NeoX/Qwen/Llama) and interleaved (GPT-J) cos/sin tables at integer positions of any shape,
-and applying them to [B, heads, T, D] tensors. Angles are float32.
+and applying them to [B, heads, T, D] tensors. Angles are float32. For the CPU passes that rotate q and k through
+buffers (the decode row, the frame pass): `rotate_half_table` (positions 0 .. P - 1's cos and signed sin rows) and
+`rotate_half_swap` (the column index of each head's halves swapped: one `index_select`).
 Must not know: any model.
 """
 
@@ -67,6 +69,28 @@ def rotate_half_cos_sin(positions: Tensor, head_dim: int, base: float,
     freqs = positions[..., None] * inv_freq(head_dim, base, scaling, positions.device)  # [B, T, D/2], float32
     emb = torch.cat([freqs, freqs], dim=-1)  # [B, T, D]
     return emb.cos(), emb.sin()
+
+
+@persistent
+def rotate_half_table(positions: int, head_dim: int, base: float, scaling: Llama3Scaling | None,
+                      device: torch.device) -> Tensor:
+    """[positions, 2, head_dim] float32: row p is (cos, signed sin) of `rotate_half_cos_sin` at position p, the sin
+    row's first half negated (rotate-half's -x2 * sin as x2 * -sin: the same products). Made at once: an element's
+    cos / sin does not depend on the tensor's shape (tests/models/test_decode_row.py holds the rows to calls of
+    any batch, tests/models/test_rope.py to a lone position's, in every leg)."""
+    cos, sin = rotate_half_cos_sin(torch.arange(positions, device=device)[:, None], head_dim, base,
+                                   scaling)  # [P, 1, D] each
+    sin[..., : head_dim // 2].neg_()
+    return torch.cat([cos, sin], 1)  # [P, 2, D]
+
+
+@persistent
+def rotate_half_swap(heads: int, head_dim: int, device: torch.device) -> Tensor:
+    """[heads * head_dim] int64: for rows of `heads` heads of head_dim ([.., heads * D]) the columns with each head's
+    halves swapped (x[D/2:], x[:D/2]): rotate-half's rotated operand, its sign left to the sin row, by one
+    `index_select`."""
+    half = torch.arange(head_dim, device=device).roll(head_dim // 2)  # [D]
+    return (torch.arange(heads, device=device)[:, None] * head_dim + half).reshape(-1)  # [heads D]
 
 
 def apply_rotate_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
