@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from v2.card import load_card
-from v2.families.moss_tts_local.kinds import LoopKind
+from v2.contracts import WorkUnitKind
 from v2.errors import OverloadedError
 from v2.runtime import Runtime
 from v2.runtime.handles import SpeechHandle
@@ -91,47 +91,92 @@ def test_deadlines_end_waiting_and_running_requests(monkeypatch):
         wait_idle(runtime)
 
 
-def test_a_full_waiting_queue_refuses_with_a_clear_overload_error():
+def test_a_full_waiting_queue_refuses_with_a_clear_overload_error(monkeypatch):
     with make_runtime(max_running=1, max_waiting=2) as runtime:
+        # the first request's frames are held until the test has filled the queue: it holds the one slot however
+        # fast the host makes frames
+        running, release = threading.Event(), threading.Event()
+        real = runtime.family.ar_loop.advance
+
+        def advance(state, plan, row):
+            taken = real(state, plan, row)
+            if not release.is_set():
+                running.set()
+                release.wait(60)
+            return taken
+
+        monkeypatch.setattr(runtime.family.ar_loop, "advance", advance)
         first = runtime.submit({"text": "a", "max_frames": 300, "min_frames": 300})
-        deadline = time.time() + 120  # a hang check
-        while runtime.stats()["running"] == 0:
-            assert time.time() < deadline, runtime.stats()
-            time.sleep(0.005)
-        queued = [runtime.submit({"text": "b", "max_frames": 2}) for _ in range(2)]
-        with pytest.raises(OverloadedError, match=r"queue: 2 requests are already waiting for a slot \(max_waiting 2\)"):
-            runtime.submit({"text": "c", "max_frames": 2})
-        assert runtime.stats()["waiting"] == 2
-        first.cancel()
+        try:
+            assert running.wait(120), runtime.stats()  # a hang check
+            assert runtime.stats()["running"] == 1
+            queued = [runtime.submit({"text": "b", "max_frames": 2}) for _ in range(2)]
+            with pytest.raises(OverloadedError,
+                               match=r"queue: 2 requests are already waiting for a slot \(max_waiting 2\)"):
+                runtime.submit({"text": "c", "max_frames": 2})
+            assert runtime.stats()["waiting"] == 2
+            first.cancel()
+        finally:
+            release.set()
+        assert first.result(30).finish_reason == "abort"
         assert all(h.result(30).finish_reason in ("stop", "length") for h in queued)
         wait_idle(runtime)
 
 
-def test_cancel_mid_prefill_mid_frame_and_mid_chunk():
+def test_cancel_mid_prefill_mid_frame_and_mid_chunk(monkeypatch):
     with make_runtime(prefill_chunk_rows=16) as runtime:
+        # each phase holds the engine at its point (a prefill chunk launched, frames made, a chunk delivered) until
+        # the cancel is posted, so the request cannot get past that point first however fast the host is
+        at, release = threading.Event(), threading.Event()
+        prefill = runtime.engine.executors[WorkUnitKind.PREFILL]
+        real_launch, real_advance = prefill.launch, runtime.family.ar_loop.advance
+        hold: dict[str, int] = {}  # the phase held: "prefill", or "frames" a request makes before it is held
+
+        def launch(work):
+            out = real_launch(work)
+            if hold.get("prefill") is not None and not release.is_set():
+                at.set()
+                release.wait(60)
+            return out
+
+        def advance(state, plan, row):
+            taken = real_advance(state, plan, row)
+            if "frames" in hold and len(state.codes) >= hold["frames"] and not release.is_set():
+                at.set()
+                release.wait(60)
+            return taken
+
+        def cancel_when_held(handle) -> None:
+            try:
+                assert at.wait(120), runtime.stats()  # a hang check
+                handle.cancel()
+            finally:
+                release.set()
+
+        monkeypatch.setattr(prefill, "launch", launch)
+        monkeypatch.setattr(runtime.family.ar_loop, "advance", advance)
         prompt = {"text": "a long prompt " * 50, "max_frames": 50, "min_frames": 50, "stream": True}  # ~55 chunks
+        hold["prefill"] = 1
         mid_prefill = runtime.submit(prompt)
-        deadline = time.time() + 10
-        while runtime.stats()["prefilled_rows"] < 16 and time.time() < deadline:
-            time.sleep(0.001)
-        mid_prefill.cancel()
+        cancel_when_held(mid_prefill)  # its first prompt chunk has been run, ~54 are still to come
         r = mid_prefill.result(30)
         assert r.finish_reason == "abort" and len(r.codes) == 0
+        assert 16 <= runtime.stats()["prefilled_rows"] < 160  # a few of its ~55 chunks
+        del hold["prefill"]
+        at.clear(), release.clear()
+        hold["frames"] = 5  # one request at a time runs here: set before it is submitted
         mid_frame = runtime.submit({**prompt, "text": "short"})
-        deadline = time.time() + 120  # a hang check
-        while not mid_frame.done and time.time() < deadline:
-            req = next(iter(runtime.engine.requests.running.values()), None)
-            ar = req.states.get(LoopKind.AR_DECODE) if req is not None else None
-            if ar is not None and 0 < len(ar.codes) < 25:  # frames made, half of them still to come: a poll that
-                break                                       # a loaded machine delays a few frames still lands here
-            time.sleep(0.001)
-        mid_frame.cancel()
-        assert mid_frame.result(30).finish_reason == "abort"
+        cancel_when_held(mid_frame)  # 5 frames made, 45 still to come
+        r = mid_frame.result(30)
+        assert r.finish_reason == "abort" and 5 <= len(r.codes) < 50
+        at.clear(), release.clear()
+        hold["frames"] = 20  # the first chunk (3 frames) is delivered long before
         mid_chunk = runtime.submit({**prompt, "text": "short"})
         it = iter(mid_chunk)
-        next(it)  # a chunk has been made; more are in flight
-        mid_chunk.cancel()
-        assert mid_chunk.result(30).finish_reason == "abort"
+        next(it)  # a chunk has been made; more are to come
+        cancel_when_held(mid_chunk)
+        r = mid_chunk.result(30)
+        assert r.finish_reason == "abort" and len(r.codes) < 50
         wait_idle(runtime)
 
 
