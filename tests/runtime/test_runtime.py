@@ -16,7 +16,7 @@ from v2.sampling_settings import SamplingSettings
 from v2.errors import RequestError
 from v2.runtime import Runtime
 
-from conftest import wait_idle
+from conftest import Hold, wait_idle
 
 TEXTS = ["Hello there.", "A longer sentence, to be spoken at a steady pace.", "Yes.", "Numbers: one, two, three.",
          "Short one.", "What a lovely day it is today!", "Testing, testing.", "The end."]
@@ -83,10 +83,18 @@ def test_codes_equal_the_reference_for_greedy(ref_model, ref_codec, ref):
         rt.close()
 
 
-def test_streamed_chunks_equal_the_final_audio_and_arrive_early(runtime):
+def test_streamed_chunks_equal_the_final_audio_and_arrive_early(runtime, monkeypatch):
     seen: list[tuple[int, bool]] = []
+    # frame 10 waits for the first chunk's subscriber (it cannot end before it however fast the host is); a chunk
+    # held back to the end never comes while it waits, and the check below fails
+    hold = Hold(runtime.family.ar_loop, monkeypatch, lambda state: len(state.codes) >= 10, timeout=30)
     handle = runtime.submit(req(3, max_frames=40, min_frames=40, stream=True))
-    handle.subscribe(lambda c: seen.append((c.frames, handle.done)))
+
+    def on_chunk(c) -> None:
+        seen.append((c.frames, handle.done))
+        hold.release()
+
+    handle.subscribe(on_chunk)
     chunks = list(handle)
     result = handle.result(60)
     assert [c.seq for c in chunks] == list(range(len(chunks)))
@@ -99,10 +107,16 @@ def test_streamed_chunks_equal_the_final_audio_and_arrive_early(runtime):
     assert 0 < result.metrics.ttfa_s < result.metrics.total_s and result.metrics.rtf > 0
 
 
-def test_requests_join_mid_flight_and_finish_at_different_lengths(runtime):
+def test_requests_join_mid_flight_and_finish_at_different_lengths(runtime, monkeypatch):
+    hold = Hold(runtime.family.ar_loop, monkeypatch, lambda state: len(state.codes) >= 8)  # all four still run
     first = [runtime.submit(req(i, max_frames=10 + 6 * i, min_frames=10 + 6 * i, stream=True)) for i in range(4)]
-    next(iter(first[3]))  # wait until the longest is producing audio
-    late = [runtime.submit(req(8 + i, max_frames=5 + i, min_frames=5 + i)) for i in range(4)]
+    try:
+        hold.wait()
+        next(iter(first[3]))  # the longest is producing audio
+        late = [runtime.submit(req(8 + i, max_frames=5 + i, min_frames=5 + i)) for i in range(4)]
+        assert not any(h.done for h in first)  # they join mid-flight
+    finally:
+        hold.release()
     results = [h.result(60) for h in first + late]
     assert [len(r.codes) for r in results] == [10, 16, 22, 28, 5, 6, 7, 8]
     assert all(r.finish_reason == "length" for r in results)
@@ -112,12 +126,17 @@ def test_requests_join_mid_flight_and_finish_at_different_lengths(runtime):
     wait_idle(runtime)
 
 
-def test_cancel_mid_stream_frees_its_slots_at_once(runtime):
+def test_cancel_mid_stream_frees_its_slots_at_once(runtime, monkeypatch):
+    hold = Hold(runtime.family.ar_loop, monkeypatch, lambda state: len(state.codes) >= 20)  # past the first chunk
     long = runtime.submit(req(5, max_frames=200, min_frames=200, stream=True))
     other = runtime.submit(req(6, max_frames=60, min_frames=60))
     stream = iter(long)
-    first = next(stream)
-    long.cancel()
+    try:
+        first = next(stream)
+        hold.wait()
+        long.cancel()  # before its 21st frame, however fast the host is
+    finally:
+        hold.release()
     result = long.result(30)
     assert result.finish_reason == "abort" and 0 < len(result.codes) < 200
     assert np.array_equal(np.concatenate([first.audio] + [c.audio for c in stream], axis=1), result.audio)
@@ -134,11 +153,16 @@ def small_runtime(max_running: int) -> Runtime:
                              device="cpu")
 
 
-def test_requests_wait_for_a_slot_and_cancel_before_admission():
+def test_requests_wait_for_a_slot_and_cancel_before_admission(monkeypatch):
     rt = small_runtime(1)
+    hold = Hold(rt.family.ar_loop, monkeypatch, lambda state: True)  # the first request's first frame
     try:
         handles = [rt.submit(req(i, max_frames=20, min_frames=20)) for i in range(3)]
-        handles[2].cancel()
+        try:
+            hold.wait()
+            handles[2].cancel()  # while the first holds the one slot, however fast the host is
+        finally:
+            hold.release()
         cancelled = handles[2].result(30)
         assert cancelled.finish_reason == "abort" and len(cancelled.codes) == 0
         done = [h.result(60) for h in handles[:2]]
@@ -209,8 +233,15 @@ def test_a_failing_batched_call_fails_only_its_requests(runtime, monkeypatch):
     wait_idle(runtime)
 
 
-def test_close_aborts_what_runs_and_frees_everything():
+def test_close_aborts_what_runs_and_frees_everything(monkeypatch):
     rt = Runtime.from_card("moss_tts_local_tiny", device="cpu")
+    real = rt.family.ar_loop.advance
+
+    def advance(state, plan, row):  # each frame takes at least 20 ms however fast the host is: 300 take >= 6 s
+        time.sleep(0.02)
+        return real(state, plan, row)
+
+    monkeypatch.setattr(rt.family.ar_loop, "advance", advance)
     handles = [rt.submit(req(i, max_frames=300, min_frames=300)) for i in range(3)]
     time.sleep(0.2)
     rt.close()
