@@ -11,7 +11,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from conftest import wait_idle
+from conftest import Hold, wait_idle
+from v2.contracts import WorkUnitKind
 from v2.models.moss_codec.audio_in import prepare_reference
 from v2.errors import RequestError
 from v2.runtime import Runtime
@@ -174,6 +175,10 @@ def test_bad_audio_is_refused_naming_the_field_and_harms_nothing(runtime, tmp_pa
         ({"reference_audio": [ok, ok], "reference_text": "two"}, "reference_text: continuation needs exactly one"),
         ({"voice": "nobody"}, "voice: no stored voice named 'nobody'"),
     ]
+    deadline = time.time() + 120  # a hang check
+    while runtime.stats()["waiting"]:  # the bystander admitted: a count taken now is the refusals' alone to change
+        assert time.time() < deadline, runtime.stats()
+        time.sleep(0.005)
     before = runtime.stats()
     for fields, message in cases:
         with pytest.raises(RequestError) as e:
@@ -185,15 +190,29 @@ def test_bad_audio_is_refused_naming_the_field_and_harms_nothing(runtime, tmp_pa
     assert bystander.result(60).finish_reason == "length"
 
 
-def test_a_request_cancelled_while_its_reference_waits_is_freed(runtime):
+def test_a_request_cancelled_while_its_reference_waits_is_freed(runtime, monkeypatch):
+    encode = runtime.engine.executors[WorkUnitKind.ENCODE]
+    real, encoding, release = encode.launch, threading.Event(), threading.Event()
+
+    def launch(work):  # its reference's first chunk waits for the cancel: the request cannot end before it
+        if not release.is_set():
+            encoding.set()
+            release.wait(60)
+        return real(work)
+
+    monkeypatch.setattr(encode, "launch", launch)
     handle = runtime.submit({"text": "x", "reference_audio": (speech_like(2.0, 8), RATE), "max_frames": 4})
-    handle.cancel()
+    try:
+        assert encoding.wait(60)  # a hang check
+        handle.cancel()
+    finally:
+        release.set()
     assert handle.result(60).finish_reason == "abort"
     s = wait_idle(runtime)
     assert s["encoding"] == 0 and s["encode_slots_in_use"] == 0
 
 
-def test_a_long_reference_is_encoded_a_chunk_per_step_while_frames_keep_flowing(tmp_path):
+def test_a_long_reference_is_encoded_a_chunk_per_step_while_frames_keep_flowing(tmp_path, monkeypatch):
     from v2.card import load_card
 
     card = load_card("moss_tts_local_tiny")
@@ -202,14 +221,19 @@ def test_a_long_reference_is_encoded_a_chunk_per_step_while_frames_keep_flowing(
                            device="cpu", voices_dir=str(tmp_path))
     try:
         long_ref = (speech_like(6.0, 21), RATE)  # 75 frames: 19 chunks of 4
+        # the bystander is held at its 10th frame until the references are queued: its 290 frames to come take
+        # 290 steps, far more than the ~25 steps of the encodes, however fast the host or slow the test's thread
+        hold = Hold(rt.family.ar_loop, monkeypatch, lambda state: len(state.codes) >= 10)
         bystander = rt.submit({"text": "frames keep coming", "seed": 1, "max_frames": 300, "min_frames": 300})
-        while rt.stats()["running"] == 0:
-            time.sleep(0.002)
-        frames_before = rt.stats()["kinds"]["ar_frame"]["calls"]
-        handles = rt.submit_many([{"text": "x", "reference_audio": [long_ref, (speech_like(1.0, 22), RATE)],
-                                   "seed": 3, "max_frames": 3, "min_frames": 3}]
-                                 + [{"text": "y", "reference_audio": (speech_like(0.6, 23 + i), RATE), "max_frames": 2}
-                                    for i in range(3)])  # 2 + 3 recordings for 4 slots: one request waits for slots
+        try:
+            hold.wait()
+            frames_before = rt.stats()["kinds"]["ar_frame"]["calls"]
+            handles = rt.submit_many([{"text": "x", "reference_audio": [long_ref, (speech_like(1.0, 22), RATE)],
+                                       "seed": 3, "max_frames": 3, "min_frames": 3}]
+                                     + [{"text": "y", "reference_audio": (speech_like(0.6, 23 + i), RATE),
+                                         "max_frames": 2} for i in range(3)])  # 2 + 3 recordings for 4 slots
+        finally:
+            hold.release()
         results = [h.result(120) for h in handles]
         kinds = rt.stats()["kinds"]
         assert kinds["encode"]["calls"] >= 19 and kinds["ar_frame"]["calls"] - frames_before >= 19
