@@ -8,7 +8,8 @@ name (the shipped cards are package data, `v2/cards/` in an installed package, t
 checkout) or path, validating it with its family's card class
 (its family found by name in the registry, v2/registry.py; each family's section: its experts and loops),
 finding a card's family
-(`family_of`), refusing a bad card with the field named,
+(`family_of`) and what its class says before a model loads (`input_audio_formats`, typed by `TakesRecordings`:
+the server's schema reads the same protocol of the bound family), refusing a bad card with the field named,
 and building the experts a card names through its family's section. No code is ever imported from a card.
 The schema's parts are re-exported here: a loop's declaration `LoopDecl`, a family's loop section
 `LoopTable` and the checks of the graph it declares, `PagedLoopDecl`, `ChunkLoopDecl` (v2/card_loops.py);
@@ -24,7 +25,7 @@ from importlib import import_module
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -179,6 +180,22 @@ def family_of(card: ModelCard) -> Any:
     """The family a card names: its package's `family.FAMILY`, which binds the card and its experts into a
     `v2.runtime.family.Family` (the registry's package for the name: no code is ever imported from a card)."""
     return import_module(_family_package(card.family) + ".family").FAMILY
+
+
+@runtime_checkable
+class TakesRecordings(Protocol):
+    """A family whose chat messages take recordings (`input_audio` parts): the containers such a part may name,
+    lower case as OpenAI's enum spells them. A class attribute: read from the family's class (`family_of(card)
+    .bound`) before a model loads, and from the bound family (the server's schema)."""
+
+    @property
+    def input_audio_formats(self) -> tuple[str, ...]: ...
+
+
+def input_audio_formats(card: ModelCard) -> tuple[str, ...]:
+    """The formats the card's family takes in an `input_audio` part (`TakesRecordings`); none: no recordings."""
+    bound = family_of(card).bound
+    return tuple(bound.input_audio_formats) if isinstance(bound, TakesRecordings) else ()
 
 
 def build_model(card: ModelCard, **options: Any) -> Any:

@@ -3,7 +3,8 @@
 Owns: the request the options make (OpenAI's chat shape: a `--system` turn, then one user turn whose parts are
 the `--message` texts and `--audio` files in the order given, each file as an `input_audio` part: its bytes in
 base64 and its format from the suffix, by the one suffix table (v2/audiofile.py `SUFFIXES`), taken when it is one
-of the formats the card's family reads (its `input_audio_formats`, the list the server takes and publishes) and
+of the formats the card's family reads (v2/card.py `input_audio_formats`: the family's class as the typed
+`TakesRecordings` says it, the list the server takes and publishes) and
 the file's header says that container; `--voice` the speaker, `--text-only` the text modality alone), the
 checks before any model loads (the files, the output path, the device, what the card's config refuses), the
 reply's text on stdout and its audio into `--out`, a summary line on stderr (the progress line), and every
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from v2.audiofile import SUFFIXES, check_writable, format_for, suffix_format
-from v2.card import ModelCard, family_of, load_card
+from v2.card import input_audio_formats, load_card  # the formats: the family's class, typed (TakesRecordings)
 from v2.cli.common import check_device, expected, load_runtime, precheck, read_bounded
 from v2.cli.options import DEFAULT_REPLY
 from v2.errors import CliError, FieldError
@@ -34,11 +35,6 @@ OPTIONS = {"speaker": "--voice", "modalities": "--text-only", "max_tokens": "--m
            "top_p": "--top-p"}
 _PART = re.compile(r"messages\[(\d+)\]\.content(?:\[(\d+)\])?[\w.\[\]]*")
 _FIELD = re.compile(r"(?<![\w.\[-])([a-z_]+)(?=[:\s])")
-
-
-def input_audio_formats(card: ModelCard) -> tuple[str, ...]:
-    """The formats the card's family takes in an input_audio part (none: it takes no recordings)."""
-    return tuple(getattr(family_of(card).bound, "input_audio_formats", ()))
 
 
 def audio_format(path: str, formats: Collection[str]) -> str:

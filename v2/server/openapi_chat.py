@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Protocol, runtime_checkable
 
+from v2.card import TakesRecordings
 from v2.server.chat_schema import CHAT, ChatBody, is_chat_card
 
 __all__ = ("CHAT", "CHAT_ERRORS", "components", "operation", "refusals")
@@ -80,13 +81,12 @@ _OK = ("the reply: with `stream: true`, SSE chunks as it is made (text as `delta
 
 
 @runtime_checkable
-class ChatFamily(Protocol):
-    """What the schema reads of a chat card's bound family (its class's attributes): the formats an `input_audio`
-    part may name (`input_audio_formats`) and the reply's text-token cap (`max_reply_tokens`, the card's). A
-    family without them leaves `format` any string and the caps at INT64_MAX."""
+class ChatFamily(TakesRecordings, Protocol):
+    """What the schema reads of a chat card's bound family: the formats an `input_audio` part may name
+    (`input_audio_formats`: v2/card.py `TakesRecordings`, the route `v2 chat` reads too) and the reply's
+    text-token cap (`max_reply_tokens`, the card's). A family without them leaves `format` any string and the
+    caps at INT64_MAX."""
 
-    @property
-    def input_audio_formats(self) -> tuple[str, ...]: ...
     @property
     def max_reply_tokens(self) -> int: ...
 
