@@ -22,10 +22,8 @@ from typing import Any, Callable, NoReturn
 from v2.audiofile import FORMATS, INSTALL_RAY, INSTALL_SERVER
 from v2.card import DEFAULT_CARD, CardError, known_cards, load_card
 from v2.cli.common import check_aligner, check_device, expected
-from v2.cli.options import (
-    add_chat_arguments, add_runtime_arguments, add_synth_arguments, choice_hint, chosen_parser, share_wording,
-    unrecognized,
-)
+from v2.cli.option_names import choice_hint, chosen_parser, unrecognized
+from v2.cli.options import add_chat_arguments, add_runtime_arguments, add_synth_arguments, share_wording
 from v2.cli.synth import run_synth
 from v2.errors import CliError
 from v2.server.options import add_arguments as add_serve_arguments

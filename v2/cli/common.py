@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from v2.audiofile import OutputError
 from v2.card import CardError, ModelCard, family_of
 from v2.checkpoints import CheckpointNotFound
-from v2.cli.options import in_option_names, sampling_fields
+from v2.cli.option_names import in_option_names
+from v2.cli.options import sampling_fields
 from v2.errors import CliError, OverloadedError, RequestError
 from v2.progress import Progress
 from v2.registry import family_options

@@ -21,7 +21,8 @@ from typing import Any
 from v2.audiofile import check_writable, format_for
 from v2.card import load_card
 from v2.cli.common import check_aligner, check_device, expected, load_runtime, precheck, read_utf8, request
-from v2.cli.options import DEFAULT_OUT, DEFAULT_TEXT, in_option_names
+from v2.cli.option_names import in_option_names
+from v2.cli.options import DEFAULT_OUT, DEFAULT_TEXT
 from v2.errors import CliError
 from v2.progress import Progress
 
