@@ -159,7 +159,7 @@ def test_a_voice_goes_with_the_first_segment_only_and_pieces_still_equal_whole(r
     leak_free(rt)
 
 
-def test_no_text_for_the_idle_timeout_ends_the_request_with_the_reason():
+def test_no_text_for_the_idle_timeout_ends_the_request_with_the_reason(monkeypatch):
     runtime = tiny(input_idle_timeout_s=0.4)
     try:
         h = runtime.open(BASE)
@@ -168,6 +168,19 @@ def test_no_text_for_the_idle_timeout_ends_the_request_with_the_reason():
         assert r.finish_reason == "abort" and "no text arrived for 0.4 s" in r.error
         with pytest.raises(RuntimeError, match="has ended"):
             h.feed("tence.")
+        # the idle timeout below is not checked until the first frame is made: a slow host's admission and
+        # prefill cannot use it up before the first sentence is spoken
+        spoke = threading.Event()
+        real_expire, real_advance = runtime.engine.requests.expire, runtime.family.ar_loop.advance
+
+        def advance(state, plan, row):
+            taken = real_advance(state, plan, row)
+            if state.codes:
+                spoke.set()
+            return taken
+
+        monkeypatch.setattr(runtime.family.ar_loop, "advance", advance)
+        monkeypatch.setattr(runtime.engine.requests, "expire", lambda: real_expire() if spoke.is_set() else None)
         h = runtime.open(BASE)
         h.feed("One sentence. And")
         r = h.result(30)  # ends while it waits for the second sentence, with the first spoken

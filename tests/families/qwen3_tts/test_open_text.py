@@ -152,7 +152,7 @@ def test_an_open_request_among_others_equals_itself_alone(ort, seed, cut):
     assert np.array_equal(r.codes, alone.codes) and np.array_equal(r.audio, alone.audio)
 
 
-def test_no_text_for_the_idle_timeout_ends_the_request_with_the_reason():
+def test_no_text_for_the_idle_timeout_ends_the_request_with_the_reason(monkeypatch):
     rt = tiny(input_idle_timeout_s=0.4)
     try:
         h = rt.open(BASE)
@@ -161,6 +161,19 @@ def test_no_text_for_the_idle_timeout_ends_the_request_with_the_reason():
         assert r.finish_reason == "abort" and "no text arrived for 0.4 s" in r.error
         with pytest.raises(RuntimeError, match="has ended"):
             h.feed("rd.")
+        # the idle timeout below is not checked until the first frame is made: a slow host's admission and
+        # prefill cannot use it up before the first sentence is spoken
+        spoke = threading.Event()
+        real_expire, real_advance = rt.engine.requests.expire, rt.family.talker_loop.advance
+
+        def advance(state, plan, row):
+            taken = real_advance(state, plan, row)
+            if state.codes:
+                spoke.set()
+            return taken
+
+        monkeypatch.setattr(rt.family.talker_loop, "advance", advance)
+        monkeypatch.setattr(rt.engine.requests, "expire", lambda: real_expire() if spoke.is_set() else None)
         h = rt.open(BASE)
         h.feed("Some words here and")  # admitted, speaks its rows, then waits for more
         r = h.result(30)
