@@ -133,9 +133,9 @@ def test_a_cancel_at_every_step_frees_every_slot_and_block():
         requests = [dict(r, tokens=12, stream=True) for r in REQUESTS[:3]]
         reasons = []
         for at in range(1, 26):
-            target.update(steps=0, at=at, handle=None)
-            handles = rt.submit_many(requests)
-            target["handle"] = handles[1]
+            with rt._cond:  # the engine takes them (and counts their steps) once the target is set
+                handles = rt.submit_many(requests)
+                target.update(steps=0, at=at, handle=handles[1])
             results = [h.result(120) for h in handles]
             for i in (0, 2):
                 assert results[i].error is None
@@ -189,14 +189,15 @@ def test_every_family_feeds_it_every_chunk_batched_equals_alone_and_a_failure_or
 
         def counted() -> bool:
             target["steps"] = target.get("steps", 0) + 1
-            if target["steps"] == target["at"]:
+            if target["steps"] == target.get("at") and target.get("handle") is not None:
                 target["handle"].cancel()
             return step()
 
         engine.step = counted  # type: ignore[method-assign]
         for at in (2, 4, 7, 11):
-            handles = rt.submit_many([dict(r, stream=True) for r in FAMILY_REQUESTS[:2]])
-            target.update(steps=0, at=at, handle=handles[1])
+            with rt._cond:  # the engine takes them (and counts their steps) once the target is set
+                handles = rt.submit_many([dict(r, stream=True) for r in FAMILY_REQUESTS[:2]])
+                target.update(steps=0, at=at, handle=handles[1])
             r0, r1 = handles[0].result(300), handles[1].result(300)
             assert r0.error is None and checked(r0, list(handles[0]), handles[0].events()).marks == alone[0]
             assert r1.finish_reason in ("abort", "length")

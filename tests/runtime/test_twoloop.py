@@ -9,7 +9,7 @@ refusals. Exact on every CPU path (the `exact` marker)."""
 from __future__ import annotations
 
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -152,9 +152,9 @@ def test_a_cancel_at_every_step_frees_every_block_of_both_loops_and_every_slot(a
         requests = [dict(r, tokens=12, talker_prefix=list(range(18))) for r in REQUESTS[:3]]
         reasons = []
         for at in range(1, 30):
-            target.update(steps=0, at=at, handle=None)
-            handles = rt.submit_many(requests)
-            target["handle"] = handles[1]
+            with rt._cond:  # the engine takes them (and counts their steps) once the target is set
+                handles = rt.submit_many(requests)
+                target.update(steps=0, at=at, handle=handles[1])
             results = [h.result(120) for h in handles]
             assert results[0].error is None and results[2].error is None
             assert results[1].finish_reason in ("abort", "length")
@@ -173,15 +173,19 @@ def test_a_long_thinker_prefill_does_not_stall_talker_frames_and_each_kind_launc
             did = step()
             launches.append(family.think.calls[before[0]:] + family.talk.calls[before[1]:]
                             + family.codec.calls[before[2]:])
+            if not submitted.is_set() and any(k is Work.TALK_FRAME for k, _ in launches[-1]):
+                talking.set()  # a's talker decodes: held here until b is queued, however fast the host is
+                submitted.wait(60)
             return did
 
+        talking, submitted = threading.Event(), threading.Event()
         engine.step = recorded  # type: ignore[method-assign]
         a = rt.submit({"prompt": [1, 2, 3], "talker_prefix": [4, 5], "tokens": 24})
-        deadline = time.monotonic() + 60
-        while not any(k is Work.TALK_FRAME for s in list(launches) for k, _ in s):  # until a's talker decodes
-            assert time.monotonic() < deadline, "request a's talker never decoded"
-            time.sleep(0.001)
-        b = rt.submit({"prompt": [(5 * k) % 48 for k in range(96)], "tokens": 2})  # six prefill chunks
+        try:
+            assert talking.wait(60), "request a's talker never decoded"
+            b = rt.submit({"prompt": [(5 * k) % 48 for k in range(96)], "tokens": 2})  # six prefill chunks
+        finally:
+            submitted.set()
         assert a.result(120).error is None and b.result(120).error is None
         for s in launches:
             paged = [k for k, _ in s if isinstance(k, Work)]
