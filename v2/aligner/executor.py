@@ -1,14 +1,15 @@
-"""The aligner's work kind: a batch of spans, of any requests, in one forward of the forced aligner.
+"""The aligner's work kind: a batch of spans, of any requests, in forwards of the forced aligner.
 
 Owns: `pack` (host: each span's audio made 16 kHz, soxr "HQ"), `launch` (the device: each clip's log-mel and
 prompt, `ForcedAligner.marker_classes` for every span that has words: the head's class at each marker, the
 first maximum on ties: int64 [sum of markers], span by span; on a GPU one call for them all, on a CPU one call
 per group of `forward_groups`), `forward_groups` (a CPU forward's cost is the decoder's exact attention, which
 grows with spans x the longest prompt squared, padding included, plus a fixed part per call: the spans sorted
-by prompt length and cut where a shared call's padding would cost more than the call it saves), and `read` (the release's fix-up per span, each word's times
-clamped to its span's audio, as the aligner may place a marker past it, then moved to the request's time:
-seconds from the start of its audio, rounded to 3 decimals, never past the span's end: `SentenceWords`). A
-span's result never depends on the others in its batch (the model is exact per clip).
+by prompt length and cut where a shared call's padding would cost more than the call it saves), and `read`
+(the release's fix-up per span, each word's times clamped to its span's audio, as the aligner may place a
+marker past it, then moved to the request's time: seconds from the start of its audio, rounded to 3 decimals,
+never past the span's end: `SentenceWords`). A span's result never depends on the others in its batch or
+group (the model is exact per clip).
 Must not know: requests, families, the engine's queues.
 """
 
