@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from tests.models.aut.window_reference import stack_by_window
 from v2.bench.launches import counted
 from v2.models import exact
 from v2.models.aut.encoder import sinusoids
@@ -28,8 +29,8 @@ LENGTHS = [40, 200, 1700, 101, 5]
 
 @torch.no_grad()
 def _one_clip(model: ForcedAligner, mel: Tensor) -> Tensor:
-    """One clip alone, as the release encodes it: F.unfold convs in `CONV_TILE`-row exact calls, then the shared
-    AuT layer per clip, window by window."""
+    """One clip alone, as the release encodes it: F.unfold convs in `CONV_TILE`-row exact calls, then the AuT
+    layers written out, window by window (each window its own attention call)."""
     tower, chunk = model.audio_tower, 2 * model.cfg.audio.n_window
     c = -(-mel.shape[1] // chunk)
     x = F.pad(mel, (0, c * chunk - mel.shape[1])).view(mel.shape[0], c, chunk).transpose(0, 1)[:, None]
@@ -41,10 +42,7 @@ def _one_clip(model: ForcedAligner, mel: Tensor) -> Tensor:
         x = exact.gelu(y.transpose(1, 2).reshape(b, -1, ho, to))
     b, ch, f, t = x.shape
     x = tower.conv_out(x.permute(0, 3, 1, 2).reshape(b, t, ch * f)) + sinusoids(t, model.cfg.audio.d_model, x.device)
-    x = x.reshape(b * t, -1)[: audio_token_count(mel.shape[1], model.cfg.audio)]
-    for layer in tower.layers:
-        x = layer(x, tower.window)
-    return tower.proj2(exact.gelu(tower.proj1(tower.ln_post(x))))
+    return stack_by_window(tower, x.reshape(b * t, -1)[: audio_token_count(mel.shape[1], model.cfg.audio)])
 
 
 @pytest.fixture(scope="module")
