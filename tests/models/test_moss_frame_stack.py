@@ -148,3 +148,32 @@ def test_the_kept_head_operands_follow_their_parameters(monkeypatch):
     got, want = both(monkeypatch, model, 3, FAST)
     for field in FIELDS:
         assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+def test_a_replaced_codebook_table_is_noticed(monkeypatch):
+    model = copy.deepcopy(models()[1])
+    frame(model, 3, FAST)  # the heads' operands are kept, the tables among them
+    old = model.audio_embeddings[5]
+    new = torch.nn.Embedding(*old.weight.shape).requires_grad_(False)
+    with torch.no_grad():
+        new.weight.copy_(old.weight.flip(0))
+    model.audio_embeddings[5] = new  # another module in the list: its parameter is a tensor never looked at
+    got, want = both(monkeypatch, model, 3, FAST)
+    for field in FIELDS:
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+def test_a_replaced_head_module_is_noticed(monkeypatch):
+    model = copy.deepcopy(models()[1])
+    frame(model, 3, FAST)
+    head = model.local_text_lm_head
+    model.local_text_lm_head = copy.deepcopy(head)  # the module itself replaced in the model
+    with torch.no_grad():
+        model.local_text_lm_head.weight.mul_(-1.0)
+    tables = model.audio_embeddings
+    model.audio_embeddings = copy.deepcopy(tables)  # the whole list of tables replaced
+    with torch.no_grad():
+        model.audio_embeddings[2].weight.mul_(0.5)
+    got, want = both(monkeypatch, model, 3, FAST)
+    for field in FIELDS:
+        assert torch.equal(getattr(got, field), getattr(want, field)), field

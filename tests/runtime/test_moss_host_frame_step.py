@@ -1,7 +1,9 @@
 """MOSS's frame step where the static inputs are host memory (a CPU): rows of consecutive slots through kept views of
 the slot state, flags all set or all clear as kept tensors, no presence read for a batch without a repetition
 penalty; every result, state row, presence mask and KV row equal to the gathers' step (`host_inputs` off), bit for
-bit, frame after frame. Also the host half's packed inputs (`pack`)."""
+bit, frame after frame (one route: only the rows' seam differs, `_host_rows` / `_device_rows`). The device seam reads
+the static inputs through views kept before any capture and reads nothing on the host. Also the host half's packed
+inputs (`pack`)."""
 
 from __future__ import annotations
 
@@ -105,3 +107,34 @@ def test_replaced_state_tensors_are_not_read_through_old_views(tiny_model):
     plans = [FramePlan(s, 31, 1, True) for s in (0, 1)]
     assert torch.equal(bits(host.frame(plans, 2)), bits(gathered.frame(plans, 2)))
     assert torch.equal(host.hidden, gathered.hidden)
+
+
+def test_the_device_rows_read_the_static_inputs_and_nothing_on_the_host(tiny_model, monkeypatch):
+    """What a step graph captures: the inputs' views kept before the capture, and no host read of a device value."""
+    ex = _ar(tiny_model, False)
+    assert set(ex._inputs_kept) == {1, 2, 4, 8}  # made at construction: a captured step makes none
+    kept = ex._inputs_kept[4]
+    static = ex.inputs.packed.untyped_storage().data_ptr()
+    for view in (kept.packed, kept.steps, kept.positions, kept.allow, kept.valid, kept.gathers.slots):
+        assert view.untyped_storage().data_ptr() == static
+    ex.stage([FramePlan(s, 30 + s, 2, s != 5) for s in (5, 1, 6)], 4)
+    codes = torch.randint(0, tiny_model.cfg.codebook_size, (4, tiny_model.cfg.n_vq))
+    new_hidden = torch.randn(4, tiny_model.cfg.hidden_size)
+    slots = [5, 1, 6, ex.dummy_slot]
+    before = ex.hidden[slots].clone()
+
+    def host_read(*args, **kwargs):
+        raise AssertionError("a host read of a device value")
+
+    with monkeypatch.context() as m:
+        for name in ("tolist", "item", "numpy", "__bool__", "__int__", "__index__"):
+            m.setattr(torch.Tensor, name, host_read)
+        rows, penalized, allow, valid = ex._device_rows(kept)
+        hidden, tables, sampling, presence = rows.read(ex, penalized)
+        rows.record(ex, codes)
+        rows.store(ex, new_hidden)
+    assert penalized and presence is not None and torch.equal(allow, torch.tensor([False, True, True, True]))
+    assert valid.shape == (4, 1) and valid[:, 0].tolist() == [True, True, True, False]
+    assert torch.equal(hidden, before) and torch.equal(tables, ex.tables[slots])
+    assert torch.equal(ex.hidden[slots], new_hidden)
+    assert all(bool(ex.presence[s, c, codes[i, c]]) for i, s in enumerate(slots) for c in range(12))

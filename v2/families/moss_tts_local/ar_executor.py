@@ -6,16 +6,19 @@ settings, seeds and repetition-penalty presence masks); writing a request's sett
 (`admit`, or its host and device halves, which `OnStream` queues on the stream); the prompt forward (the
 backbone over embedded [T, 13] rows), the padding row (text pad, audio pad codes), and the frame step on
 the static inputs: the local transformer's stop decision and 12 codes from each slot's state, the
-presence update, the new frame's row through the backbone -> the state for the next frame; on a CPU, whose static
-inputs are host memory, the same step with its operations picked by the inputs' values (consecutive slots' state
-through kept views, flags all set or all clear as kept tensors, no presence read for a batch without a repetition
-penalty: the host record of penalized slots); one packed
+presence update, the new frame's row through the backbone -> the state for the next frame. One route wherever it
+runs; what differs is one seam (how the rows' slot state is reached, `_SlotState`, and which flag tensors are
+passed): on a device, gathers at the slot ids (what a step graph captures); on a CPU, whose static inputs are host
+memory, picked by the inputs' values (consecutive slots' state through kept views, flags all set or all clear as
+kept tensors, no presence read for a batch without a repetition penalty: the host record of penalized slots); one packed
 float32 result [B, 26] (stop flag, 12 codes, 13 logprobs), read back as `FrameBatch` (`read`). The
 packed frame-row layout is known here and nowhere else (the codec's side: codec_executor.py).
 Must not know: requests, loops' state, scheduling policy, which blocks are free, threads.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -60,6 +63,8 @@ class ARExecutor(PagedFrames):
         self.host_inputs = dev.type == "cpu"
         self._inputs_kept: dict[int, _KeptInputs] = {}
         self._views_kept: dict[tuple[int, int], _SlotViews] = {}
+        for b in batch_buckets:  # made before the capture: a captured step makes no tensors of its own
+            self._kept_inputs(b)
         self.capture("ar_frame", batch_buckets, enabled=graphs)
 
     def reset_state(self, slot: int) -> None:
@@ -100,59 +105,40 @@ class ARExecutor(PagedFrames):
         self.presence[slot] = False
 
     def frame_step(self, key: tuple[int, ...]) -> Tensor:
-        """The whole frame step on the static inputs: key = (rows, keys attended, full sort)."""
+        """The whole frame step on the static inputs: key = (rows, keys attended, full sort). One route wherever it
+        runs: only how the rows' slot state is reached and which flag tensors are passed (`_device_rows` /
+        `_host_rows`) differ."""
         if torch.is_grad_enabled():  # a direct call (benchmarks, tests); the runtime's steps run in inference mode
             with torch.no_grad():
                 return self.frame_step(key)
         b, context, full = key
-        if self.host_inputs:
-            return self._host_frame_step(b, context, bool(full))
-        x = self.inputs
-        slots, positions, steps = x.slot[:b], x.position[:b], x.step[:b]
-        allow, valid = x.allow_stop[:b] != 0, x.valid[:b] != 0  # flags as masks (a comparison, no dtype copy)
-        frame = self.model.decode_frame(self.hidden[slots], self.sampling.rows(slots), steps,
-                                        presence=self.presence[slots], allow_stop=allow, full_sort=bool(full))
-        # padding rows write only the dummy slot's presence, state and KV
-        self.presence[slots[:, None], self.code_index, frame.codes] = True
-        out = self.model.transformer.forward_cached(frame.next_embed[:, None], self.kv, self.tables[slots],
-                                                    positions[:, None], valid[:, None], context)  # [b, 1, H]
-        self.hidden[slots] = out[:, 0]
-        return torch.cat([frame.stop[:, None], frame.codes, frame.logprobs], dim=1)  # float32: cat converts as it copies
-
-    def _host_frame_step(self, b: int, context: int, full: bool) -> Tensor:
-        """`frame_step` where the static inputs are host memory (a CPU, no step graphs): their values, read once,
-        choose the operations. Rows of consecutive slots read and write the slot state through kept views (no
-        gathers or indexed writes); flags all set or all clear are kept tensors (no comparisons); a batch none of
-        whose rows has a repetition penalty reads no presence mask (a penalty of 1 changes no logit). The same
-        values as the gathers, bit for bit."""
-        slot_ids, _, _, allow_ids, valid_ids, _ = self.inputs.packed[:, :b].tolist()
         kept = self._kept_inputs(b)
-        run = _run_of(slot_ids)
-        penalized = not self.penalized.isdisjoint(slot_ids)  # else no presence is read (a penalty of 1 changes nothing)
-        presence: Tensor | None = None
-        if run is not None:
-            v = self._slot_views(run, b)
-            hidden, tables, sampling = v.hidden, v.tables, v.sampling()
-            presence = v.presence if penalized else None
-        else:
-            slots = kept.slots
-            hidden, tables, sampling = self.hidden[slots], self.tables[slots], self.sampling.rows(slots)
-            presence = self.presence[slots] if penalized else None  # (a gather: only when read)
-        allow = None if all(allow_ids) else kept.no_stop if not any(allow_ids) else kept.allow != 0
-        valid = kept.all_valid if all(valid_ids) else kept.valid != 0
+        rows, penalized, allow, valid = self._host_rows(kept, b) if self.host_inputs else self._device_rows(kept)
+        hidden, tables, sampling, presence = rows.read(self, penalized)
         frame = self.model.decode_frame(hidden, sampling, kept.steps, presence=presence, allow_stop=allow,
-                                        full_sort=full)
-        if run is not None:
-            v.presence.scatter_(2, frame.codes[:, :, None], True)
-        else:  # padding rows write only the dummy slot's presence, state and KV
-            self.presence[kept.slots[:, None], self.code_index, frame.codes] = True
+                                        full_sort=bool(full))
+        rows.record(self, frame.codes)  # padding rows write only the dummy slot's presence, state and KV
         out = self.model.transformer.forward_cached(frame.next_embed[:, None], self.kv, tables, kept.positions,
                                                     valid, context)  # [b, 1, H]
-        if run is not None:
-            hidden.copy_(out[:, 0])
-        else:
-            self.hidden[kept.slots] = out[:, 0]
+        rows.store(self, out[:, 0])
         return torch.cat([frame.stop[:, None], frame.codes, frame.logprobs], dim=1)  # float32: cat converts as it copies
+
+    def _device_rows(self, kept: "_KeptInputs") -> "_Rows":
+        """The rows where the static inputs are device memory (a step graph's capture: no host reads): the slot
+        state gathered at the inputs' slots, every presence mask read, the flags compared on the device."""
+        return kept.gathers, True, kept.allow != 0, kept.valid != 0  # (flags as masks: a comparison, no dtype copy)
+
+    def _host_rows(self, kept: "_KeptInputs", b: int) -> "_Rows":
+        """The rows where the static inputs are host memory (a CPU, no step graphs): their values, read once, choose.
+        Consecutive slots' state through kept views (no gathers or indexed writes); flags all set or all clear as
+        kept tensors (no comparisons); no presence read for a batch none of whose rows has a repetition penalty (a
+        penalty of 1 changes no logit). The same values as `_device_rows`, bit for bit."""
+        slot_ids, _, _, allow_ids, valid_ids, _ = kept.packed.tolist()
+        run = _run_of(slot_ids)
+        rows: _SlotState = kept.gathers if run is None else self._slot_views(run, b)
+        allow = None if all(allow_ids) else kept.no_stop if not any(allow_ids) else kept.allow != 0
+        valid = kept.all_valid if all(valid_ids) else kept.valid != 0
+        return rows, not self.penalized.isdisjoint(slot_ids), allow, valid
 
     def _kept_inputs(self, b: int) -> "_KeptInputs":
         hit = self._inputs_kept.get(b)
@@ -175,21 +161,55 @@ def _run_of(slots: list[int]) -> int | None:
     return first if slots == list(range(first, first + len(slots))) else None
 
 
+class _SlotState(Protocol):
+    """How a frame step reaches its rows' per-slot state: `read` (backbone state, block tables, settings, and the
+    presence masks when `penalized`), `record` (the drawn codes [b, 12] into the presence masks), `store` (the new
+    backbone state [b, H])."""
+
+    def read(self, ex: ARExecutor, penalized: bool) -> tuple[Tensor, Tensor, SamplingTensors, Tensor | None]: ...
+
+    def record(self, ex: ARExecutor, codes: Tensor) -> None: ...
+
+    def store(self, ex: ARExecutor, hidden: Tensor) -> None: ...
+
+
+_Rows = tuple[_SlotState, bool, "Tensor | None", Tensor]  # the rows' state, penalized, allow stop [b], valid [b, 1]
+
+
+class _Gathers:
+    """The slot state of the static inputs' first b rows by their slot ids: gathers, written back by index (what a
+    step graph captures: the ids are read on the device)."""
+
+    def __init__(self, slots: Tensor) -> None:
+        self.slots, self.index = slots, slots[:, None]  # [b], [b, 1]
+
+    def read(self, ex: ARExecutor, penalized: bool) -> tuple[Tensor, Tensor, SamplingTensors, Tensor | None]:
+        s = self.slots
+        return ex.hidden[s], ex.tables[s], ex.sampling.rows(s), ex.presence[s] if penalized else None
+
+    def record(self, ex: ARExecutor, codes: Tensor) -> None:
+        ex.presence[self.index, ex.code_index, codes] = True
+
+    def store(self, ex: ARExecutor, hidden: Tensor) -> None:
+        ex.hidden[self.slots] = hidden
+
+
 class _KeptInputs:
-    """Views of the static inputs' first `b` rows (their values change from frame to frame, the views do not)
-    and the all-set / all-clear flag tensors of b rows."""
+    """Views of the static inputs' first `b` rows (their values change from frame to frame, the views do not),
+    their slots' `_Gathers`, and the all-set / all-clear flag tensors of b rows."""
 
     def __init__(self, x: FrameInputs, b: int) -> None:
-        self.slots, self.steps = x.slot[:b], x.step[:b]
+        self.packed, self.steps = x.packed[:, :b], x.step[:b]  # [6, b], [b]
         self.positions = x.position[:b, None]  # [b, 1]
         self.allow, self.valid = x.allow_stop[:b], x.valid[:b, None]  # [b], [b, 1]
+        self.gathers = _Gathers(x.slot[:b])
         self.no_stop = torch.zeros(b, dtype=torch.bool, device=x.packed.device)
         self.all_valid = torch.ones(b, 1, dtype=torch.bool, device=x.packed.device)
 
 
 class _SlotViews:
-    """The per-slot state of slots first .. first + b - 1 as views (what gathers of those rows would copy); the
-    settings' views see a later admission's writes."""
+    """The per-slot state of slots first .. first + b - 1 as views (what gathers of those rows would copy), read
+    and written in place; the settings' views see a later admission's writes."""
 
     def __init__(self, ex: ARExecutor, first: int, b: int) -> None:
         rows = slice(first, first + b)
@@ -203,6 +223,12 @@ class _SlotViews:
         a = self._of
         return a[0] is ex.hidden and a[1] is ex.presence and a[2] is ex.tables and a[3] is ex.sampling
 
-    def sampling(self) -> SamplingTensors:
-        """A fresh settings object over the kept views (a consumer may key on the object)."""
-        return SamplingTensors(*self._settings)
+    def read(self, ex: ARExecutor, penalized: bool) -> tuple[Tensor, Tensor, SamplingTensors, Tensor | None]:
+        # a fresh settings object over the kept views (a consumer may key on the object)
+        return self.hidden, self.tables, SamplingTensors(*self._settings), self.presence if penalized else None
+
+    def record(self, ex: ARExecutor, codes: Tensor) -> None:
+        self.presence.scatter_(2, codes[:, :, None], True)
+
+    def store(self, ex: ARExecutor, hidden: Tensor) -> None:
+        self.hidden.copy_(hidden)

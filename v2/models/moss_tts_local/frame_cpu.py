@@ -84,7 +84,9 @@ class FrameHeads:
         self.fresh(model)
 
     def fresh(self, model: MossTTSLocal) -> bool:
-        """Whether these are the model's operands still (every module looked at: each look is kept)."""
+        """Whether these are the model's operands still (every module looked at: each look is kept). `ParamVersions`
+        notices a parameter written or replaced and a submodule replaced inside a head module (a codebook table in
+        the list); a head module itself replaced in the model is a module it never looked into: the identity check."""
         mods = _head_modules(model)
         changed = [v.changed(m) for v, m in zip(self.versions, mods)]
         return not any(changed) and all(a is b for a, b in zip(mods, self.modules))
