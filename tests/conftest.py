@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -119,34 +118,6 @@ def doom_requests(rt, monkeypatch) -> set[int]:
 
     monkeypatch.setattr(rt.family.ar_loop, "advance", advance)
     return doomed
-
-
-class Hold:
-    """Holds the engine inside a loop's `advance` (after the real one ran) once `when(state)` is true, until
-    `release()`: what the test does meanwhile (a cancel, more submits) happens before the request can get past
-    that point, however fast the host makes frames. `reached` is set while it holds. `release` is also called at
-    teardown (through `monkeypatch`'s undo it is not: call it in a `finally`, or let the timeout end the hold)."""
-
-    def __init__(self, loop: object, monkeypatch: pytest.MonkeyPatch, when: Callable[[object], bool],
-                 timeout: float = 60.0) -> None:
-        self.reached, self.released = threading.Event(), threading.Event()
-        real = loop.advance  # type: ignore[attr-defined]
-
-        def advance(state: object, plan: object, row: object) -> bool:
-            taken = real(state, plan, row)
-            if not self.released.is_set() and when(state):
-                self.reached.set()
-                self.released.wait(timeout)
-            return bool(taken)
-
-        monkeypatch.setattr(loop, "advance", advance)
-
-    def wait(self, timeout: float = 120.0) -> None:
-        """Until the engine is held (a hang check past `timeout`)."""
-        assert self.reached.wait(timeout), "the hold was never reached"
-
-    def release(self) -> None:
-        self.released.set()
 
 
 def wait_idle(rt, timeout: float = 20.0) -> dict:

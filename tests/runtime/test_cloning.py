@@ -11,7 +11,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from conftest import Hold, wait_idle
+from conftest import wait_idle
+from holds import Hold
 from v2.contracts import WorkUnitKind
 from v2.models.moss_codec.audio_in import prepare_reference
 from v2.errors import RequestError

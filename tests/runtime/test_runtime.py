@@ -16,7 +16,8 @@ from v2.sampling_settings import SamplingSettings
 from v2.errors import RequestError
 from v2.runtime import Runtime
 
-from conftest import Hold, wait_idle
+from conftest import wait_idle
+from holds import Hold
 
 TEXTS = ["Hello there.", "A longer sentence, to be spoken at a steady pace.", "Yes.", "Numbers: one, two, three.",
          "Short one.", "What a lovely day it is today!", "Testing, testing.", "The end."]

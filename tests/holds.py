@@ -1,0 +1,40 @@
+"""A hold for tests that must act while a request is still at a known point of its life: the engine waits in a
+loop's `advance` until the test releases it, so no host is too fast for the test's next step.
+
+Must not know: any family (the loop is given).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import pytest
+
+
+class Hold:
+    """Holds the engine inside a loop's `advance` (after the real one ran) once `when(state)` is true, until
+    `release()`: what the test does meanwhile (a cancel, more submits) happens before the request can get past
+    that point, however fast the host makes frames. `reached` is set while it holds; call `release` in a `finally`
+    (past `timeout` a forgotten hold lets go by itself)."""
+
+    def __init__(self, loop: object, monkeypatch: pytest.MonkeyPatch, when: Callable[[object], bool],
+                 timeout: float = 60.0) -> None:
+        self.reached, self.released = threading.Event(), threading.Event()
+        real = loop.advance  # type: ignore[attr-defined]
+
+        def advance(state: object, plan: object, row: object) -> bool:
+            taken = real(state, plan, row)
+            if not self.released.is_set() and when(state):
+                self.reached.set()
+                self.released.wait(timeout)
+            return bool(taken)
+
+        monkeypatch.setattr(loop, "advance", advance)
+
+    def wait(self, timeout: float = 120.0) -> None:
+        """Until the engine is held (a hang check past `timeout`)."""
+        assert self.reached.wait(timeout), "the hold was never reached"
+
+    def release(self) -> None:
+        self.released.set()
