@@ -20,6 +20,7 @@ from v2.families.moss_tts_local.segments import segment_seed
 from v2.sentences import SplitError, segments, sentences, spoken
 
 from conftest import wait_idle
+from holds import Hold
 
 SEGMENT_CHARS = 250
 VOICE = np.random.default_rng(11).integers(0, 1024, (20, 12))
@@ -109,13 +110,21 @@ def test_a_short_text_is_one_segment_with_the_codes_of_before(rt):
     leak_free(rt)
 
 
-def test_cancel_mid_way_frees_everything(rt):
+def test_cancel_mid_way_frees_everything(rt, monkeypatch):
+    # the engine is held at its 20th frame row (in its third of ~20 segments; the second chunk is made by the
+    # 13th) until the cancel is posted: the request cannot end first however fast the host is
+    rows = iter(range(1, 10**6))
+    hold = Hold(rt.family.ar_loop, monkeypatch, lambda state: next(rows) >= 20)
     handle = rt.submit({"text": long_text(5000, seed=2), "seed": 9, "max_frames": 6, "stream": True})
     seen = 0
-    for _ in handle:
-        seen += 1
-        if seen == 2:
-            handle.cancel()
+    try:
+        for _ in handle:
+            seen += 1
+            if seen == 2:
+                handle.cancel()
+                hold.release()
+    finally:
+        hold.release()
     r = handle.result(60)
     assert r.finish_reason == "abort"
     assert 1 <= len(r.segments) < len(segments(long_text(5000, seed=2), SEGMENT_CHARS))

@@ -26,6 +26,8 @@ from v2.errors import RequestError
 from v2.runtime import Runtime
 from v2.sentences import segments, spoken
 
+from holds import Hold
+
 from .conftest import wait_idle
 
 SEGMENT_CHARS = 60
@@ -168,12 +170,20 @@ def test_a_short_text_is_one_segment_as_before(rt):
     leak_free(rt)
 
 
-def test_cancel_mid_way_and_preemption_free_everything(rt):
+def test_cancel_mid_way_and_preemption_free_everything(rt, monkeypatch):
     text = long_text(600, seed=3)
+    # the engine is held at its 36th talker row (about half of the 13 segments; the third chunk is made by the
+    # 28th) until the cancel is posted: the request cannot end first however fast the host is
+    rows = iter(range(1, 10**6))
+    hold = Hold(rt.family.talker_loop, monkeypatch, lambda state: next(rows) >= 36)
     handle = rt.submit({"text": text, "speaker": "ryan", "seed": 9, "max_frames": 5, "stream": True})
-    for i, _ in enumerate(handle):
-        if i == 2:
-            handle.cancel()
+    try:
+        for i, _ in enumerate(handle):
+            if i == 2:
+                handle.cancel()
+                hold.release()
+    finally:
+        hold.release()
     r = handle.result(60)
     assert r.finish_reason == "abort" and 1 <= len(r.segments) < len(segments(text, SEGMENT_CHARS))
     assert r.segments[-1].frame_end == len(r.codes)
