@@ -3,14 +3,13 @@ versions are strictly increasing ints, and an update whose caller timed out is n
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
 
 from conftest import wait_idle
+from holds import Hold
 from v2.runtime import Runtime, weight_updates
 from v2.runtime.weight_updates import WeightUpdateError
 
@@ -95,15 +94,18 @@ def test_a_bad_tensor_late_in_a_checkpoint_restores_what_came_before(runtime, tm
     assert unchanged(runtime.model, before) and runtime.weight_version == 0
 
 
-def test_an_update_that_timed_out_is_withdrawn_and_never_applied(runtime):
+def test_an_update_that_timed_out_is_withdrawn_and_never_applied(runtime, monkeypatch):
     before = snapshot(runtime.model)
+    # the long request is held at its first frame until the update has timed out: it cannot end (and let the
+    # update in) within the update's 0.05 s however fast the host is
+    hold = Hold(runtime.family.ar_loop, monkeypatch, lambda state: True)
     long = runtime.submit({"text": "hold the weights", "max_frames": 120, "min_frames": 120})
-    deadline = time.time() + 120  # a hang check
-    while runtime.stats()["running"] == 0:
-        assert time.time() < deadline, runtime.stats()
-        time.sleep(0.002)
-    with pytest.raises(TimeoutError, match="withdrawn"):
-        runtime.update_weights({LN: before[LN] * 2}, version=1, mode="wait", timeout=0.05)
+    try:
+        hold.wait()
+        with pytest.raises(TimeoutError, match="withdrawn"):
+            runtime.update_weights({LN: before[LN] * 2}, version=1, mode="wait", timeout=0.05)
+    finally:
+        hold.release()
     assert long.result(120).finish_reason == "length"
     after = runtime.submit({"text": "after", "max_frames": 2}).result(60)  # steps ran past the old update
     wait_idle(runtime)
