@@ -204,10 +204,10 @@ class PagedFrames:
         """Host half: the plans as the static inputs' rows (padding rows -> dummy slot) and the graph key."""
         pad = bucket - len(plans)
         slots, positions = [p.slot for p in plans], [p.position for p in plans]
-        rows = [slots + [self.dummy_slot] * pad, positions + [0] * pad, [p.step for p in plans] + [0] * pad,
-                [int(p.allow_stop) for p in plans] + [1] * pad, [1] * len(plans) + [0] * pad,
-                [p.feed for p in plans] + [self.pad_feed] * pad]
-        host = torch.from_numpy(np.array(rows, dtype=np.int64))  # [6, bucket]: one host array, no indexed writes
+        flat = [*slots, *[self.dummy_slot] * pad, *positions, *[0] * pad, *[p.step for p in plans], *[0] * pad,
+                *[int(p.allow_stop) for p in plans], *[1] * pad, *[1] * len(plans), *[0] * pad,
+                *[p.feed for p in plans], *[self.pad_feed] * pad]
+        host = torch.from_numpy(np.array(flat, dtype=np.int64).reshape(INPUT_ROWS, bucket))  # [6, bucket]: one array
         context = max(positions) + 1
         if self.graphs.enabled:
             return FrameLaunch(host, self.graph_key(bucket, context))

@@ -66,6 +66,11 @@ class Pending(Generic[T]):
             raise self._error
         return self._value
 
+    def outcome(self) -> Any:
+        """The value, or what the work raised in its place (waits for it)."""
+        self._block()
+        return self._value if self._error is None else self._error
+
     def _block(self) -> None:
         if self._wait is not None:
             self._wait()
@@ -80,14 +85,17 @@ def widened(t: Tensor) -> Tensor:
 
 
 def host_array(t: Tensor) -> np.ndarray:
-    """A tensor's values on the host, as numpy."""
-    return widened(t).cpu().numpy()
+    """A tensor's values on the host, as numpy (a host tensor's own memory, as `.cpu()` would give it)."""
+    t = widened(t)
+    return (t if t.is_cpu else t.cpu()).numpy()
 
 
 def run_now(work: Callable[[], T]) -> Pending[T]:
-    """Run `work` on this thread in inference mode; what it raises is read like a device error: at the result."""
+    """Run `work` on this thread in inference mode; what it raises is read like a device error: at the result.
+    The mode is torch's own guard, the one `torch.inference_mode()` enters, without that wrapper's Python calls
+    (a fixed cost per launch that the engine's CPU step feels)."""
     try:
-        with torch.inference_mode():
+        with torch._C._InferenceMode(True):
             return Pending(work())
     except Exception as e:
         return Pending(error=e)
@@ -112,10 +120,8 @@ class HostStream:
 
 
 def _outcome(p: Pending[Tensor | None], convert: Callable[[Tensor], Any]) -> Any:
-    if p.error is not None:
-        return p.error
-    value = p.wait()
-    return None if value is None else split_kept(value, convert)
+    value = p.outcome()
+    return value if value is None or isinstance(value, BaseException) else split_kept(value, convert)
 
 
 def _pinned_copy(t: Tensor) -> Tensor:

@@ -55,6 +55,11 @@ class EncodeStage:
     def pending(self) -> int:
         return len(self.requests) + len(self.jobs)
 
+    @property
+    def waiting(self) -> bool:
+        """Whether any request or job has encoding left (else `plans` is empty)."""
+        return bool(self.requests or self.jobs)
+
     def plans(self) -> list[WorkPlan]:
         """This step's ENCODE plans: encodes that hold their slots, then new ones while slots last (in
         submission order: requests, then jobs)."""

@@ -94,7 +94,7 @@ class Engine:
     def _serve(self) -> None:
         self.family.thread_setup()  # this thread's intra-op threads, current device
         q = self.requests
-        busy = lambda: (self.inbox or q.waiting or q.running or q.cancels or q.inputs  # noqa: E731
+        busy = lambda: (q.running or self.inbox or q.waiting or q.cancels or q.inputs  # noqa: E731
                         or self.gate.pending or self.encoding.jobs or self.inflight)
         quiet, seen = False, 0  # the last step did nothing; the wake-ups counted when it began
         while True:
@@ -106,7 +106,8 @@ class Engine:
                     wait = IDLE_WAIT_S if deadline is None else min(IDLE_WAIT_S, deadline - time.perf_counter())
                     if wait > 0:
                         self.cond.wait(wait)
-                self.cond.wait_for(lambda: self.closed or busy())
+                if not busy():
+                    self.cond.wait_for(lambda: self.closed or busy())
                 if self.inbox:  # taken before a close looks at the queues: nothing posted is left behind
                     deliver(self.inbox.drain(), q, self.encoding)
                 if self.closed and not self.drain:
@@ -216,8 +217,9 @@ class Engine:
         plans = self._plans(self.graph.sources)
         if self.paged is not None:
             plans = self.paged.before_step(self.requests.running, plans)  # KV blocks for every write
-        with self.cond:
-            plans.extend(self.encoding.plans())
+        if self.encoding.waiting:  # (only this thread fills its queues: no lock to see them empty)
+            with self.cond:
+                plans.extend(self.encoding.plans())
         return plans
 
     def _collect_fed(self) -> list[WorkPlan]:

@@ -66,6 +66,8 @@ class Requests:
 
     def check_state_calls(self) -> None:
         """What queued state changes raised: a request's fails that request; another is the engine's fault."""
+        if not self.state_calls:
+            return
         calls, self.state_calls = self.state_calls, []
         for owner, call in calls:
             if call.error is None:
@@ -126,6 +128,8 @@ class Requests:
         self.family.admitted(req)
 
     def apply_cancels(self) -> None:
+        if not self.cancels:  # (only the engine thread adds to it: no lock to see it empty)
+            return
         with self.cond:
             cancels, self.cancels = self.cancels, set()
             waiting = [r for r in self.waiting if r.id in cancels]
@@ -163,6 +167,8 @@ class Requests:
     def apply_inputs(self, settle: Callable[[RequestRecord], None]) -> None:
         """Hand new input to the open requests that got some: a running one settles (its waiting loop asks its
         family for the input); a waiting one may now have its first prompt (then it is admissible)."""
+        if not self.inputs:  # (only the engine thread adds to it: no lock to see it empty)
+            return
         with self.cond:
             ids, self.inputs = self.inputs, set()
             waiting = [r for r in self.waiting if r.id in ids and r.unprompted]

@@ -50,6 +50,7 @@ class Scheduler:
     def __init__(self, *, order: Sequence[Hashable] = KIND_ORDER, buckets: Mapping[Hashable, list[int]],
                  prefill_budget: int, prefill_kinds: frozenset[Hashable] = frozenset({WorkUnitKind.PREFILL})) -> None:
         self.order, self.buckets, self.prefill_budget = tuple(order), dict(buckets), prefill_budget
+        self._ordered = frozenset(map(id, self.order))  # `kind is k` for some k of the order: one look-up
         self.prefill_kinds = prefill_kinds  # every paged loop's prefill kind: one budget for them all
 
     def plan(self, plans: Iterable[WorkPlan], prefill_rows: Mapping[tuple[int, Hashable], int]) -> StepPlan:
@@ -71,7 +72,7 @@ class Scheduler:
         batches: list[Batch] = []
         if len(groups) == 1:  # the common step: one batch key, nothing to sort
             key = next(iter(groups))
-            keys = [key] if any(key[0] is kind for kind in self.order) else []
+            keys = [key] if id(key[0]) in self._ordered else []
         else:
             keys = [key for kind in self.order
                     for key in sorted((k for k in groups if k[0] is kind), key=lambda k: (k[1], k[2]))]
