@@ -10,6 +10,7 @@ import time
 import pytest
 
 from conftest import wait_idle
+from holds import Hold
 from v2.runtime import Runtime
 
 BOUND = 60.0  # seconds: generous for a 2-core CI machine; a lost result would wait forever
@@ -78,8 +79,11 @@ def test_a_subscriber_raising_keyboard_interrupt_or_blocking_loses_nothing(runti
         release.set()
 
 
-def test_close_with_a_tiny_timeout_while_streaming_still_delivers_every_result():
+def test_close_with_a_tiny_timeout_while_streaming_still_delivers_every_result(monkeypatch):
     rt = _runtime()
+    # and the frames are held at the 10th (past the first chunk) until the check below: no request can end
+    # before close() returns however fast the host is
+    frames = Hold(rt.family.ar_loop, monkeypatch, lambda state: len(state.codes) >= 10, timeout=BOUND)
     apply_cancels = rt.engine.requests.apply_cancels
     closing, release = threading.Event(), threading.Event()
 
@@ -93,10 +97,14 @@ def test_close_with_a_tiny_timeout_while_streaming_still_delivers_every_result()
     for h in handles:
         h.subscribe(lambda _c: None)
     next(iter(handles[0]))  # streaming is under way
+    frames.wait()
     closing.set()
-    rt.close(timeout=0.01)
-    assert not any(h.done for h in handles)  # close() returned before the engine ended them
-    release.set()
+    try:
+        rt.close(timeout=0.01)
+        assert not any(h.done for h in handles)  # close() returned before the engine ended them
+    finally:
+        release.set()
+        frames.release()
     results = [h.result(BOUND) for h in handles]
     assert {r.finish_reason for r in results} <= {"abort", "length"}
     assert rt.stats()["kv_slots_in_use"] == rt.stats()["codec_slots_in_use"] == 0
@@ -124,7 +132,11 @@ def test_close_works_from_inside_a_callback(where):
     assert not rt.engine.thread.is_alive()
 
 
-def test_a_cancelled_async_consumer_cancels_its_request_and_frees_its_slots(runtime):
+def test_a_cancelled_async_consumer_cancels_its_request_and_frees_its_slots(runtime, monkeypatch):
+    # its frames are held at the 10th (past the first chunk) until the consumer is cancelled: the request cannot
+    # end first however fast the host is
+    hold = Hold(runtime.family.ar_loop, monkeypatch, lambda state: len(state.codes) >= 10, timeout=BOUND)
+
     async def consume(handle, started):
         async for _chunk in handle:
             started.set()
@@ -136,23 +148,31 @@ def test_a_cancelled_async_consumer_cancels_its_request_and_frees_its_slots(runt
         await asyncio.wait_for(started.wait(), BOUND)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await task
+            await task  # its iterator's end has posted the cancel
         return handle
 
-    handle = asyncio.run(main())
+    try:
+        handle = asyncio.run(main())
+    finally:
+        hold.release()
     assert handle.result(BOUND).finish_reason == "abort"
     wait_idle(runtime)
 
 
-def test_a_closed_async_iterator_cancels_its_request(runtime):
+def test_a_closed_async_iterator_cancels_its_request(runtime, monkeypatch):
+    hold = Hold(runtime.family.ar_loop, monkeypatch, lambda state: len(state.codes) >= 10, timeout=BOUND)
+
     async def main():
         handle = runtime.submit(_req(12, frames=400, stream=True))
         chunks = handle.__aiter__()
         await asyncio.wait_for(chunks.__anext__(), BOUND)
-        await chunks.aclose()
+        await chunks.aclose()  # posts the cancel while its frames are held at the 10th
         return handle
 
-    handle = asyncio.run(main())
+    try:
+        handle = asyncio.run(main())
+    finally:
+        hold.release()
     assert handle.result(BOUND).finish_reason == "abort"
     wait_idle(runtime)
 
