@@ -16,12 +16,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BOUND = 120.0  # seconds: a hang check (the child normally ends within a second of its last line)
 
-# Four requests of the card's 600 frames (~12 s on the 2-core CPU) are still decoding when the script ends.
+# Four requests of the card's 600 frames are still decoding when the script ends: each frame sleeps 10 ms in the
+# loop, so they take >= 6 s however fast the host is (the script ends, or is signalled, within moments of its line).
 PRELUDE = """
 import sys, time
 from v2.runtime import Runtime
 
 rt = Runtime.from_card("moss_tts_local_tiny", device="cpu")
+_advance = rt.family.ar_loop.advance
+
+
+def _slowed(state, plan, row):
+    time.sleep(0.01)
+    return _advance(state, plan, row)
+
+
+rt.family.ar_loop.advance = _slowed
 handles = [rt.submit({"text": "a long request", "max_frames": 600, "min_frames": 600, "stream": i % 2 == 0})
            for i in range(4)]
 handles[0].subscribe(lambda chunk: None)
@@ -95,7 +105,7 @@ while True:  # short sleeps: a SIGINT that lands anywhere in the loop is raised 
 """
 
 # A daemon thread prints "waiting" once the main thread's stack holds `SpeechHandle.result` (the request has
-# ~595 frames to go then: many seconds on this CPU). A signal that lands before the blocking call inside it is
+# ~595 frames to go then: >= 5 s on any host). A signal that lands before the blocking call inside it is
 # raised at the handle's next notify (its end at the latest), still inside `result()`.
 IN_RESULT = """
 import threading
