@@ -142,10 +142,12 @@ class EventLog:
     events: list[AddedEvent] = field(default_factory=list)
     subscribers: list[Callable[[AddedEvent], None]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    counts: dict[str, int] = field(default_factory=dict)  # events published per loop: the next one's seq
 
     def publish(self, loop: str, items: Sequence[object]) -> None:
         with self.lock:
-            seq = sum(e.loop == loop for e in self.events)
+            seq = self.counts.get(loop, 0)
+            self.counts[loop] = seq + len(items)
             for i, item in enumerate(items):
                 event = AddedEvent(loop, seq + i, item)
                 self.events.append(event)
