@@ -159,7 +159,7 @@ WORKER = textwrap.dedent("""
         time.sleep(0.01)
     failures, whole = [], 0
     if role == "writer":
-        for i in range(first, first + 150):
+        for i in range(first, first + 151):  # each ends with an add (150 and 1150): a voice is stored at the end
             try:
                 store.add("x", take(i), text=f"take {i}", replace=True)
                 if i % 3 == 2:
@@ -170,8 +170,9 @@ WORKER = textwrap.dedent("""
             except Exception as e:
                 failures.append(repr(e))
     else:
-        n = 0
-        while not stop.exists():
+        n, last = 0, False
+        while not last:  # a last read once the writers are done: it sees their voice however fast they were
+            last = stop.exists()
             n += 1
             try:
                 if n % 8 == 0:
