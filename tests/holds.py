@@ -7,6 +7,7 @@ Must not know: any family (the loop is given).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable
 
 import pytest
@@ -38,3 +39,15 @@ class Hold:
 
     def release(self) -> None:
         self.released.set()
+
+
+def slow_frames(loop: object, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Each row a loop's `advance` takes sleeps `seconds` first: N frames take at least N * `seconds` however
+    fast the host is (a lower bound for a test whose other side must act before they are done)."""
+    real = loop.advance  # type: ignore[attr-defined]
+
+    def advance(state: object, plan: object, row: object) -> bool:
+        time.sleep(seconds)
+        return bool(real(state, plan, row))
+
+    monkeypatch.setattr(loop, "advance", advance)

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from serverkit import CARD, TEXT, LiveServer, in_process, shared_runtime, wait_idle
+from holds import slow_frames
 from v2 import __version__
 
 SPEECH = "/v1/audio/speech"
@@ -31,9 +32,12 @@ def _running_soon(rt, timeout: float = 120.0) -> None:
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_a_client_that_leaves_frees_its_slots(live, stream):
+def test_a_client_that_leaves_frees_its_slots(live, stream, monkeypatch):
     rt = shared_runtime()
     wait_idle(rt)
+    # each frame takes at least 10 ms: 300 steps take >= 3 s however fast the host is, far more than the server
+    # takes to see the client go; a server that never cancels runs all 600
+    slow_frames(rt.family.ar_loop, monkeypatch, 0.01)
     steps_before = rt.stats()["steps"]
     if stream:
         with httpx.stream("POST", live.url + SPEECH, json={**LONG, "response_format": "pcm"}, timeout=30) as r:

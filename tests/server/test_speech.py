@@ -16,6 +16,7 @@ import soundfile as sf
 import soxr
 
 from serverkit import CARD, TEXT, LiveServer, decode, in_process, s16, shared_runtime, wait_idle
+from holds import Hold
 from v2.server.audio import FORMATS, to_s16
 
 SEED, FRAMES = 5, 20
@@ -91,20 +92,28 @@ def test_every_format_decodes_to_the_same_duration(live, reference, fmt, streame
         assert np.array_equal(np.round(audio.T * 32768).astype(np.int16), s16(reference.audio))
 
 
-def test_streamed_pcm_arrives_before_the_request_ends(client):
+def test_streamed_pcm_arrives_before_the_request_ends(client, monkeypatch):
     rt = shared_runtime()
     seed, frames = 11, 24  # at least 24 frames: the first chunk (3 frames) leaves long before the end
     ref = in_process(rt, text=TEXT, seed=seed, max_frames=frames, min_frames=frames)
     wait_idle(rt)  # so the one request running below is this one
+    # its frames are held at the 10th until the first bytes are here: it cannot end first however fast the host
+    # is; bytes held back to the end never come while it waits, and the check below fails
+    hold = Hold(rt.family.ar_loop, monkeypatch, lambda state: len(state.codes) >= 10, timeout=30)
     received, running_at_first = [], None
-    with client.audio.speech.with_streaming_response.create(
-            model=CARD, voice="alloy", input=TEXT, response_format="pcm",
-            extra_body={"seed": seed, "max_frames": frames, "min_frames": frames, "sample_rate": 48000}) as response:
-        assert response.headers["content-type"] == "audio/pcm"
-        for piece in response.iter_bytes():
-            if running_at_first is None and piece:
-                running_at_first = rt.stats()["running"]
-            received.append(piece)
+    try:
+        with client.audio.speech.with_streaming_response.create(
+                model=CARD, voice="alloy", input=TEXT, response_format="pcm",
+                extra_body={"seed": seed, "max_frames": frames, "min_frames": frames,
+                            "sample_rate": 48000}) as response:
+            assert response.headers["content-type"] == "audio/pcm"
+            for piece in response.iter_bytes():
+                if running_at_first is None and piece:
+                    running_at_first = rt.stats()["running"]
+                    hold.release()
+                received.append(piece)
+    finally:
+        hold.release()
     assert running_at_first == 1  # the first bytes were here while the request was still running
     got = np.frombuffer(b"".join(received), "<i2")
     assert np.array_equal(got, to_s16(ref.audio.mean(axis=0)))
