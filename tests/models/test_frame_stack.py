@@ -139,3 +139,19 @@ def test_the_kept_pass_serves_frame_after_frame_and_is_made_anew_when_a_weight_c
     (got, _), (want, _) = both_passes(monkeypatch, qwen_run(model, 3))
     assert torch.equal(got.codes, want.codes) and torch.equal(got.logprobs, want.logprobs)
     assert kept_stack(predictor, 3, model.talker.code_predictor.cfg.num_code_groups) is not first
+
+
+def test_the_frame_pass_reads_each_norms_own_eps_at_each_step(monkeypatch):
+    """q_norm and k_norm of different eps are each their own norm, and eps written after the kept pass was made (not
+    a parameter: no remake) are the ones a step reads, as in the generic pass."""
+    model = Qwen3TTS.from_pretrained(QWEN)
+    predictor = model.talker.code_predictor.model
+    (got, _), (want, _) = both_passes(monkeypatch, qwen_run(model, 3))  # the kept pass made
+    assert torch.equal(got.logprobs, want.logprobs)
+    for eps_q, eps_k, eps in ((1e-6, 0.5, 1e-6), (0.25, 0.25, 0.3)):
+        for layer in predictor.layers:
+            layer.self_attn.q_norm.eps, layer.self_attn.k_norm.eps = eps_q, eps_k
+            layer.input_layernorm.eps = layer.post_attention_layernorm.eps = eps
+        predictor.norm.eps = eps
+        (got, _), (want, _) = both_passes(monkeypatch, qwen_run(model, 3))
+        assert torch.equal(got.logits, want.logits) and torch.equal(got.logprobs, want.logprobs)

@@ -40,6 +40,7 @@ from torch import Tensor
 from v2.models import exact
 from v2.models.decode_row_kept import pool, scratch
 from v2.models.kv_cache import Cache, PagedKVCache
+from v2.models.row_layer import qk_norm_into
 
 if TYPE_CHECKING:
     from v2.models.qwen3 import Qwen3Backbone
@@ -93,13 +94,8 @@ def forward(model: Qwen3Backbone, x: Tensor, cache: PagedKVCache, tables: Tensor
             torch.mm(a, w.qkv_t, out=o)  # [B, (Hq + 2 Hkv) D]
         qk, qk3 = rows.raw, rows.raw3
         if w.qk_w is not None:  # q_norm over the q heads, k_norm over the k heads: one RMS, one weight product
-            normed, sq, ms, (qn, kn) = rows.normed3, rows.qk_sq, rows.qk_ms, w.qk_norms
-            if qn.eps == kn.eps:
-                _norm(qk3, w.qk_w, qn.eps, sq, ms, normed)
-            else:
-                _norm(qk3[:, :hq], qn.weight, qn.eps, sq[:, :hq], ms[:, :hq], normed[:, :hq])
-                _norm(qk3[:, hq:], kn.weight, kn.eps, sq[:, hq:], ms[:, hq:], normed[:, hq:])
-            qk, qk3 = rows.normed_qk, normed
+            qk_norm_into(w, qk3, hq, rows.qk_sq, rows.qk_ms, rows.normed3)
+            qk, qk3 = rows.normed_qk, rows.normed3
         torch.index_select(qk, 1, rows.swap, out=rows.swapped2)  # the halves swapped
         torch.mul(qk3, rows.cos, out=rows.rot)
         torch.mul(rows.swapped, rows.sin, out=rows.swapped)

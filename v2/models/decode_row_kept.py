@@ -3,11 +3,11 @@
 Owns: per backbone and thread (`scratch`), the projections' tiles and the row buffers with their views per batch
 (`Rows`: each projection's (input tile, output) pairs as `exact.Tile.linear` runs them, the norms' steps, the q/k
 rows normed, swapped and rotated, the RoPE rows), the attention's buffers and views per batch x blocks (`Plan`),
-the layers' parameters as the row reads them (`Layer`: `aligned_weight` transposes, q and k norm weights stacked
-per head; remade when a parameter is written or replaced, `ParamVersions`), and the RoPE table (`Scratch.rope`:
-`rotate_half_cos_sin` of positions 0 .. P - 1 at once, each element's cos / sin the same whatever the tensor's
-shape: `rope.rotate_half_table`; grown to cover the calls' positions); per pool, its per-layer views (`pool`, kept on
-the cache while it holds the same K and V tensors). All made as normal tensors (v2/models/persist.py).
+the layers' parameters as the row reads them (`row_layer.RowLayer`: `aligned_weight` transposes, q and k norm
+weights stacked per head; remade when a parameter is written or replaced, `ParamVersions`), and the RoPE table
+(`Scratch.rope`: `rotate_half_cos_sin` of positions 0 .. P - 1 at once, each element's cos / sin the same whatever the
+tensor's shape: `rope.rotate_half_table`; grown to cover the calls' positions); per pool, its per-layer views (`pool`,
+kept on the cache while it holds the same K and V tensors). All made as normal tensors (v2/models/persist.py).
 Must not know: what a row computes with them (decode_row.py), requests, which blocks a row holds.
 """
 
@@ -26,9 +26,10 @@ from v2.models.config import BackboneConfig
 from v2.models.kv_cache import PagedKVCache
 from v2.models.persist import ParamVersions, persistent
 from v2.models.rope import rotate_half_swap, rotate_half_table
+from v2.models.row_layer import RowLayer
 
 if TYPE_CHECKING:
-    from v2.models.qwen3 import Qwen3Backbone, Qwen3Layer
+    from v2.models.qwen3 import Qwen3Backbone
 
 Tiles = tuple[exact.Tile, exact.Tile, exact.Tile]
 Pairs = list[tuple[Tensor, Tensor]]
@@ -110,24 +111,6 @@ class Rows:
         self.cos, self.sin = self.cs[:, :1], self.cs[:, 1:]  # [B, 1, D] each
 
 
-class Layer:
-    """One layer's parameters as the row reads them: the projections' `aligned_weight` transposes ([in', out],
-    the operand F.linear's mm takes), the norms' weights, and the q and k norm weights stacked per head
-    [Hq + Hkv, D] (None without q/k norms); the norms' eps are read at each call (`norms`, `qk_norms`)."""
-
-    def __init__(self, layer: Qwen3Layer, hq: int, hkv: int) -> None:
-        att, mlp = layer.self_attn, layer.mlp
-        self.qkv_t, self.o_t = exact.aligned_weight(att.qkv_proj.weight).t(), exact.aligned_weight(att.o_proj.weight).t()
-        self.gate_up_t = exact.aligned_weight(mlp.gate_up_proj.weight).t()
-        self.down_t = exact.aligned_weight(mlp.down_proj.weight).t()
-        self.norm_in, self.norm_post = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
-        self.norms = (layer.input_layernorm, layer.post_attention_layernorm)
-        self.qk_w: Tensor | None = None
-        if att.qk_norm:
-            self.qk_norms = (att.q_norm, att.k_norm)
-            self.qk_w = torch.cat([att.q_norm.weight.expand(hq, -1), att.k_norm.weight.expand(hkv, -1)])
-
-
 class Scratch:
     """One thread's reused buffers for one backbone: projection tiles and row buffers (grown with the batch),
     flat buffers (grown with batch x blocks), the plans and rows viewing them, the layers' parameters (remade
@@ -142,7 +125,7 @@ class Scratch:
         self.tiles: Tiles | None = None
         self.bufs: dict[str, Tensor] = {}
         self.versions = ParamVersions()
-        self.layers: list[Layer] = []
+        self.layers: list[RowLayer] = []
         self.rope: Tensor | None = None
 
     @persistent
@@ -187,7 +170,7 @@ class Scratch:
     @persistent
     def remake_layers(self, model: Qwen3Backbone) -> None:
         cfg = model.cfg
-        self.layers = [Layer(layer, cfg.num_heads, cfg.num_kv_heads) for layer in model.layers]
+        self.layers = [RowLayer(layer, cfg.num_heads, cfg.num_kv_heads) for layer in model.layers]
 
     @persistent
     def grow_rope(self, model: Qwen3Backbone, top: int, device: torch.device) -> Tensor:

@@ -6,12 +6,14 @@ decoder over positions 0..P-1 of each frame, one position a step, where per-step
 the cost. `FrameStack` makes, once per frame, every buffer a step writes: the K/V buffers and the attention over
 them are `frame_attention.FrameAttention` (shared with the LayerNorm blocks' pass, frame_stack_ln.py); here the
 `exact.Tile`s the projections read (each norm, the attention and the activation write their result into the next
-projection's tile: no copies) and the RoPE rows of the frame's positions (`rope.rotate_half_table`). A step is
+projection's tile: no copies), the layers' operands (`row_layer.RowLayer`, as the decode row reads them; each norm's
+eps read at each step) and the RoPE rows of the frame's positions (`rope.rotate_half_table`). A step is
 `Qwen3Layer`'s arithmetic in its order: RMSNorm (float32, `sqrt`), the fused projections through
 `exact.Tile.linear` (one tile shape and alignment for every row, as `exact.linear`), q/k norms over q and k at
-once, rotate-half RoPE (the half swap as one `flip`, its sign folded into the sin row: the same products), the
-attention as `exact.attention` computes it for a query that sees keys 0..p (`FrameAttention.attend`; the first
-step's two positions read two keys under an additive causal mask), SiLU as `exact.silu`.
+once (each head over its own D; two norms where their eps differ), rotate-half RoPE (the half swap as one `flip`,
+its sign folded into the sin row: the same products), the attention as `exact.attention` computes it for a query
+that sees keys 0..p (`FrameAttention.attend`; the first step's two positions read two keys under an additive causal
+mask), SiLU as `exact.silu`.
 So every value equals the generic pass's (`Qwen3Backbone.forward_cached` over a `KVCache`) bit for bit, whatever
 the batch (tests/models/test_frame_stack.py holds it to that). Its one-position steps through buffers made once
 are frame_stack_kept.py's.
@@ -21,8 +23,6 @@ Must not know: heads, embeddings, draws, what a position holds; caches outside t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
@@ -31,43 +31,12 @@ from v2.models.frame_attention import FrameAttention
 from v2.models.kv_cache import KVCache
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.rope import rotate_half_table
+from v2.models.row_layer import RowLayer
 
 
 def fits(model: Qwen3Backbone, x: Tensor) -> bool:
     """Whether `FrameStack` serves `model` for rows like x: on the CPU, float32, autograd off."""
     return exact.on(x) and x.dtype == torch.float32 and not torch.is_grad_enabled()
-
-
-@dataclass(frozen=True)
-class _Layer:
-    norm_in: Tensor
-    eps_in: float
-    qkv: Tensor
-    qk_norm: Tensor | None  # [Hq + Hkv, D]: q_norm's weight for the q heads, k_norm's for the k heads
-    qk_eps: float
-    o: Tensor
-    norm_post: Tensor
-    eps_post: float
-    gate_up: Tensor
-    down: Tensor
-
-
-def _layers(model: Qwen3Backbone) -> list[_Layer]:
-    cfg = model.cfg
-    out = []
-    for layer in model.layers:
-        att, mlp = layer.self_attn, layer.mlp
-        qk, eps = None, 0.0
-        if att.qk_norm:
-            qk = torch.cat([att.q_norm.weight.expand(cfg.num_heads, cfg.head_dim),
-                            att.k_norm.weight.expand(cfg.num_kv_heads, cfg.head_dim)])  # [Hq + Hkv, D]
-            eps = att.q_norm.eps
-        aligned = exact.aligned_weight
-        out.append(_Layer(layer.input_layernorm.weight, layer.input_layernorm.eps, aligned(att.qkv_proj.weight), qk,
-                          eps, aligned(att.o_proj.weight), layer.post_attention_layernorm.weight,
-                          layer.post_attention_layernorm.eps, aligned(mlp.gate_up_proj.weight),
-                          aligned(mlp.down_proj.weight)))
-    return out
 
 
 def _rms(x: Tensor, weight: Tensor, eps: float, out: Tensor | None = None) -> Tensor:
@@ -87,8 +56,8 @@ class FrameStack(FrameAttention):
         cfg = model.cfg
         dev, dtype = model.norm.weight.device, torch.float32
         self.cfg, self.batch = cfg, batch
-        self.layers = _layers(model)
-        self.final_norm, self.final_eps = model.norm.weight, model.norm.eps
+        self.layers = [RowLayer(layer, cfg.num_heads, cfg.num_kv_heads) for layer in model.layers]
+        self.final, self.final_norm = model.norm, model.norm.weight  # (its eps read at each step)
         super().__init__(len(self.layers), batch, positions, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, dev)
         d = cfg.head_dim
         rope = rotate_half_table(positions, d, cfg.rope_theta, model.rope_scaling, dev)  # [P, 2, D]
@@ -129,11 +98,14 @@ class FrameStack(FrameAttention):
         normed, q, q_written, heads, act = self._views_of(t)
         th, tm = self.t_hidden, self.t_mlp
         for i, w in enumerate(self.layers):
-            _rms(x, w.norm_in, w.eps_in, normed)
+            norm_in, norm_post = w.norms
+            _rms(x, w.norm_in, norm_in.eps, normed)
             qkv = th.linear(n, w.qkv)  # [N, (Hq + 2 Hkv) D]
             qk = qkv[:, :qk_width].view(b, t, hq + hkv, d)
-            if w.qk_norm is not None:
-                qk = _rms(qk, w.qk_norm, w.qk_eps)
+            if w.qk_w is not None:  # q_norm over the q heads, k_norm over the k heads (each head over its own D)
+                qn, kn = w.qk_norms
+                qk = (_rms(qk, w.qk_w, qn.eps) if qn.eps == kn.eps else
+                      torch.cat([_rms(qk[:, :, :hq], qn.weight, qn.eps), _rms(qk[:, :, hq:], kn.weight, kn.eps)], 2))
             swapped = qk.view(b, t, hq + hkv, 2, d // 2).flip(-2).view(b, t, hq + hkv, d)
             qk = qk * cos + swapped * sin  # [B, T, Hq + Hkv, D]
             torch.mul(qk[:, :, :hq].view(b, t, hkv, g, d), self.scale_t, out=q_written)  # q: [G, T, B, Hkv, D]
@@ -141,9 +113,9 @@ class FrameStack(FrameAttention):
             self.v_write[i][position: position + t] = qkv[:, qk_width:].view(b, t, hkv, d).transpose(0, 1)
             self.attend(i, q, position, t, heads)
             x = x + self.t_heads.linear(n, w.o).view(b, t, hdim)
-            _rms(x, w.norm_post, w.eps_post, normed)
+            _rms(x, w.norm_post, norm_post.eps, normed)
             gate_up = th.linear(n, w.gate_up)  # [N, 2 I]
             gate = gate_up[:, :inter]
             torch.mul(exact.silu(gate), gate_up[:, inter:], out=act)
             x = x + tm.linear(n, w.down).view(b, t, hdim)
-        _rms(x[:, -1], self.final_norm, self.final_eps, out)
+        _rms(x[:, -1], self.final_norm, self.final.eps, out)

@@ -5,7 +5,8 @@ positions): after a frame's first step (its two positions, `FrameStack.step`), e
 CPU its cost is the count of operations and of fresh intermediates. `KeptFrameStack.step` takes such a step as the
 LayerNorm blocks' pass does (frame_stack_ln.py): the residual stream in a buffer, each RMSNorm's steps written into
 buffers (`exact.rms_norm_into`, the decode row's norm; its output into the next projection's tile), the projections
-through `exact.tiles_linear_into` (the call F.linear makes per tile: the same bits), q and k rotated at once (the half
+through `exact.tiles_linear_into` (the call F.linear makes per tile: the same bits), q and k normed at once
+(`row_layer.qk_norm_into`, the decode row's too) and rotated at once (the half
 swap one `index_select`, `rope.rotate_half_swap`; its sign in the sin row), the rotated k and the v rows copied into
 the frame's K/V, the attention through `FrameAttention.attend_one` (its views made once per position), SiLU and the up
 product in buffers. Each gives `FrameStack.step`'s values (the same operations in the same order; the norm's mean as
@@ -30,6 +31,7 @@ from v2.models.frame_stack import FrameStack
 from v2.models.persist import ParamVersions, persistent
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.rope import rotate_half_swap
+from v2.models.row_layer import qk_norm_into
 
 
 class KeptFrameStack(FrameStack):
@@ -59,11 +61,16 @@ class KeptFrameStack(FrameStack):
         self.rot = buf(b, hq + hkv, d)
         self.q1 = buf(g, 1, b, hkv, d)  # [G, 1, B, Hkv, D]
         self.q1_written = self.q1.permute(2, 1, 3, 0, 4)[:, 0]  # [B, Hkv, G, D]
+        # the views a step reads, made once: q and k (as projected, normed) and their swap as [B, (Hq + Hkv) D] columns,
+        # the rotated q as the queries' [B, Hkv, G, D] and k, the projections' rows [B, ..]
+        self.qk_cols, self.qk_normed_cols = self.qkv_out[:b, :qk_width], self.qk_normed.view(b, qk_width)
+        self.swapped_cols = self.swapped.view(b, qk_width)
+        self.q_rot, self.k_rot = self.rot[:, :hq].view(self.q1_written.shape), self.rot[:, hq:]
+        self.o_rows, self.down_rows, self.act = self.o_out[:b], self.down_out[:b], self.t_mlp.rows(b)
         self.heads1 = self.t_heads.rows(b).view(b, 1, hkv, g, d).permute(3, 1, 0, 2, 4)  # [G, 1, B, Hkv, D]
         self.plan_one(self.q1, self.heads1, positions)
         self.silu = buf(b, inter)
         self.gate, self.up = self.gu_out[:b, :inter], self.gu_out[:b, inter:]
-        self.weights_t = [(w.qkv.t(), w.o.t(), w.gate_up.t(), w.down.t()) for w in self.layers]  # [in', out] views
         self.at = [[(k[p], v[p]) for p in range(positions)] for k, v in zip(self.k, self.v_write)]  # [B, Hkv, D] each
         self.cos_at, self.sin_at = list(self.cos.unbind(0)), list(self.sin.unbind(0))  # [D] each
 
@@ -76,31 +83,31 @@ class KeptFrameStack(FrameStack):
         cos, sin = self.cos_at[position], self.sin_at[position]
         res.copy_(x[:, 0])
         for i, w in enumerate(self.layers):
-            qkv_t, o_t, gate_up_t, down_t = self.weights_t[i]
             k_at, v_at = self.at[i][position]
-            norm(res, w.norm_in, w.eps_in, self.sq, self.ms, normed)
-            exact.tiles_linear_into(th.buf, b, qkv_t, None, self.qkv_out)  # [B, (Hq + 2 Hkv) D]
-            qk = self.qk
-            if w.qk_norm is not None:
-                norm(qk, w.qk_norm, w.qk_eps, self.qk_sq, self.qk_ms, self.qk_normed)
-                qk = self.qk_normed
-            torch.index_select(qk.reshape(b, -1), 1, self.swap, out=self.swapped.view(b, -1))
+            norm_in, norm_post = w.norms
+            norm(res, w.norm_in, norm_in.eps, self.sq, self.ms, normed)
+            exact.tiles_linear_into(th.buf, b, w.qkv_t, None, self.qkv_out)  # [B, (Hq + 2 Hkv) D]
+            qk, cols = self.qk, self.qk_cols
+            if w.qk_w is not None:
+                qk_norm_into(w, qk, self.hq, self.qk_sq, self.qk_ms, self.qk_normed)
+                qk, cols = self.qk_normed, self.qk_normed_cols
+            torch.index_select(cols, 1, self.swap, out=self.swapped_cols)
             torch.mul(qk, cos, out=self.rot)
             torch.mul(self.swapped, sin, out=self.swapped)
             torch.add(self.rot, self.swapped, out=self.rot)  # q and k rotated [B, Hq + Hkv, D]
-            torch.mul(self.rot[:, : self.hq].view(self.q1_written.shape), scale, out=self.q1_written)
-            k_at.copy_(self.rot[:, self.hq :])
+            torch.mul(self.q_rot, scale, out=self.q1_written)
+            k_at.copy_(self.k_rot)
             v_at.copy_(self.v_rows)
             self.attend_one(i, position)
-            self.t_heads.linear_into(b, o_t, None, self.o_out)
-            res.add_(self.o_out[:b])
-            norm(res, w.norm_post, w.eps_post, self.sq, self.ms, normed)
-            exact.tiles_linear_into(th.buf, b, gate_up_t, None, self.gu_out)  # [B, 2 I]
+            self.t_heads.linear_into(b, w.o_t, None, self.o_out)
+            res.add_(self.o_rows)
+            norm(res, w.norm_post, norm_post.eps, self.sq, self.ms, normed)
+            exact.tiles_linear_into(th.buf, b, w.gate_up_t, None, self.gu_out)  # [B, 2 I]
             exact.silu_into(self.gate, self.silu)
-            torch.mul(self.silu, self.up, out=self.t_mlp.rows(b))
-            self.t_mlp.linear_into(b, down_t, None, self.down_out)
-            res.add_(self.down_out[:b])
-        norm(res, self.final_norm, self.final_eps, self.sq, self.ms, out)
+            torch.mul(self.silu, self.up, out=self.act)
+            self.t_mlp.linear_into(b, w.down_t, None, self.down_out)
+            res.add_(self.down_rows)
+        norm(res, self.final_norm, self.final.eps, self.sq, self.ms, out)
 
 
 _KEPT: weakref.WeakKeyDictionary[Qwen3Backbone, threading.local] = weakref.WeakKeyDictionary()
