@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from serverkit import CARD, TEXT, LiveServer, in_process, s16, shared_runtime, wait_idle
+from holds import slow_frames
 from v2.card import load_card
 from v2.runtime import Runtime
 
@@ -164,8 +165,9 @@ def test_bad_requests_leave_the_server_up_and_a_bystander_intact(live):
     wait_idle(rt)
 
 
-def test_a_request_aborted_mid_stream_is_never_passed_off_as_complete():
+def test_a_request_aborted_mid_stream_is_never_passed_off_as_complete(monkeypatch):
     rt = Runtime.from_card(CARD)
+    slow_frames(rt.family.ar_loop, monkeypatch, 0.01)  # 600 frames take >= 6 s: all three still run at the close
     long = {"input": TEXT, "max_frames": 600, "min_frames": 600}
     outcome: dict[str, object] = {}
     try:

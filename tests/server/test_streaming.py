@@ -19,6 +19,7 @@ import soundfile as sf
 import soxr
 
 from serverkit import CARD, TEXT, LiveServer, decode, in_process, s16, shared_runtime, wait_idle
+from holds import Hold, slow_frames
 from v2.server.audio import FORMATS, to_s16
 
 SEED, FRAMES = 21, 30  # 30 frames: the first chunk (3 frames) leaves long before the request ends
@@ -66,29 +67,37 @@ def _same_audio(fmt: str, data: bytes, reference) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_every_format_streams_by_default(live, client, reference, fmt):
+def test_every_format_streams_by_default(live, client, reference, fmt, monkeypatch):
     """No `stream` field: the first bytes reach the client while the runtime still runs the request (a
     whole file cannot exist before the request ends), and the streamed file is the runtime's audio."""
     rt = shared_runtime()
     wait_idle(rt)  # so the one request running below is this one
+    # its frames are held at the 20th (two chunks, 9 frames of audio, made) until the first bytes are here: it
+    # cannot end first however fast the host is; a file held back to the end never comes while it waits
+    hold = Hold(rt.family.ar_loop, monkeypatch, lambda state: len(state.codes) >= 20, timeout=30)
     pieces, running_at_first = [], None
-    with client.audio.speech.with_streaming_response.create(
-            model=CARD, voice="alloy", input=TEXT, response_format=fmt,
-            extra_body={"seed": SEED, "max_frames": FRAMES, "min_frames": FRAMES}) as response:
-        assert "content-length" not in response.headers and response.headers["transfer-encoding"] == "chunked"
-        for piece in response.iter_bytes():
-            if running_at_first is None and piece:
-                running_at_first = rt.stats()["running"]
-            pieces.append(piece)
+    try:
+        with client.audio.speech.with_streaming_response.create(
+                model=CARD, voice="alloy", input=TEXT, response_format=fmt,
+                extra_body={"seed": SEED, "max_frames": FRAMES, "min_frames": FRAMES}) as response:
+            assert "content-length" not in response.headers and response.headers["transfer-encoding"] == "chunked"
+            for piece in response.iter_bytes():
+                if running_at_first is None and piece:
+                    running_at_first = rt.stats()["running"]
+                    hold.release()
+                pieces.append(piece)
+    finally:
+        hold.release()
     assert running_at_first == 1, fmt
     _same_audio(fmt, b"".join(pieces), reference)
 
 
-def test_a_default_mp3_stream_is_cut_short_when_the_client_leaves_after_its_first_bytes(live, client):
+def test_a_default_mp3_stream_is_cut_short_when_the_client_leaves_after_its_first_bytes(live, client, monkeypatch):
     """The structural form of "the first byte comes before the file is done": a client that leaves after
     the first bytes of a long default (mp3) request cancels it, so it never finishes whole."""
     rt = shared_runtime()
     wait_idle(rt)
+    slow_frames(rt.family.ar_loop, monkeypatch, 0.01)  # its 600 frames take >= 6 s however fast the host is
     before = _finished(live.url)
     with client.audio.speech.with_streaming_response.create(
             model=CARD, voice="alloy", input=TEXT, extra_body={"seed": 3, "max_frames": 600, "min_frames": 600}
