@@ -21,6 +21,7 @@ import pytest
 import soundfile as sf
 
 from cdp_pipe import Browser, chromium
+from holds import slow_frames
 from serverkit import CARD, LiveServer, decode, in_process, wait_idle
 from v2.runtime import Runtime
 from v2.server import ServerConfig
@@ -296,10 +297,12 @@ def test_a_reference_recording_clones_is_saved_listed_spoken_with_and_deleted(li
     assert [v.name for v in runtime.voices.list()] == []
 
 
-def test_live_mode_speaks_over_the_stream_and_stop_cancels_the_utterance(live, runtime, browser):
+def test_live_mode_speaks_over_the_stream_and_stop_cancels_the_utterance(live, runtime, browser, monkeypatch):
     """"live" speaks over WS /v1/audio/speech/stream; Stop sends input.cancel: the page sees the utterance's
     cancelled session.done and the acknowledgement, no audio after them, the runtime holds nothing, and the
-    same socket speaks the next text with the runtime's length."""
+    same socket speaks the next text with the runtime's length (frames take >= 10 ms each, so the utterance
+    outlasts the click's way to the server however fast the host is)."""
+    slow_frames(runtime.engine.graph.paged_loop, monkeypatch, 0.01)
     session = open_page(browser, live.url + "/")
     browser.evaluate(session, "document.getElementById('live').checked = true")
     for element, value in {"text": "A long sentence to stop early. " * 4, "seed": 2, "max-frames": 300}.items():

@@ -15,6 +15,7 @@ import pytest
 import soxr
 from websockets.asyncio.client import connect
 
+from holds import slow_frames
 from serverkit import LiveServer, shared_runtime, wait_idle
 from v2.server import ServerConfig
 from v2.server.audio import to_s16
@@ -67,9 +68,12 @@ async def speak(ws: Any, text: str) -> tuple[list[dict], bytes]:
 
 
 @pytest.mark.parametrize("after_done", [False, True])
-def test_cancel_mid_utterance_acknowledges_sends_nothing_more_frees_and_the_session_goes_on(family, after_done):
+def test_cancel_mid_utterance_acknowledges_sends_nothing_more_frees_and_the_session_goes_on(family, after_done,
+                                                                                            monkeypatch):
     """Cancelled while its text is still being written (`after_done` False: the first sentence is spoken,
-    the rest not ended) or while it is spoken after input.done."""
+    the rest not ended) or while it is spoken after input.done (its frames take >= 10 ms each: 120 a sentence
+    outlast the cancel's way to the server however fast the host is)."""
+    slow_frames(family.rt.engine.graph.paged_loop, monkeypatch, 0.01)
     async def go() -> tuple[list[Any], list[Any], bytes, list[dict]]:
         async with connect(family.url) as ws:
             await ws.send(json.dumps({**family.config, "max_new_tokens": 120, "min_new_tokens": 120}))
