@@ -100,18 +100,41 @@ def test_a_replica_that_cannot_start_fails_the_pool_with_its_reason(pool, tmp_pa
                               resources_per_replica={"num_cpus": 0.25}, start_timeout=60)
 
 
+def pace(pool, seconds: float) -> None:
+    """Every replica's frames take at least `seconds` each (0: their own pace again), set in its process."""
+    def set_pace(replica, seconds=seconds):  # a local function: sent by value to the replica's process
+        import time
+
+        loop = replica.runtime.family.ar_loop
+        loop.__dict__.pop("advance", None)
+        if seconds:
+            real = loop.advance
+
+            def advance(state, plan, row):
+                time.sleep(seconds)
+                return real(state, plan, row)
+
+            loop.advance = advance
+
+    ray.get([actor.__ray_call__.remote(set_pace) for actor in pool.actors], timeout=60)
+
+
 def test_groups_follow_outstanding_work_not_round_robin(pool):
-    long = pool.rollout([PROMPTS[0]], n=4, seed=1, max_frames=400, min_frames=400)
-    wait_for(lambda: long.placements[0], 60, "the long group to be placed")
-    (busy,) = long.placements[0]
-    short = pool.rollout([PROMPTS[1], PROMPTS[0], PROMPTS[1]], n=1, seed=2, max_frames=8)
-    assert len(short.trajectories(60)) == 3
-    assert short.placements == [[1 - busy]] * 3  # 8, 16, 24 frames of budget stay below the busy one's 1,600
-    assert not long.ended
-    long.cancel()
-    with pytest.raises(RolloutCancelled):
-        long.trajectories(60)
-    wait_for(lambda: pool.stats()["replicas"][busy]["runtime"]["running"] == 0, 60, "the cancelled group to end")
+    pace(pool, 0.005)  # the long group's 400 steps of 4 rows take >= 8 s: it still runs when the short ones end
+    try:
+        long = pool.rollout([PROMPTS[0]], n=4, seed=1, max_frames=400, min_frames=400)
+        wait_for(lambda: long.placements[0], 60, "the long group to be placed")
+        (busy,) = long.placements[0]
+        short = pool.rollout([PROMPTS[1], PROMPTS[0], PROMPTS[1]], n=1, seed=2, max_frames=8)
+        assert len(short.trajectories(60)) == 3
+        assert short.placements == [[1 - busy]] * 3  # 8, 16, 24 frames of budget stay below the busy one's 1,600
+        assert not long.ended
+        long.cancel()
+        with pytest.raises(RolloutCancelled):
+            long.trajectories(60)
+        wait_for(lambda: pool.stats()["replicas"][busy]["runtime"]["running"] == 0, 60, "the cancelled group to end")
+    finally:
+        pace(pool, 0)
 
 
 @pytest.mark.exact
