@@ -20,6 +20,7 @@ Must not know: any family's model, row layout or sampling settings.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import numpy as np
@@ -87,9 +88,14 @@ class FrameBatch:
         """host: the packed [bucket, 1 + width + L] float32 result: a stop flag, `width` codes, L logprobs."""
         rows = host[:n]
         if n <= 2:  # a row or two: one conversion, the fields split on the host (a fraction of the numpy calls)
-            lists = rows.tolist()
-            return cls([r[0] > 0.5 for r in lists], [list(map(int, r[1 : 1 + width])) for r in lists],
-                       [r[1 + width :] for r in lists])
+            stop: list[bool] = []
+            codes: list[list[int]] = []
+            logprobs: list[list[float]] = []
+            for r in rows.tolist():  # (one loop, not three comprehensions: each is a call)
+                stop.append(r[0] > 0.5)
+                codes.append(list(map(int, r[1 : 1 + width])))
+                logprobs.append(r[1 + width :])
+            return cls(stop, codes, logprobs)
         return cls((rows[:, 0] > 0.5).tolist(), rows[:, 1 : 1 + width].astype(np.int64).tolist(),
                    rows[:, 1 + width :].tolist())
 
@@ -244,7 +250,10 @@ class PagedFrames:
 
 
 def _payloads(batch: Batch) -> list[Any]:
-    return [p.payload for p in batch.plans]
+    return list(map(_payload, batch.plans))
+
+
+_payload = attrgetter("payload")
 
 
 class OnStream:

@@ -79,14 +79,18 @@ class Pending(Generic[T]):
             self._event.wait()
 
 
+_HALF = (torch.bfloat16, torch.float16)
+
+
 def widened(t: Tensor) -> Tensor:
     """Half precision as float32 (numpy has no bfloat16)."""
-    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+    return t.float() if t.dtype in _HALF else t
 
 
 def host_array(t: Tensor) -> np.ndarray:
     """A tensor's values on the host, as numpy (a host tensor's own memory, as `.cpu()` would give it)."""
-    t = widened(t)
+    if t.dtype in _HALF:  # (`widened`, inline: one call less per result)
+        t = t.float()
     return (t if t.is_cpu else t.cpu()).numpy()
 
 
