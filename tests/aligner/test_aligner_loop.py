@@ -18,9 +18,10 @@ from v2.runtime import Runtime
 pytestmark = pytest.mark.exact
 
 CARDS = ["moss_tts_local_tiny", "qwen3_tts_tiny", "csm_tiny"]
-REQUESTS = [{"text": "Hello there.", "max_frames": 10, "seed": 1},
-            {"text": "A second, longer line; it's 13 words... or so!", "max_frames": 10, "seed": 2},
-            {"text": "This one says boom.", "max_frames": 10, "seed": 3}]
+REQUESTS: list[dict[str, Any]] = [{"text": "Hello there.", "max_frames": 10, "seed": 1},
+                                   {"text": "A second, longer line; it's 13 words... or so!", "max_frames": 10,
+                                    "seed": 2},
+                                   {"text": "This one says boom.", "max_frames": 10, "seed": 3}]
 
 
 def words_ok(result: Any, text: str) -> tuple[Any, ...]:
