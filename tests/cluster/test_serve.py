@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 
 from .kit import CARD, wait_for  # noqa: E402
 from v2.runtime import Runtime  # noqa: E402
+from v2.runtime.device import SimulatedStream  # noqa: E402
 from v2.server import ServerConfig  # noqa: E402
 from v2.server.audio import to_s16  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -38,14 +39,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def paced_device(latency: float) -> object:
+    """A device stream made in a replica's process on first use: a simulated device whose steps take >= `latency`
+    s each (the same codes, tests/runtime/test_overlap.py), so a request of N frames is in flight for >= N *
+    `latency` however fast the host is: the one after it comes while it runs, and a kill lands mid-stream. (A
+    local class: sent by value, and a copy starts no device of its own until it is used.)"""
+
+    class PacedDevice:
+        def __getattr__(self, name: str) -> object:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            if "_stream" not in self.__dict__:
+                self.__dict__["_stream"] = SimulatedStream(latency)
+            return getattr(self.__dict__["_stream"], name)
+
+        def __getstate__(self) -> dict[str, object]:
+            return {}
+
+        def __setstate__(self, state: dict[str, object]) -> None:
+            pass
+
+    return PacedDevice()
+
+
 @pytest.fixture(scope="module")
 def endpoint(ray_cluster):
     from ray import serve
 
     from v2.cluster.serve import deployment, start
 
-    app = deployment(CARD, replicas=2, runtime_options={"device": "cpu"}, config=ServerConfig.for_card(CARD),
-                     resources={"num_cpus": 0.5}, drain_timeout=1.0)
+    app = deployment(CARD, replicas=2, runtime_options={"device": "cpu", "stream": paced_device(0.01)},
+                     config=ServerConfig.for_card(CARD), resources={"num_cpus": 0.5}, drain_timeout=1.0)
     yield start(app, "127.0.0.1", free_port())
     serve.shutdown()
 
@@ -103,7 +127,7 @@ def started(url: str, request: dict) -> Stream:
 
 
 def test_streams_through_two_least_loaded_replicas_equal_the_runtime(endpoint, single):
-    a = started(endpoint, body(21, 120))  # long enough to be in flight still when b comes, on a loaded machine
+    a = started(endpoint, body(21, 120))  # in flight still when b comes: >= 1.2 s on the paced device
     b = started(endpoint, body(22, 12))  # a is in flight on one replica: the other one takes b
     a.join(120)
     b.join(120)
