@@ -18,6 +18,7 @@ from v2.runtime import Runtime
 from v2.rl.batch import sample_seed
 
 from conftest import check_exact
+from holds import slow_frames
 from v2.runtime.weight_updates import WeightUpdateError
 
 TEXTS = ["Hello there, this is a rollout.", "Second prompt for the group test."]
@@ -116,9 +117,10 @@ def test_weight_update_changes_logprobs_and_version_and_wait_finishes_on_old_wei
         rt.close()
 
 
-def test_abort_mode_ends_requests_in_flight_and_bad_updates_change_nothing(tmp_path):
+def test_abort_mode_ends_requests_in_flight_and_bad_updates_change_nothing(tmp_path, monkeypatch):
     rt = Runtime.from_card("moss_tts_local_tiny", device="cpu")
     try:
+        slow_frames(rt.family.ar_loop, monkeypatch, 0.01)  # its 500 frames take >= 5 s: it runs when the update comes
         handle = rt.submit({"text": TEXTS[0], "max_frames": 500, "min_frames": 500, "stream": True})
         next(iter(handle))  # it is running (a request still waiting would start on the new weights instead)
         weight = rt.model.local_transformer.ln_f.weight
