@@ -10,7 +10,6 @@ between launch and read, a failing launched step, a weight update with a step in
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from v2.runtime import Runtime
 from v2.runtime.device import HostStream, SimulatedStream
 
 from conftest import check_exact, wait_idle
+from holds import Hold
 
 LATENCY = 0.002
 ROLLOUT = {"profile": "rollout", "decode_audio": False}
@@ -200,16 +200,20 @@ def test_a_failing_launched_step_fails_only_its_requests(monkeypatch):
         rt.close()
 
 
-def test_a_weight_update_waits_for_the_step_in_flight(rts):
+def test_a_weight_update_waits_for_the_step_in_flight(rts, monkeypatch):
     host, sim = rts
     request = {"text": "updated", "seed": 3, "max_frames": 40, "min_frames": 40, **ROLLOUT}
     weight = sim.model.local_transformer.ln_f.weight.detach().clone()
+    # held at their second frame until seen running (a poll that a loaded machine delays past their 40 frames
+    # would never see them), then let go before the update, which waits for them
+    hold = Hold(sim.family.ar_loop, monkeypatch, lambda state: len(state.codes) >= 2)
     handles = sim.submit_many([{**request, "seed": i} for i in range(3)])  # admitted together
-    # running and stepping (a step in flight whenever the engine waits: each read waits for the device)
-    deadline = time.time() + 120  # a hang check
-    while not (sim.stats()["kinds"]["ar_frame"]["calls"] > 0 and sim.stats()["running"] == 3):
-        assert time.time() < deadline, "the three requests never ran a frame step"
-        time.sleep(0.001)
+    try:
+        hold.wait()
+        # running and stepping (a step in flight whenever the engine waits: each read waits for the device)
+        assert sim.stats()["kinds"]["ar_frame"]["calls"] > 0 and sim.stats()["running"] == 3, sim.stats()
+    finally:
+        hold.release()
     version = sim.weight_version
     sim.update_weights({"local_transformer.ln_f.weight": weight * 1.5}, version=sim.weight_version + 1, mode="wait",
                        timeout=60)
