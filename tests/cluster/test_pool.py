@@ -100,8 +100,9 @@ def test_a_replica_that_cannot_start_fails_the_pool_with_its_reason(pool, tmp_pa
                               resources_per_replica={"num_cpus": 0.25}, start_timeout=60)
 
 
-def pace(pool, seconds: float) -> None:
-    """Every replica's frames take at least `seconds` each (0: their own pace again), set in its process."""
+def pace(pool, seconds: float, actors=None) -> None:
+    """Every replica's (or `actors`') frames take at least `seconds` each (0: their own pace again), set in its
+    process."""
     def set_pace(replica, seconds=seconds):  # a local function: sent by value to the replica's process
         import time
 
@@ -116,7 +117,8 @@ def pace(pool, seconds: float) -> None:
 
             loop.advance = advance
 
-    ray.get([actor.__ray_call__.remote(set_pace) for actor in pool.actors], timeout=60)
+    ray.get([actor.__ray_call__.remote(set_pace) for actor in (pool.actors if actors is None else actors)],
+            timeout=60)
 
 
 def test_groups_follow_outstanding_work_not_round_robin(pool):
@@ -158,16 +160,20 @@ def test_update_weights_orders_versions(pool, single, tmp_path):
     assert pool.weight_version == version
 
     # wait: rollouts in flight finish on the old weights; any rollout started after the call runs on the new
-    running = pool.rollout(PROMPTS, n=2, seed=5, max_frames=120, min_frames=120)  # long enough to see both run
-    wait_for(lambda: pool.stats()["total"]["runtime"]["running"] == 4, 60, "both groups to run")
-    newer = push(pool, single, 0.97, mode="wait")
-    assert {t.weight_version for t in running.trajectories(60)} == {version}
-    assert {t.weight_version for t in pool.rollout(PROMPTS, n=1, seed=6, max_frames=4).trajectories(60)} == {newer}
-    # abort: what runs ends with "abort" under the old version
-    running = pool.rollout(PROMPTS, n=2, seed=5, max_frames=400, min_frames=400)
-    wait_for(lambda: pool.stats()["total"]["runtime"]["running"] == 4, 60, "both groups to run")
-    newest = push(pool, single, 1.02, mode="abort")
-    aborted = running.trajectories(60)
+    pace(pool, 0.005)  # 120 steps of 2 rows take >= 1.2 s, 400 >= 4 s: both groups are seen running, the update
+    try:               # is asked for while they run, however fast the host is
+        running = pool.rollout(PROMPTS, n=2, seed=5, max_frames=120, min_frames=120)
+        wait_for(lambda: pool.stats()["total"]["runtime"]["running"] == 4, 60, "both groups to run")
+        newer = push(pool, single, 0.97, mode="wait")
+        assert {t.weight_version for t in running.trajectories(60)} == {version}
+        assert {t.weight_version for t in pool.rollout(PROMPTS, n=1, seed=6, max_frames=4).trajectories(60)} == {newer}
+        # abort: what runs ends with "abort" under the old version
+        running = pool.rollout(PROMPTS, n=2, seed=5, max_frames=400, min_frames=400)
+        wait_for(lambda: pool.stats()["total"]["runtime"]["running"] == 4, 60, "both groups to run")
+        newest = push(pool, single, 1.02, mode="abort")
+        aborted = running.trajectories(60)
+    finally:
+        pace(pool, 0)
     assert {(t.finish_reason, t.weight_version) for t in aborted} == {("abort", newer)}
     # a reference already in the object store, and a checkpoint on disk
     tensors = scaled_weights(1.04)
@@ -187,11 +193,15 @@ def test_a_killed_replica_costs_no_trajectory_and_returns_with_the_current_weigh
     before = pool.stats()
     pid = ray.get(pool.actors[0].info.remote())["pid"]
     options = dict(n=2, seed=3, max_frames=60, min_frames=20, **UNCUT)
-    batch = pool.rollout(MORE, **options)
-    wait_for(lambda: pool.stats()["replicas"][0]["in_flight"]["groups"] > 0 and
-             pool.stats()["total"]["runtime"]["running"] > 0, 60, "replica 0 to run groups")
-    ray.kill(pool.actors[0], no_restart=False)  # Ray restarts it (max_restarts); the pool reloads its weights
-    got = batch.trajectories(120)
+    pace(pool, 0.01)  # a group's >= 20 steps of 2 rows take >= 0.4 s: replica 0 still runs its groups at the kill
+    try:
+        batch = pool.rollout(MORE, **options)
+        wait_for(lambda: pool.stats()["replicas"][0]["in_flight"]["groups"] > 0 and
+                 pool.stats()["total"]["runtime"]["running"] > 0, 60, "replica 0 to run groups")
+        ray.kill(pool.actors[0], no_restart=False)  # Ray restarts it (max_restarts); the pool reloads its weights
+        got = batch.trajectories(120)
+    finally:
+        pace(pool, 0, pool.actors[1:])  # the restarted replica 0 runs at its own pace already
     assert len(got) == 8 and [(t.group_id, t.sample_id) for t in got] == [(g, i) for g in range(4) for i in range(2)]
     assert {t.weight_version for t in got} == {version}
     assert_same(got, single.rollout(MORE, **options).trajectories(120), exact=False)
