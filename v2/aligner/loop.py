@@ -4,13 +4,13 @@ request where it marks none), each span aligned as soon as its audio is complete
 
 Owns: `AlignState` (a request's audio so far, mono at the family's rate; its spans cut, queued, in flight and
 aligned), `Span` (a plan's payload: its index, its span of the text, its words and ids, its audio, its offset
-and duration in seconds from the start of the request's audio), and `AlignerLoop`: a request that does not ask
-for `timestamps: "word"` costs nothing (its state ends with the audio loop, no plan); one that does gets one
-plan per span, one in flight at a time (so its `SentenceWords` come in order), each `advance` leaving the
-span's `SentenceWords` in `fresh` (its event); `finalize` gives them all (`SpeechResult.added["aligner"]`). A
-span's words are its text's by the release's rule (the request's `language` where it names Japanese or
-Korean and this build can split it; else the default rule); a family that gives ids only gets spans
-without words. An aborted or failed upstream ends the loop at once.
+and duration in seconds from the start of the request's audio), `channel_mean` (a chunk's mono mix), and
+`AlignerLoop`: a request that does not ask for `timestamps: "word"` costs nothing (its state ends with the
+audio loop, no plan); one that does gets one plan per span, one in flight at a time (so its `SentenceWords`
+come in order), each `advance` leaving the span's `SentenceWords` in `fresh` (its event); `finalize` gives
+them all (`SpeechResult.added["aligner"]`). A span's words are its text's by the release's rule (the request's
+`language` where it names Japanese or Korean and this build can split it; else the default rule); a family
+that gives ids only gets spans without words. An aborted or failed upstream ends the loop at once.
 Must not know: any family, tensors, the model's internals, the engine.
 """
 
@@ -85,6 +85,20 @@ def request_language(request: object) -> str | None:
     return None
 
 
+def channel_mean(audio: np.ndarray) -> np.ndarray:
+    """The channels' mean of float32 samples [channels, n] -> [n] (one channel: its samples), the bits of
+    `audio.mean(axis=0, dtype=np.float32)`. Two channels (the stereo cards' chunks are [n, 2] transposed, which
+    numpy's reduction walks ~30x slower): numpy's order, 0 + a0, then + a1, then / 2, in elementwise passes."""
+    if audio.shape[0] == 1:
+        return audio[0]
+    if audio.shape[0] != 2:
+        return audio.mean(axis=0, dtype=np.float32)
+    out = np.add(audio[0], np.float32(0.0))  # [n]; 0 + a0: a -0.0 becomes +0.0, as the reduction's start does
+    out += audio[1]
+    out /= np.float32(2)
+    return out
+
+
 class AlignerLoop:
     def __init__(self, name: str, aligner: Aligner) -> None:
         self.name, self.aligner = name, aligner
@@ -122,7 +136,7 @@ class AlignerLoop:
         if s.wanted:
             for chunk in items:
                 audio = np.asarray(chunk.audio, dtype=np.float32)  # [channels, n]
-                s.pieces.append(audio.mean(axis=0, dtype=np.float32) if audio.shape[0] > 1 else audio[0])
+                s.pieces.append(channel_mean(audio))
                 s.samples += audio.shape[1]
                 s.frames += chunk.frames
         if upstream is not None and s.upstream is None:
