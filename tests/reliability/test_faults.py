@@ -51,15 +51,35 @@ def test_an_exception_in_one_requests_loop_code_fails_only_that_request(rt, monk
     wait_idle(rt)
 
 
-def test_a_slow_subscriber_never_stalls_the_engine_and_its_request_is_aborted():
+def test_a_slow_subscriber_never_stalls_the_engine_and_its_request_is_aborted(monkeypatch):
     with make_runtime(max_buffered_chunks=2) as runtime:
+        # the reader's frames wait until it is subscribed and has taken every chunk delivered so far: it is
+        # never behind because the host makes frames fast or its thread is slow; a reader whose chunks queue
+        # behind the blocked one never catches up, falls behind after the wait, and is aborted (the check fails)
+        known: set[int] = set()
+        seen: list = []
+        box: dict = {}
+        real = runtime.family.ar_loop.advance
+
+        def advance(state, plan, row):
+            if known and state.request_id not in known and "late" not in box:  # the reader (submitted after)
+                deadline = time.monotonic() + 30
+                while "reader" not in box or len(seen) < len(box["reader"]._chunks):
+                    if time.monotonic() > deadline:
+                        box["late"] = True  # it never caught up: waited for no more
+                        break
+                    time.sleep(0.001)
+            return real(state, plan, row)
+
+        monkeypatch.setattr(runtime.family.ar_loop, "advance", advance)
         release = threading.Event()
         slow = runtime.submit({"text": "slow reader", "max_frames": 200, "min_frames": 200, "stream": True})
         slow.subscribe(lambda chunk: release.wait(30))  # a consumer that stops reading
         fast = [runtime.submit({"text": f"fast {i}", "seed": i, "max_frames": 40, "min_frames": 40}) for i in range(3)]
+        known.update(h.request_id for h in (slow, *fast))
         reader = runtime.submit({"text": "a reader that keeps up", "max_frames": 60, "min_frames": 60, "stream": True})
-        seen = []
         reader.subscribe(seen.append)
+        box["reader"] = reader
         assert all(h.result(60).finish_reason == "length" for h in fast)  # the engine kept going
         assert reader.result(60).finish_reason == "length"  # other subscribers are not held up by the slow one
         deadline = time.time() + 10
