@@ -14,6 +14,7 @@ import openai
 import pytest
 import soundfile as sf
 
+from holds import slow_frames
 from serverkit import CARD, TEXT, LiveServer, in_process, s16, shared_runtime, wait_idle
 from v2.server import ServerConfig
 
@@ -121,8 +122,9 @@ def test_each_bad_item_names_its_field_and_the_others_run(live):
     wait_idle(shared_runtime())
 
 
-def test_a_client_that_leaves_cancels_every_item(live):
+def test_a_client_that_leaves_cancels_every_item(live, monkeypatch):
     rt = shared_runtime()
+    slow_frames(rt.family.ar_loop, monkeypatch, 0.005)  # 600 steps of 6 rows take >= 18 s: no answer within 1 s
     items = [{"input": TEXT, "seed": i} for i in range(6)]
     body = {"max_frames": 600, "min_frames": 600, "response_format": "pcm", "items": items}
     aborted = _aborted(live)
