@@ -17,7 +17,7 @@ class Hold:
     """Holds the engine inside a loop's `advance` (after the real one ran) once `when(state)` is true, until
     `release()`: what the test does meanwhile (a cancel, more submits) happens before the request can get past
     that point, however fast the host makes frames. `reached` is set while it holds; call `release` in a `finally`
-    (past `timeout` a forgotten hold lets go by itself)."""
+    (past `timeout` a hold never released lets go for good)."""
 
     def __init__(self, loop: object, monkeypatch: pytest.MonkeyPatch, when: Callable[[object], bool],
                  timeout: float = 60.0) -> None:
@@ -28,7 +28,8 @@ class Hold:
             taken = real(state, plan, row)
             if not self.released.is_set() and when(state):
                 self.reached.set()
-                self.released.wait(timeout)
+                if not self.released.wait(timeout):
+                    self.released.set()  # never released: it lets go for good (the test's check then fails)
             return bool(taken)
 
         monkeypatch.setattr(loop, "advance", advance)
