@@ -114,10 +114,13 @@ def test_nothing_leaks(crt, cref, monkeypatch):
     # stop before it (marked before it is submitted: a frame step can run before `submit` returns)
     known: set[int] = set()
     slept: set[int] = set()
+    paced: set[int] = set()  # the streamed request: 10 ms a frame at least, so its cancel comes while it runs
 
     def advance(state, plan, row):
         if state.request_id in doomed:
             raise RuntimeError("injected")
+        if state.request_id in paced:
+            time.sleep(0.01)
         if known and state.request_id not in known and state.request_id not in slept:
             slept.add(state.request_id)
             time.sleep(0.4)
@@ -126,6 +129,7 @@ def test_nothing_leaks(crt, cref, monkeypatch):
     monkeypatch.setattr(crt.family.backbone_loop, "advance", advance)
     started = threading.Event()
     streaming = crt.submit(request_of(cref, "s0", max_frames=60, stream=True))
+    paced.add(streaming.request_id)
     streaming.subscribe(lambda chunk: started.set())
     failing = crt.submit(request_of(cref, "s1", max_frames=30))
     doomed.add(failing.request_id)

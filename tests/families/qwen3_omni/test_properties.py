@@ -128,11 +128,14 @@ def test_nothing_leaks(rt: Runtime, fixture: tuple[dict, dict], monkeypatch: pyt
     # cannot stop before it however fast the host is (marked before it is submitted)
     known: set[int] = set()
     slept: set[int] = set()
+    paced: set[int] = set()  # the streamed request: 10 ms a frame at least, so its cancel comes while it runs
 
     def advance(state: object, plan: object, row: object) -> bool:
         rid = getattr(state, "request_id", None)
         if rid in doomed:
             raise RuntimeError("injected")
+        if rid in paced:
+            time.sleep(0.01)
         if known and rid not in known and rid not in slept:
             slept.add(rid)  # type: ignore[arg-type]
             time.sleep(0.2)
@@ -141,6 +144,7 @@ def test_nothing_leaks(rt: Runtime, fixture: tuple[dict, dict], monkeypatch: pyt
     monkeypatch.setattr(loop, "advance", advance)
     started = threading.Event()
     streaming = rt.submit(request(ref, meta, "a", stream=True))
+    paced.add(streaming.request_id)
     streaming.subscribe(lambda chunk: started.set())
     failing = rt.submit(request(ref, meta, "d"))
     doomed.add(failing.request_id)

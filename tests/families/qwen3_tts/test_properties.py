@@ -129,10 +129,13 @@ def test_nothing_leaks(qrt, qref, qmeta, monkeypatch):
     # `submit` returns)
     known: set[int] = set()
     slept: set[int] = set()
+    paced: set[int] = set()  # the streamed request: 10 ms a frame at least, so its cancel comes while it runs
 
     def advance(state, plan, row):
         if state.request_id in doomed:
             raise RuntimeError("injected")
+        if state.request_id in paced:
+            time.sleep(0.01)
         if known and state.request_id not in known and state.request_id not in slept:
             slept.add(state.request_id)
             time.sleep(0.4)
@@ -141,6 +144,7 @@ def test_nothing_leaks(qrt, qref, qmeta, monkeypatch):
     monkeypatch.setattr(qrt.family.talker_loop, "advance", advance)
     started = threading.Event()
     streaming = qrt.submit(request_of(qmeta, qref, "cv", max_frames=60, min_frames=60, stream=True))
+    paced.add(streaming.request_id)
     streaming.subscribe(lambda chunk: started.set())
     failing = qrt.submit(request_of(qmeta, qref, "vd", max_frames=30, min_frames=30))
     doomed.add(failing.request_id)
