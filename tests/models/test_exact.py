@@ -167,3 +167,42 @@ def test_a_kept_scalar_is_one_operand_with_a_python_numbers_bits():
             assert torch.equal(bits(op(x, t)), bits(op(x, value))) and torch.equal(bits(op(x, t)), bits(op(x, one)))
         quotient = torch.addcdiv(t, x, exact.scalar(40.0))
         assert torch.equal(bits(quotient), bits(torch.addcdiv(one, x, torch.tensor(40.0))))
+
+
+def every_magnitude() -> torch.Tensor:
+    """float32 values of every exponent (subnormals, zeros of both signs, infinities, NaN) and of the usual range."""
+    g = torch.Generator().manual_seed(13)
+    sweep = torch.arange(0, 0x7F800000, 65537, dtype=torch.int64).to(torch.int32).view(torch.float32)  # [0, max]
+    return torch.cat([sweep, -sweep, randn(4099, seed=14) * 4, randn(512, seed=15) * 30,
+                      torch.randn(4096, generator=g) * 10.0 ** torch.randint(-45, 39, (4096,), generator=g),
+                      torch.tensor([0.0, -0.0, 1e-45, -1e-45, 3e38, -3e38, math.inf, -math.inf, math.nan])])
+
+
+@pytest.mark.parametrize("name", ["silu", "gelu", "gelu_tanh"])
+def test_the_into_activations_are_the_activations_bits_and_make_nothing(name):
+    """`exact.<act>_into` equals `exact.<act>` bit for bit (NaN's bits too) over every magnitude, in a call's body and
+    its tail and on rows of a wider buffer (the MOSS frame pass's fc_in rows); each of its operations writes into
+    out and x is left as it was."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    f, into = getattr(exact, name), getattr(exact, f"{name}_into")
+    x = every_magnitude()
+    want = f(x)
+    for length in (1, 3, 7, 9, 15, 16, 17, 31, 33, x.numel()):
+        for s in range(0, x.numel(), max(length, 4999)):
+            part = x[s : s + length]
+            out = torch.full_like(part, 7.0)
+            into(part, out)
+            assert torch.equal(bits(out), bits(want[s : s + length])), (length, s)
+    rows = torch.zeros(16, 72)[:3].copy_(x[:216].view(3, 72))  # [3, 72] rows of a [16, 72] buffer
+    out, before = torch.empty(3, 72), rows.clone()
+
+    class Writes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            result = func(*args, **(kwargs or {}))
+            assert result.data_ptr() == out.data_ptr(), f"{func} made a tensor"
+            return result
+
+    with torch.inference_mode(), Writes():
+        into(rows, out)
+    assert torch.equal(bits(out), bits(f(rows))) and torch.equal(bits(rows), bits(before))

@@ -177,3 +177,28 @@ def test_a_replaced_head_module_is_noticed(monkeypatch):
     got, want = both(monkeypatch, model, 3, FAST)
     for field in FIELDS:
         assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """a and b of one dtype with the same bit patterns (torch.equal holds -0.0 == 0.0)."""
+    as_int = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}[a.dtype]
+    return a.dtype == b.dtype and torch.equal(a.contiguous().view(as_int), b.contiguous().view(as_int))
+
+
+@pytest.mark.parametrize("head_dim,base", [(10, 10000.0), (20, 10000.0), (64, 10000.0), (128, 1e6)])
+def test_the_frames_rope_rows_are_the_interleaved_rows(head_dim, base):
+    """The local transformer's frame tables (from the shared rotate-half table, columns in the interleaved order) are
+    `interleaved_cos_sin` of the frame's positions in each dtype, and the frame pass's signed sin that with its even
+    columns negated, bit for bit."""
+    from v2.models.moss_tts_local.local_transformer import FRAME_POSITIONS, _frame_rope, _frame_rope_signed
+    from v2.models.rope import interleaved_cos_sin
+
+    cpu = torch.device("cpu")
+    want_cos, want_sin = interleaved_cos_sin(torch.arange(FRAME_POSITIONS), head_dim, base)  # [13, D] each
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        cos, sin = _frame_rope(head_dim, base, cpu, dtype)
+        assert same_bits(cos, want_cos.to(dtype)) and same_bits(sin, want_sin.to(dtype)), dtype
+    cos, signed = _frame_rope_signed(head_dim, base, cpu)
+    want_sin[:, 0::2] = -want_sin[:, 0::2]
+    assert same_bits(cos, want_cos) and same_bits(signed, want_sin)

@@ -289,11 +289,28 @@ def silu_of_negated_into(y: Tensor, out: Tensor) -> None:
     torch.div(y, out, out=out)
 
 
+# the gelu forms' kept operands; -0.0 its own tensor (`scalar` keys by value, and -0.0 == 0.0)
+_NEG_ZERO = persistent(torch.tensor)(-0.0, dtype=torch.float32)
+_INV_SQRT2, _SQRT_2_PI, _CUBIC = scalar(1.0 / math.sqrt(2.0)), scalar(math.sqrt(2.0 / math.pi)), scalar(0.044715)
+
+
 def gelu_into(x: Tensor, out: Tensor) -> None:
-    """`gelu`'s CPU form of x written into out (the same operations, the last one's result in place)."""
-    torch.mul(0.5 * x, 1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))), out=out)
+    """`gelu`'s CPU form of x written into out (x and out distinct), each operation into out, nothing made: x times
+    1 / sqrt 2's float32, erf, 1 + e, then (0.5 * x) * that as -0.0 + (0.5 * x) * out in one addcmul (its kernel
+    forms 0.5 * x, then the product; x + (-0.0) == x for every x, a zero's sign included, and a fused multiply-add
+    with -0.0 rounds the product once): the same bits (tests/models/test_exact.py, every leg)."""
+    torch.mul(x, _INV_SQRT2, out=out)
+    torch.erf(out, out=out)
+    out.add_(_ONE)
+    torch.addcmul(_NEG_ZERO, x, out, value=0.5, out=out)
 
 
 def gelu_tanh_into(x: Tensor, out: Tensor) -> None:
-    """`gelu_tanh`'s CPU form of x written into out (the same operations, the last one's result in place)."""
-    torch.mul(0.5 * x, 1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))), out=out)
+    """`gelu_tanh`'s CPU form of x written into out (x and out distinct), as `gelu_into`: x x x, 0.044715 times it,
+    x + that, sqrt(2 / pi) times it, tanh, 1 + t, then (0.5 * x) times that (each other product or sum has two
+    operands: their order does not matter)."""
+    torch.mul(x, x, out=out)
+    out.mul_(x).mul_(_CUBIC).add_(x).mul_(_SQRT_2_PI)
+    torch.tanh(out, out=out)
+    out.add_(_ONE)
+    torch.addcmul(_NEG_ZERO, x, out, value=0.5, out=out)

@@ -4,7 +4,8 @@ Owns: inverse frequencies (plain, and Llama-3's scaled form: `Llama3Scaling`, `l
 rotate-half (NeoX/Qwen/Llama) and interleaved (GPT-J) cos/sin tables at integer positions of any shape,
 and applying them to [B, heads, T, D] tensors. Angles are float32. For the CPU passes that rotate q and k through
 buffers (the decode row, the frame pass): `rotate_half_table` (positions 0 .. P - 1's cos and signed sin rows) and
-`rotate_half_swap` (the column index of each head's halves swapped: one `index_select`).
+`rotate_half_swap` (the column index of each head's halves swapped: one `index_select`); from that table, the frame
+kernels' unsigned rows (`rotate_half_rows`) and the interleaved layout's (`interleaved_order`: the same angles).
 Must not know: any model.
 """
 
@@ -82,6 +83,29 @@ def rotate_half_table(positions: int, head_dim: int, base: float, scaling: Llama
                                    scaling)  # [P, 1, D] each
     sin[..., : head_dim // 2].neg_()
     return torch.cat([cos, sin], 1)  # [P, 2, D]
+
+
+@functools.lru_cache(maxsize=32)
+@persistent
+def rotate_half_rows(positions: int, head_dim: int, base: float, scaling: Llama3Scaling | None,
+                     device: torch.device) -> tuple[Tensor, Tensor]:
+    """cos, sin [positions, head_dim] float32, contiguous, made once per arguments (read-only, so built before a
+    captured graph reads them): `rotate_half_table`'s two rows, the sin row's sign taken back (a negation is exact),
+    i.e. `rotate_half_cos_sin` at positions 0 .. P - 1, for the kernels that apply rotate-half's sign themselves."""
+    table = rotate_half_table(positions, head_dim, base, scaling, device)  # [P, 2, D]
+    cos, sin = table[:, 0].contiguous(), table[:, 1].contiguous()  # [P, D] each
+    sin[:, : head_dim // 2].neg_()
+    return cos, sin
+
+
+@persistent
+def interleaved_order(head_dim: int, device: torch.device) -> Tensor:
+    """[head_dim] int64: the rotate-half columns in the interleaved (GPT-J) order, j and D/2 + j for pair j. Both
+    layouts take angle j = position * inv_freq[j] (rotate-half at columns j and D/2 + j, interleaved at 2j and 2j + 1),
+    so a rotate-half table's columns selected by it are the interleaved table, bit for bit; its signed sin row (the
+    first half negated) becomes the interleaved swap's sign (-x1 sin, x0 sin: the even columns negated)."""
+    half = torch.arange(head_dim // 2, device=device)  # [D/2]
+    return torch.stack([half, half + head_dim // 2], 1).reshape(-1)  # [D]: 0, D/2, 1, D/2 + 1, ...
 
 
 @persistent

@@ -12,17 +12,16 @@ given codes). Where the layers' kernels run (`kernels.inference_kernels`), the p
 gate/up matmul with the add and the norm before it and SwiGLU after it (`norm_linear`), down_proj; per codebook one
 more, the head's matmul with the last add and the final norm before it; a step's input row is read inside the first
 q/k/v launch from `projected_table` (the audio table through the input projection, made once per weights); the
-Llama-3 RoPE tables made once per device; the raw logits made float32 once per frame. On a CPU in float32
-(inference) `predict` runs the same values through the kept frame pass (`frame_stack_kept.kept_stack`: K/V, RoPE
-rows, masks, projection tiles and each step's buffers made once and kept from frame to frame; each step's table
-row selected straight into the input projection's tile), and copies
-the frame's K/V into the given cache at the end.
+Llama-3 RoPE tables made once per device (`rope.rotate_half_rows`); the raw logits made float32 once per frame.
+On a CPU in float32 (inference) `predict` runs the same values through the kept frame pass
+(`frame_stack_kept.kept_stack`: K/V, RoPE rows, masks, projection tiles and each step's buffers made once and kept
+from frame to frame; each step's table row selected straight into the input projection's tile), and copies the
+frame's K/V into the given cache at the end.
 Must not know: how a code is chosen (the caller's `draw`), the backbone's cache, prompts, requests.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import torch
@@ -35,9 +34,8 @@ from v2.models.kernels.frame_attention import MAX_FRAME_POSITIONS, frame_attenti
 from v2.models.kernels.norm_linear import norm_linear
 from v2.models.kv_cache import KVCache
 from v2.models.frame_stack_kept import kept_stack
-from v2.models.persist import persistent
 from v2.models.qwen3 import Qwen3Backbone
-from v2.models.rope import Llama3Scaling, rotate_half_cos_sin
+from v2.models.rope import rotate_half_rows
 
 # (codebook k in 1..N-1, logits [B, V] float32) -> (codes [B], logprobs [B])
 Draw = Callable[[int, Tensor], tuple[Tensor, Tensor]]
@@ -183,7 +181,7 @@ class DepthDecoder(nn.Module):
         if cache is None:
             cache = self.allocate_kv(b, dtype=hidden.dtype, device=hidden.device)
         dec, m = self.cfg.depth, self.model
-        cos, sin = _frame_rope(dec.head_dim, dec.rope_theta, self.cfg.depth_rope, n, hidden.device)
+        cos, sin = rotate_half_rows(n, dec.head_dim, dec.rope_theta, self.cfg.depth_rope, hidden.device)  # [N, D]
         table = m.embed_tokens.weight  # [N V, H]: codebook k's rows are k V .. (k + 1) V - 1
         x = m.inputs_embeds_projector(torch.stack([hidden, F.embedding(c0, table[:v])], dim=1))  # [B, 2, Hd]
         x, delta = _layers(m, x.reshape(b * 2, -1), b, 2, 0, cache, cos, sin)  # [B 2, Hd] each
@@ -225,15 +223,6 @@ class DepthDecoder(nn.Module):
         out = self.model(self.model.inputs_embeds_projector(inputs))  # [B, N, Hd]
         logits = torch.stack([self.codebooks_head(out[:, k], k) for k in range(1, self.num_codebooks)], 1)
         return out, logits.float()
-
-
-@functools.lru_cache(maxsize=16)
-@persistent
-def _frame_rope(head_dim: int, theta: float, scaling: Llama3Scaling | None, positions: int,
-                device: torch.device) -> tuple[Tensor, Tensor]:
-    """cos, sin [positions, head_dim] float32 of a frame's positions 0 .. positions - 1 (made once, read-only)."""
-    cos, sin = rotate_half_cos_sin(torch.arange(positions, device=device)[None], head_dim, theta, scaling)
-    return cos[0], sin[0]
 
 
 def _layers(model: DepthDecoderModel, x: Tensor, b: int, t: int, position: int, cache: KVCache, cos: Tensor,

@@ -28,7 +28,8 @@ from v2.models.kernels.layer_norm import add_layer_norm_fused
 from v2.models.kernels.local_attention import local_attention_step
 from v2.models.module_list import module_list_of
 from v2.models.persist import ParamVersions, persistent
-from v2.models.rope import apply_interleaved, interleaved_cos_sin
+from v2.models.rope import (apply_interleaved, interleaved_cos_sin, interleaved_order, rotate_half_rows,
+                             rotate_half_table)
 
 FRAME_POSITIONS = 13  # backbone state + 12 codebook inputs (the last is never needed for logits)
 
@@ -81,19 +82,22 @@ class LocalKV:
 @functools.lru_cache(maxsize=16)
 @persistent
 def _frame_rope(head_dim: int, base: float, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """cos, sin [13, head_dim] of a frame's positions, made once per device and dtype (read-only)."""
-    cos, sin = interleaved_cos_sin(torch.arange(FRAME_POSITIONS, device=device), head_dim, base)
-    return cos.to(dtype), sin.to(dtype)
+    """cos, sin [13, head_dim] (`interleaved_cos_sin` of a frame's positions), made once per device and dtype
+    (read-only): the shared rotate-half rows' columns in the interleaved order (`rope.interleaved_order`)."""
+    order = interleaved_order(head_dim, device)
+    cos, sin = (torch.index_select(t, 1, order).to(dtype)
+                for t in rotate_half_rows(FRAME_POSITIONS, head_dim, base, None, device))  # [13, D] each
+    return cos, sin
 
 
 @functools.lru_cache(maxsize=16)
 @persistent
 def _frame_rope_signed(head_dim: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
-    """`_frame_rope`'s float32 cos and its sin with the even columns negated (the interleaved swap's sign), [13, D]."""
-    cos, sin = _frame_rope(head_dim, base, device, torch.float32)
-    signed = sin.clone()
-    signed[:, 0::2] = -sin[:, 0::2]
-    return cos, signed
+    """`_frame_rope`'s float32 cos and its sin with the even columns negated (the interleaved swap's sign), [13, D]:
+    the shared signed rotate-half table's columns in the interleaved order (its negated first half lands there)."""
+    table = rotate_half_table(FRAME_POSITIONS, head_dim, base, None, device)  # [13, 2, D]
+    rows = torch.index_select(table, 2, interleaved_order(head_dim, device))  # [13, 2, D]: cos, signed sin
+    return rows[:, 0], rows[:, 1]
 
 
 def frame_stack_fits(x: Tensor) -> bool:

@@ -8,7 +8,8 @@ and the teacher-forced pass (one causal pass over given codes). Where the layers
 q/k projection's attention (`frame_attention`: norms, RoPE, the K/V write, attention), the gate/up projection
 with its activation (`gate_up_swiglu`) and each residual add with the norm after it, besides the three other
 matmuls; per group one launch for the drawn code's row (the next input, its norm when there is no input
-projection, and the frame's running sum, `frame(codes)`); RoPE tables made once per device; no dtype copies.
+projection, and the frame's running sum, `frame(codes)`); RoPE tables made once per device (`rope.rotate_half_rows`);
+no dtype copies.
 On a CPU in float32 (inference) `predict` runs the same values through the kept frame pass
 (`frame_stack_kept.kept_stack`: K/V, RoPE rows, masks, projection tiles and each step's buffers made once and
 kept from frame to frame; each step's input row written into the input projection's tile), and copies the frame's K/V into the given cache at the end.
@@ -17,7 +18,6 @@ Must not know: how a code is chosen (the caller's `draw`), the talker's cache, p
 
 from __future__ import annotations
 
-import functools
 from typing import Callable, cast
 
 import torch
@@ -31,10 +31,9 @@ from v2.models.kernels.swiglu import gate_up_swiglu
 from v2.models.kv_cache import KVCache
 from v2.models.module_list import module_list_of
 from v2.models.frame_stack_kept import kept_stack
-from v2.models.persist import persistent
 from v2.models.qwen3 import Qwen3Backbone
 from v2.models.qwen3_tts.config import CodePredictorConfig
-from v2.models.rope import rotate_half_cos_sin
+from v2.models.rope import rotate_half_rows
 
 # (group g in 1..G-1, logits [B, V] float32) -> (codes [B], logprobs [B])
 Draw = Callable[[int, Tensor], tuple[Tensor, Tensor]]
@@ -150,7 +149,7 @@ class CodePredictor(nn.Module):
         if cache is None:
             cache = self.allocate_kv(b, dtype=hidden.dtype, device=hidden.device)
         dec, model = self.cfg.decoder, self.model
-        cos, sin = _frame_rope(dec.head_dim, dec.rope_theta, g_total, hidden.device)
+        cos, sin = rotate_half_rows(g_total, dec.head_dim, dec.rope_theta, model.rope_scaling, hidden.device)  # [G, D]
         first = model.layers[0].input_layernorm
         direct = isinstance(self.small_to_mtp_projection, nn.Identity)  # the code rows are the decoder's inputs
         acc = torch.empty_like(hidden)  # frame(codes) so far
@@ -190,14 +189,6 @@ class CodePredictor(nn.Module):
         the hidden at position g (differentiable)."""
         out = self.model(self.small_to_mtp_projection(inputs))  # [B, G, Hc]
         return torch.stack([self.lm_head[g - 1](out[:, g]) for g in range(1, self.cfg.num_code_groups)], 1).float()
-
-
-@functools.lru_cache(maxsize=16)
-@persistent
-def _frame_rope(head_dim: int, theta: float, positions: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """cos, sin [positions, head_dim] float32 of a frame's positions 0 .. positions - 1 (made once, read-only)."""
-    cos, sin = rotate_half_cos_sin(torch.arange(positions, device=device)[None], head_dim, theta)
-    return cos[0], sin[0]
 
 
 def _layers(model: CodePredictorModel, x: Tensor, h: Tensor, position: int, cache: KVCache, cos: Tensor,
