@@ -149,7 +149,7 @@ class CodePredictor(nn.Module):
         if cache is None:
             cache = self.allocate_kv(b, dtype=hidden.dtype, device=hidden.device)
         dec, model = self.cfg.decoder, self.model
-        cos, sin = rotate_half_rows(g_total, dec.head_dim, dec.rope_theta, model.rope_scaling, hidden.device)  # [G, D]
+        cos, sin = rotate_half_rows(g_total, dec.head_dim, dec.rope_theta, None, hidden.device)  # [G, D]; unscaled
         first = model.layers[0].input_layernorm
         direct = isinstance(self.small_to_mtp_projection, nn.Identity)  # the code rows are the decoder's inputs
         acc = torch.empty_like(hidden)  # frame(codes) so far
