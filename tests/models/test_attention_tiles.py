@@ -81,3 +81,17 @@ def test_exact_attention_is_the_tiled_form():
     assert torch.equal(bits(got), bits(attention_tiles.attention_reference(q, k, v, mask, causal=True)))
     torch.testing.assert_close(got, torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=mask & torch.ones(9, 12, dtype=torch.bool).tril(3), enable_gqa=True), atol=1e-5, rtol=1e-5)
+
+
+def test_a_differentiable_call_runs_the_reference_and_its_gradients():
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 5, 16, generator=gen).requires_grad_() for _ in range(3))
+    out = attention_tiles.attention(q, k, v, causal=True)
+    out.sum().backward()
+    grads = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    attention_tiles.attention_reference(q, k, v, causal=True).sum().backward()
+    assert all(torch.equal(g, x.grad) for g, x in zip(grads, (q, k, v)))
+    with torch.no_grad():
+        assert torch.equal(bits(out.detach()), bits(attention_tiles.attention(q, k, v, causal=True)))

@@ -103,7 +103,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, ca
               scale: float | None = None) -> Tensor:
     """`attention_reference`'s bits, faster: q [B, Hq, T, D]; k, v [B, Hkv, C, D] (Hq a multiple of Hkv); mask
     broadcastable to [B, Hq, T, C], True = attend; causal: query t sees keys 0 .. C - T + t. Returns
-    [B, Hq, T, D]."""
+    [B, Hq, T, D]. A differentiable call (grad on, an input that requires it) runs `attention_reference` (its
+    operations are out of place, so autograd records them)."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return attention_reference(q, k, v, mask, causal=causal, scale=scale)
     b, hq, t, d = q.shape
     hkv, c = k.shape[1], k.shape[2]
     g = hq // hkv
