@@ -40,7 +40,7 @@ from v2.models.persist import persistent
 
 ALIGN = 16          # floats: the inner dim of every CPU matmul is padded to a multiple of this (64 bytes)
 TILE = 16           # rows per matmul call at the layers' call sites (a decode batch of <= 16 is one call)
-BLOCK_ELEMENTS = 1 << 18  # elements of one attention block's [.., queries, keys, D] products
+BLOCK_ELEMENTS = 1 << 18  # elements of one block's [.., queries, keys, D] products in attention_tiles.attention_reference
 
 
 def on(x: Tensor) -> bool:
@@ -180,47 +180,14 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, ca
     q [B, Hq, T, D]; k, v [B, Hkv, C, D] (Hq a multiple of Hkv); mask broadcastable to [B, Hq, T, C], True =
     attend; causal: query t sees keys 0 .. C - T + t. Returns [B, Hq, T, D]. On the CPU a query's scores are
     products summed over D (a fixed length), and everything summed over keys (whose count varies with the
-    batch's context and the chunk) goes through `halving_sum`, in blocks of queries; elsewhere SDPA."""
+    batch's context and the chunk) goes through halving sums, in blocks of queries (`attention_tiles.attention`;
+    `attention_tiles.attention_reference` is the form it gives the bits of); elsewhere SDPA."""
     if not on(q):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
                                               enable_gqa=k.shape[1] != q.shape[1])
-    b, hq, t, d = q.shape
-    hkv, c = k.shape[1], k.shape[2]
-    g = hq // hkv
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    qg = (q * scale).view(b, hkv, g, t, d)  # [B, Hkv, G, T, D]
-    kg, vg = k[:, :, None, None], v[:, :, None, None]  # [B, Hkv, 1, 1, C, D]
-    if mask is not None:  # a view broadcastable to [B, Hkv, G, T, C] (no copy of a head-shared mask)
-        mask = mask.expand(*mask.shape[:-2], t, c)
-        mask = mask[:, :, None] if mask.shape[1] == 1 else mask.reshape(mask.shape[0], hkv, g, t, c)
-    out = q.new_empty(b, hkv, g, t, d)
-    block = max(1, min(t, BLOCK_ELEMENTS // max(1, b * hq * c * d)))
-    for s in range(0, t, block):
-        e = min(t, s + block)
-        keep = None
-        if causal:
-            last = c - t + torch.arange(s, e, device=q.device)  # [q]: each query's last key
-            keep = torch.arange(c, device=q.device)[None, :] <= last[:, None]  # [q, C]
-        if mask is not None:
-            part = mask[:, :, :, s:e]
-            keep = part if keep is None else part & keep
-        # keys past the last one any query of the block sees add only zeros to its sums: leave them out
-        used = c if keep is None else _keys_used(keep, c)
-        # over D (the head size: fixed per call site) a row-wise sum runs the same code for every row
-        scores = (qg[:, :, :, s:e, None, :] * kg[..., :used, :]).sum(-1)  # [B, Hkv, G, q, used]
-        if keep is not None:
-            scores = scores.masked_fill(~keep[..., :used], -math.inf)
-        top = scores.amax(dim=-1, keepdim=True)
-        weights = torch.exp(scores - top.masked_fill(top == -math.inf, 0.0))  # [B, Hkv, G, q, used]; 0 where masked
-        total = halving_sum(weights, -1)[..., None]  # [B, Hkv, G, q, 1]
-        out[:, :, :, s:e] = halving_sum(weights[..., None] * vg[..., :used, :], -2) / total  # [B, Hkv, G, q, D]
-    return out.view(b, hq, t, d)
+    from v2.models import attention_tiles  # (built on this module's halving_sum: imported at the call)
 
-
-def _keys_used(keep: Tensor, c: int) -> int:
-    """1 + the last key index that any query of `keep` [..., C] attends (at least 1)."""
-    seen = keep.reshape(-1, c).any(0).nonzero()
-    return int(seen[-1]) + 1 if seen.numel() else 1
+    return attention_tiles.attention(q, k, v, mask, causal=causal, scale=scale)
 
 
 def silu(x: Tensor) -> Tensor:
