@@ -120,13 +120,19 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, ca
     v_read = ones[:, :, None, None]  # [B, Hkv, 1, 1, C, D + 1]
     out = q.new_empty(b, hkv, g, t, d)
     block = max(1, min(t, BLOCK_ELEMENTS // max(1, b * hq * c * (d + 1))))
+    keep = _keep(heads_mask, causal, 0, t, t, c, q.device)  # every query's keys, once
+    drop = None if keep is None else ~keep  # [T, C] or broadcastable to [B, Hkv, G, T, C]
+    # per query 1 + its last key over the batch and heads (0: none); a block reads up to its queries' largest
+    ends_list = None
+    if keep is not None:
+        seen = keep.reshape(-1, t, c).any(0)  # [T, C]
+        ends_list = (seen * torch.arange(1, c + 1, device=q.device)).amax(-1).tolist()  # [T]
     for s in range(0, t, block):
         e = min(t, s + block)
-        keep = _keep(heads_mask, causal, s, e, t, c, q.device)
-        used = c if keep is None else _keys_used(keep, c)
+        used = c if ends_list is None else max(1, max(ends_list[s:e]))
         scores = (qg[:, :, :, s:e, None, :] * k_read[..., :used, :]).sum(-1)  # [B, Hkv, G, q, used]
-        if keep is not None:
-            scores.masked_fill_(~keep[..., :used], -math.inf)
+        if drop is not None:
+            scores.masked_fill_(drop[..., s:e, :used], -math.inf)
         top = scores.amax(dim=-1, keepdim=True)
         top.masked_fill_(top == -math.inf, 0.0)
         weights = scores.sub_(top).exp_()  # [B, Hkv, G, q, used]; 0 where masked
