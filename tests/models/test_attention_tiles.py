@@ -95,3 +95,16 @@ def test_a_differentiable_call_runs_the_reference_and_its_gradients():
     assert all(torch.equal(g, x.grad) for g, x in zip(grads, (q, k, v)))
     with torch.no_grad():
         assert torch.equal(bits(out.detach()), bits(attention_tiles.attention(q, k, v, causal=True)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_query_with_every_key_masked_is_the_references(causal):
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = torch.randn(2, 2, 4, 8, generator=gen), torch.randn(2, 1, 6, 8, generator=gen), \
+        torch.randn(2, 1, 6, 8, generator=gen)
+    mask = torch.ones(2, 1, 4, 6, dtype=torch.bool)
+    mask[0, 0, 1] = False  # query 1 of row 0 sees no key
+    mask[1, 0, :, :3] = False  # row 1's first queries see none under the causal rule
+    ref, new = both(q, k, v, mask, causal, None, 1, 1 << 18)
+    assert torch.isnan(ref[0, :, 1]).all()
+    assert torch.equal(bits(new), bits(ref))

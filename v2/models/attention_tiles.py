@@ -133,9 +133,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, ca
         scores = (qg[:, :, :, s:e, None, :] * k_read[..., :used, :]).sum(-1)  # [B, Hkv, G, q, used]
         if drop is not None:
             scores.masked_fill_(drop[..., s:e, :used], -math.inf)
-        top = scores.amax(dim=-1, keepdim=True)
-        top.masked_fill_(top == -math.inf, 0.0)
-        weights = scores.sub_(top).exp_()  # [B, Hkv, G, q, used]; 0 where masked
+        # a row whose every score is -inf (all its keys masked) gets NaN here, not the reference's 0 / 0: a
+        # result that is not finite either way, recomputed by the reference's block (`_redo_unvouched`)
+        weights = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()  # [B, Hkv, G, q, used]; 0 where masked
         acc = weights[..., None] * v_read[..., :used, :]  # [B, Hkv, G, q, used, D + 1]
         n = used
         while n > 1:  # exact.halving_sum over the keys, in place: the upper part added to the lower's first rows
