@@ -1,4 +1,4 @@
-"""The CPU form of `exact.attention` with fewer, larger blocks and keys outermost: the same bits, less work.
+"""The CPU form of `exact.attention` in fewer operations: the same bits, less work.
 
 Owns: `attention` (what `exact.attention` runs on the CPU) and `attention_reference` (the form it replaced, kept
 as the definition the fast form is held to, and as the fallback for the rows it cannot vouch for).
@@ -9,14 +9,15 @@ Why the same bits. Per query row both forms compute the same values by the same 
 - the mask as -inf, the row max over keys (order-free), exp of the difference (the same bits in a call's body
   and tail, designs/model.md);
 - the weighted values and the weights summed over keys by halving levels: here the values carry a column of
-  ones (w * 1 == w), so one halving over [keys, ..., D + 1] gives both sums; keys outermost, so a level adds
-  two contiguous halves in place.
-The only difference is a block's key count: a block here holds more queries, so it may read keys past a row's
-old block's last key. They are masked for that row (weight +0), their products are zeros, and an exact zero
-added to a nonzero partial sum leaves it unchanged (a halving over 2P whose upper P entries are zeros is the
-halving over P); so a row's results are the same, except where one is an exact zero (its sign can differ:
--0 + +0 == +0) or not finite (a masked key's inf or NaN value times 0 is NaN). Those rows (rare: checked on the
-output) are recomputed by the reference form's own block, so the result is the reference's for every input.
+  ones (w * 1 == w), so one halving over [.., keys, D + 1] gives both sums, its levels added in place; the
+  mask's negation and each query's last key are made once a call, not per block.
+The only difference is a block's key count: a block here may hold other queries than the reference's, so it may
+read keys past a row's own block's last key. They are masked for that row (weight +0), their products are zeros,
+and an exact zero added to a nonzero partial sum leaves it unchanged (a halving over 2P whose upper P entries are
+zeros is the halving over P); so a row's results are the same, except where one is an exact zero (its sign can
+differ: -0 + +0 == +0) or not finite (a masked key's inf or NaN value times 0 is NaN; a row with every key masked
+is NaN here through -inf - -inf, 0 / 0 there). Those rows (rare: checked on the output) are recomputed by the
+reference form's own block, so the result is the reference's for every input.
 
 Must not know: models, heads' meaning, callers. Float tensors on the CPU only (`exact.attention` sends others
 to SDPA).
