@@ -206,3 +206,10 @@ def test_the_into_activations_are_the_activations_bits_and_make_nothing(name):
     with torch.inference_mode(), Writes():
         into(rows, out)
     assert torch.equal(bits(out), bits(f(rows))) and torch.equal(bits(rows), bits(before))
+
+
+def test_a_kept_scalar_keeps_the_sign_of_zero_and_nan() -> None:
+    assert math.copysign(1.0, float(exact.scalar(-0.0))) == -1.0
+    assert math.copysign(1.0, float(exact.scalar(0.0))) == 1.0
+    assert exact.scalar(-0.0) is exact.scalar(-0.0) and exact.scalar(0.0) is not exact.scalar(-0.0)
+    assert math.isnan(float(exact.scalar(float("nan")))) and exact.scalar(float("nan")) is exact.scalar(float("nan"))

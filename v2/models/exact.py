@@ -207,16 +207,17 @@ def gelu_tanh(x: Tensor) -> Tensor:
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
 
 
-_SCALARS: dict[float, Tensor] = {}
+_SCALARS: dict[float | str, Tensor] = {}  # zeros and NaN by their spelling: -0.0 is not 0.0, a NaN finds its own
 
 
 def scalar(value: float) -> Tensor:
     """value as a 0-dim float32 CPU operand, made once: the float32 a Python number becomes in a float32 operation
     (the same bits as the number or a [1] tensor there), without the wrapped number and its conversion that each such
     operation makes; a 0-dim CPU tensor is also a valid operand of an operation on another device."""
-    t = _SCALARS.get(value)
+    key: float | str = value if value == value and value != 0 else float(value).hex()
+    t = _SCALARS.get(key)
     if t is None:
-        t = _SCALARS[value] = persistent(torch.tensor)(value, dtype=torch.float32)
+        t = _SCALARS[key] = persistent(torch.tensor)(value, dtype=torch.float32)
     return t
 
 
