@@ -233,7 +233,13 @@ class SimulatedStream:
         self.launch(idle).wait()
 
     def close(self) -> None:
+        """End the worker once the work already launched has run, and wait for it (from any other thread):
+        work still queued at close (a state change queued after the last read, e.g. while requests are
+        aborted) must not be left running inside torch when the interpreter finalizes. The engine thread
+        closes its stream last, so a `Runtime.close` that joins the engine thread joins the worker too."""
         self._queue.put(None)
+        if threading.current_thread() is not self._worker:
+            self._worker.join()
 
 
 Stream = HostStream | CudaStream | SimulatedStream

@@ -1,0 +1,105 @@
+"""A runtime on an asynchronous device (`SimulatedStream`: a worker thread that runs the launched work) ends its
+worker before `close()` returns: work still queued at close (state changes queued after the last read, e.g.
+while running requests are aborted) must not be left running inside torch when the interpreter finalizes,
+where a daemon thread stopped inside a torch operation ends the process with "terminate called without an
+active exception" (SIGABRT)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from v2.runtime import Runtime
+from v2.runtime.device import SimulatedStream
+
+ROOT = Path(__file__).resolve().parents[2]
+BOUND = 120.0  # seconds: a hang check only
+
+
+def _closing_stream(frame: FrameType | None) -> bool:
+    """Whether a thread's stack is inside `SimulatedStream.close` (the engine thread waiting for the worker)."""
+    while frame is not None:
+        if frame.f_code.co_name == "close" and frame.f_code.co_filename.endswith("device.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_close_waits_for_the_work_still_on_the_device_and_ends_every_thread():
+    rt = Runtime.from_card("moss_tts_local_tiny", device="cpu", stream=SimulatedStream(0.0))
+    rt.submit({"text": "hi", "max_frames": 4}).result(BOUND)
+    stream = rt.engine.stream
+    assert isinstance(stream, SimulatedStream)
+    release, ran = threading.Event(), []
+
+    def held() -> None:  # work on the device when the runtime closes
+        release.wait(BOUND)
+        ran.append(True)
+
+    stream.launch(held)
+    closer = threading.Thread(target=rt.close)
+    closer.start()
+    # no timing: watch until the engine thread either ended (the worker left running) or waits for the worker
+    engine = rt.engine.thread
+    deadline = time.monotonic() + BOUND
+    while engine.is_alive() and not _closing_stream(sys._current_frames().get(engine.ident or -1)):
+        assert time.monotonic() < deadline, "the engine thread neither ended nor closed its stream"
+        time.sleep(0.001)
+    left_running = not engine.is_alive() and not ran
+    release.set()
+    closer.join(BOUND)
+    assert not left_running, "the engine ended while work it launched was still running on the device's worker"
+    assert not closer.is_alive() and ran == [True]
+    started = [engine, stream._worker, rt.engine.results._thread, rt.engine.callbacks._thread]
+    assert [t.name for t in started if t.is_alive()] == []
+
+
+# The script's last act closes a runtime whose device worker is still inside torch (queued matrix products that
+# take far longer than the interpreter's exit); the second ends while requests run (closed by the exit hook).
+QUEUED = """
+import torch
+from v2.runtime import Runtime
+from v2.runtime.device import SimulatedStream
+
+rt = Runtime.from_card("moss_tts_local_tiny", device="cpu", stream=SimulatedStream(0.0))
+rt.submit({"text": "hi", "max_frames": 4}).result(120)
+a = torch.randn(512, 512)
+rt.engine.stream.launch(lambda: [a @ a for _ in range(40)] and None)
+rt.close()
+print("closed", flush=True)
+"""
+
+RUNNING = """
+import time
+from v2.runtime import Runtime
+from v2.runtime.device import SimulatedStream
+
+rt = Runtime.from_card("moss_tts_local_tiny", device="cpu", stream=SimulatedStream(0.0))
+handles = [rt.submit({"text": f"a long request {i}", "max_frames": 600, "min_frames": 600, "stream": i % 2 == 0})
+           for i in range(4)]
+while rt.stats()["steps"] < 5:
+    time.sleep(0.001)
+late = rt.submit({"text": "late", "max_frames": 600})
+print("closed", flush=True)
+"""
+
+
+def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(body))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=BOUND)
+
+
+def test_a_script_exits_cleanly_with_work_on_the_device_at_close(tmp_path):
+    for body in (QUEUED, RUNNING, QUEUED, RUNNING):
+        done = _run(tmp_path, body)
+        assert "terminate called" not in done.stderr, done.stderr[-2000:]
+        assert done.returncode == 0 and "closed" in done.stdout, done.stderr[-2000:]
