@@ -13,7 +13,7 @@ from their float64 masses, and the kept ids are the values at or above the lowes
 by one compare (their noise gathered, the first highest score the smallest id); ties, a NaN or a mass near
 top_p go to the batch path.
 A batch, per group: the W + 1 candidates by numpy's partition and one `flatnonzero` (in id order; ties at the
-edge: torch.topk's), the stable order (by value, ties by id) where an order shapes the bits (the top-p prefix,
+edge: torch.topk's; a wide batch partitions only the values at or above a bound, `top_edge`), the stable order (by value, ties by id) where an order shapes the bits (the top-p prefix,
 a logprob summed over the candidates), the ties check, the top-p cut (`_cut_top_p`), the noise only at the
 candidates (gathered from the frame's noise, or hashed there: the same values) and the first-id Gumbel-max.
 The top-p cut is `process_logits`' (torch's float32 softmax over the whole row, its cumsum in float64): it is
@@ -45,6 +45,7 @@ from torch import Tensor
 from v2.models.frame_columns import columns
 from v2.models.host_gumbel import finish, fold, gumbel, seed_state, token_words
 from v2.models.sampling import gumbel_noise, sample
+from v2.models.top_edge import at_or_above
 from v2.sampling_settings import SORT_WIDTH
 
 FRAME_NOISE_MAX = 1 << 16  # rows x groups x vocabulary up to which the frame's noise is made whole
@@ -75,14 +76,13 @@ def _candidates(zn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The W + 1 highest values of each row of zn [B, V] (V > W + 1) with their ids,
     by id: (ids, values) [B, W + 1]. The (W + 1)-th highest value is numpy's partition's (exact, whatever the
     algorithm); where it is unique in every row, the candidates are the values at or above it, read in id order
-    by one `flatnonzero`. Ties at it (or a NaN) take torch.topk's W + 1 (any of the tied), put in id order."""
+    by one `flatnonzero` (`top_edge.at_or_above`: a wide batch's among the few at or above a bound). Ties at it
+    (or a NaN) take torch.topk's W + 1 (any of the tied), put in id order."""
     b, v = zn.shape
     w = SORT_WIDTH + 1
-    edge = np.partition(zn, v - w, axis=-1)[:, v - w : v - w + 1]                            # [B, 1]
-    above = zn >= edge                                                                        # [B, V]
-    flat = np.flatnonzero(above)
-    if flat.shape[0] == b * w and (b == 1 or bool((above.sum(axis=-1) == w).all())):  # (a NaN is never above)
-        return flat.reshape(b, w) % v, zn.reshape(-1)[flat].reshape(b, w)
+    flat, values, counts = at_or_above(zn, w)  # (a NaN is never above)
+    if flat.shape[0] == b * w and bool((counts == w).all()):
+        return flat.reshape(b, w) % v, values.reshape(b, w)
     ids = np.sort(torch.topk(torch.from_numpy(zn), w, dim=-1, sorted=False).indices.numpy(), axis=-1)            # [B, W + 1]
     return ids, np.take_along_axis(zn, ids, axis=-1)
 
