@@ -1,8 +1,9 @@
-"""A runtime on an asynchronous device (`SimulatedStream`: a worker thread that runs the launched work) ends its
-worker before `close()` returns: work still queued at close (state changes queued after the last read, e.g.
-while running requests are aborted) must not be left running inside torch when the interpreter finalizes,
-where a daemon thread stopped inside a torch operation ends the process with "terminate called without an
-active exception" (SIGABRT)."""
+"""`Runtime.close()` ends every thread the runtime started before it returns, so nothing of the runtime's is
+left running inside torch when the interpreter finalizes (a daemon thread stopped inside a torch operation
+ends the process with "terminate called without an active exception", SIGABRT): on an asynchronous device
+(`SimulatedStream`: a worker thread that runs the launched work) the worker, with the work still queued at
+close (state changes queued after the last read, e.g. while running requests are aborted); a subscriber's
+own thread, with its callback still running."""
 
 from __future__ import annotations
 
@@ -103,3 +104,45 @@ def test_a_script_exits_cleanly_with_work_on_the_device_at_close(tmp_path):
         done = _run(tmp_path, body)
         assert "terminate called" not in done.stderr, done.stderr[-2000:]
         assert done.returncode == 0 and "closed" in done.stdout, done.stderr[-2000:]
+
+
+def _joining_a_lane(frame: FrameType | None) -> bool:
+    """Whether a thread's stack is inside `Dispatcher.join` (dispatch.py)."""
+    while frame is not None:
+        if frame.f_code.co_name == "join" and frame.f_code.co_filename.endswith("dispatch.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_close_waits_for_a_subscribers_thread():
+    """A subscriber's callback (its own thread) still running when the runtime closes is waited for, as the
+    done callbacks' thread is: user code there may be inside torch too."""
+    rt = Runtime.from_card("moss_tts_local_tiny", device="cpu")
+    before = set(threading.enumerate())
+    release, calls = threading.Event(), []
+
+    def slow(chunk: object) -> None:
+        calls.append(chunk)
+        release.wait(BOUND)
+
+    handle = rt.submit({"text": "hi", "max_frames": 8, "stream": True})
+    handle.subscribe(slow)
+    handle.result(BOUND)
+    lanes = [t for t in threading.enumerate() if t not in before and t.name == "v2-subscriber"]
+    assert lanes, "the subscriber has no thread of its own"
+    closer = threading.Thread(target=rt.close)
+    closer.start()
+    # no timing: watch until close() returned or waits in a join after the runtime's own threads ended
+    own = [rt.engine.thread, rt.engine.results._thread, rt.engine.callbacks._thread]
+    deadline = time.monotonic() + BOUND
+    while closer.is_alive() and not (not any(t.is_alive() for t in own)
+                                     and _joining_a_lane(sys._current_frames().get(closer.ident or -1))):
+        assert time.monotonic() < deadline, "close() neither returned nor waited for the subscriber"
+        time.sleep(0.001)
+    returned_early = not closer.is_alive() and any(t.is_alive() for t in lanes)
+    release.set()
+    closer.join(BOUND)
+    assert not returned_early, "close() returned while a subscriber's callback still ran"
+    assert not closer.is_alive() and calls
+    assert [t.name for t in lanes if t.is_alive()] == []

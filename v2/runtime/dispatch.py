@@ -1,5 +1,6 @@
 """`Dispatcher`: one thread that runs functions in the order they were posted, recording whatever they raise.
-The runtime's done callbacks run on a shared one; each subscriber of a handle has its own (handles.py).
+The runtime's done callbacks run on a shared one; each subscriber of a handle has its own, a `lane` of that one
+(handles.py), so joining the shared one (`Runtime.close`) waits for the subscribers' threads too.
 v2/runtime/handles.py re-exports it.
 Must not know: handles, chunks, results, models, slots, scheduling.
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
+import weakref
 from typing import Callable
 
 
@@ -19,7 +22,16 @@ class Dispatcher:
         self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.errors: list[str] = []
+        self._lanes: weakref.WeakSet[Dispatcher] = weakref.WeakSet()  # a running lane is held by its thread
+        self._lanes_lock = threading.Lock()  # lanes are made on any thread
         self._thread.start()
+
+    def lane(self, name: str) -> "Dispatcher":
+        """A dispatcher with its own thread (e.g. a subscriber's) that `join` waits for as well."""
+        lane = Dispatcher(name)
+        with self._lanes_lock:
+            self._lanes.add(lane)
+        return lane
 
     def post(self, fn: Callable[[], None]) -> None:
         self._queue.put(fn)
@@ -29,9 +41,17 @@ class Dispatcher:
         self._queue.put(None)
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for the thread to end (returns at once when called from the thread itself)."""
+        """Wait up to `timeout` in all for the thread and then its lanes' to end (a thread never waits for
+        itself: called from one of them, that one is skipped)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        left = lambda: None if deadline is None else max(0.0, deadline - time.monotonic())  # noqa: E731
         if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+            self._thread.join(left())
+        with self._lanes_lock:  # (after the thread: a lane made by what it ran is joined too)
+            lanes = list(self._lanes)
+        for lane in lanes:
+            if threading.current_thread() is not lane._thread:
+                lane._thread.join(left())
 
     def _run(self) -> None:
         while (fn := self._queue.get()) is not None:

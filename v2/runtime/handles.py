@@ -36,13 +36,13 @@ _END = object()
 class _Subscriber:
     """A callback with its own thread: a slow one holds up nobody else's chunks."""
 
-    def __init__(self, callback: Callable[[AudioChunk], None], bounded: bool = True,
+    def __init__(self, callback: Callable[[AudioChunk], None], runtime_lanes: Dispatcher, bounded: bool = True,
                  on_end: Callable[[], None] | None = None) -> None:
         self.callback = callback
         self.bounded = bounded  # held to the handle's max_behind
         self.on_end = on_end    # run on its thread after the last chunk
         self.behind = 0  # chunks posted, not yet handed to the callback (changed under the handle's lock)
-        self.lane = Dispatcher("v2-subscriber")
+        self.lane = runtime_lanes.lane("v2-subscriber")  # joined with the runtime's callback thread at close
 
     def end(self) -> None:
         if self.on_end is not None:
@@ -95,7 +95,7 @@ class SpeechHandle:
 
     def subscribe(self, callback: Callable[[AudioChunk], None]) -> None:
         """Call `callback(chunk)` for every chunk, from the first, on the runtime's callback thread."""
-        sub = _Subscriber(callback)
+        sub = _Subscriber(callback, self._dispatcher)
         with self._cond:
             for chunk in self._chunks:
                 self._post(sub, chunk)
@@ -146,7 +146,7 @@ class SpeechHandle:
             except RuntimeError:
                 pass
 
-        sub = _Subscriber(put, False, lambda: put(_END))  # the loop's queue takes chunks at once: no lag limit
+        sub = _Subscriber(put, self._dispatcher, False, lambda: put(_END))  # the loop's queue takes chunks at once: no lag limit
         with self._cond:
             backlog = list(self._chunks)
             finished = self._result is not None
