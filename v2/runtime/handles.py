@@ -146,7 +146,8 @@ class SpeechHandle:
             except RuntimeError:
                 pass
 
-        sub = _Subscriber(put, self._dispatcher, False, lambda: put(_END))  # the loop's queue takes chunks at once: no lag limit
+        # the loop's queue takes chunks at once: no lag limit
+        sub = _Subscriber(put, self._dispatcher, False, lambda: put(_END))
         with self._cond:
             backlog = list(self._chunks)
             finished = self._result is not None
