@@ -52,3 +52,19 @@ def slow_frames(loop: object, monkeypatch: pytest.MonkeyPatch, seconds: float) -
         return bool(real(state, plan, row))
 
     monkeypatch.setattr(loop, "advance", advance)
+
+
+def expiry_after_first_frame(requests: object, loop: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's deadline and idle checks (`requests.expire`) skipped until `loop` has made a frame: a slow
+    host's admission and prefill cannot use up an idle timeout before the first sentence is spoken."""
+    spoke = threading.Event()
+    real_expire, real_advance = requests.expire, loop.advance  # type: ignore[attr-defined]
+
+    def advance(state: object, plan: object, row: object) -> bool:
+        taken = real_advance(state, plan, row)
+        if state.codes:  # type: ignore[attr-defined]
+            spoke.set()
+        return bool(taken)
+
+    monkeypatch.setattr(loop, "advance", advance)
+    monkeypatch.setattr(requests, "expire", lambda: real_expire() if spoke.is_set() else None)

@@ -20,6 +20,8 @@ from hypothesis import given, settings, strategies as st
 from v2.card import load_card
 from v2.errors import RequestError
 
+from holds import expiry_after_first_frame
+
 from .conftest import wait_idle
 
 TEXT = "Hello there, how are you today? I am fine.\tThe  end"
@@ -163,17 +165,7 @@ def test_no_text_for_the_idle_timeout_ends_the_request_with_the_reason(monkeypat
             h.feed("rd.")
         # the idle timeout below is not checked until the first frame is made: a slow host's admission and
         # prefill cannot use it up before the first sentence is spoken
-        spoke = threading.Event()
-        real_expire, real_advance = rt.engine.requests.expire, rt.family.talker_loop.advance
-
-        def advance(state, plan, row):
-            taken = real_advance(state, plan, row)
-            if state.codes:
-                spoke.set()
-            return taken
-
-        monkeypatch.setattr(rt.family.talker_loop, "advance", advance)
-        monkeypatch.setattr(rt.engine.requests, "expire", lambda: real_expire() if spoke.is_set() else None)
+        expiry_after_first_frame(rt.engine.requests, rt.family.talker_loop, monkeypatch)
         h = rt.open(BASE)
         h.feed("Some words here and")  # admitted, speaks its rows, then waits for more
         r = h.result(30)
