@@ -43,6 +43,16 @@ def _heads_mask(mask: Tensor | None, b: int, hkv: int, g: int, t: int, c: int) -
     return mask[:, :, None] if mask.shape[1] == 1 else mask.reshape(mask.shape[0], hkv, g, t, c)
 
 
+def _grouped(q: Tensor, k: Tensor, mask: Tensor | None, scale: float | None) -> tuple[Tensor, Tensor | None]:
+    """q [B, Hq, T, D] scaled and grouped by its key head: [B, Hkv, G, T, D]; the mask as `_heads_mask`."""
+    b, hq, t, d = q.shape
+    hkv, c = k.shape[1], k.shape[2]
+    g = hq // hkv
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qg = (q * scale).view(b, hkv, g, t, d)  # [B, Hkv, G, T, D]
+    return qg, _heads_mask(mask, b, hkv, g, t, c)
+
+
 def _keep(mask: Tensor | None, causal: bool, s: int, e: int, t: int, c: int, device: torch.device) -> Tensor | None:
     """Which keys queries s .. e - 1 attend: [q, C] (causal alone) or broadcastable to [B, Hkv, G, q, C]."""
     keep = None
@@ -86,12 +96,9 @@ def _reference_block_size(b: int, hq: int, t: int, c: int, d: int) -> int:
 def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, causal: bool = False,
                         scale: float | None = None) -> Tensor:
     """The elementwise CPU attention in blocks of `exact.BLOCK_ELEMENTS` products (arguments as `attention`)."""
-    b, hq, t, d = q.shape
-    hkv, c = k.shape[1], k.shape[2]
-    g = hq // hkv
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    qg = (q * scale).view(b, hkv, g, t, d)  # [B, Hkv, G, T, D]
-    heads_mask = _heads_mask(mask, b, hkv, g, t, c)
+    qg, heads_mask = _grouped(q, k, mask, scale)
+    b, hkv, g, t, d = qg.shape
+    hq, c = hkv * g, k.shape[2]
     out = q.new_empty(b, hkv, g, t, d)
     block = _reference_block_size(b, hq, t, c, d)
     for s in range(0, t, block):
@@ -108,12 +115,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, ca
     operations are out of place, so autograd records them)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return attention_reference(q, k, v, mask, causal=causal, scale=scale)
-    b, hq, t, d = q.shape
-    hkv, c = k.shape[1], k.shape[2]
-    g = hq // hkv
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    qg = (q * scale).view(b, hkv, g, t, d)  # [B, Hkv, G, T, D]
-    heads_mask = _heads_mask(mask, b, hkv, g, t, c)
+    qg, heads_mask = _grouped(q, k, mask, scale)
+    b, hkv, g, t, d = qg.shape
+    hq, c = hkv * g, k.shape[2]
     k_read = k[:, :, None, None]  # [B, Hkv, 1, 1, C, D]
     ones = torch.empty(b, hkv, c, d + 1, dtype=v.dtype, device=v.device)  # [B, Hkv, C, D + 1]
     ones[..., :d] = v
