@@ -25,13 +25,13 @@ def bits(x: torch.Tensor) -> torch.Tensor:
 
 def both(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
          scale: float | None, ref_block: int, new_block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    saved = exact.BLOCK_ELEMENTS, attention_tiles.BLOCK_ELEMENTS
-    exact.BLOCK_ELEMENTS, attention_tiles.BLOCK_ELEMENTS = ref_block, new_block
+    saved = attention_tiles.REFERENCE_BLOCK_ELEMENTS, attention_tiles.BLOCK_ELEMENTS
+    attention_tiles.REFERENCE_BLOCK_ELEMENTS, attention_tiles.BLOCK_ELEMENTS = ref_block, new_block
     try:
         ref = attention_tiles.attention_reference(q, k, v, mask, causal=causal, scale=scale)
         new = attention_tiles.attention(q, k, v, mask, causal=causal, scale=scale)
     finally:
-        exact.BLOCK_ELEMENTS, attention_tiles.BLOCK_ELEMENTS = saved
+        attention_tiles.REFERENCE_BLOCK_ELEMENTS, attention_tiles.BLOCK_ELEMENTS = saved
     return ref, new
 
 
@@ -108,3 +108,23 @@ def test_a_query_with_every_key_masked_is_the_references(causal):
     ref, new = both(q, k, v, mask, causal, None, 1, 1 << 18)
     assert torch.isnan(ref[0, :, 1]).all()
     assert torch.equal(bits(new), bits(ref))
+
+
+@pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                    (torch.float32, torch.float64), (torch.float32, torch.bfloat16)])
+def test_values_of_another_dtype_than_the_scores_give_the_reference_bits(dtypes: tuple[torch.dtype, torch.dtype]) -> None:
+    qk, vd = dtypes
+    gen = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(2, 4, 9, 16, generator=gen).to(qk) for _ in range(2))
+    k = k[:, :2]
+    v = torch.randn(2, 2, 9, 16, generator=gen).to(vd)
+    ref, new = both(q, k, v, None, True, None, 1 << 18, 1 << 18)
+    assert ref.dtype == new.dtype and torch.equal(ref.view(-1).view(torch.uint8), new.view(-1).view(torch.uint8))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_no_queries_give_an_empty_result(causal: bool) -> None:
+    q, k = torch.randn(1, 2, 0, 8), torch.randn(1, 2, 5, 8)
+    mask = torch.ones(1, 1, 0, 5, dtype=torch.bool)
+    for m in (None, mask):
+        assert attention_tiles.attention(q, k, k, m, causal=causal).shape == (1, 2, 0, 8)

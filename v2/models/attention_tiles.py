@@ -33,6 +33,7 @@ from torch import Tensor
 from v2.models import exact
 
 BLOCK_ELEMENTS = 1 << 18  # elements of one block's [.., queries, keys, D + 1] weighted values
+REFERENCE_BLOCK_ELEMENTS = 1 << 18  # elements of one block's [.., queries, keys, D] products in the reference form
 
 
 def _heads_mask(mask: Tensor | None, b: int, hkv: int, g: int, t: int, c: int) -> Tensor | None:
@@ -90,12 +91,12 @@ def _reference_block(qg: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, caus
 
 
 def _reference_block_size(b: int, hq: int, t: int, c: int, d: int) -> int:
-    return max(1, min(t, exact.BLOCK_ELEMENTS // max(1, b * hq * c * d)))
+    return max(1, min(t, REFERENCE_BLOCK_ELEMENTS // max(1, b * hq * c * d)))
 
 
 def attention_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, causal: bool = False,
                         scale: float | None = None) -> Tensor:
-    """The elementwise CPU attention in blocks of `exact.BLOCK_ELEMENTS` products (arguments as `attention`)."""
+    """The elementwise CPU attention in blocks of `REFERENCE_BLOCK_ELEMENTS` products (arguments as `attention`)."""
     qg, heads_mask = _grouped(q, k, mask, scale)
     b, hkv, g, t, d = qg.shape
     hq, c = hkv * g, k.shape[2]
@@ -112,8 +113,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, ca
     """`attention_reference`'s bits, faster: q [B, Hq, T, D]; k, v [B, Hkv, C, D] (Hq a multiple of Hkv); mask
     broadcastable to [B, Hq, T, C], True = attend; causal: query t sees keys 0 .. C - T + t. Returns
     [B, Hq, T, D]. A differentiable call (grad on, an input that requires it) runs `attention_reference` (its
-    operations are out of place, so autograd records them)."""
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    operations are out of place, so autograd records them), and so does one whose values are of a wider dtype than
+    the scores (the weights' total would be summed in the values' dtype here, in the scores' there)."""
+    if q.shape[2] == 0:
+        return q.new_empty(q.shape)
+    weights_dtype = torch.promote_types(q.dtype, k.dtype)
+    if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) \
+            or torch.promote_types(weights_dtype, v.dtype) != weights_dtype:
         return attention_reference(q, k, v, mask, causal=causal, scale=scale)
     qg, heads_mask = _grouped(q, k, mask, scale)
     b, hkv, g, t, d = qg.shape

@@ -40,7 +40,6 @@ from v2.models.persist import persistent
 
 ALIGN = 16          # floats: the inner dim of every CPU matmul is padded to a multiple of this (64 bytes)
 TILE = 16           # rows per matmul call at the layers' call sites (a decode batch of <= 16 is one call)
-BLOCK_ELEMENTS = 1 << 18  # elements of one block's [.., queries, keys, D] products in attention_tiles.attention_reference
 
 
 def on(x: Tensor) -> bool:
@@ -257,8 +256,8 @@ def silu_of_negated_into(y: Tensor, out: Tensor) -> None:
     torch.div(y, out, out=out)
 
 
-# the gelu forms' kept operands; -0.0 its own tensor (`scalar` keys by value, and -0.0 == 0.0)
-_NEG_ZERO = persistent(torch.tensor)(-0.0, dtype=torch.float32)
+# the gelu forms' kept operands (-0.0 kept apart from 0.0 by `scalar`)
+_NEG_ZERO = scalar(-0.0)
 _INV_SQRT2, _SQRT_2_PI, _CUBIC = scalar(1.0 / math.sqrt(2.0)), scalar(math.sqrt(2.0 / math.pi)), scalar(0.044715)
 
 
