@@ -107,3 +107,17 @@ def test_the_device_forms_agree(tower: AudioEncoder, monkeypatch: pytest.MonkeyP
         got = copy.deepcopy(tower).encode_rows(rows)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.exact
+def test_a_non_finite_first_row_stays_in_its_own_clip(tower: AudioEncoder) -> None:
+    """Padding slots read row 0: a NaN there must not reach another clip's short windows through their masked
+    keys (their values are -0.0, not 0 x row 0)."""
+    rows = _rows(2)
+    bad = rows[0].clone()
+    bad[0] = float("inf")
+    with torch.no_grad():
+        alone = [tower.encode_rows([r])[0] for r in rows[1:]]
+        got = tower.encode_rows([bad, *rows[1:]])
+    for g, want in zip(got[1:], alone):
+        assert torch.isfinite(g).all() and torch.equal(g, want)

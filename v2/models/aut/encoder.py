@@ -84,8 +84,10 @@ class Windows:
     """Several clips' rows [R, d] (clip after clip, `sizes` rows each) cut into attention windows: each clip's
     rows in consecutive windows of `window` rows (its last one shorter), none across two clips. `count` windows
     of at most `width` rows. When they differ: `gather` [count * width], the row each padded slot reads (a
-    padding slot reads row 0); `back` [R], each row's slot; `keys` [count, 1, 1, width], the slots that are keys.
-    All three None when every window has `width` rows (the rows are the windows' rows already)."""
+    padding slot reads row 0); `back` [R], each row's slot; `keys` [count, 1, 1, width], the slots that are keys;
+    `pad`, the padding slots (their values are set to -0.0: a masked key's weight times -0.0 adds nothing to any
+    sum, whatever row 0 holds). All None when every window has `width` rows (the rows are the windows' rows
+    already)."""
 
     sizes: tuple[int, ...]
     count: int
@@ -93,6 +95,7 @@ class Windows:
     gather: Tensor | None = None
     back: Tensor | None = None
     keys: Tensor | None = None
+    pad: Tensor | None = None
 
     @classmethod
     def of(cls, sizes: Sequence[int], window: int, device: torch.device) -> Windows:
@@ -109,7 +112,8 @@ class Windows:
         valid = torch.arange(width)[None] < torch.tensor([n for _, n in spans])[:, None]  # [W, width]
         at = torch.where(valid, first + torch.arange(width)[None], 0)  # padded slot -> row (padding: row 0)
         return cls(tuple(sizes), len(spans), width, at.view(-1).to(device),
-                   valid.view(-1).nonzero().squeeze(1).to(device), valid.to(device)[:, None, None, :])
+                   valid.view(-1).nonzero().squeeze(1).to(device), valid.to(device)[:, None, None, :],
+                   (~valid).view(-1).nonzero().squeeze(1).to(device))
 
 
 def encoder_layer(layer: EncoderLayer, x: Tensor, win: Windows, bufs: KeptBuffers) -> Tensor:
@@ -124,6 +128,8 @@ def encoder_layer(layer: EncoderLayer, x: Tensor, win: Windows, bufs: KeptBuffer
     qkv = [bufs.linear(n, h, p) for n, p in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj))]  # [R, d] each
     if win.gather is not None:  # a padded slot reads row 0 (a masked key; its query's output is dropped)
         qkv = [t.index_select(0, win.gather) for t in qkv]  # [W width, d] each
+        assert win.pad is not None
+        qkv[2].index_fill_(0, win.pad, -0.0)  # its value adds -0.0 (nothing), not 0 x row 0 (NaN where row 0 is inf)
     q, k, v = (t.view(win.count, win.width, heads, d // heads).transpose(1, 2) for t in qkv)  # [W, heads, width, hd]
     o = exact.attention(q, k, v, win.keys).transpose(1, 2)  # [W, width, heads, hd]
     att = bufs.tile("att", r, d, x)
