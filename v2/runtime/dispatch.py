@@ -41,17 +41,20 @@ class Dispatcher:
         self._queue.put(None)
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait up to `timeout` in all for the thread and then its lanes' to end (a thread never waits for
-        itself: called from one of them, that one is skipped)."""
+        """Wait up to `timeout` in all for the thread and then its lanes' to end. Called from the thread or one
+        of its lanes (a callback closing the runtime), it waits for none of them: two callbacks that each close
+        would otherwise wait for each other."""
+        me = threading.current_thread()
+        with self._lanes_lock:
+            if me is self._thread or any(me is lane._thread for lane in self._lanes):
+                return
         deadline = None if timeout is None else time.monotonic() + timeout
         left = lambda: None if deadline is None else max(0.0, deadline - time.monotonic())  # noqa: E731
-        if threading.current_thread() is not self._thread:
-            self._thread.join(left())
+        self._thread.join(left())
         with self._lanes_lock:  # (after the thread: a lane made by what it ran is joined too)
             lanes = list(self._lanes)
         for lane in lanes:
-            if threading.current_thread() is not lane._thread:
-                lane._thread.join(left())
+            lane._thread.join(left())
 
     def _run(self) -> None:
         while (fn := self._queue.get()) is not None:
