@@ -150,13 +150,16 @@ _SOUNDFILE_ERRORS = (sf.SoundFileError, RuntimeError, TypeError, ValueError, OSE
 # libsndfile's major formats -> the names OpenAI's and the CLI's format lists use (WAVEX: a wav whose header is
 # WAVE_FORMAT_EXTENSIBLE); any other is its libsndfile name in lower case
 _CONTAINERS = {"WAV": "wav", "WAVEX": "wav", "FLAC": "flac", "OGG": "ogg", "MP3": "mp3"}
-# a container -> the media types a `data:<type>;base64,` URL may name it by (lower case; the usual aliases)
+# a container -> the media types that name it (lower case; the usual aliases): a `data:<type>;base64,` URL whose
+# type names another container than its part's format is refused; a type not here is left to the file's header
 MEDIA_TYPES: dict[str, tuple[str, ...]] = {
     "wav": ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave", "audio/x-pn-wav"),
     "mp3": ("audio/mpeg", "audio/mp3", "audio/mpeg3", "audio/x-mpeg", "audio/x-mpeg-3", "audio/x-mp3"),
     "flac": ("audio/flac", "audio/x-flac"),
-    "ogg": ("audio/ogg", "audio/x-ogg", "audio/vorbis", "audio/opus"),
+    "ogg": ("audio/ogg", "audio/x-ogg", "audio/vorbis", "audio/opus", "audio/x-vorbis+ogg", "audio/x-opus+ogg",
+            "audio/x-flac+ogg"),
 }
+MEDIA_CONTAINER = {media: container for container, types in MEDIA_TYPES.items() for media in types}  # the reverse
 
 
 def _container(handle: sf.SoundFile) -> str:

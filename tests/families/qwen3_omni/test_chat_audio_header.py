@@ -1,7 +1,8 @@
 """An `input_audio` part's file (v2/families/qwen3_omni/chat_audio.py): its header opened once (the container
 checked on the same read as the rate and size, v2/models/audio_in.py `read_audio(container=)`), and a
-`data:audio/<type>;base64,` prefix taken only where its media type is one the part's `format` goes by (the
-usual aliases: audio/wav, audio/x-wav, audio/wave; audio/mpeg for mp3; ...), else refused naming the data."""
+`data:audio/<type>;base64,` prefix refused naming the data where its media type names another container than
+the part's `format` (the usual aliases: audio/wav, audio/x-wav, audio/wave; audio/mpeg for mp3; ...); a type
+that names no known container is left to the file's header."""
 
 from __future__ import annotations
 
@@ -63,7 +64,9 @@ def test_the_header_is_opened_once(cfg, monkeypatch) -> None:
     ("Audio/X-WAV", "WAV", None, "wav"), ("audio/vnd.wave", "WAVEX", None, "wav"),
     ("audio/mpeg", "MP3", "MPEG_LAYER_III", "mp3"), ("audio/mp3", "MP3", "MPEG_LAYER_III", "mp3"),
     ("audio/flac", "FLAC", None, "flac"), ("audio/x-flac", "FLAC", None, "flac"),
-    ("audio/ogg", "OGG", "VORBIS", "ogg")])
+    ("audio/ogg", "OGG", "VORBIS", "ogg"), ("audio/x-vorbis+ogg", "OGG", "VORBIS", "ogg"),
+    ("audio/ogg;codecs=vorbis", "OGG", "VORBIS", "ogg"),  # a recorder's parameters before ;base64
+    ("audio/aiff", "WAV", None, "wav"), ("audio/x-unknown", "FLAC", None, "flac")])  # no known container: the header's
 def test_a_data_url_of_a_type_the_format_goes_by_is_taken(cfg, media, container, subtype, fmt) -> None:
     data = recording(container, subtype)
     plain = decode_input_audio(data, fmt, AT, cfg)
@@ -73,10 +76,16 @@ def test_a_data_url_of_a_type_the_format_goes_by_is_taken(cfg, media, container,
 
 @pytest.mark.parametrize("media, container, fmt", [
     ("audio/mpeg", "WAV", "wav"), ("audio/wav", "WAV", "mp3"), ("audio/flac", "OGG", "ogg"),
-    ("audio/ogg", "FLAC", "flac"), ("audio/aiff", "WAV", "wav"), ("audio/x-wav", "FLAC", "flac")])
+    ("audio/ogg", "FLAC", "flac"), ("audio/x-wav", "FLAC", "flac"), ("audio/x-vorbis+ogg", "WAV", "wav")])
 def test_a_data_url_of_another_type_is_refused_naming_the_data(cfg, media, container, fmt) -> None:
     """Refused before its bytes are read, whatever they hold (here always a file of the stated format, or not)."""
     with pytest.raises(FieldError) as e:
         decode_input_audio(f"data:{media};base64,{recording(container)}", fmt, AT, cfg)
     assert str(e.value).startswith(f"{AT}.data: its data URL says {media}, not {fmt} as its format says ("), e.value
     assert e.value.field == "messages.content.input_audio.data"
+
+
+def test_a_data_url_of_no_known_container_is_left_to_the_header(cfg) -> None:
+    """A type that names no container the table knows is not refused for its name: the file's header decides."""
+    with pytest.raises(FieldError, match="holds wav audio, not flac as its format says"):
+        decode_input_audio(f"data:audio/aiff;base64,{recording('WAV')}", "flac", AT, cfg)

@@ -23,20 +23,23 @@ import re
 import numpy as np
 
 from v2.errors import FieldError
-from v2.models.audio_in import MEDIA_TYPES, AudioError, WrongContainer, read_audio, resample
+from v2.models.audio_in import MEDIA_CONTAINER, MEDIA_TYPES, AudioError, WrongContainer, read_audio, resample
 from v2.models.aut.features import audio_token_count
 from v2.models.aut.config import AudioEncoderConfig
 
 FORMATS = ("wav", "mp3", "flac", "ogg")  # OpenAI's input_audio formats that libsndfile decodes
 FIELD = "messages.content.input_audio"
-_DATA_URI = re.compile(r"data:(audio/[\w.+-]+);base64,", re.IGNORECASE)
+# data:audio/<type>[;<name>=<value>...];base64, (a recorder's `;codecs=opus` included)
+_DATA_URI = re.compile(r"data:(audio/[\w.+-]+)(?:;[\w.+-]+=[^;,]*)*;base64,", re.IGNORECASE)
 
 
 def _b64(text: str, fmt: str, at: str) -> bytes:
     m = _DATA_URI.match(text)
-    if m is not None and m.group(1).lower() not in MEDIA_TYPES[fmt]:
-        raise FieldError(f"{at}.data: its data URL says {m.group(1)}, not {fmt} as its format says (a {fmt} "
-                         f"data URL says one of {', '.join(MEDIA_TYPES[fmt])})", field=f"{FIELD}.data")
+    named = MEDIA_CONTAINER.get(m.group(1).lower()) if m is not None else None
+    if m is not None and named not in (None, fmt):  # a type of no known container: the file's header decides
+        raise FieldError(f"{at}.data: its data URL says {m.group(1)}, not {fmt} as its format says ({m.group(1)} "
+                         f"is {named} audio; a {fmt} data URL says one of {', '.join(MEDIA_TYPES[fmt])})",
+                         field=f"{FIELD}.data")
     body = "".join(text[m.end():].split()) if m else "".join(text.split())
     if not body:
         raise FieldError(f"{at}.data: is empty; expected the base64 of an audio file", field=f"{FIELD}.data")
