@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from v2.bench.threads import keeps_threads
 from v2.models import attention_tiles
 
 # (B, Hq, Hkv, T = C, D): the aligner's decoder, then a family's prefill
@@ -56,9 +57,10 @@ def measure(shape: tuple[int, int, int, int, int], repeat: int) -> dict[str, obj
             "speedup": round(o / n, 2)}
 
 
+@keeps_threads
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=9, help="calls of each form per shape (alternated)")
+    parser.add_argument("--repeat", type=int, default=9, help="calls of each form per shape, alternated (default: %(default)s)")
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")

@@ -90,7 +90,8 @@ def same(a: list[tuple[Tensor, Tensor]], b: list[tuple[Tensor, Tensor]]) -> bool
 @keeps_threads
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float | bool]]:
     p = argparse.ArgumentParser(prog="python -m v2.bench.frame_draws", description=__doc__.split("\n")[0])
-    p.add_argument("--against", help="another frame_sampler.py to A/B against (bits checked first)")
+    p.add_argument("--against", help="another frame_sampler.py to A/B against, bits checked first "
+                   "(default: none, this one alone)")
     p.add_argument("--repeat", type=int, default=9, help="runs per side (default: %(default)s)")
     p.add_argument("--frames", type=int, default=4, help="frames a run (default: %(default)s)")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="batch sizes (default: 1 16)")
