@@ -60,7 +60,8 @@ def measure(shape: tuple[int, int, int, int, int], repeat: int) -> dict[str, obj
 @keeps_threads
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=9, help="calls of each form per shape, alternated (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=9,
+                        help="calls of each form per shape, alternated (default: %(default)s)")
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")

@@ -84,7 +84,8 @@ def load(path: str) -> ModuleType:
 
 
 def same(a: list[tuple[Tensor, Tensor]], b: list[tuple[Tensor, Tensor]]) -> bool:
-    return all(torch.equal(i, j) and torch.equal(x.view(torch.int32), y.view(torch.int32)) for (i, x), (j, y) in zip(a, b))
+    return all(torch.equal(i, j) and torch.equal(x.view(torch.int32), y.view(torch.int32))
+               for (i, x), (j, y) in zip(a, b))
 
 
 @keeps_threads
