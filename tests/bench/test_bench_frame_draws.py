@@ -1,4 +1,4 @@
-"""`python -m v2.bench.frame_draws` runs every family's frame shape, prints JSON, and its A/B checks the bits."""
+"""`python -m v2.bench.frame_draws` runs every shipped frame shape, prints JSON, and its A/B checks the bits."""
 
 from __future__ import annotations
 

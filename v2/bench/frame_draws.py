@@ -1,9 +1,10 @@
-"""The host frame sampler's draws alone, at each family's frame shape: ms per frame (setup + every group's draw).
+"""The host frame sampler's draws alone, at the shipped frame shapes: ms per frame (setup + every group's draw).
 
 `python -m v2.bench.frame_draws [--against PATH] [--repeat N] [--frames F] [--batches 1 16]` prints JSON: per
-family shape (CSM: 32 x 2,051 ids, T 0.9, top-k 50, exact logprobs; MOSS-TTS-Local: 2 + 12 x 1,024, the card's
-T 1.7, top-k 25, top-p 0.8; Qwen3-TTS: 3,072 + 15 x 2,048, T 0.9, top-k 50, exact logprobs) and batch, the
-median ms per frame over `--repeat` runs of `--frames` frames of fixed `randn * 3` logits, one torch thread.
+frame shape (`wide`: 32 x 2,051 ids, T 0.9, top-k 50, exact logprobs; `small`: 2 + 12 x 1,024, T 1.7, top-k 25,
+top-p 0.8; `mixed`: 3,072 + 15 x 2,048, T 0.9, top-k 50, exact logprobs) and batch, the median ms per frame over
+`--repeat` runs of `--frames` frames of fixed `randn * 3` logits, one torch thread. The shapes are the shipped
+cards' frames (designs/perf.md names them).
 `--against PATH` loads another copy of v2/models/frame_sampler.py (e.g. `git show HEAD~1:...` saved to a file),
 checks that its ids and logprobs equal this tree's bit for bit, and alternates the two run by run (A/B).
 Must not know: the models that make the logits, the runtime, requests.
@@ -25,11 +26,11 @@ from torch import Tensor
 from v2.bench.threads import keeps_threads
 from v2.models import frame_sampler
 
-# family -> (vocabularies [G], (temperature, top_k, top_p) per group, exact logprobs, raw greedy logprobs)
+# frame shape -> (vocabularies [G], (temperature, top_k, top_p) per group, exact logprobs, raw greedy logprobs)
 SHAPES: dict[str, tuple[list[int], list[tuple[float, int, float]], bool, bool]] = {
-    "csm": ([2051] * 32, [(0.9, 50, 1.0)] * 32, True, True),
-    "moss_tts_local": ([2] + [1024] * 12, [(1.0, 50, 1.0)] + [(1.7, 25, 0.8)] * 12, False, False),
-    "qwen3_tts": ([3072] + [2048] * 15, [(0.9, 50, 1.0)] * 16, True, False),
+    "wide": ([2051] * 32, [(0.9, 50, 1.0)] * 32, True, True),
+    "small": ([2] + [1024] * 12, [(1.0, 50, 1.0)] + [(1.7, 25, 0.8)] * 12, False, False),
+    "mixed": ([3072] + [2048] * 15, [(0.9, 50, 1.0)] * 16, True, False),
 }
 
 
@@ -52,8 +53,8 @@ class Case:
     frames: list[list[Tensor]]  # per frame, per group: logits [B, V]
 
 
-def case(family: str, batch: int, frames: int) -> Case:
-    vocabs, per_group, exact, raw = SHAPES[family]
+def case(shape: str, batch: int, frames: int) -> Case:
+    vocabs, per_group, exact, raw = SHAPES[shape]
     s = Settings(torch.tensor([[t for t, _, _ in per_group]] * batch, dtype=torch.float32),
                  torch.tensor([[k for _, k, _ in per_group]] * batch, dtype=torch.int64),
                  torch.tensor([[p for _, _, p in per_group]] * batch, dtype=torch.float32),
@@ -104,9 +105,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float | bool]]:
     if args.against:
         sides["against_ms"] = load(args.against)
     report: dict[str, dict[str, float | bool]] = {}
-    for family in SHAPES:
+    for shape in SHAPES:
         for batch in args.batches:
-            c = case(family, batch, args.frames)
+            c = case(shape, batch, args.frames)
             runs = {name: run(m, c) for name, m in sides.items()}
             times: dict[str, list[float]] = {name: [] for name in sides}
             for r in range(args.repeat):
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float | bool]]:
             if args.against:
                 row["same_bits"] = same(runs["ms"], runs["against_ms"])
                 row["ratio"] = round(float(row["ms"]) / float(row["against_ms"]), 3)
-            report[f"{family}_b{batch}"] = row
+            report[f"{shape}_b{batch}"] = row
     print(json.dumps(report))
     return report
 
