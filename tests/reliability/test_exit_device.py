@@ -23,13 +23,18 @@ ROOT = Path(__file__).resolve().parents[2]
 BOUND = 120.0  # seconds: a hang check only
 
 
-def _closing_stream(frame: FrameType | None) -> bool:
-    """Whether a thread's stack is inside `SimulatedStream.close` (the engine thread waiting for the worker)."""
+def _inside(frame: FrameType | None, function: str, module: str) -> bool:
+    """Whether a thread's stack (its top `frame`) is inside `function` of the file `module`."""
     while frame is not None:
-        if frame.f_code.co_name == "close" and frame.f_code.co_filename.endswith("device.py"):
+        if frame.f_code.co_name == function and frame.f_code.co_filename.endswith(module):
             return True
         frame = frame.f_back
     return False
+
+
+def _closing_stream(frame: FrameType | None) -> bool:
+    """Whether a thread's stack is inside `SimulatedStream.close` (the engine thread waiting for the worker)."""
+    return _inside(frame, "close", "device.py")
 
 
 def test_close_waits_for_the_work_still_on_the_device_and_ends_every_thread():
@@ -108,11 +113,7 @@ def test_a_script_exits_cleanly_with_work_on_the_device_at_close(tmp_path):
 
 def _joining_a_lane(frame: FrameType | None) -> bool:
     """Whether a thread's stack is inside `Dispatcher.join` (dispatch.py)."""
-    while frame is not None:
-        if frame.f_code.co_name == "join" and frame.f_code.co_filename.endswith("dispatch.py"):
-            return True
-        frame = frame.f_back
-    return False
+    return _inside(frame, "join", "dispatch.py")
 
 
 def test_close_waits_for_a_subscribers_thread():
