@@ -181,7 +181,7 @@ def every_magnitude() -> torch.Tensor:
 @pytest.mark.parametrize("name", ["silu", "gelu", "gelu_tanh"])
 def test_the_into_activations_are_the_activations_bits_and_make_nothing(name):
     """`exact.<act>_into` equals `exact.<act>` bit for bit (NaN's bits too) over every magnitude, in a call's body and
-    its tail and on rows of a wider buffer (the MOSS frame pass's fc_in rows); each of its operations writes into
+    its tail and on rows of a wider buffer (a frame pass's fc_in rows); each of its operations writes into
     out and x is left as it was."""
     from torch.utils._python_dispatch import TorchDispatchMode
 

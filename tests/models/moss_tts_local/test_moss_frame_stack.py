@@ -20,7 +20,7 @@ from v2.models.moss_tts_local.model import FrameOutput, MossTTSLocal
 from v2.models.sampling import SamplingTensors
 from v2.sampling_settings import HeadSampling, SamplingSettings, needs_full_sort
 
-CHECKPOINT = Path(__file__).resolve().parents[1] / "fixtures" / "moss_tts_local_tiny" / "checkpoint"
+CHECKPOINT = Path(__file__).resolve().parents[2] / "fixtures" / "moss_tts_local_tiny" / "checkpoint"
 BATCHES = (1, 3, 16, 17)
 FIELDS = ("stop", "codes", "logprobs", "next_embed", "stop_logits", "code_logits")
 pytestmark = pytest.mark.exact
