@@ -1,10 +1,10 @@
 """Kept row tiles for the AuT encoder's batched forms: named grow-only buffers, `exact.linear`'s calls written
-into them, and GELU in place.
+into them, and GELU into a kept output.
 
 Owns: `KeptBuffers` (flat buffers by name, each view the first elements of its buffer in the asked shape; a
 `tile` is whole `exact.TILE`-row tiles with the columns padded to `exact.ALIGN`, as `exact.linear` pads its copy;
-`linear` runs `exact.linear`'s calls on a tile's whole tiles into a kept output) and `gelu_into` (`exact.gelu`'s
-CPU operations in place). Exact on the CPU: every call has the shape and alignment `exact.linear` gives it, so
+`linear` runs `exact.linear`'s calls on a tile's whole tiles into a kept output) and `gelu_into` (`exact.gelu`
+into a kept output). Exact on the CPU: every call has the shape and alignment `exact.linear` gives it, so
 the same bits. Inference only (autograd off); one caller at a time per `KeptBuffers` (the caller's lock).
 Must not know: models, clips, windows, requests.
 """
@@ -60,11 +60,9 @@ class KeptBuffers:
 
 
 def gelu_into(x: Tensor, out: Tensor) -> None:
-    """`exact.gelu`'s CPU operations, in place where they can be (x is overwritten): (0.5 x) (1 + erf(x / sqrt 2)),
-    the same products and sum (a + 1 == 1 + a), without the temporaries."""
+    """`exact.gelu` of x written into out (x and out distinct): on the CPU `exact.gelu_into` (each operation into
+    out, the same bits), elsewhere F.gelu's."""
     if not exact.on(x):
         out.copy_(exact.gelu(x))
         return
-    torch.mul(x, 0.5, out=out)
-    x.mul_(1.0 / math.sqrt(2.0)).erf_().add_(1.0)
-    out.mul_(x)
+    exact.gelu_into(x, out)
