@@ -53,12 +53,8 @@ class EncodeStage:
 
     @property
     def pending(self) -> int:
+        """Requests and jobs with encoding left (0: `plans` is empty)."""
         return len(self.requests) + len(self.jobs)
-
-    @property
-    def waiting(self) -> bool:
-        """Whether any request or job has encoding left (else `plans` is empty)."""
-        return bool(self.requests or self.jobs)
 
     def plans(self) -> list[WorkPlan]:
         """This step's ENCODE plans: encodes that hold their slots, then new ones while slots last (in

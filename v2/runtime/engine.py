@@ -217,7 +217,7 @@ class Engine:
         plans = self._plans(self.graph.sources)
         if self.paged is not None:
             plans = self.paged.before_step(self.requests.running, plans)  # KV blocks for every write
-        if self.encoding.waiting:  # (only this thread fills its queues: no lock to see them empty)
+        if self.encoding.pending:  # (only this thread fills its queues: no lock to see them empty)
             with self.cond:
                 plans.extend(self.encoding.plans())
         return plans
