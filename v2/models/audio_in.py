@@ -41,7 +41,7 @@ class WrongContainer(AudioError):
 
     def __init__(self, found: str, expected: str) -> None:
         super().__init__(f"holds {found} audio, not {expected}")
-        self.found, self.expected = found, expected
+        self.found = found
 
 
 def _seconds(n: int, rate: int) -> str:
